@@ -1,0 +1,328 @@
+/*
+ * ratelimit.h - the limiter core: levels, rules, tiers, two-phase decisions, reservations.
+ *
+ * The core knows nothing of HTTP, JSON or where state is kept. A configuration (rl_config) is
+ * built by the caller from rule specifications checked against each rule type's parameter table;
+ * a limiter (rl_limiter) owns it and decides requests against a store (rl_store, see
+ * ratelimit_store.h; the in-memory store is the default).
+ *
+ * A decision for a request of cost c:
+ *   phase 1  every rule of every level that applies answers how long until c fits;
+ *   phase 2  if every answer is 0, c is taken from every rule; otherwise nothing is taken
+ *            anywhere and the decision names the longest wait and the rule that gave it.
+ *
+ * Functions that can fail return 0 (RL_OK) or a negative code from RL_ERRORS, and fill an
+ * rl_err with a message that names the field at fault. A denied request is not an error.
+ * Time is always an argument (rl_ns, nanoseconds); only the caller reads a clock.
+ */
+#ifndef RATELIMIT_H
+#define RATELIMIT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ratelimit_rule.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define RL_VERSION "1.0.0"
+
+/* Error codes: X(name, value, message). */
+#define RL_ERRORS(X)                                                                               \
+    X(ENOMEM, -1, "out of memory")                                                                 \
+    X(EINVAL, -2, "invalid argument")                                                              \
+    X(ENOTFOUND, -3, "no such reservation")                                                        \
+    X(ESETTLED, -4, "reservation already settled")                                                 \
+    X(ESTORE, -5, "store unavailable")                                                             \
+    X(EPLUGIN, -6, "plug-in not loaded")                                                           \
+    X(EIO, -7, "input/output error")
+
+typedef enum rl_code {
+    RL_OK = 0,
+#define RL__ERR_ENUM(name, value, msg) RL_##name = value,
+    RL_ERRORS(RL__ERR_ENUM)
+#undef RL__ERR_ENUM
+} rl_code;
+
+/* The fixed message of a code ("out of memory"); "unknown error" for others. */
+const char *rl_strerror(int code);
+
+/* A message naming the field at fault, filled by failing functions. */
+typedef struct rl_err {
+    char msg[512];
+} rl_err;
+
+/* Limits of one decision. */
+#define RL_MAX_LEVELS 16       /* levels in a configuration */
+#define RL_MAX_RULES 16        /* rules in one rule list */
+#define RL_MAX_APPLIED 64      /* rules applied by one decision */
+#define RL_KEY_MAX 256         /* bytes in a descriptor value */
+#define RL_COMPOSED_MAX 1024   /* bytes in a key composed from several descriptors */
+#define RL_DECISION_KEYS 4096  /* bytes of all level keys of one decision together */
+#define RL_RESERVATION_ID 19   /* "r-" + 16 hex digits + NUL */
+
+/* ---- rule type registry ---------------------------------------------------------------- */
+
+/* Creates a registry holding the built-in rule types. Returns NULL when out of memory. */
+rl_registry *rl_registry_new(void);
+/* Frees the registry and unloads its plug-ins. Rules made from it must be gone. NULL is ok. */
+void rl_registry_free(rl_registry *reg);
+/* Loads a plug-in shared object and lets it register its rule types. On failure returns
+ * RL_EPLUGIN with the reason in err and registers nothing of it. */
+int rl_registry_load_plugin(rl_registry *reg, const char *path, rl_err *err);
+/* The rule type of that name, or NULL. */
+const rl_rule_type *rl_registry_find(const rl_registry *reg, const char *name);
+/* Number of registered types and the i-th one (registration order, built-ins first). */
+size_t rl_registry_count(const rl_registry *reg);
+const rl_rule_type *rl_registry_at(const rl_registry *reg, size_t i);
+
+/* ---- rules ---------------------------------------------------------------------------- */
+
+typedef enum rl_unit { RL_UNIT_COST = 0, RL_UNIT_REQUESTS = 1 } rl_unit;
+
+/* One configured rule: a type, its parameters and the options every rule accepts. */
+typedef struct rl_rule {
+    const rl_rule_type *type;
+    unsigned type_id;          /* index in the registry, stable for the registry's life */
+    char *name;                /* shown in blocked_by and headers */
+    int name_given;            /* 1 when the configuration named it */
+    rl_unit unit;
+    double reserved_fraction;  /* 0 when no share is reserved */
+    int64_t reserved_min_priority;
+    rl_fp reserved;            /* headroom kept for priority >= reserved_min_priority */
+    unsigned char *given;      /* given[i] != 0 when parameter i was set explicitly */
+    void *params;              /* type->params_size bytes */
+} rl_rule;
+
+/* Starts a rule of the named type: zeroes r and allocates its parameters. Errors: RL_EINVAL
+ * ("type: unknown rule type ...") or RL_ENOMEM. After a failure r needs no rl_rule_clear. */
+int rl_rule_init(rl_rule *r, const rl_registry *reg, const char *type, rl_err *err);
+/* The kind of the named parameter, or -1 when the type has no such parameter. */
+int rl_rule_param_kind(const rl_rule *r, const char *param);
+/* Sets a numeric parameter (amount, rate, duration or integer) after checking its bounds.
+ * Errors name the parameter: "capacity: must be a number from 0.000001 to 1000000000000". */
+int rl_rule_set_number(rl_rule *r, const char *param, double v, rl_err *err);
+/* Sets a string-list parameter; the strings are copied. */
+int rl_rule_set_strings(rl_rule *r, const char *param, const char *const *v, const size_t *len,
+                        size_t n, rl_err *err);
+/* Sets the rule's name (1 to 128 bytes, printable, no '"' or '\\'). */
+int rl_rule_set_name(rl_rule *r, const char *name, rl_err *err);
+/* Sets the unit: "cost" or "requests". */
+int rl_rule_set_unit(rl_rule *r, const char *unit, rl_err *err);
+/* Reserves a share of the rule's quota for priorities >= min_priority. fraction in (0, 1).
+ * Errors when the rule type has no quota to reserve a share of. */
+int rl_rule_set_reserved(rl_rule *r, double fraction, int64_t min_priority, rl_err *err);
+/* Applies defaults, checks required parameters, lets the type check the whole and names the
+ * rule when no name was set. After success the rule is complete. */
+int rl_rule_finish(rl_rule *r, rl_err *err);
+/* Frees what the rule owns; r may be zeroed or half-built. */
+void rl_rule_clear(rl_rule *r);
+/* Reads a numeric parameter back in the user's units (for listing the configuration). */
+double rl_rule_get_number(const rl_rule *r, const rl_param_def *def);
+/* Borrows a string-list parameter. */
+const rl_strings *rl_rule_get_strings(const rl_rule *r, const rl_param_def *def);
+
+/* An immutable list of rules. Lists of a configuration live as long as the limiter; lists
+ * made at run time (custom quotas) are reference counted. */
+typedef struct rl_rules {
+    long refs; /* < 0: owned by the configuration, never freed by unref */
+    size_t n;
+    rl_rule *v;
+} rl_rules;
+
+/* A list of n rules (zeroed, each to be set up with rl_rule_init) with one reference.
+ * n is 1..RL_MAX_RULES. Returns NULL when out of memory. */
+rl_rules *rl_rules_new(size_t n);
+/* Takes and drops a reference; the last unref frees the list and its rules. NULL is ok. */
+void rl_rules_ref(rl_rules *rs);
+void rl_rules_unref(rl_rules *rs);
+
+/* ---- configuration -------------------------------------------------------------------- */
+
+typedef struct rl_level {
+    char *name;
+    size_t ncompose;    /* 0: the key is the descriptor of the level's name */
+    char **compose;     /* descriptors joined with ':' to form the key */
+    char *default_key;  /* used when the descriptor is absent; NULL: the level is skipped */
+    int tiered;         /* rules come from the key's tier or custom quota */
+    rl_rules *rules;    /* the rules of a level that is not tiered */
+} rl_level;
+
+typedef struct rl_tier {
+    char *name;
+    rl_rules *rules;
+} rl_tier;
+
+/* A quota: either a tier (rules == NULL) or a custom list of rules. */
+typedef struct rl_quota {
+    size_t tier;     /* index in tiers, when rules is NULL */
+    rl_rules *rules; /* a custom list, or NULL */
+} rl_quota;
+
+typedef struct rl_config {
+    rl_registry *reg; /* borrowed: must outlive the configuration */
+    size_t nlevels;
+    rl_level levels[RL_MAX_LEVELS];
+    size_t ntiers;
+    rl_tier *tiers;
+    size_t default_tier;
+    rl_ns reservation_ttl;
+    size_t nquotas; /* initial quotas of the tiered level */
+    char **quota_keys;
+    rl_quota *quotas;
+} rl_config;
+
+/* An empty configuration over reg (reservation TTL 300 s). NULL when out of memory. */
+rl_config *rl_config_new(rl_registry *reg);
+/* Frees the configuration and all it owns. NULL is ok. */
+void rl_config_free(rl_config *cfg);
+/* Adds a level. name and each compose entry are descriptor names (1..64 bytes of letters,
+ * digits, '_', '-', '.'); default_key may be NULL. rules is NULL for a tiered level and is
+ * stolen otherwise (also on failure). Errors name the problem ("name: duplicate level"). */
+int rl_config_add_level(rl_config *cfg, const char *name, const char *const *compose,
+                        size_t ncompose, const char *default_key, int tiered, rl_rules *rules,
+                        rl_err *err);
+/* Adds a tier; rules is stolen (also on failure). */
+int rl_config_add_tier(rl_config *cfg, const char *name, rl_rules *rules, rl_err *err);
+/* Index of the named tier, or -1. */
+long rl_config_tier(const rl_config *cfg, const char *name);
+/* Adds an initial quota for key on the tiered level: a tier name, or rules (stolen). */
+int rl_config_add_quota(rl_config *cfg, const char *key, const char *tier, rl_rules *rules,
+                        rl_err *err);
+/* Final checks across the whole configuration: at least one level, at most one tiered level,
+ * tiers present when a level is tiered, default tier set. default_tier may be NULL when there
+ * are no tiers, or names the default. */
+int rl_config_finish(rl_config *cfg, const char *default_tier, rl_err *err);
+/* The index of the tiered level, or -1. */
+long rl_config_tiered_level(const rl_config *cfg);
+
+/* ---- decisions ------------------------------------------------------------------------ */
+
+typedef struct rl_descriptor {
+    const char *name;
+    size_t name_len;
+    const char *value;
+    size_t value_len;
+} rl_descriptor;
+
+#define RL_DRY_RUN 0x1u /* phase 1 only: nothing is taken */
+#define RL_RESERVE 0x2u /* record the take as a reservation to settle later */
+
+typedef struct rl_request {
+    const rl_descriptor *desc;
+    size_t ndesc;
+    rl_fp cost;       /* > 0 */
+    int64_t priority; /* compared with a rule's reserved.min_priority */
+    unsigned flags;
+    rl_ns now;
+} rl_request;
+
+/* One rule that a decision applied. */
+typedef struct rl_applied {
+    uint16_t level;
+    uint16_t slot;     /* index of the rule in its list */
+    const rl_rule *rule;
+    const char *key;   /* into the decision's key buffer, not NUL-terminated */
+    uint32_t keylen;
+    int has_status;    /* the rule reports a status (a deny list does not) */
+    rl_rule_status st; /* after the decision */
+    rl_ns wait;        /* phase 1's answer */
+} rl_applied;
+
+typedef struct rl_decision {
+    int allowed;
+    rl_ns retry_after; /* 0 when allowed; RL_WAIT_NEVER when the cost can never fit */
+    int blocked;       /* index in applied of the blocking rule, -1 when allowed */
+    char reservation[RL_RESERVATION_ID]; /* "" when no reservation was made */
+    size_t napplied;
+    rl_applied applied[RL_MAX_APPLIED];
+    rl_rules *held; /* reference kept on a custom rule list until rl_decision_done */
+    size_t keyused;
+    char keybuf[RL_DECISION_KEYS];
+} rl_decision;
+
+/* Drops what a decision holds. Call once after reading a decision filled by rl_acquire. */
+void rl_decision_done(rl_decision *d);
+
+/* The outcome of settling a reservation. */
+typedef struct rl_settlement {
+    rl_fp reserved; /* the cost the reservation took */
+    rl_fp actual;
+    rl_fp refunded; /* given back (reserved - actual when positive) */
+    rl_fp charged;  /* taken extra (actual - reserved when positive) */
+} rl_settlement;
+
+typedef struct rl_limiter rl_limiter;
+typedef struct rl_store rl_store;
+
+/* Creates a limiter over cfg (stolen, also on failure, after rl_config_finish) with the given
+ * store (stolen; NULL: a new in-memory store). Initial quotas of the configuration are set. */
+int rl_limiter_new(rl_config *cfg, rl_store *store, rl_limiter **out, rl_err *err);
+/* Frees the limiter, its store and its configuration. NULL is ok. */
+void rl_limiter_free(rl_limiter *lim);
+/* The configuration in force (borrowed). */
+const rl_config *rl_limiter_config(const rl_limiter *lim);
+
+/* Decides a request. On success (RL_OK) d is filled, allowed or denied, and must be passed to
+ * rl_decision_done. Errors, which change no state: RL_EINVAL for a bad request ("keys.usr:
+ * unknown descriptor", "keys.user: must not be empty", "cost: ..."), RL_ESTORE when the store
+ * failed. */
+int rl_acquire(rl_limiter *lim, const rl_request *req, rl_decision *d, rl_err *err);
+
+/* Settles a reservation with its actual cost (>= 0): gives the difference back to every
+ * rule counting cost, or charges the extra. RL_ENOTFOUND for an unknown or expired
+ * reservation, RL_ESETTLED when it was settled already. */
+int rl_settle(rl_limiter *lim, const char *id, rl_fp actual, rl_ns now, rl_settlement *out,
+              rl_err *err);
+/* Releases what a reservation holds (concurrency slots) and ends it; an unsettled one is
+ * settled at its reserved cost. RL_ENOTFOUND when unknown, expired or released. */
+int rl_release(rl_limiter *lim, const char *id, rl_ns now, rl_err *err);
+
+/* Housekeeping to call now and then (for example ten times a second): expires reservations
+ * whose TTL has passed, releasing their slots, and drops idle per-key state. */
+void rl_limiter_tick(rl_limiter *lim, rl_ns now);
+
+/* Per-level key state records held by the store. */
+size_t rl_limiter_keys(rl_limiter *lim, size_t level);
+
+typedef struct rl_stats {
+    uint64_t reservations_active;
+    uint64_t reservations_expired;
+} rl_stats;
+void rl_limiter_stats(rl_limiter *lim, rl_stats *out);
+
+/* ---- quotas of the tiered level -------------------------------------------------------- */
+
+/* Puts key in a tier (by name), or gives it a custom rule list (rules, one reference stolen,
+ * also on failure). Exactly one of tier and rules is non-NULL. What the key has used is kept
+ * where the rule type at a position stays the same. RL_EINVAL for an unknown tier, a bad key
+ * or when no level is tiered. */
+int rl_quota_set(rl_limiter *lim, const char *key, const char *tier, rl_rules *rules,
+                 rl_err *err);
+/* Returns key to the default tier. Returns 1 when it had a quota, 0 when not. */
+int rl_quota_clear(rl_limiter *lim, const char *key);
+/* Reads key's quota: *tier is the tier's name (NULL for a custom list) and *rules the rules
+ * in force, with a reference the caller drops with rl_rules_unref. */
+int rl_quota_get(rl_limiter *lim, const char *key, const char **tier, rl_rules **rules);
+/* Calls fn for every key with a quota (under a lock: fn must not call back into quotas). */
+void rl_quota_foreach(rl_limiter *lim,
+                      void (*fn)(void *ctx, const char *key, const char *tier,
+                                 const rl_rules *rules),
+                      void *ctx);
+
+/* ---- conversions ---------------------------------------------------------------------- */
+
+/* Seconds to nanoseconds, rounded to nearest; -1 when not finite, negative or too large. */
+rl_ns rl_ns_from_seconds(double s);
+/* An amount to fixed point, rounded to nearest; -1 when not finite, negative or too large. */
+rl_fp rl_fp_from_double(double v);
+/* Back to doubles for output. */
+double rl_fp_to_double(rl_fp v);
+double rl_ns_to_seconds(rl_ns v);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,158 @@
+/*
+ * ratelimit_rule.h - the interface a rule type implements (built in or loaded as a plug-in).
+ *
+ * A rule type is a name, a table of its parameters and a struct of functions. The limiter core
+ * calls only through this table; it never names a concrete rule type. A plug-in is a shared
+ * object that exports
+ *
+ *     int rl_plugin_init(rl_registry *reg, unsigned api_version);
+ *
+ * and calls rl_register_rule_type() for each type it provides. It returns 0, or a negative
+ * value to refuse loading (for example when api_version is not one it was written for).
+ *
+ * Units. Time is integer nanoseconds (rl_ns). Amounts of tokens, requests or slots are fixed
+ * point with six decimals (rl_fp, RL_FP_ONE == 1.0). Rates are rl_fp per second. All rule
+ * functions take the time as an argument and must be exact: a request that fits on paper fits.
+ *
+ * State. Each (rule, key) pair has state_size bytes of state. All-zero bytes mean "a key never
+ * seen": a full bucket, an empty window. The store keeps states of at most RL_STATE_INLINE bytes
+ * inside its records; larger ones are allocated by the store (zeroed) and freed after
+ * state_free. A rule never sees a state whose type differs from its own.
+ *
+ * Backward time. A "now" earlier than the key's last update must not add or remove anything by
+ * the passage of time and must keep the last-update time; rules clamp now to it.
+ */
+#ifndef RATELIMIT_RULE_H
+#define RATELIMIT_RULE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Version of this interface; a plug-in is handed the version the host implements. */
+#define RL_RULE_API_VERSION 1
+
+typedef int64_t rl_ns; /* nanoseconds */
+typedef int64_t rl_fp; /* fixed point amount, RL_FP_ONE units per token/request/slot */
+
+#define RL_FP_ONE ((rl_fp)1000000)
+#define RL_NS_PER_SEC ((rl_ns)1000000000)
+/* A wait that never ends: the cost can never fit this rule. */
+#define RL_WAIT_NEVER INT64_MAX
+/* Largest amount accepted anywhere (10^12 tokens), so that sums of two never overflow. */
+#define RL_FP_MAX ((rl_fp)1000000000000 * RL_FP_ONE)
+/* Bytes of per-key state a store keeps inline; larger states are allocated separately. */
+#define RL_STATE_INLINE 24
+/* Largest state a rule type may declare. */
+#define RL_STATE_MAX 4096
+
+typedef struct rl_registry rl_registry;
+
+/* Kinds of parameter. The loader converts and bounds-checks the value and stores it at
+ * offset in the rule's parameter struct with the C type given here. */
+typedef enum rl_param_kind {
+    RL_PARAM_AMOUNT,   /* rl_fp: tokens, requests or slots; bounds in whole units */
+    RL_PARAM_RATE,     /* rl_fp per second; bounds in units per second */
+    RL_PARAM_DURATION, /* rl_ns; given in seconds; bounds in seconds */
+    RL_PARAM_INT,      /* int64_t; must be a whole number */
+    RL_PARAM_STRINGS   /* rl_strings; a list of non-empty strings */
+} rl_param_kind;
+
+/* A list of strings owned by the rule; sorted byte-wise and without duplicates once loaded,
+ * so rl_strings_find() can search it. */
+typedef struct rl_strings {
+    size_t n;
+    char **v;
+    size_t *len;
+} rl_strings;
+
+/* One row of a rule type's parameter table. A parameter with required == 0 takes def when
+ * absent. min and max are inclusive bounds in the user's units (for RL_PARAM_STRINGS they
+ * bound the number of strings). */
+typedef struct rl_param_def {
+    const char *name;
+    rl_param_kind kind;
+    size_t offset;
+    double min;
+    double max;
+    double def;
+    int required;
+    const char *help;
+} rl_param_def;
+
+/* What a rule reports about a key after a decision, for responses and headers. */
+typedef struct rl_rule_status {
+    rl_fp limit;       /* the rule's quota (capacity, limit, slots) */
+    rl_fp remaining;   /* what is left now; may be negative after a charge */
+    rl_ns reset_after; /* until the rule is back to full (0 when it is full) */
+    rl_ns window;      /* the policy window: window length, or time to refill from empty */
+} rl_rule_status;
+
+/* Flags of a rule type. */
+#define RL_RULE_UNIT_REQUESTS 0x1u /* default unit is "requests" (one per request) */
+#define RL_RULE_HOLDS 0x2u         /* a take holds something until release (concurrency) */
+
+typedef struct rl_rule_type {
+    unsigned api_version; /* RL_RULE_API_VERSION the type was written against */
+    const char *name;     /* unique: "token_bucket" */
+    const rl_param_def *params;
+    size_t nparams;
+    size_t params_size; /* size of the parameter struct, zeroed before loading */
+    size_t state_size;  /* bytes of per-key state, 0 for stateless rules (at most RL_STATE_MAX) */
+    unsigned flags;
+
+    /* Checks across parameters and precomputes; err gets a message naming the parameter.
+     * Returns 0 or -1. May be NULL. */
+    int (*prepare)(void *params, char *err, size_t errlen);
+    /* Frees what prepare allocated (not the rl_strings, which the loader frees). May be NULL. */
+    void (*params_free)(void *params);
+    /* Writes a readable default name such as "token_bucket(100, 10/s)". */
+    void (*default_name)(const void *params, char *buf, size_t len);
+    /* The quota that a "reserved" fraction is taken of; NULL when the rule has none. */
+    rl_fp (*capacity)(const void *params);
+
+    /* How long from now until cost fits for this key: 0 when it fits now, RL_WAIT_NEVER when
+     * it never can. Rounds up: at now + wait the same cost fits. Must not change state. */
+    rl_ns (*wait)(const void *params, const void *state, const char *key, size_t keylen,
+                  rl_ns now, rl_fp cost);
+    /* Takes cost (wait returned 0 for it). NULL for stateless rules. */
+    void (*take)(const void *params, void *state, rl_ns now, rl_fp cost);
+    /* Settles an earlier take made at taken_at: amount > 0 gives amount back, amount < 0
+     * charges -amount more (a bucket may go below zero). NULL when settling does not apply. */
+    void (*refund)(const void *params, void *state, rl_ns now, rl_ns taken_at, rl_fp amount);
+    /* Gives back amount held by an earlier take (RL_RULE_HOLDS). NULL otherwise. */
+    void (*release)(const void *params, void *state, rl_ns now, rl_fp amount);
+    /* The time from which the state behaves exactly like a new key and can be dropped;
+     * RL_WAIT_NEVER while it holds something. NULL when never idle. */
+    rl_ns (*idle_at)(const void *params, const void *state);
+    /* Fills st for the state at now. NULL for rules that report nothing (a deny list). */
+    void (*status)(const void *params, const void *state, rl_ns now, rl_rule_status *st);
+    /* Frees what the rule allocated inside a state. May be NULL. */
+    void (*state_free)(const void *params, void *state);
+} rl_rule_type;
+
+/* Adds a rule type to the registry. The type struct must outlive the registry. Returns 0, or
+ * -1 when the name is taken, the registry is full, the API version is newer than the host's or
+ * the type is malformed. */
+int rl_register_rule_type(rl_registry *reg, const rl_rule_type *type);
+
+/* Looks key up in a loaded string list. Returns 1 when present, 0 otherwise. */
+int rl_strings_find(const rl_strings *s, const char *key, size_t keylen);
+
+/* Helpers for rule arithmetic and names, shared by built-in and plug-in rule types. */
+
+/* Writes an amount as a short decimal ("10", "0.5"). */
+void rl_fmt_fp(char *buf, size_t len, rl_fp v);
+/* Writes a duration in seconds as a short decimal ("10", "0.25"). */
+void rl_fmt_ns(char *buf, size_t len, rl_ns v);
+
+/* Type of a plug-in's entry point. */
+typedef int (*rl_plugin_init_fn)(rl_registry *reg, unsigned api_version);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

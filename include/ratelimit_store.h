@@ -1,0 +1,71 @@
+/*
+ * ratelimit_store.h - where per-key state lives: the interface a store implements.
+ *
+ * The limiter resolves a request into a plan: for every rule that applies, the level, the rule's
+ * position in its list, the key, and the amounts to check and take. A store carries the plan out
+ * atomically (phase 1 for every item, then phase 2 for every item only if all fit) and keeps the
+ * reservations. The in-memory store ships with the core; other stores (Redis) live outside it
+ * and plug in through this table, methods taking their context first.
+ */
+#ifndef RATELIMIT_STORE_H
+#define RATELIMIT_STORE_H
+
+#include "ratelimit.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* What the store needs of one applied rule besides d->applied[i] (level, slot, rule, key). */
+typedef struct rl_plan_item {
+    uint64_t hash; /* of the key, seeded per limiter */
+    rl_fp cost;    /* taken in phase 2 (1 unit for a rule counting requests) */
+    rl_fp need;    /* checked in phase 1: cost plus any reserved headroom */
+} rl_plan_item;
+
+typedef struct rl_plan {
+    size_t n; /* == d->napplied */
+    rl_plan_item items[RL_MAX_APPLIED];
+    rl_fp cost; /* the request's cost, what a reservation records */
+    unsigned flags; /* RL_DRY_RUN, RL_RESERVE */
+    rl_ns now;
+} rl_plan;
+
+/* How a store finds the rule now in force at (level, slot) for a key: used to expire
+ * reservations, settle them and drop idle state when tiers may have changed. Returns NULL
+ * when there is none; *ref receives a reference to drop with rl_rules_unref (may be NULL). */
+typedef struct rl_resolver {
+    const rl_rule *(*rule_at)(void *ctx, size_t level, size_t slot, const char *key,
+                              size_t keylen, rl_rules **ref);
+    void *ctx;
+} rl_resolver;
+
+typedef struct rl_store_ops {
+    const char *name;
+    /* Called once by rl_limiter_new before any other method. cfg and res outlive the store. */
+    int (*attach)(void *cls, const rl_config *cfg, const rl_resolver *res, rl_err *err);
+    /* Carries out the plan: fills d->allowed, d->retry_after, d->blocked, d->applied[i].wait,
+     * .st and .has_status, and d->reservation when the plan reserves or a rule holds.
+     * Returns 0, or RL_ESTORE (nothing taken) when the store cannot answer. */
+    int (*decide)(void *cls, const rl_plan *plan, rl_decision *d, rl_err *err);
+    int (*settle)(void *cls, const char *id, rl_fp actual, rl_ns now, rl_settlement *out,
+                  rl_err *err);
+    int (*release)(void *cls, const char *id, rl_ns now, rl_err *err);
+    void (*tick)(void *cls, rl_ns now);
+    size_t (*keys)(void *cls, size_t level);
+    void (*stats)(void *cls, rl_stats *out);
+    void (*destroy)(void *cls);
+} rl_store_ops;
+
+struct rl_store {
+    const rl_store_ops *ops;
+    void *cls;
+};
+
+/* A new in-memory store, or NULL when out of memory. */
+rl_store *rl_memory_store_new(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,80 @@
+/*
+ * core.h - internals shared by the files of the limiter core (rl__ prefix).
+ */
+#ifndef RL_CORE_H
+#define RL_CORE_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ratelimit.h"
+#include "ratelimit_store.h"
+
+__extension__ typedef unsigned __int128 rl__u128;
+
+#define RL__MAX_TYPES 64
+#define RL__MAX_PLUGINS 16
+
+struct rl_registry {
+    size_t n;
+    const rl_rule_type *types[RL__MAX_TYPES];
+    size_t nplugins;
+    void *plugins[RL__MAX_PLUGINS];
+};
+
+/* Fills err with a formatted message and returns code. err may be NULL. */
+int rl__fail(rl_err *err, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* Puts a formatted prefix in front of the message in err. */
+void rl__err_prefix(rl_err *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* A fast keyed hash of n bytes (not cryptographic; the seed is random per limiter so that
+ * clients cannot aim keys at one bucket chain). */
+uint64_t rl__hash(const void *p, size_t n, uint64_t seed);
+/* 64 random bits from the system, or a time-derived value when none is available. */
+uint64_t rl__random64(void);
+
+/* Registers the built-in rule types from their table. */
+int rl__register_builtins(rl_registry *reg);
+
+/* Frees a rule list whatever its reference count. NULL is ok. */
+void rl__rules_destroy(rl_rules *rs);
+/* Checks that every rule of a list is set up and that names are unique in it; the message
+ * starts with "[i]" so callers can prefix the list's path. */
+int rl__rules_check(const rl_rules *rs, rl_err *err);
+
+/* Why a level, tier or descriptor name is invalid, or NULL when it is fine. */
+const char *rl__name_problem(const char *s);
+/* Why a key (descriptor value) is invalid, or NULL when it is fine. */
+const char *rl__key_problem(const char *k, size_t n);
+
+/* Duplicates n bytes as a NUL-terminated string; NULL when out of memory. */
+char *rl__strndup(const char *s, size_t n);
+
+/* ceil(a / b), saturated at RL_WAIT_NEVER; b > 0. */
+static inline rl_ns rl__ceil_div(rl__u128 a, uint64_t b)
+{
+    rl__u128 q = a / b + (a % b != 0);
+    return q >= (rl__u128)RL_WAIT_NEVER ? RL_WAIT_NEVER : (rl_ns)q;
+}
+
+/* a + b for a, b >= 0, saturated at RL_WAIT_NEVER. */
+static inline rl_ns rl__add_sat(rl_ns a, rl_ns b)
+{
+    return a > RL_WAIT_NEVER - b ? RL_WAIT_NEVER : a + b;
+}
+
+/* Largest "used" amount a state may record: charges saturate here instead of overflowing. */
+#define RL__USED_MAX ((rl_fp)4 * RL_FP_MAX)
+
+static inline rl_fp rl__used_add(rl_fp used, rl_fp add)
+{
+    return used > RL__USED_MAX - add ? RL__USED_MAX : used + add;
+}
+
+static inline rl_ns rl__max_ns(rl_ns a, rl_ns b)
+{
+    return a > b ? a : b;
+}
+
+#endif

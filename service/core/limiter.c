@@ -1,0 +1,507 @@
+/*
+ * limiter.c - turns a request into a plan (levels, keys, rules, amounts) and lets the store
+ * carry it out; keeps the quotas of the tiered level.
+ *
+ * The core never names a rule type here: everything a rule does goes through its type's table.
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core.h"
+
+#define MAX_DESC (RL_MAX_LEVELS * 9)
+#define QSTRIPES 16
+
+typedef struct qent {
+    struct qent *next;
+    uint64_t hash;
+    rl_quota q;
+    size_t klen;
+    char key[];
+} qent;
+
+typedef struct qstripe {
+    pthread_mutex_t mu;
+    qent **bucket;
+    size_t nbucket, n;
+} qstripe;
+
+struct rl_limiter {
+    rl_config *cfg;
+    rl_store *store;
+    rl_resolver res;
+    uint64_t seed;
+    long tiered;
+    size_t ndesc;
+    const char *desc[MAX_DESC]; /* descriptor names the levels use */
+    size_t desclen[MAX_DESC];
+    /* per level: the descriptors its key is made of (indices into desc) */
+    size_t nparts[RL_MAX_LEVELS];
+    uint8_t part[RL_MAX_LEVELS][8];
+    long nquotas; /* atomic: lets the hot path skip the quota lookup when none are set */
+    qstripe q[QSTRIPES];
+};
+
+/* ---- quotas --------------------------------------------------------------------------- */
+
+static qstripe *stripe_of(rl_limiter *lim, uint64_t h)
+{
+    return &lim->q[h >> 60];
+}
+
+/* Finds key's entry in its stripe (locked by the caller); *link receives the link to it. */
+static qent *quota_find(qstripe *s, uint64_t h, const char *key, size_t klen, qent ***link)
+{
+    if (!s->nbucket)
+        return NULL;
+    qent **l = &s->bucket[h & (s->nbucket - 1)];
+    for (; *l; l = &(*l)->next)
+        if ((*l)->hash == h && (*l)->klen == klen && memcmp((*l)->key, key, klen) == 0)
+            break;
+    if (link)
+        *link = l;
+    return *l;
+}
+
+static int quota_grow(qstripe *s)
+{
+    size_t nb = s->nbucket ? s->nbucket * 2 : 16;
+    qent **b = calloc(nb, sizeof *b);
+    if (!b)
+        return -1;
+    for (size_t i = 0; i < s->nbucket; i++)
+        for (qent *e = s->bucket[i], *next; e; e = next) {
+            next = e->next;
+            e->next = b[e->hash & (nb - 1)];
+            b[e->hash & (nb - 1)] = e;
+        }
+    free(s->bucket);
+    s->bucket = b;
+    s->nbucket = nb;
+    return 0;
+}
+
+/* The rules in force for key on the tiered level. A custom list comes with a reference in
+ * *ref; a tier's list needs none. */
+static const rl_rules *quota_rules(rl_limiter *lim, const char *key, size_t klen, rl_rules **ref)
+{
+    const rl_config *cfg = lim->cfg;
+    const rl_rules *rs = cfg->tiers[cfg->default_tier].rules;
+    *ref = NULL;
+    if (__atomic_load_n(&lim->nquotas, __ATOMIC_ACQUIRE) == 0)
+        return rs;
+    uint64_t h = rl__hash(key, klen, lim->seed);
+    qstripe *s = stripe_of(lim, h);
+    pthread_mutex_lock(&s->mu);
+    qent *e = quota_find(s, h, key, klen, NULL);
+    if (e && e->q.rules) {
+        rl_rules_ref(e->q.rules);
+        *ref = e->q.rules;
+        rs = e->q.rules;
+    } else if (e) {
+        rs = cfg->tiers[e->q.tier].rules;
+    }
+    pthread_mutex_unlock(&s->mu);
+    return rs;
+}
+
+int rl_quota_set(rl_limiter *lim, const char *key, const char *tier, rl_rules *rules,
+                 rl_err *err)
+{
+    const char *why;
+    size_t klen = strlen(key);
+    long t = 0;
+    int rc = RL_EINVAL;
+
+    if (lim->tiered < 0) {
+        rl__fail(err, rc, "no level is tiered");
+        goto fail;
+    }
+    if ((why = rl__key_problem(key, klen))) {
+        rl__fail(err, rc, "user: %s", why);
+        goto fail;
+    }
+    if ((tier == NULL) == (rules == NULL)) {
+        rl__fail(err, rc, "give either \"tier\" or \"rules\"");
+        goto fail;
+    }
+    if (tier && (t = rl_config_tier(lim->cfg, tier)) < 0) {
+        rl__fail(err, rc, "tier: unknown tier \"%.64s\"", tier);
+        goto fail;
+    }
+    if (rules && (rc = rl__rules_check(rules, err)) != RL_OK) {
+        rl__err_prefix(err, "rules");
+        goto fail;
+    }
+
+    uint64_t h = rl__hash(key, klen, lim->seed);
+    qstripe *s = stripe_of(lim, h);
+    rl_rules *old = NULL;
+    pthread_mutex_lock(&s->mu);
+    qent **link, *e = quota_find(s, h, key, klen, &link);
+    if (!e) {
+        if ((s->n >= s->nbucket && quota_grow(s) != 0) ||
+            !(e = calloc(1, sizeof *e + klen + 1))) {
+            pthread_mutex_unlock(&s->mu);
+            rc = rl__fail(err, RL_ENOMEM, "out of memory");
+            goto fail;
+        }
+        e->hash = h;
+        e->klen = klen;
+        memcpy(e->key, key, klen);
+        e->next = s->bucket[h & (s->nbucket - 1)];
+        s->bucket[h & (s->nbucket - 1)] = e;
+        s->n++;
+        __atomic_add_fetch(&lim->nquotas, 1, __ATOMIC_RELEASE);
+    }
+    old = e->q.rules;
+    e->q.rules = rules;
+    e->q.tier = (size_t)t;
+    pthread_mutex_unlock(&s->mu);
+    rl_rules_unref(old);
+    return RL_OK;
+fail:
+    rl_rules_unref(rules);
+    return rc;
+}
+
+int rl_quota_clear(rl_limiter *lim, const char *key)
+{
+    size_t klen = strlen(key);
+    uint64_t h = rl__hash(key, klen, lim->seed);
+    qstripe *s = stripe_of(lim, h);
+    pthread_mutex_lock(&s->mu);
+    qent **link, *e = quota_find(s, h, key, klen, &link);
+    if (e) {
+        *link = e->next;
+        s->n--;
+        __atomic_sub_fetch(&lim->nquotas, 1, __ATOMIC_RELEASE);
+    }
+    pthread_mutex_unlock(&s->mu);
+    if (!e)
+        return 0;
+    rl_rules_unref(e->q.rules);
+    free(e);
+    return 1;
+}
+
+int rl_quota_get(rl_limiter *lim, const char *key, const char **tier, rl_rules **rules)
+{
+    const rl_config *cfg = lim->cfg;
+    size_t klen = strlen(key);
+    if (lim->tiered < 0)
+        return RL_EINVAL;
+    uint64_t h = rl__hash(key, klen, lim->seed);
+    qstripe *s = stripe_of(lim, h);
+    size_t t = cfg->default_tier;
+    rl_rules *custom = NULL;
+    pthread_mutex_lock(&s->mu);
+    qent *e = quota_find(s, h, key, klen, NULL);
+    if (e && e->q.rules) {
+        custom = e->q.rules;
+        rl_rules_ref(custom);
+    } else if (e) {
+        t = e->q.tier;
+    }
+    pthread_mutex_unlock(&s->mu);
+    *tier = custom ? NULL : cfg->tiers[t].name;
+    *rules = custom ? custom : cfg->tiers[t].rules;
+    return RL_OK;
+}
+
+void rl_quota_foreach(rl_limiter *lim,
+                      void (*fn)(void *ctx, const char *key, const char *tier,
+                                 const rl_rules *rules),
+                      void *ctx)
+{
+    for (size_t i = 0; i < QSTRIPES; i++) {
+        qstripe *s = &lim->q[i];
+        pthread_mutex_lock(&s->mu);
+        for (size_t b = 0; b < s->nbucket; b++)
+            for (qent *e = s->bucket[b]; e; e = e->next)
+                fn(ctx, e->key, e->q.rules ? NULL : lim->cfg->tiers[e->q.tier].name,
+                   e->q.rules ? e->q.rules : lim->cfg->tiers[e->q.tier].rules);
+        pthread_mutex_unlock(&s->mu);
+    }
+}
+
+/* ---- the resolver stores use ------------------------------------------------------------ */
+
+static const rl_rule *rule_at(void *ctx, size_t level, size_t slot, const char *key,
+                              size_t keylen, rl_rules **ref)
+{
+    rl_limiter *lim = ctx;
+    *ref = NULL;
+    if (level >= lim->cfg->nlevels)
+        return NULL;
+    const rl_level *l = &lim->cfg->levels[level];
+    const rl_rules *rs = l->tiered ? quota_rules(lim, key, keylen, ref) : l->rules;
+    return slot < rs->n ? &rs->v[slot] : NULL;
+}
+
+/* ---- creation ---------------------------------------------------------------------------- */
+
+static size_t desc_index(rl_limiter *lim, const char *name)
+{
+    size_t n = strlen(name);
+    for (size_t i = 0; i < lim->ndesc; i++)
+        if (lim->desclen[i] == n && memcmp(lim->desc[i], name, n) == 0)
+            return i;
+    lim->desc[lim->ndesc] = name;
+    lim->desclen[lim->ndesc] = n;
+    return lim->ndesc++;
+}
+
+int rl_limiter_new(rl_config *cfg, rl_store *store, rl_limiter **out, rl_err *err)
+{
+    rl_limiter *lim = calloc(1, sizeof *lim);
+    *out = NULL;
+    if (!lim) {
+        rl_config_free(cfg);
+        if (store)
+            store->ops->destroy(store->cls);
+        return rl__fail(err, RL_ENOMEM, "out of memory");
+    }
+    lim->cfg = cfg;
+    lim->seed = rl__random64();
+    lim->tiered = rl_config_tiered_level(cfg);
+    for (size_t i = 0; i < QSTRIPES; i++)
+        pthread_mutex_init(&lim->q[i].mu, NULL);
+    for (size_t i = 0; i < cfg->nlevels; i++) {
+        const rl_level *l = &cfg->levels[i];
+        if (l->ncompose == 0) {
+            lim->nparts[i] = 1;
+            lim->part[i][0] = (uint8_t)desc_index(lim, l->name);
+        } else {
+            lim->nparts[i] = l->ncompose;
+            for (size_t k = 0; k < l->ncompose; k++)
+                lim->part[i][k] = (uint8_t)desc_index(lim, l->compose[k]);
+        }
+    }
+    lim->res.rule_at = rule_at;
+    lim->res.ctx = lim;
+    lim->store = store ? store : rl_memory_store_new();
+    if (!lim->store) {
+        rl_limiter_free(lim);
+        return rl__fail(err, RL_ENOMEM, "out of memory");
+    }
+    int rc = lim->store->ops->attach(lim->store->cls, cfg, &lim->res, err);
+    for (size_t i = 0; rc == RL_OK && i < cfg->nquotas; i++) {
+        rl_rules_ref(cfg->quotas[i].rules);
+        rc = rl_quota_set(lim, cfg->quota_keys[i],
+                          cfg->quotas[i].rules ? NULL : cfg->tiers[cfg->quotas[i].tier].name,
+                          cfg->quotas[i].rules, err);
+        if (rc != RL_OK)
+            rl__err_prefix(err, "quotas.%s: ", cfg->quota_keys[i]);
+    }
+    if (rc != RL_OK) {
+        rl_limiter_free(lim);
+        return rc;
+    }
+    *out = lim;
+    return RL_OK;
+}
+
+void rl_limiter_free(rl_limiter *lim)
+{
+    if (!lim)
+        return;
+    if (lim->store)
+        lim->store->ops->destroy(lim->store->cls);
+    for (size_t i = 0; i < QSTRIPES; i++) {
+        qstripe *s = &lim->q[i];
+        for (size_t b = 0; b < s->nbucket; b++)
+            for (qent *e = s->bucket[b], *next; e; e = next) {
+                next = e->next;
+                rl_rules_unref(e->q.rules);
+                free(e);
+            }
+        free(s->bucket);
+        pthread_mutex_destroy(&s->mu);
+    }
+    rl_config_free(lim->cfg);
+    free(lim);
+}
+
+const rl_config *rl_limiter_config(const rl_limiter *lim)
+{
+    return lim->cfg;
+}
+
+/* ---- decisions --------------------------------------------------------------------------- */
+
+/* Looks the request's descriptors up; fills val/vlen by descriptor index. */
+static int read_descriptors(rl_limiter *lim, const rl_request *req, const char **val,
+                            size_t *vlen, rl_err *err)
+{
+    for (size_t i = 0; i < lim->ndesc; i++)
+        val[i] = NULL;
+    for (size_t i = 0; i < req->ndesc; i++) {
+        const rl_descriptor *ds = &req->desc[i];
+        int nl = ds->name_len > 64 ? 64 : (int)ds->name_len;
+        size_t k = 0;
+        while (k < lim->ndesc &&
+               (lim->desclen[k] != ds->name_len || memcmp(lim->desc[k], ds->name, nl) != 0))
+            k++;
+        if (k == lim->ndesc) {
+            char known[256] = "";
+            size_t used = 0;
+            for (size_t j = 0; j < lim->ndesc && used < sizeof known; j++)
+                used += (size_t)snprintf(known + used, sizeof known - used, "%s%s",
+                                         j ? ", " : "", lim->desc[j]);
+            return rl__fail(err, RL_EINVAL, "keys.%.*s: unknown descriptor (levels use: %s)", nl,
+                            ds->name, known);
+        }
+        if (val[k])
+            return rl__fail(err, RL_EINVAL, "keys.%.*s: given twice", nl, ds->name);
+        const char *why = rl__key_problem(ds->value, ds->value_len);
+        if (why)
+            return rl__fail(err, RL_EINVAL, "keys.%.*s: %s", nl, ds->name, why);
+        val[k] = ds->value;
+        vlen[k] = ds->value_len;
+    }
+    return RL_OK;
+}
+
+/* Writes level li's key into d->keybuf; returns its length, 0 when the level is skipped, or -1
+ * when the keys do not fit. */
+static long make_key(rl_limiter *lim, size_t li, const char **val, const size_t *vlen,
+                     rl_decision *d)
+{
+    const rl_level *l = &lim->cfg->levels[li];
+    char *out = d->keybuf + d->keyused;
+    size_t room = sizeof d->keybuf - d->keyused, n = 0;
+    int complete = 1;
+    for (size_t k = 0; k < lim->nparts[li]; k++)
+        complete &= val[lim->part[li][k]] != NULL;
+    if (!complete) {
+        if (!l->default_key)
+            return 0;
+        n = strlen(l->default_key);
+        if (n > room)
+            return -1;
+        memcpy(out, l->default_key, n);
+        return (long)n;
+    }
+    for (size_t k = 0; k < lim->nparts[li]; k++) {
+        size_t p = lim->part[li][k], need = vlen[p] + (k > 0);
+        if (n + need > room || n + need > RL_COMPOSED_MAX)
+            return -1;
+        if (k > 0)
+            out[n++] = ':';
+        memcpy(out + n, val[p], vlen[p]);
+        n += vlen[p];
+    }
+    return (long)n;
+}
+
+int rl_acquire(rl_limiter *lim, const rl_request *req, rl_decision *d, rl_err *err)
+{
+    const rl_config *cfg = lim->cfg;
+    const char *val[MAX_DESC];
+    size_t vlen[MAX_DESC];
+    rl_plan plan;
+    int rc;
+
+    d->allowed = 0;
+    d->retry_after = 0;
+    d->blocked = -1;
+    d->reservation[0] = '\0';
+    d->napplied = 0;
+    d->held = NULL;
+    d->keyused = 0;
+    if (req->cost <= 0 || req->cost > RL_FP_MAX)
+        return rl__fail(err, RL_EINVAL,
+                        "cost: must be a positive number no larger than 1000000000000");
+    if ((rc = read_descriptors(lim, req, val, vlen, err)) != RL_OK)
+        return rc;
+
+    for (size_t li = 0; li < cfg->nlevels; li++) {
+        long klen = make_key(lim, li, val, vlen, d);
+        if (klen < 0)
+            return rl__fail(err, RL_EINVAL, "keys: the composed keys are too long");
+        if (klen == 0)
+            continue;
+        const char *key = d->keybuf + d->keyused;
+        d->keyused += (size_t)klen;
+
+        const rl_level *l = &cfg->levels[li];
+        const rl_rules *rs = l->rules;
+        if (l->tiered) {
+            rl_rules *ref;
+            rs = quota_rules(lim, key, (size_t)klen, &ref);
+            d->held = ref;
+        }
+        for (size_t si = 0; si < rs->n; si++) {
+            const rl_rule *r = &rs->v[si];
+            rl_applied *a = &d->applied[d->napplied];
+            rl_plan_item *it = &plan.items[d->napplied];
+            a->level = (uint16_t)li;
+            a->slot = (uint16_t)si;
+            a->rule = r;
+            a->key = key;
+            a->keylen = (uint32_t)klen;
+            a->has_status = 0;
+            a->wait = 0;
+            it->cost = r->unit == RL_UNIT_REQUESTS ? RL_FP_ONE : req->cost;
+            it->need = it->cost;
+            if (r->reserved > 0 && req->priority < r->reserved_min_priority)
+                it->need += r->reserved;
+            d->napplied++;
+        }
+    }
+    plan.n = d->napplied;
+    plan.cost = req->cost;
+    plan.flags = req->flags;
+    plan.now = req->now;
+    if ((rc = lim->store->ops->decide(lim->store->cls, &plan, d, err)) != RL_OK) {
+        rl_decision_done(d);
+        return rc;
+    }
+    d->retry_after = 0;
+    d->blocked = -1;
+    for (size_t i = 0; i < d->napplied; i++)
+        if (d->applied[i].wait > d->retry_after) {
+            d->retry_after = d->applied[i].wait;
+            d->blocked = (int)i;
+        }
+    d->allowed = d->blocked < 0;
+    return RL_OK;
+}
+
+void rl_decision_done(rl_decision *d)
+{
+    rl_rules_unref(d->held);
+    d->held = NULL;
+}
+
+int rl_settle(rl_limiter *lim, const char *id, rl_fp actual, rl_ns now, rl_settlement *out,
+              rl_err *err)
+{
+    if (actual < 0 || actual > RL_FP_MAX)
+        return rl__fail(err, RL_EINVAL,
+                        "actual_cost: must be a number from 0 to 1000000000000");
+    return lim->store->ops->settle(lim->store->cls, id, actual, now, out, err);
+}
+
+int rl_release(rl_limiter *lim, const char *id, rl_ns now, rl_err *err)
+{
+    return lim->store->ops->release(lim->store->cls, id, now, err);
+}
+
+void rl_limiter_tick(rl_limiter *lim, rl_ns now)
+{
+    lim->store->ops->tick(lim->store->cls, now);
+}
+
+size_t rl_limiter_keys(rl_limiter *lim, size_t level)
+{
+    return lim->store->ops->keys(lim->store->cls, level);
+}
+
+void rl_limiter_stats(rl_limiter *lim, rl_stats *out)
+{
+    lim->store->ops->stats(lim->store->cls, out);
+}

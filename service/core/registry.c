@@ -1,0 +1,123 @@
+/*
+ * registry.c - the table of rule types: built-ins first, then plug-ins loaded with dlopen.
+ */
+#include <dlfcn.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core.h"
+
+rl_registry *rl_registry_new(void)
+{
+    rl_registry *reg = calloc(1, sizeof *reg);
+    if (reg && rl__register_builtins(reg) != 0) {
+        free(reg);
+        return NULL;
+    }
+    return reg;
+}
+
+void rl_registry_free(rl_registry *reg)
+{
+    if (!reg)
+        return;
+    for (size_t i = 0; i < reg->nplugins; i++)
+        dlclose(reg->plugins[i]);
+    free(reg);
+}
+
+const rl_rule_type *rl_registry_find(const rl_registry *reg, const char *name)
+{
+    for (size_t i = 0; i < reg->n; i++)
+        if (strcmp(reg->types[i]->name, name) == 0)
+            return reg->types[i];
+    return NULL;
+}
+
+size_t rl_registry_count(const rl_registry *reg)
+{
+    return reg->n;
+}
+
+const rl_rule_type *rl_registry_at(const rl_registry *reg, size_t i)
+{
+    return i < reg->n ? reg->types[i] : NULL;
+}
+
+static int type_is_wellformed(const rl_rule_type *t)
+{
+    if (!t->name || !*t->name || !t->wait || !t->default_name)
+        return 0;
+    if (t->api_version < 1 || t->api_version > RL_RULE_API_VERSION)
+        return 0;
+    if (t->state_size > RL_STATE_MAX || (t->state_size > 0 && !t->take))
+        return 0;
+    if (t->nparams > 0 && !t->params)
+        return 0;
+    for (size_t i = 0; i < t->nparams; i++) {
+        const rl_param_def *d = &t->params[i];
+        size_t width = d->kind == RL_PARAM_STRINGS ? sizeof(rl_strings) : sizeof(int64_t);
+        if (!d->name || d->offset + width > t->params_size)
+            return 0;
+    }
+    return 1;
+}
+
+int rl_register_rule_type(rl_registry *reg, const rl_rule_type *type)
+{
+    if (!reg || !type || reg->n >= RL__MAX_TYPES || !type_is_wellformed(type))
+        return -1;
+    if (rl_registry_find(reg, type->name))
+        return -1;
+    reg->types[reg->n++] = type;
+    return 0;
+}
+
+int rl_registry_load_plugin(rl_registry *reg, const char *path, rl_err *err)
+{
+    if (reg->nplugins >= RL__MAX_PLUGINS)
+        return rl__fail(err, RL_EPLUGIN, "%s: too many plug-ins (at most %d)", path,
+                        RL__MAX_PLUGINS);
+    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!h)
+        return rl__fail(err, RL_EPLUGIN, "%s: %s", path, dlerror());
+
+    rl_plugin_init_fn init;
+    void *sym = dlsym(h, "rl_plugin_init");
+    /* ISO C does not convert object pointers to function pointers; copy the bits. */
+    memcpy(&init, &sym, sizeof init);
+    if (!sym) {
+        dlclose(h);
+        return rl__fail(err, RL_EPLUGIN, "%s: no rl_plugin_init symbol", path);
+    }
+    size_t before = reg->n;
+    if (init(reg, RL_RULE_API_VERSION) != 0 || reg->n == before) {
+        reg->n = before;
+        dlclose(h);
+        return rl__fail(err, RL_EPLUGIN,
+                        "%s: the plug-in registered no rule type (refused API version %d, a "
+                        "duplicate name or a malformed type)",
+                        path, RL_RULE_API_VERSION);
+    }
+    reg->plugins[reg->nplugins++] = h;
+    return RL_OK;
+}
+
+int rl_strings_find(const rl_strings *s, const char *key, size_t keylen)
+{
+    size_t lo = 0, hi = s->n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        size_t ml = s->len[mid];
+        int c = memcmp(s->v[mid], key, ml < keylen ? ml : keylen);
+        if (c == 0)
+            c = ml < keylen ? -1 : ml > keylen;
+        if (c == 0)
+            return 1;
+        if (c < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return 0;
+}

@@ -1,0 +1,102 @@
+/*
+ * concurrency {limit}: at most limit in flight per key. A take holds slots until they are
+ * released (or the reservation that holds them expires); time never refills them.
+ *
+ * Worked example: limit 2: two acquires hold both slots, a third is denied with the retry hint
+ * (default 1 s) as its wait; after one release the next acquire is allowed. Counts requests by
+ * default: one slot per request.
+ */
+#include <stddef.h>
+#include <stdio.h>
+
+#include "../core.h"
+
+typedef struct cc_params {
+    rl_fp limit;
+    rl_ns retry; /* the wait to suggest when full: slots free on release, not with time */
+} cc_params;
+
+typedef struct cc_state {
+    rl_fp held;
+} cc_state;
+
+static rl_ns cc_wait(const void *pp, const void *st, const char *key, size_t keylen, rl_ns now,
+                     rl_fp cost)
+{
+    const cc_params *p = pp;
+    const cc_state *s = st;
+    (void)key;
+    (void)keylen;
+    (void)now;
+    if (cost > p->limit)
+        return RL_WAIT_NEVER;
+    return s->held <= p->limit - cost ? 0 : p->retry;
+}
+
+static void cc_take(const void *pp, void *st, rl_ns now, rl_fp cost)
+{
+    cc_state *s = st;
+    (void)pp;
+    (void)now;
+    s->held = rl__used_add(s->held, cost);
+}
+
+static void cc_release(const void *pp, void *st, rl_ns now, rl_fp amount)
+{
+    cc_state *s = st;
+    (void)pp;
+    (void)now;
+    s->held = amount >= s->held ? 0 : s->held - amount;
+}
+
+static rl_ns cc_idle_at(const void *pp, const void *st)
+{
+    (void)pp;
+    return ((const cc_state *)st)->held == 0 ? 0 : RL_WAIT_NEVER;
+}
+
+static void cc_status(const void *pp, const void *st, rl_ns now, rl_rule_status *out)
+{
+    const cc_params *p = pp;
+    (void)now;
+    out->limit = p->limit;
+    out->remaining = p->limit - ((const cc_state *)st)->held;
+    out->reset_after = 0;
+    out->window = 0;
+}
+
+static void cc_name(const void *pp, char *buf, size_t len)
+{
+    char l[32];
+    rl_fmt_fp(l, sizeof l, ((const cc_params *)pp)->limit);
+    snprintf(buf, len, "concurrency(%s)", l);
+}
+
+static rl_fp cc_capacity(const void *pp)
+{
+    return ((const cc_params *)pp)->limit;
+}
+
+static const rl_param_def cc_params_def[] = {
+    {"limit", RL_PARAM_AMOUNT, offsetof(cc_params, limit), 1e-6, 1e12, 0, 1,
+     "most in flight per key"},
+    {"retry", RL_PARAM_DURATION, offsetof(cc_params, retry), 0.001, 3600, 1, 0,
+     "retry_after suggested while full, in seconds"},
+};
+
+const rl_rule_type rl__concurrency = {
+    .api_version = RL_RULE_API_VERSION,
+    .name = "concurrency",
+    .params = cc_params_def,
+    .nparams = sizeof cc_params_def / sizeof cc_params_def[0],
+    .params_size = sizeof(cc_params),
+    .state_size = sizeof(cc_state),
+    .flags = RL_RULE_UNIT_REQUESTS | RL_RULE_HOLDS,
+    .default_name = cc_name,
+    .capacity = cc_capacity,
+    .wait = cc_wait,
+    .take = cc_take,
+    .release = cc_release,
+    .idle_at = cc_idle_at,
+    .status = cc_status,
+};

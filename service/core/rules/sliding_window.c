@@ -1,0 +1,215 @@
+/*
+ * sliding_window {limit, window}: the log variant. Every take is logged with its time; an entry
+ * expires when ts <= now - window; a cost fits when the live entries plus the cost stay within
+ * the limit, and the wait is until enough of the oldest entries expire.
+ *
+ * Worked example: 2 per 10 s, requests at t = 0 and t = 4: a third at t = 5 waits 5 s (the
+ * entry of t = 0 expires at t = 10) and is allowed at t = 10. The log costs 16 bytes per take
+ * in the window (takes at the same nanosecond share one entry); prefer sliding_window_counter
+ * for large limits.
+ */
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "../core.h"
+
+typedef struct swl_params {
+    rl_fp limit;
+    rl_ns window;
+} swl_params;
+
+typedef struct swl_entry {
+    rl_ns ts;
+    rl_fp cost;
+} swl_entry;
+
+typedef struct swl_log {
+    uint32_t cap, head, n;
+    swl_entry e[];
+} swl_log;
+
+typedef struct swl_state {
+    swl_log *log;
+    rl_fp sum; /* of every entry in the log, expired or not */
+    rl_ns last;
+} swl_state;
+
+_Static_assert(sizeof(swl_state) <= RL_STATE_INLINE, "sliding window state fits inline");
+
+static swl_entry *at(const swl_log *l, uint32_t i)
+{
+    return (swl_entry *)&l->e[(l->head + i) % l->cap];
+}
+
+static rl_ns swl_wait(const void *pp, const void *st, const char *key, size_t keylen, rl_ns now,
+                      rl_fp cost)
+{
+    const swl_params *p = pp;
+    const swl_state *s = st;
+    (void)key;
+    (void)keylen;
+    if (cost > p->limit)
+        return RL_WAIT_NEVER;
+    rl_ns t = rl__max_ns(now, s->last);
+    rl_fp live = s->sum, room = p->limit - cost;
+    uint32_t i = 0, n = s->log ? s->log->n : 0;
+    for (; i < n && at(s->log, i)->ts <= t - p->window; i++)
+        live -= at(s->log, i)->cost;
+    if (live <= room)
+        return 0;
+    for (; i < n; i++) {
+        live -= at(s->log, i)->cost;
+        if (live <= room)
+            return rl__add_sat(at(s->log, i)->ts - now, p->window);
+    }
+    return RL_WAIT_NEVER; /* not reached: with every entry gone cost fits */
+}
+
+static void expire(const swl_params *p, swl_state *s, rl_ns t)
+{
+    swl_log *l = s->log;
+    while (l && l->n > 0 && at(l, 0)->ts <= t - p->window) {
+        s->sum -= at(l, 0)->cost;
+        l->head = (l->head + 1) % l->cap;
+        l->n--;
+    }
+}
+
+static int grow(swl_state *s)
+{
+    swl_log *l = s->log;
+    uint32_t cap = l ? l->cap * 2 : 4;
+    swl_log *nl = malloc(sizeof *nl + (size_t)cap * sizeof(swl_entry));
+    if (!nl)
+        return -1;
+    nl->cap = cap;
+    nl->head = 0;
+    nl->n = 0;
+    for (uint32_t i = 0; l && i < l->n; i++)
+        nl->e[nl->n++] = *at(l, i);
+    free(l);
+    s->log = nl;
+    return 0;
+}
+
+/* Logs amount at t (t >= every logged time). */
+static void append(swl_state *s, rl_ns t, rl_fp amount)
+{
+    swl_log *l = s->log;
+    if (l && l->n > 0 && at(l, l->n - 1)->ts == t) {
+        at(l, l->n - 1)->cost = rl__used_add(at(l, l->n - 1)->cost, amount);
+    } else if ((l && l->n < l->cap) || grow(s) == 0) {
+        l = s->log;
+        *at(l, l->n) = (swl_entry){t, amount};
+        l->n++;
+    } else if (l && l->n > 0) {
+        /* out of memory: count it with the newest entry, moved to t so it expires no earlier */
+        at(l, l->n - 1)->ts = t;
+        at(l, l->n - 1)->cost = rl__used_add(at(l, l->n - 1)->cost, amount);
+    } else {
+        return; /* nothing to count it with: the take cannot be recorded */
+    }
+    s->sum = rl__used_add(s->sum, amount);
+}
+
+static void swl_take(const void *pp, void *st, rl_ns now, rl_fp cost)
+{
+    swl_state *s = st;
+    rl_ns t = rl__max_ns(now, s->last);
+    expire(pp, s, t);
+    append(s, t, cost);
+    s->last = t;
+}
+
+static void swl_refund(const void *pp, void *st, rl_ns now, rl_ns taken_at, rl_fp amount)
+{
+    swl_state *s = st;
+    rl_ns t = rl__max_ns(now, s->last);
+    expire(pp, s, t);
+    s->last = t;
+    if (amount < 0) {
+        append(s, t, -amount);
+        return;
+    }
+    for (uint32_t i = s->log ? s->log->n : 0; i-- > 0;) {
+        swl_entry *e = at(s->log, i);
+        if (e->ts < taken_at)
+            break; /* expired already: left alone */
+        if (e->ts == taken_at) {
+            rl_fp back = amount < e->cost ? amount : e->cost;
+            e->cost -= back;
+            s->sum -= back;
+            break;
+        }
+    }
+}
+
+static rl_ns swl_idle_at(const void *pp, const void *st)
+{
+    const swl_state *s = st;
+    if (!s->log || s->log->n == 0)
+        return 0;
+    return rl__add_sat(s->last, ((const swl_params *)pp)->window);
+}
+
+static void swl_status(const void *pp, const void *st, rl_ns now, rl_rule_status *out)
+{
+    const swl_params *p = pp;
+    const swl_state *s = st;
+    rl_ns t = rl__max_ns(now, s->last);
+    rl_fp live = s->sum;
+    uint32_t n = s->log ? s->log->n : 0;
+    for (uint32_t i = 0; i < n && at(s->log, i)->ts <= t - p->window; i++)
+        live -= at(s->log, i)->cost;
+    out->limit = p->limit;
+    out->remaining = p->limit - live;
+    out->reset_after = live > 0 ? rl__add_sat(s->last - now, p->window) : 0;
+    out->window = p->window;
+}
+
+static void swl_free(const void *pp, void *st)
+{
+    swl_state *s = st;
+    (void)pp;
+    free(s->log);
+    s->log = NULL;
+}
+
+static void swl_name(const void *pp, char *buf, size_t len)
+{
+    const swl_params *p = pp;
+    char l[32], w[32];
+    rl_fmt_fp(l, sizeof l, p->limit);
+    rl_fmt_ns(w, sizeof w, p->window);
+    snprintf(buf, len, "sliding_window(%s, %ss)", l, w);
+}
+
+static rl_fp swl_capacity(const void *pp)
+{
+    return ((const swl_params *)pp)->limit;
+}
+
+static const rl_param_def swl_params_def[] = {
+    {"limit", RL_PARAM_AMOUNT, offsetof(swl_params, limit), 1e-6, 1e6, 0, 1,
+     "most per sliding window"},
+    {"window", RL_PARAM_DURATION, offsetof(swl_params, window), 0.001, 31622400, 0, 1,
+     "window length in seconds"},
+};
+
+const rl_rule_type rl__sliding_window = {
+    .api_version = RL_RULE_API_VERSION,
+    .name = "sliding_window",
+    .params = swl_params_def,
+    .nparams = sizeof swl_params_def / sizeof swl_params_def[0],
+    .params_size = sizeof(swl_params),
+    .state_size = sizeof(swl_state),
+    .default_name = swl_name,
+    .capacity = swl_capacity,
+    .wait = swl_wait,
+    .take = swl_take,
+    .refund = swl_refund,
+    .idle_at = swl_idle_at,
+    .status = swl_status,
+    .state_free = swl_free,
+};

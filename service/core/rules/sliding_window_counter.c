@@ -1,0 +1,172 @@
+/*
+ * sliding_window_counter {limit, window}: two fixed windows, the previous one weighted by how
+ * much of it the sliding window still overlaps.
+ *
+ * At t, e = t - start of the current window: estimate = prev * (window - e) / window + cur.
+ * Worked example: 10 per 10 s, 10 taken in [0, 10): at t = 12.5 the estimate is
+ * 10 * 7.5 / 10 = 7.5, so 2 more fit and a cost of 3 waits until t = 13. Comparisons are made
+ * multiplied out (prev * (window - e) + (cur + c) * window <= limit * window) so they are exact.
+ */
+#include <stddef.h>
+#include <stdio.h>
+
+#include "../core.h"
+
+typedef struct swc_params {
+    rl_fp limit;
+    rl_ns window;
+} swc_params;
+
+typedef struct swc_state {
+    rl_ns last;
+    rl_fp cur;
+    rl_fp prev;
+} swc_state;
+
+_Static_assert(sizeof(swc_state) <= RL_STATE_INLINE, "sliding window counter state fits inline");
+
+static rl_ns start_of(const swc_params *p, rl_ns t)
+{
+    return t - t % p->window;
+}
+
+/* Rolls s forward to t >= s->last. */
+static void roll(const swc_params *p, swc_state *s, rl_ns t)
+{
+    rl_ns ws = start_of(p, t), ls = start_of(p, s->last);
+    if (ws == ls)
+        return;
+    s->prev = ws - ls == p->window ? s->cur : 0;
+    s->cur = 0;
+}
+
+/* Does cost fit at t (s rolled to t)? */
+static int fits(const swc_params *p, const swc_state *s, rl_ns t, rl_fp cost)
+{
+    uint64_t w = (uint64_t)p->window, e = (uint64_t)(t - start_of(p, t));
+    rl__u128 lhs = (rl__u128)(uint64_t)s->prev * (w - e) + (rl__u128)(uint64_t)(s->cur + cost) * w;
+    return lhs <= (rl__u128)(uint64_t)p->limit * w;
+}
+
+/* Earliest offset e in [0, window) into a window with previous count prev and current count cur
+ * at which cost fits; window when it does not fit in that window at all. */
+static rl_ns first_fit(const swc_params *p, rl_fp prev, rl_fp cur, rl_fp cost)
+{
+    if (cur > p->limit - cost)
+        return p->window;
+    if (prev == 0)
+        return 0;
+    rl__u128 room = (rl__u128)(uint64_t)(p->limit - cost - cur) * (uint64_t)p->window;
+    rl__u128 k = room / (uint64_t)prev; /* prev * (window - e) <= room  <=>  window - e <= k */
+    return k >= (rl__u128)(uint64_t)p->window ? 0 : p->window - (rl_ns)k;
+}
+
+static rl_ns swc_wait(const void *pp, const void *st, const char *key, size_t keylen, rl_ns now,
+                      rl_fp cost)
+{
+    const swc_params *p = pp;
+    swc_state s = *(const swc_state *)st;
+    (void)key;
+    (void)keylen;
+    if (cost > p->limit)
+        return RL_WAIT_NEVER;
+    rl_ns t = rl__max_ns(now, s.last);
+    roll(p, &s, t);
+    if (fits(p, &s, t, cost))
+        return 0;
+    rl_ns ws = start_of(p, t);
+    rl_ns e = first_fit(p, s.prev, s.cur, cost);
+    if (e < p->window)
+        return rl__add_sat(ws - now, e);
+    e = first_fit(p, s.cur, 0, cost); /* the next window: cur becomes prev */
+    return rl__add_sat(rl__add_sat(ws - now, p->window), e);
+}
+
+static void swc_take(const void *pp, void *st, rl_ns now, rl_fp cost)
+{
+    swc_state *s = st;
+    rl_ns t = rl__max_ns(now, s->last);
+    roll(pp, s, t);
+    s->cur = rl__used_add(s->cur, cost);
+    s->last = t;
+}
+
+static void swc_refund(const void *pp, void *st, rl_ns now, rl_ns taken_at, rl_fp amount)
+{
+    const swc_params *p = pp;
+    swc_state *s = st;
+    rl_ns t = rl__max_ns(now, s->last);
+    roll(p, s, t);
+    s->last = t;
+    if (amount < 0) {
+        s->cur = rl__used_add(s->cur, -amount);
+        return;
+    }
+    rl_ns ws = start_of(p, t), ts = start_of(p, taken_at);
+    rl_fp *slot = ts == ws ? &s->cur : ts == ws - p->window ? &s->prev : NULL;
+    if (slot)
+        *slot = amount >= *slot ? 0 : *slot - amount;
+}
+
+static rl_ns swc_idle_at(const void *pp, const void *st)
+{
+    const swc_params *p = pp;
+    const swc_state *s = st;
+    rl_ns ls = start_of(p, s->last);
+    if (s->cur)
+        return rl__add_sat(ls, 2 * p->window);
+    return s->prev ? rl__add_sat(ls, p->window) : 0;
+}
+
+static void swc_status(const void *pp, const void *st, rl_ns now, rl_rule_status *out)
+{
+    const swc_params *p = pp;
+    swc_state s = *(const swc_state *)st;
+    rl_ns t = rl__max_ns(now, s.last);
+    roll(p, &s, t);
+    uint64_t w = (uint64_t)p->window, e = (uint64_t)(t - start_of(p, t));
+    rl__u128 weighted = (rl__u128)(uint64_t)s.prev * (w - e);
+    rl_fp est = s.cur + (rl_fp)(weighted / w + (weighted % w != 0));
+    out->limit = p->limit;
+    out->remaining = p->limit - est;
+    rl_ns ws = start_of(p, t);
+    out->reset_after = s.cur ? ws + 2 * p->window - now : s.prev ? ws + p->window - now : 0;
+    out->window = p->window;
+}
+
+static void swc_name(const void *pp, char *buf, size_t len)
+{
+    const swc_params *p = pp;
+    char l[32], w[32];
+    rl_fmt_fp(l, sizeof l, p->limit);
+    rl_fmt_ns(w, sizeof w, p->window);
+    snprintf(buf, len, "sliding_window_counter(%s, %ss)", l, w);
+}
+
+static rl_fp swc_capacity(const void *pp)
+{
+    return ((const swc_params *)pp)->limit;
+}
+
+static const rl_param_def swc_params_def[] = {
+    {"limit", RL_PARAM_AMOUNT, offsetof(swc_params, limit), 1e-6, 1e12, 0, 1,
+     "most per sliding window"},
+    {"window", RL_PARAM_DURATION, offsetof(swc_params, window), 0.001, 31622400, 0, 1,
+     "window length in seconds"},
+};
+
+const rl_rule_type rl__sliding_window_counter = {
+    .api_version = RL_RULE_API_VERSION,
+    .name = "sliding_window_counter",
+    .params = swc_params_def,
+    .nparams = sizeof swc_params_def / sizeof swc_params_def[0],
+    .params_size = sizeof(swc_params),
+    .state_size = sizeof(swc_state),
+    .default_name = swc_name,
+    .capacity = swc_capacity,
+    .wait = swc_wait,
+    .take = swc_take,
+    .refund = swc_refund,
+    .idle_at = swc_idle_at,
+    .status = swc_status,
+};

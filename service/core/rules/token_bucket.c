@@ -1,0 +1,154 @@
+/*
+ * token_bucket {capacity, per_second}: lazy refill, no timers; a new key starts full.
+ *
+ * Worked example: capacity 100, 10/s, emptied at t = 0. A cost of 1 then waits 0.1 s, and at
+ * t = 5 the bucket holds 50. The state records what is used rather than what is left, so that
+ * all-zero state is a full bucket and a key moved to a larger bucket keeps what it used:
+ *   used  amount taken and not yet refilled (above capacity after a charge: a negative balance)
+ *   last  time of the last update
+ *   frac  refill not yet worth one fixed point unit, in 1e-9 units (always < 1e9), so that
+ *         refill is exact: each nanosecond adds exactly per_second / 1e9.
+ */
+#include <stddef.h>
+#include <stdio.h>
+
+#include "../core.h"
+
+typedef struct tb_params {
+    rl_fp capacity;
+    rl_fp rate; /* per second */
+} tb_params;
+
+typedef struct tb_state {
+    rl_fp used;
+    rl_ns last;
+    int64_t frac;
+} tb_state;
+
+_Static_assert(sizeof(tb_state) <= RL_STATE_INLINE, "token bucket state fits inline");
+
+/* Brings s forward to now; a now before s->last changes nothing. */
+static void refill(const tb_params *p, tb_state *s, rl_ns now)
+{
+    if (now <= s->last)
+        return;
+    if (s->used > 0) {
+        rl__u128 num = (rl__u128)(uint64_t)(now - s->last) * (uint64_t)p->rate +
+                       (uint64_t)s->frac;
+        rl__u128 gain = num / (uint64_t)RL_NS_PER_SEC;
+        if (gain >= (rl__u128)(uint64_t)s->used) {
+            s->used = 0;
+            s->frac = 0;
+        } else {
+            s->used -= (rl_fp)gain;
+            s->frac = (int64_t)(num % (uint64_t)RL_NS_PER_SEC);
+        }
+    } else {
+        s->frac = 0;
+    }
+    s->last = now;
+}
+
+/* Time for s (already at max(now, last)) to bring used down to target. */
+static rl_ns time_to(const tb_params *p, const tb_state *s, rl_fp target)
+{
+    if (s->used <= target)
+        return 0;
+    rl__u128 need = (rl__u128)(uint64_t)(s->used - target) * (uint64_t)RL_NS_PER_SEC -
+                    (uint64_t)s->frac;
+    return rl__ceil_div(need, (uint64_t)p->rate);
+}
+
+static rl_ns tb_wait(const void *pp, const void *st, const char *key, size_t keylen, rl_ns now,
+                     rl_fp cost)
+{
+    const tb_params *p = pp;
+    tb_state s = *(const tb_state *)st;
+    (void)key;
+    (void)keylen;
+    if (cost > p->capacity)
+        return RL_WAIT_NEVER;
+    refill(p, &s, now);
+    rl_ns dt = time_to(p, &s, p->capacity - cost);
+    return dt == 0 ? 0 : rl__add_sat(s.last - now, dt);
+}
+
+static void tb_take(const void *pp, void *st, rl_ns now, rl_fp cost)
+{
+    tb_state *s = st;
+    refill(pp, s, now);
+    s->used = rl__used_add(s->used, cost);
+}
+
+static void tb_refund(const void *pp, void *st, rl_ns now, rl_ns taken_at, rl_fp amount)
+{
+    tb_state *s = st;
+    (void)taken_at;
+    refill(pp, s, now);
+    if (amount < 0) {
+        s->used = rl__used_add(s->used, -amount);
+    } else if (amount >= s->used) {
+        s->used = 0;
+        s->frac = 0;
+    } else {
+        s->used -= amount;
+    }
+}
+
+static rl_ns tb_idle_at(const void *pp, const void *st)
+{
+    const tb_state *s = st;
+    if (s->used == 0)
+        return 0;
+    return rl__add_sat(s->last, time_to(pp, s, 0));
+}
+
+static void tb_status(const void *pp, const void *st, rl_ns now, rl_rule_status *out)
+{
+    const tb_params *p = pp;
+    tb_state s = *(const tb_state *)st;
+    refill(p, &s, now);
+    out->limit = p->capacity;
+    out->remaining = p->capacity - s.used;
+    rl_ns full = time_to(p, &s, 0);
+    out->reset_after = full ? rl__add_sat(s.last - now, full) : 0;
+    out->window = rl__ceil_div((rl__u128)(uint64_t)p->capacity * (uint64_t)RL_NS_PER_SEC,
+                               (uint64_t)p->rate);
+}
+
+static void tb_name(const void *pp, char *buf, size_t len)
+{
+    const tb_params *p = pp;
+    char c[32], r[32];
+    rl_fmt_fp(c, sizeof c, p->capacity);
+    rl_fmt_fp(r, sizeof r, p->rate);
+    snprintf(buf, len, "token_bucket(%s, %s/s)", c, r);
+}
+
+static rl_fp tb_capacity(const void *pp)
+{
+    return ((const tb_params *)pp)->capacity;
+}
+
+static const rl_param_def tb_params_def[] = {
+    {"capacity", RL_PARAM_AMOUNT, offsetof(tb_params, capacity), 1e-6, 1e12, 0, 1,
+     "most the bucket holds (a new key starts full)"},
+    {"per_second", RL_PARAM_RATE, offsetof(tb_params, rate), 1e-6, 1e12, 0, 1,
+     "refill per second"},
+};
+
+const rl_rule_type rl__token_bucket = {
+    .api_version = RL_RULE_API_VERSION,
+    .name = "token_bucket",
+    .params = tb_params_def,
+    .nparams = sizeof tb_params_def / sizeof tb_params_def[0],
+    .params_size = sizeof(tb_params),
+    .state_size = sizeof(tb_state),
+    .default_name = tb_name,
+    .capacity = tb_capacity,
+    .wait = tb_wait,
+    .take = tb_take,
+    .refund = tb_refund,
+    .idle_at = tb_idle_at,
+    .status = tb_status,
+};

@@ -12,7 +12,9 @@ CC      ?= cc
 PREFIX  ?= /usr/local
 DESTDIR ?=
 CFLAGS  ?= -O2 -g
-BUILD   ?= build
+comma   := ,
+# Sanitizer builds get their own directory so objects never mix.
+BUILD   ?= build$(if $(SANITIZE),-$(subst $(comma),-,$(SANITIZE)))
 
 WARN := -std=c11 -Wall -Wextra -Wpedantic -Wshadow -Wstrict-prototypes -Wmissing-prototypes \
         -Wpointer-arith -Wformat=2 -Wvla -Werror

@@ -23,24 +23,30 @@ static int fail(rl_err *err, const char *fmt, ...)
     return RL_EINVAL;
 }
 
-/* Puts path in front of the message already in err. */
-static int at(rl_err *err, int rc, const char *path)
+/* Puts path and sep in front of the message already in err. */
+static int at_sep(rl_err *err, int rc, const char *path, const char *sep)
 {
     char rest[sizeof err->msg];
     memcpy(rest, err->msg, sizeof rest);
     rest[sizeof rest - 1] = '\0';
-    int sep = rest[0] != '[' && rest[0] != '.' && rest[0] != ':';
-    size_t pl = strlen(path), rl = strlen(rest);
+    size_t pl = strlen(path), sl = strlen(sep), rl = strlen(rest);
     if (pl > 200)
         pl = 200;
-    if (rl > sizeof err->msg - pl - 2)
-        rl = sizeof err->msg - pl - 2;
+    if (rl > sizeof err->msg - pl - sl - 1)
+        rl = sizeof err->msg - pl - sl - 1;
     memcpy(err->msg, path, pl);
-    if (sep)
-        err->msg[pl++] = '.';
-    memcpy(err->msg + pl, rest, rl);
-    err->msg[pl + rl] = '\0';
+    memcpy(err->msg + pl, sep, sl);
+    memcpy(err->msg + pl + sl, rest, rl);
+    err->msg[pl + sl + rl] = '\0';
     return rc;
+}
+
+/* Puts the path of a container in front of a message relative to it ("[0].capacity: ...",
+ * "capacity: ..." or ": must be ..."). */
+static int at(rl_err *err, int rc, const char *path)
+{
+    char c = err->msg[0];
+    return at_sep(err, rc, path, c == '[' || c == '.' || c == ':' ? "" : ".");
 }
 
 static char *dup_str(const char *s)
@@ -462,7 +468,7 @@ static int parse_quota(const char *key, const json_t *v, rl_registry *reg, rl_co
         if (!json_is_string(tier))
             return fail(err, "%s.tier: must be a string", path);
         rc = rl_config_add_quota(cfg, key, json_string_value(tier), NULL, err);
-        return rc ? at(err, rc, path) : RL_OK;
+        return rc ? at_sep(err, rc, path, ": ") : RL_OK;
     }
     rl_rules *rs;
     if ((rc = rld_rules_from_json(rules, reg, &rs, err)) != RL_OK) {
@@ -470,7 +476,7 @@ static int parse_quota(const char *key, const json_t *v, rl_registry *reg, rl_co
         return at(err, rc, path);
     }
     rc = rl_config_add_quota(cfg, key, NULL, rs, err);
-    return rc ? at(err, rc, path) : RL_OK;
+    return rc ? at_sep(err, rc, path, ": ") : RL_OK;
 }
 
 static int parse_root(const json_t *root, rl_registry *reg, rld_settings *set, rl_config *cfg,
@@ -493,7 +499,7 @@ static int parse_root(const json_t *root, rl_registry *reg, rld_settings *set, r
             if ((rc = get_string(json_array_get(m, i), path, 4096, &s, err)))
                 return rc;
             if ((rc = rl_registry_load_plugin(reg, s, err)) != RL_OK)
-                return at(err, RL_EINVAL, path);
+                return at_sep(err, RL_EINVAL, path, ": ");
             char **p = realloc(set->plugins, (set->nplugins + 1) * sizeof *p);
             if (!p)
                 return fail(err, "out of memory");

@@ -5,6 +5,7 @@
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "testutil.h"
@@ -105,6 +106,583 @@ START_TEST(single_bucket_trace)
 }
 END_TEST
 
+
+/* ---- levels and keys ---------------------------------------------------------------------- */
+
+static const char *key_levels =
+    "{\"levels\": ["
+    "{\"name\": \"user\", \"rules\": [{\"type\": \"token_bucket\", \"capacity\": 2, "
+    "\"per_second\": 0.001}]},"
+    "{\"name\": \"user_event\", \"compose\": [\"user\", \"event\"], \"rules\": [{\"type\": "
+    "\"token_bucket\", \"capacity\": 1, \"per_second\": 0.001, \"name\": \"per-event\"}]},"
+    "{\"name\": \"global\", \"default_key\": \"*\", \"rules\": [{\"type\": \"token_bucket\", "
+    "\"capacity\": 100, \"per_second\": 1}]}]}";
+
+static int applied_key_is(const rl_decision *d, size_t i, const char *key)
+{
+    return d->applied[i].keylen == strlen(key) &&
+           memcmp(d->applied[i].key, key, d->applied[i].keylen) == 0;
+}
+
+START_TEST(composed_and_default_keys)
+{
+    rl_limiter *lim = tu_limiter(key_levels);
+    rl_decision d;
+    ck_assert(tu_acquire(lim, "user=u1,event=login", 1, S(0), &d));
+    ck_assert_int_eq(d.napplied, 3);
+    ck_assert(applied_key_is(&d, 0, "u1"));
+    ck_assert(applied_key_is(&d, 1, "u1:login"));
+    ck_assert(applied_key_is(&d, 2, "*"));
+    /* one per user and event */
+    ck_assert(!tu_acquire(lim, "user=u1,event=login", 1, S(0), &d));
+    ck_assert_str_eq(tu_blocked_by(lim, &d), "user_event: per-event");
+    ck_assert(tu_acquire(lim, "user=u1,event=search", 1, S(0), &d));
+    /* no event: the composed level cannot be formed and is skipped; the user is out */
+    ck_assert(!tu_acquire(lim, "user=u1", 1, S(0), &d));
+    ck_assert_int_eq(d.napplied, 2);
+    ck_assert_str_eq(tu_blocked_by(lim, &d), "user: token_bucket(2, 0.001/s)");
+    /* no descriptor at all: only the global level, by its default key */
+    ck_assert(tu_acquire(lim, "", 1, S(0), &d));
+    ck_assert_int_eq(d.napplied, 1);
+    ck_assert(applied_key_is(&d, 0, "*"));
+    /* three of the five requests were allowed */
+    ck_assert_double_eq(tu_remaining(lim, &d, "global"), 97);
+    tu_free(lim);
+}
+END_TEST
+
+START_TEST(bad_requests_change_nothing)
+{
+    rl_limiter *lim = tu_limiter(key_levels);
+    rl_decision d;
+    rl_err err;
+    char long_key[300];
+    memset(long_key, 'a', sizeof long_key);
+    long_key[sizeof long_key - 1] = '\0';
+    char buf[400];
+
+    ck_assert_int_eq(tu_acquire_err(lim, "usr=u1", 1, S(0), &err), RL_EINVAL);
+    ck_assert_str_eq(err.msg, "keys.usr: unknown descriptor (levels use: user, event, global)");
+    ck_assert_int_eq(tu_acquire_err(lim, "user=", 1, S(0), &err), RL_EINVAL);
+    ck_assert_str_eq(err.msg, "keys.user: must not be empty");
+    snprintf(buf, sizeof buf, "user=%s", long_key);
+    ck_assert_int_eq(tu_acquire_err(lim, buf, 1, S(0), &err), RL_EINVAL);
+    ck_assert_str_eq(err.msg, "keys.user: must be at most 256 bytes");
+    ck_assert_int_eq(tu_acquire_err(lim, "user=a\tb", 1, S(0), &err), RL_EINVAL);
+    ck_assert_str_eq(err.msg, "keys.user: must not hold control characters");
+    ck_assert_int_eq(tu_acquire_err(lim, "user=u1,user=u2", 1, S(0), &err), RL_EINVAL);
+    ck_assert_str_eq(err.msg, "keys.user: given twice");
+    ck_assert_int_eq(tu_acquire_err(lim, "user=u1", 0, S(0), &err), RL_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err.msg, "cost: must be a positive number"));
+    /* 256 bytes is fine */
+    long_key[256] = '\0';
+    snprintf(buf, sizeof buf, "user=%s", long_key);
+    ck_assert(tu_acquire(lim, buf, 1, S(0), &d));
+    /* a request with an error in its second descriptor took nothing from the first */
+    ck_assert_int_eq(tu_acquire_err(lim, "user=u1,event=", 1, S(0), &err), RL_EINVAL);
+    ck_assert(tu_acquire_ex(lim, "user=u1", 2, S(0), RL_DRY_RUN, 0, &d));
+    ck_assert_double_eq(tu_remaining(lim, &d, "global"), 99);
+    tu_free(lim);
+}
+END_TEST
+
+START_TEST(dry_run_takes_nothing)
+{
+    rl_limiter *lim = tu_limiter(key_levels);
+    rl_decision d;
+    for (int i = 0; i < 5; i++) {
+        ck_assert(tu_acquire_ex(lim, "user=u1,event=e", 1, S(0), RL_DRY_RUN, 0, &d));
+        ck_assert_double_eq(tu_remaining(lim, &d, "user"), 2);
+    }
+    ck_assert(!tu_acquire_ex(lim, "user=u1,event=e", 3, S(0), RL_DRY_RUN, 0, &d));
+    ck_assert_int_eq(d.retry_after, RL_WAIT_NEVER);
+    ck_assert_int_eq(rl_limiter_keys(lim, 0), 0);
+    ck_assert(tu_acquire(lim, "user=u1,event=e", 1, S(0), &d));
+    ck_assert_double_eq(tu_remaining(lim, &d, "user"), 1);
+    tu_free(lim);
+}
+END_TEST
+
+START_TEST(requests_and_cost_units_in_one_level)
+{
+    /* a model API's requests per minute and tokens per minute */
+    rl_limiter *lim = tu_limiter(
+        "{\"levels\": [{\"name\": \"model\", \"rules\": ["
+        "{\"type\": \"fixed_window\", \"limit\": 3, \"window\": 60, \"unit\": \"requests\", "
+        "\"name\": \"rpm\"},"
+        "{\"type\": \"fixed_window\", \"limit\": 1000, \"window\": 60, \"name\": \"tpm\"}]}]}");
+    rl_decision d;
+    ck_assert(tu_acquire(lim, "model=m", 400, S(0), &d));
+    ck_assert(tu_acquire(lim, "model=m", 400, S(1), &d));
+    ck_assert_double_eq(d.applied[0].st.remaining / 1e6, 1);
+    ck_assert_double_eq(d.applied[1].st.remaining / 1e6, 200);
+    ck_assert(!tu_acquire(lim, "model=m", 400, S(2), &d));
+    ck_assert_str_eq(tu_blocked_by(lim, &d), "model: tpm");
+    ck_assert_int_eq(d.retry_after, S(58));
+    ck_assert(tu_acquire(lim, "model=m", 100, S(3), &d));
+    ck_assert(!tu_acquire(lim, "model=m", 1, S(4), &d));
+    ck_assert_str_eq(tu_blocked_by(lim, &d), "model: rpm");
+    tu_free(lim);
+}
+END_TEST
+
+/* On equal waits the first rule in level order, then rule order, is named. */
+START_TEST(ties_name_the_first_rule)
+{
+    rl_limiter *lim = tu_limiter(
+        "{\"levels\": ["
+        "{\"name\": \"a\", \"default_key\": \"*\", \"rules\": [{\"type\": \"fixed_window\", "
+        "\"limit\": 1, \"window\": 10, \"name\": \"a1\"}, {\"type\": \"fixed_window\", "
+        "\"limit\": 1, \"window\": 10, \"name\": \"a2\"}]},"
+        "{\"name\": \"b\", \"default_key\": \"*\", \"rules\": [{\"type\": \"fixed_window\", "
+        "\"limit\": 1, \"window\": 10, \"name\": \"b1\"}]}]}");
+    rl_decision d;
+    ck_assert(tu_acquire(lim, "", 1, S(1), &d));
+    ck_assert(!tu_acquire(lim, "", 1, S(2), &d));
+    ck_assert_str_eq(tu_blocked_by(lim, &d), "a: a1");
+    ck_assert_int_eq(d.retry_after, S(8));
+    for (size_t i = 0; i < d.napplied; i++)
+        ck_assert_int_eq(d.applied[i].wait, S(8));
+    tu_free(lim);
+}
+END_TEST
+
+/* ---- reservations ------------------------------------------------------------------------- */
+
+static const char *reserve_cfg =
+    "{\"reservation_ttl\": 30, \"levels\": ["
+    "{\"name\": \"user\", \"rules\": [{\"type\": \"token_bucket\", \"capacity\": 1000, "
+    "\"per_second\": 10}, {\"type\": \"concurrency\", \"limit\": 2}]}]}";
+
+START_TEST(reserve_refund_and_settled_twice)
+{
+    rl_limiter *lim = tu_limiter(reserve_cfg);
+    rl_decision d;
+    rl_settlement st;
+    rl_err err;
+    ck_assert(tu_acquire_ex(lim, "user=u", 1000, S(0), RL_RESERVE, 0, &d));
+    ck_assert_int_eq(strlen(d.reservation), 18);
+    ck_assert(strncmp(d.reservation, "r-", 2) == 0);
+    char id[RL_RESERVATION_ID];
+    memcpy(id, d.reservation, sizeof id);
+    ck_assert_double_eq(tu_remaining(lim, &d, "user"), 0);
+
+    ck_assert_int_eq(rl_settle(lim, id, FP(734), S(0), &st, &err), RL_OK);
+    ck_assert_int_eq(st.reserved, FP(1000));
+    ck_assert_int_eq(st.actual, FP(734));
+    ck_assert_int_eq(st.refunded, FP(266));
+    ck_assert_int_eq(st.charged, 0);
+    ck_assert(tu_acquire_ex(lim, "user=u", 1, S(0), RL_DRY_RUN, 0, &d));
+    ck_assert_double_eq(tu_remaining(lim, &d, "user"), 266);
+
+    ck_assert_int_eq(rl_settle(lim, id, FP(1), S(0), &st, &err), RL_ESETTLED);
+    ck_assert_str_eq(err.msg, "reservation: already settled");
+    ck_assert(tu_acquire_ex(lim, "user=u", 1, S(0), RL_DRY_RUN, 0, &d));
+    ck_assert_double_eq(tu_remaining(lim, &d, "user"), 266);
+    /* release ends it (and gives its concurrency slot back); then it is unknown */
+    ck_assert_int_eq(rl_release(lim, id, S(0), &err), RL_OK);
+    ck_assert_int_eq(rl_release(lim, id, S(0), &err), RL_ENOTFOUND);
+    ck_assert_int_eq(rl_settle(lim, id, FP(1), S(0), &st, &err), RL_ENOTFOUND);
+    ck_assert_int_eq(rl_settle(lim, "r-0000000000000000", FP(1), S(0), &st, &err),
+                     RL_ENOTFOUND);
+    ck_assert_int_eq(rl_settle(lim, "bogus", FP(1), S(0), &st, &err), RL_ENOTFOUND);
+    tu_free(lim);
+}
+END_TEST
+
+START_TEST(charge_drives_the_bucket_below_zero)
+{
+    rl_limiter *lim = tu_limiter(reserve_cfg);
+    rl_decision d;
+    rl_settlement st;
+    rl_err err;
+    ck_assert(tu_acquire_ex(lim, "user=u", 100, S(0), RL_RESERVE, 0, &d));
+    ck_assert_int_eq(rl_settle(lim, d.reservation, FP(1050), S(0), &st, &err), RL_OK);
+    ck_assert_int_eq(st.charged, FP(950));
+    ck_assert_int_eq(st.refunded, 0);
+    /* 1050 used of 1000: -50; a cost of 1 waits for 51 at 10/s */
+    ck_assert(!tu_acquire(lim, "user=u", 1, S(0), &d));
+    ck_assert_double_eq(tu_remaining(lim, &d, "user"), -50);
+    ck_assert_int_eq(d.retry_after, S(5.1));
+    ck_assert(tu_acquire(lim, "user=u", 1, S(5.1), &d));
+    tu_free(lim);
+}
+END_TEST
+
+START_TEST(refund_is_capped_at_capacity)
+{
+    rl_limiter *lim = tu_limiter(reserve_cfg);
+    rl_decision d;
+    rl_settlement st;
+    rl_err err;
+    ck_assert(tu_acquire_ex(lim, "user=u", 200, S(0), RL_RESERVE, 0, &d));
+    /* by t = 25 the bucket is full again (200 at 10/s): the refund cannot lift it past 1000 */
+    ck_assert_int_eq(rl_settle(lim, d.reservation, 0, S(25), &st, &err), RL_OK);
+    ck_assert_int_eq(st.refunded, FP(200));
+    ck_assert(tu_acquire_ex(lim, "user=u", 1, S(25), RL_DRY_RUN, 0, &d));
+    ck_assert_double_eq(tu_remaining(lim, &d, "user"), 1000);
+    tu_free(lim);
+}
+END_TEST
+
+START_TEST(window_refund_only_in_its_window)
+{
+    rl_limiter *lim = tu_limiter("{\"levels\": [{\"name\": \"k\", \"rules\": [{\"type\": "
+                                 "\"fixed_window\", \"limit\": 10, \"window\": 60}]}]}");
+    rl_decision d;
+    rl_settlement st;
+    rl_err err;
+    ck_assert(tu_acquire_ex(lim, "k=a", 8, S(10), RL_RESERVE, 0, &d));
+    ck_assert_int_eq(rl_settle(lim, d.reservation, FP(3), S(20), &st, &err), RL_OK);
+    ck_assert(tu_acquire_ex(lim, "k=a", 1, S(20), RL_DRY_RUN, 0, &d));
+    ck_assert_double_eq(tu_remaining(lim, &d, "k"), 7);
+    /* taken in [0, 60), settled in [60, 120): the rolled-over window is left alone */
+    ck_assert(tu_acquire_ex(lim, "k=b", 8, S(50), RL_RESERVE, 0, &d));
+    ck_assert_int_eq(rl_settle(lim, d.reservation, 0, S(70), &st, &err), RL_OK);
+    ck_assert(tu_acquire_ex(lim, "k=b", 1, S(70), RL_DRY_RUN, 0, &d));
+    ck_assert_double_eq(tu_remaining(lim, &d, "k"), 10);
+    /* a charge after the roll-over counts in the current window */
+    ck_assert(tu_acquire_ex(lim, "k=c", 2, S(100), RL_RESERVE, 0, &d));
+    ck_assert_int_eq(rl_settle(lim, d.reservation, FP(6), S(130), &st, &err), RL_OK);
+    ck_assert(tu_acquire_ex(lim, "k=c", 1, S(130), RL_DRY_RUN, 0, &d));
+    ck_assert_double_eq(tu_remaining(lim, &d, "k"), 6);
+    tu_free(lim);
+}
+END_TEST
+
+START_TEST(concurrency_release_and_expiry)
+{
+    rl_limiter *lim = tu_limiter(reserve_cfg);
+    rl_decision d;
+    rl_err err;
+    rl_stats stats;
+    char a[RL_RESERVATION_ID], b[RL_RESERVATION_ID];
+    /* a concurrency rule makes a reservation even without "reserve" */
+    ck_assert(tu_acquire(lim, "user=u", 1, S(0), &d));
+    memcpy(a, d.reservation, sizeof a);
+    ck_assert(tu_acquire(lim, "user=u", 1, S(1), &d));
+    memcpy(b, d.reservation, sizeof b);
+    ck_assert_str_ne(a, b);
+    ck_assert(!tu_acquire(lim, "user=u", 1, S(2), &d));
+    ck_assert_str_eq(tu_blocked_by(lim, &d), "user: concurrency(2)");
+    ck_assert_str_eq(d.reservation, "");
+    ck_assert_int_eq(rl_release(lim, a, S(3), &err), RL_OK);
+    ck_assert_int_eq(rl_release(lim, a, S(3), &err), RL_ENOTFOUND);
+    ck_assert(tu_acquire(lim, "user=u", 1, S(4), &d));
+    ck_assert(!tu_acquire(lim, "user=u", 1, S(5), &d));
+    rl_limiter_stats(lim, &stats);
+    ck_assert_int_eq(stats.reservations_active, 2);
+    ck_assert_int_eq(stats.reservations_expired, 0);
+    /* b expires at 31 (TTL 30): before the sweep it is already unknown, and the sweep frees
+     * its slot */
+    ck_assert_int_eq(rl_settle(lim, b, FP(1), S(31), &(rl_settlement){0}, &err), RL_ENOTFOUND);
+    rl_limiter_tick(lim, S(31));
+    rl_limiter_stats(lim, &stats);
+    ck_assert_int_eq(stats.reservations_active, 1);
+    ck_assert_int_eq(stats.reservations_expired, 1);
+    ck_assert(tu_acquire(lim, "user=u", 1, S(31), &d));
+    ck_assert_int_eq(rl_release(lim, b, S(31), &err), RL_ENOTFOUND);
+    tu_free(lim);
+}
+END_TEST
+
+/* ---- priorities --------------------------------------------------------------------------- */
+
+START_TEST(reserved_share_for_priority)
+{
+    rl_limiter *lim = tu_limiter(
+        "{\"levels\": [{\"name\": \"global\", \"default_key\": \"*\", \"rules\": [{\"type\": "
+        "\"token_bucket\", \"capacity\": 10, \"per_second\": 1, \"reserved\": {\"fraction\": "
+        "0.2, \"min_priority\": 1}}]}]}");
+    rl_decision d;
+    for (int i = 0; i < 8; i++)
+        ck_assert(tu_acquire_ex(lim, "", 1, S(0), 0, 0, &d));
+    /* low priority stops at 2 left; it waits for 1 more token */
+    ck_assert(!tu_acquire_ex(lim, "", 1, S(0), 0, 0, &d));
+    ck_assert_int_eq(d.retry_after, S(1));
+    ck_assert_double_eq(tu_remaining(lim, &d, "global"), 2);
+    ck_assert(tu_acquire_ex(lim, "", 1, S(0), 0, 1, &d));
+    ck_assert(tu_acquire_ex(lim, "", 1, S(0), 0, 5, &d));
+    ck_assert(!tu_acquire_ex(lim, "", 1, S(0), 0, 1, &d));
+    /* more than capacity minus the share never fits at low priority */
+    ck_assert(!tu_acquire_ex(lim, "", 9, S(100), 0, 0, &d));
+    ck_assert_int_eq(d.retry_after, RL_WAIT_NEVER);
+    ck_assert(tu_acquire_ex(lim, "", 9, S(100), 0, 1, &d));
+    tu_free(lim);
+}
+END_TEST
+
+/* ---- tiers -------------------------------------------------------------------------------- */
+
+static const char *tier_cfg =
+    "{\"levels\": [{\"name\": \"user\", \"tiered\": true}],"
+    " \"tiers\": {"
+    "  \"free\": [{\"type\": \"token_bucket\", \"capacity\": 10, \"per_second\": 1, \"name\": "
+    "\"free\"}],"
+    "  \"enterprise\": [{\"type\": \"token_bucket\", \"capacity\": 100, \"per_second\": 10, "
+    "\"name\": \"ent\"}],"
+    "  \"windowed\": [{\"type\": \"fixed_window\", \"limit\": 3, \"window\": 60}],"
+    "  \"two\": [{\"type\": \"token_bucket\", \"capacity\": 10, \"per_second\": 1}, "
+    "{\"type\": \"token_bucket\", \"capacity\": 50, \"per_second\": 0.5, \"name\": \"slow\"}]},"
+    " \"default_tier\": \"free\", \"quotas\": {\"alice\": \"enterprise\"}}";
+
+START_TEST(tiers_and_tier_changes)
+{
+    rl_limiter *lim = tu_limiter(tier_cfg);
+    rl_decision d;
+    rl_err err;
+    const char *tier;
+    rl_rules *rules;
+
+    ck_assert(tu_acquire(lim, "user=bob", 5, S(0), &d));
+    ck_assert_str_eq(d.applied[0].rule->name, "free");
+    ck_assert_double_eq(tu_remaining(lim, &d, "user"), 5);
+    ck_assert(tu_acquire(lim, "user=alice", 5, S(0), &d));
+    ck_assert_str_eq(d.applied[0].rule->name, "ent");
+    ck_assert_double_eq(tu_remaining(lim, &d, "user"), 95);
+
+    /* upgrade: what bob used is kept */
+    ck_assert_int_eq(rl_quota_set(lim, "bob", "enterprise", NULL, &err), RL_OK);
+    ck_assert_int_eq(rl_quota_get(lim, "bob", &tier, &rules), RL_OK);
+    ck_assert_str_eq(tier, "enterprise");
+    rl_rules_unref(rules);
+    ck_assert(tu_acquire(lim, "user=bob", 50, S(0), &d));
+    ck_assert_double_eq(tu_remaining(lim, &d, "user"), 45);
+    /* downgrade: 55 used of a 10 bucket; refills at the free tier's 1/s */
+    ck_assert_int_eq(rl_quota_set(lim, "bob", "free", NULL, &err), RL_OK);
+    ck_assert(!tu_acquire(lim, "user=bob", 1, S(0), &d));
+    ck_assert_double_eq(tu_remaining(lim, &d, "user"), -45);
+    ck_assert_int_eq(d.retry_after, S(46));
+
+    /* another rule type at the position: a fresh state */
+    ck_assert_int_eq(rl_quota_set(lim, "bob", "windowed", NULL, &err), RL_OK);
+    ck_assert(tu_acquire(lim, "user=bob", 1, S(0), &d));
+    ck_assert_double_eq(tu_remaining(lim, &d, "user"), 2);
+    ck_assert_int_eq(rl_quota_set(lim, "bob", "free", NULL, &err), RL_OK);
+    ck_assert(tu_acquire(lim, "user=bob", 1, S(0), &d));
+    ck_assert_double_eq(tu_remaining(lim, &d, "user"), 9);
+
+    /* back to the default tier */
+    ck_assert_int_eq(rl_quota_clear(lim, "alice"), 1);
+    ck_assert_int_eq(rl_quota_clear(lim, "alice"), 0);
+    ck_assert_int_eq(rl_quota_get(lim, "alice", &tier, &rules), RL_OK);
+    ck_assert_str_eq(tier, "free");
+    rl_rules_unref(rules);
+    ck_assert(!tu_acquire(lim, "user=alice", 6, S(0), &d));
+    ck_assert_double_eq(tu_remaining(lim, &d, "user"), 5);
+
+    ck_assert_int_eq(rl_quota_set(lim, "carol", "platinum", NULL, &err), RL_EINVAL);
+    ck_assert_str_eq(err.msg, "tier: unknown tier \"platinum\"");
+    ck_assert_int_eq(rl_quota_set(lim, "", "free", NULL, &err), RL_EINVAL);
+    tu_free(lim);
+}
+END_TEST
+
+START_TEST(custom_rules_for_one_key)
+{
+    rl_limiter *lim = tu_limiter(tier_cfg);
+    rl_decision d;
+    rl_err err;
+    const char *tier;
+    rl_rules *rules, *got;
+
+    ck_assert(tu_acquire(lim, "user=dave", 4, S(0), &d));
+    rules = rl_rules_new(1);
+    ck_assert_int_eq(rl_rule_init(&rules->v[0], rl_limiter_config(lim)->reg, "token_bucket",
+                                  &err),
+                     RL_OK);
+    ck_assert_int_eq(rl_rule_set_number(&rules->v[0], "capacity", 7, &err), RL_OK);
+    ck_assert_int_eq(rl_rule_set_number(&rules->v[0], "per_second", 1, &err), RL_OK);
+    ck_assert_int_eq(rl_rule_finish(&rules->v[0], &err), RL_OK);
+    ck_assert_int_eq(rl_quota_set(lim, "dave", NULL, rules, &err), RL_OK);
+    ck_assert_int_eq(rl_quota_get(lim, "dave", &tier, &got), RL_OK);
+    ck_assert_ptr_null(tier);
+    ck_assert_ptr_eq(got, rules);
+    rl_rules_unref(got);
+    /* same rule type: dave's 4 used carry over into the custom bucket of 7 */
+    ck_assert(tu_acquire(lim, "user=dave", 1, S(0), &d));
+    ck_assert_str_eq(d.applied[0].rule->name, "token_bucket(7, 1/s)");
+    ck_assert_double_eq(tu_remaining(lim, &d, "user"), 2);
+    /* a decision keeps its rules alive while the quota changes under it */
+    rl_request req = {.desc = &(rl_descriptor){"user", 4, "dave", 4}, .ndesc = 1,
+                      .cost = FP(1), .now = S(0)};
+    ck_assert_int_eq(rl_acquire(lim, &req, &d, &err), RL_OK);
+    ck_assert_int_eq(rl_quota_clear(lim, "dave"), 1);
+    ck_assert_str_eq(d.applied[0].rule->name, "token_bucket(7, 1/s)");
+    rl_decision_done(&d);
+    tu_free(lim);
+}
+END_TEST
+
+START_TEST(stale_state_is_dropped)
+{
+    rl_limiter *lim = tu_limiter(tier_cfg);
+    rl_decision d;
+    rl_err err;
+    ck_assert_int_eq(rl_quota_set(lim, "erin", "two", NULL, &err), RL_OK);
+    ck_assert(tu_acquire(lim, "user=erin", 1, S(0), &d));
+    ck_assert_int_eq(d.napplied, 2);
+    ck_assert_int_eq(rl_limiter_keys(lim, 0), 2);
+    ck_assert_int_eq(rl_quota_set(lim, "erin", "free", NULL, &err), RL_OK);
+    /* the second position's state has no rule any more; the first one is not idle yet */
+    rl_limiter_tick(lim, S(0.5));
+    ck_assert_int_eq(rl_limiter_keys(lim, 0), 1);
+    rl_limiter_tick(lim, S(1));
+    ck_assert_int_eq(rl_limiter_keys(lim, 0), 0);
+    tu_free(lim);
+}
+END_TEST
+
+/* ---- idle state --------------------------------------------------------------------------- */
+
+START_TEST(idle_state_is_dropped_and_memory_returns)
+{
+    rl_limiter *lim = tu_limiter("{\"levels\": [{\"name\": \"user\", \"rules\": [{\"type\": "
+                                 "\"token_bucket\", \"capacity\": 10, \"per_second\": 10}]}]}");
+    rl_decision d;
+    char keys[64];
+    for (int i = 0; i < 200000; i++) {
+        snprintf(keys, sizeof keys, "user=user-%d", i);
+        ck_assert(tu_acquire(lim, keys, 1, S(0), &d));
+    }
+    ck_assert_int_eq(rl_limiter_keys(lim, 0), 200000);
+    for (int i = 0; i < 100; i++)
+        rl_limiter_tick(lim, S(0.05));
+    ck_assert_int_eq(rl_limiter_keys(lim, 0), 200000);
+    /* full again after 0.1 s: indistinguishable from new keys, so dropped */
+    for (int i = 0; i < 100; i++)
+        rl_limiter_tick(lim, S(0.1));
+    ck_assert_int_eq(rl_limiter_keys(lim, 0), 0);
+    /* and a dropped key behaves like a new one */
+    ck_assert(tu_acquire(lim, "user=user-7", 10, S(0.1), &d));
+    tu_free(lim);
+}
+END_TEST
+
+/* ---- plug-ins ----------------------------------------------------------------------------- */
+
+/* A deny list registered by the test itself: keys starting with "bad-" never fit. */
+static rl_ns prefix_wait(const void *p, const void *st, const char *key, size_t keylen, rl_ns now,
+                         rl_fp cost)
+{
+    (void)p;
+    (void)st;
+    (void)now;
+    (void)cost;
+    return keylen >= 4 && memcmp(key, "bad-", 4) == 0 ? RL_WAIT_NEVER : 0;
+}
+
+static void prefix_name(const void *p, char *buf, size_t len)
+{
+    (void)p;
+    snprintf(buf, len, "deny_prefix(bad-)");
+}
+
+static const rl_rule_type deny_prefix = {
+    .api_version = RL_RULE_API_VERSION,
+    .name = "deny_prefix",
+    .params_size = 8,
+    .default_name = prefix_name,
+    .wait = prefix_wait,
+};
+
+START_TEST(rule_type_registered_by_the_test)
+{
+    rl_registry *reg = rl_registry_new();
+    ck_assert_int_eq(rl_register_rule_type(reg, &deny_prefix), 0);
+    ck_assert_int_eq(rl_register_rule_type(reg, &deny_prefix), -1); /* names are unique */
+    rl_limiter *lim = tu_limiter_with(
+        reg, "{\"levels\": [{\"name\": \"user\", \"rules\": [{\"type\": \"deny_prefix\"}, "
+             "{\"type\": \"token_bucket\", \"capacity\": 5, \"per_second\": 1}]}]}");
+    rl_decision d;
+    ck_assert(tu_acquire(lim, "user=good-1", 1, S(0), &d));
+    ck_assert(!tu_acquire(lim, "user=bad-1", 1, S(0), &d));
+    ck_assert_int_eq(d.retry_after, RL_WAIT_NEVER);
+    ck_assert_str_eq(tu_blocked_by(lim, &d), "user: deny_prefix(bad-)");
+    /* denied: the bucket of bad-1 is untouched */
+    rl_registry_free(NULL);
+    tu_free(lim);
+}
+END_TEST
+
+START_TEST(plugin_loaded_from_config)
+{
+    char cfg[1024];
+    const char *build = getenv("RL_BUILD");
+    snprintf(cfg, sizeof cfg,
+             "{\"plugins\": [\"%s/plugins/librule_max_keys.so\"], \"levels\": [{\"name\": "
+             "\"user\", \"rules\": [{\"type\": \"max_keys\", \"limit\": 2}]}]}",
+             build ? build : "build");
+    rl_limiter *lim = tu_limiter(cfg);
+    rl_decision d;
+    ck_assert(tu_acquire(lim, "user=a", 1, S(0), &d));
+    ck_assert(tu_acquire(lim, "user=b", 1, S(0), &d));
+    ck_assert(tu_acquire(lim, "user=a", 1, S(1), &d));
+    ck_assert(!tu_acquire(lim, "user=c", 1, S(1), &d));
+    ck_assert_str_eq(tu_blocked_by(lim, &d), "user: max_keys(2)");
+    ck_assert_int_eq(d.retry_after, RL_WAIT_NEVER);
+    /* admitted keys are never idle */
+    rl_limiter_tick(lim, S(1000));
+    ck_assert_int_eq(rl_limiter_keys(lim, 0), 2);
+    tu_free(lim);
+}
+END_TEST
+
+/* ---- concurrent callers ------------------------------------------------------------------- */
+
+typedef struct worker {
+    rl_limiter *lim;
+    int id, n;
+    int allowed;
+} worker;
+
+static void *hammer(void *arg)
+{
+    worker *w = arg;
+    char user[32];
+    snprintf(user, sizeof user, "u%d", w->id);
+    rl_descriptor ds[2] = {{"user", 4, user, strlen(user)}, {"team", 4, "acme", 4}};
+    for (int i = 0; i < w->n; i++) {
+        rl_decision d;
+        rl_err err;
+        rl_request req = {.desc = ds, .ndesc = 2, .cost = RL_FP_ONE, .now = S(0) + i % 3};
+        if (rl_acquire(w->lim, &req, &d, &err) != RL_OK)
+            return NULL;
+        w->allowed += d.allowed;
+        rl_decision_done(&d);
+    }
+    return w;
+}
+
+START_TEST(threads_never_admit_more_than_the_limits)
+{
+    /* the team's 1000 are shared by 4 users of 300 each; refill is negligible */
+    rl_limiter *lim = tu_limiter(
+        "{\"levels\": ["
+        "{\"name\": \"user\", \"rules\": [{\"type\": \"token_bucket\", \"capacity\": 300, "
+        "\"per_second\": 0.000001}]},"
+        "{\"name\": \"team\", \"rules\": [{\"type\": \"token_bucket\", \"capacity\": 1000, "
+        "\"per_second\": 0.000001}]}]}");
+    enum { NT = 4 };
+    pthread_t th[NT];
+    worker w[NT];
+    for (int i = 0; i < NT; i++) {
+        w[i] = (worker){lim, i, 20000, 0};
+        pthread_create(&th[i], NULL, hammer, &w[i]);
+    }
+    int total = 0;
+    for (int i = 0; i < NT; i++) {
+        void *ret;
+        pthread_join(th[i], &ret);
+        ck_assert_ptr_eq(ret, &w[i]);
+        ck_assert_int_le(w[i].allowed, 300);
+        total += w[i].allowed;
+    }
+    ck_assert_int_eq(total, 1000);
+    tu_free(lim);
+}
+END_TEST
+
 Suite *limiter_suite(void);
 Suite *limiter_suite(void)
 {
@@ -115,6 +693,37 @@ Suite *limiter_suite(void)
     tcase_add_test(tc, team_shared_denial_leaves_user_untouched);
     tcase_add_test(tc, cost_larger_than_capacity_never_fits);
     tcase_add_test(tc, single_bucket_trace);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("levels");
+    tcase_add_test(tc, composed_and_default_keys);
+    tcase_add_test(tc, bad_requests_change_nothing);
+    tcase_add_test(tc, dry_run_takes_nothing);
+    tcase_add_test(tc, requests_and_cost_units_in_one_level);
+    tcase_add_test(tc, ties_name_the_first_rule);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("reservations");
+    tcase_add_test(tc, reserve_refund_and_settled_twice);
+    tcase_add_test(tc, charge_drives_the_bucket_below_zero);
+    tcase_add_test(tc, refund_is_capped_at_capacity);
+    tcase_add_test(tc, window_refund_only_in_its_window);
+    tcase_add_test(tc, concurrency_release_and_expiry);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("tiers");
+    tcase_add_test(tc, reserved_share_for_priority);
+    tcase_add_test(tc, tiers_and_tier_changes);
+    tcase_add_test(tc, custom_rules_for_one_key);
+    tcase_add_test(tc, stale_state_is_dropped);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("store");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, idle_state_is_dropped_and_memory_returns);
+    tcase_add_test(tc, rule_type_registered_by_the_test);
+    tcase_add_test(tc, plugin_loaded_from_config);
+    tcase_add_test(tc, threads_never_admit_more_than_the_limits);
     suite_add_tcase(s, tc);
     return s;
 }

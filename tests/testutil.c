@@ -15,7 +15,11 @@ static struct {
 
 rl_limiter *tu_limiter(const char *json)
 {
-    rl_registry *reg = rl_registry_new();
+    return tu_limiter_with(rl_registry_new(), json);
+}
+
+rl_limiter *tu_limiter_with(rl_registry *reg, const char *json)
+{
     rld_settings set;
     rl_config *cfg;
     rl_limiter *lim = NULL;

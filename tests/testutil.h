@@ -18,6 +18,8 @@
 /* A limiter from configuration text; fails the test with the loader's message on error. The
  * registry is created per limiter and freed by tu_free. */
 rl_limiter *tu_limiter(const char *json);
+/* The same over a registry the caller prepared (taken over: tu_free frees it). */
+rl_limiter *tu_limiter_with(rl_registry *reg, const char *json);
 void tu_free(rl_limiter *lim);
 /* The error message of a configuration that must be refused (fails the test if it loads). */
 const char *tu_config_error(const char *json);

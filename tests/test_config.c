@@ -1,0 +1,208 @@
+/*
+ * test_config.c - the configuration loader: bad configurations are refused as a whole with a
+ * message naming the path of the bad field; rules are written back as JSON.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "testutil.h"
+
+#define TB "{\"type\": \"token_bucket\", \"capacity\": 10, \"per_second\": 1}"
+
+static const struct {
+    const char *json, *error;
+} bad[] = {
+    {"{\"levels\": [{\"name\": \"user\", \"rules\": [" TB "]}, {\"name\": \"team\", \"rules\": "
+     "[{\"type\": \"token_bucket\", \"capacity\": -5, \"per_second\": 1}]}]}",
+     "levels[1].rules[0].capacity: must be a positive number no larger than 1000000000000"},
+    {"{\"levels\": [{\"name\": \"user\", \"rules\": [{\"type\": \"token_buckt\"}]}]}",
+     "levels[0].rules[0].type: unknown rule type \"token_buckt\" (known: token_bucket, "
+     "sliding_window, sliding_window_counter, fixed_window, gcra, concurrency, deny_list)"},
+    {"{\"levels\": [{\"name\": \"user\", \"rules\": [{\"type\": \"token_bucket\", \"capcity\": "
+     "10, \"per_second\": 1}]}]}",
+     "levels[0].rules[0].capcity: unknown parameter of token_bucket (known: type, name, unit, "
+     "reserved, capacity, per_second)"},
+    {"{\"levels\": [{\"name\": \"user\", \"rules\": [{\"type\": \"token_bucket\", \"capacity\": "
+     "10}]}]}",
+     "levels[0].rules[0].per_second: required by token_bucket"},
+    {"{\"levels\": [{\"name\": \"user\", \"rules\": [{\"type\": \"token_bucket\", \"capacity\": "
+     "\"10\", \"per_second\": 1}]}]}",
+     "levels[0].rules[0].capacity: must be a number"},
+    {"{\"levels\": [{\"name\": \"user\", \"rules\": [{\"type\": \"fixed_window\", \"limit\": 5, "
+     "\"window\": 0}]}]}",
+     "levels[0].rules[0].window: must be a number from 0.001 to 31622400"},
+    {"{\"levels\": [{\"name\": \"user\", \"rules\": [" TB "]}, {\"name\": \"user\", \"rules\": "
+     "[" TB "]}]}",
+     "levels[1].name: level \"user\" is defined twice"},
+    {"{\"levels\": [{\"name\": \"user\", \"tiered\": true}]}",
+     "tiers: required by the tiered level"},
+    {"{\"levels\": [{\"name\": \"user\", \"tiered\": true}], \"tiers\": {\"free\": [" TB "]}, "
+     "\"default_tier\": \"gold\"}",
+     "default_tier: unknown tier \"gold\""},
+    {"{\"levels\": [{\"name\": \"user\", \"tiered\": true}], \"tiers\": {\"free\": [{\"type\": "
+     "\"gcra\", \"per_second\": 0}]}, \"default_tier\": \"free\"}",
+     "tiers.free[0].per_second: must be a positive number no larger than 1000000000000"},
+    {"{\"levels\": [{\"name\": \"user\", \"tiered\": true}], \"tiers\": {\"free\": [" TB "]}, "
+     "\"default_tier\": \"free\", \"quotas\": {\"bob\": \"gold\"}}",
+     "quotas.bob: unknown tier \"gold\""},
+    {"{\"colour\": 1, \"levels\": [{\"name\": \"user\", \"rules\": [" TB "]}]}",
+     "colour: unknown field (known: listen, threads, store, admin_token, quota_file, "
+     "reservation_ttl, plugins, levels, tiers, default_tier, quotas)"},
+    {"{\"levels\": [{\"name\": \"user\", \"rules\": [{\"type\": \"deny_list\", \"keys\": [], "
+     "\"reserved\": {\"fraction\": 0.2}}]}]}",
+     "levels[0].rules[0].reserved: deny_list has no quota to reserve a share of"},
+    {"{\"levels\": [{\"name\": \"user\", \"rules\": [{\"type\": \"token_bucket\", \"capacity\": "
+     "10, \"per_second\": 1, \"reserved\": {\"fraction\": 1.5}}]}]}",
+     "levels[0].rules[0].reserved.fraction: must be a number between 0 and 1"},
+    {"{\"levels\": [{\"name\": \"user\", \"rules\": [{\"type\": \"token_bucket\", \"capacity\": "
+     "10, \"per_second\": 1, \"unit\": \"tokens\"}]}]}",
+     "levels[0].rules[0].unit: must be \"cost\" or \"requests\""},
+    {"{\"levels\": [{\"name\": \"user\", \"rules\": [" TB ", " TB "]}]}",
+     "levels[0].rules[1].name: \"token_bucket(10, 1/s)\" is used by rule 0 of the same list; "
+     "give one of them another \"name\""},
+    {"{\"levels\": [{\"name\": \"user\", \"compose\": [\"user\", \"ev ent\"], \"rules\": [" TB
+     "]}]}",
+     "levels[0].compose[1]: may hold only letters, digits, '_', '-' and '.'"},
+    {"{\"levels\": [{\"name\": \"user\", \"default_key\": \"\", \"rules\": [" TB "]}]}",
+     "levels[0].default_key: must not be empty"},
+    {"{\"levels\": [{\"name\": \"user\", \"rules\": []}]}",
+     "levels[0].rules: must be a list of 1 to 16 rules"},
+    {"{\"levels\": [{\"name\": \"user\"}]}", "levels[0].rules: required (or set \"tiered\": true)"},
+    {"{\"levels\": []}", "levels: required, a list of at least one level"},
+    {"{\"levels\": [{\"name\": \"a\", \"tiered\": true}, {\"name\": \"b\", \"tiered\": true}], "
+     "\"tiers\": {\"free\": [" TB "]}, \"default_tier\": \"free\"}",
+     "levels: at most one level may be tiered"},
+    {"{\"levels\": [{\"name\": \"user\", \"rules\": [{\"type\": \"deny_list\", \"keys\": [\"\"]}]}]}",
+     "levels[0].rules[0].keys[0]: must be 1 to 256 bytes"},
+    {"{\"reservation_ttl\": 0, \"levels\": [{\"name\": \"user\", \"rules\": [" TB "]}]}",
+     "reservation_ttl: must be a number of seconds from 0.001 to 86400"},
+    {"{\"listen\": {\"port\": 70000}, \"levels\": [{\"name\": \"user\", \"rules\": [" TB "]}]}",
+     "listen.port: must be a whole number from 0 to 65535"},
+    {"{\"store\": {\"type\": \"redis\", \"url\": \"http://x\"}, \"levels\": [{\"name\": "
+     "\"user\", \"rules\": [" TB "]}]}",
+     "store.url: must start with redis://"},
+    {"{\"levels\": [{\"name\": \"user\", \"on_store_error\": \"maybe\", \"rules\": [" TB "]}]}",
+     "levels[0].on_store_error: must be \"open\", \"closed\" or \"local\""},
+    {"{\"levels\": [{\"name\": \"user\", \"rules\": [" TB "]}], \"levels\": []}",
+     "line 1, column 109: duplicate object key near '\"levels\"'"},
+    {"{\"levels\": [{\"name\": \"user\", \"rules\": [" TB "]}]",
+     "line 1, column 99: '}' expected near end of file"},
+    {"{\"plugins\": [\"/nonexistent/librule.so\"], \"levels\": [{\"name\": \"user\", \"rules\": "
+     "[" TB "]}]}",
+     "plugins[0]: /nonexistent/librule.so: /nonexistent/librule.so: cannot open shared object "
+     "file: No such file or directory"},
+};
+
+START_TEST(bad_config_names_the_field)
+{
+    const char *msg = tu_config_error(bad[_i].json);
+    ck_assert_msg(strcmp(msg, bad[_i].error) == 0, "config %d:\n got:  %s\n want: %s", _i, msg,
+                  bad[_i].error);
+}
+END_TEST
+
+START_TEST(settings_and_defaults)
+{
+    const char *json =
+        "{\"listen\": {\"address\": \"0.0.0.0\", \"port\": 9000}, \"threads\": 3, "
+        "\"admin_token\": \"s3cret\", \"quota_file\": \"q.json\", \"reservation_ttl\": 12.5, "
+        "\"_comment\": \"ignored\", "
+        "\"store\": {\"type\": \"redis\", \"url\": \"redis://10.0.0.1:6380/2\", \"timeout_ms\": "
+        "20, \"pool\": 4}, "
+        "\"levels\": [{\"name\": \"user\", \"on_store_error\": \"open\", \"rules\": [" TB "]}, "
+        "{\"name\": \"global\", \"default_key\": \"*\", \"on_store_error\": \"local\", "
+        "\"shards\": 4, \"rules\": [" TB "]}]}";
+    rl_registry *reg = rl_registry_new();
+    rld_settings set;
+    rl_config *cfg;
+    rl_err err;
+    ck_assert_int_eq(rld_config_parse(json, strlen(json), reg, &set, &cfg, &err), RL_OK);
+    ck_assert_str_eq(set.address, "0.0.0.0");
+    ck_assert_int_eq(set.port, 9000);
+    ck_assert_int_eq(set.threads, 3);
+    ck_assert_str_eq(set.admin_token, "s3cret");
+    ck_assert_str_eq(set.quota_file, "q.json");
+    ck_assert_int_eq(set.store, RLD_STORE_REDIS);
+    ck_assert_str_eq(set.redis_url, "redis://10.0.0.1:6380/2");
+    ck_assert_str_eq(set.redis_prefix, "rl:");
+    ck_assert_int_eq(set.redis_timeout_ms, 20);
+    ck_assert_int_eq(set.redis_pool, 4);
+    ck_assert_int_eq(set.on_error[0], RLD_ON_ERROR_OPEN);
+    ck_assert_int_eq(set.on_error[1], RLD_ON_ERROR_LOCAL);
+    ck_assert_int_eq(set.shards[0], 1);
+    ck_assert_int_eq(set.shards[1], 4);
+    ck_assert_int_eq(cfg->reservation_ttl, S(12.5));
+    ck_assert_str_eq(cfg->levels[1].default_key, "*");
+    rld_settings_clear(&set);
+    rl_config_free(cfg);
+    rl_registry_free(reg);
+}
+END_TEST
+
+START_TEST(rules_written_back)
+{
+    rl_limiter *lim = tu_limiter(
+        "{\"levels\": [{\"name\": \"user\", \"rules\": [{\"type\": \"token_bucket\", "
+        "\"capacity\": 100, \"per_second\": 0.5, \"reserved\": {\"fraction\": 0.25, "
+        "\"min_priority\": 2}}, {\"type\": \"deny_list\", \"keys\": [\"b\", \"a\", \"b\"]}]}]}");
+    json_t *j = rld_rules_to_json(rl_limiter_config(lim)->levels[0].rules);
+    char *text = json_dumps(j, RLD_JSON_FLAGS | JSON_SORT_KEYS);
+    ck_assert_str_eq(text,
+                     "[{\"capacity\":100,\"name\":\"token_bucket(100, 0.5/s)\",\"per_second\":0.5,"
+                     "\"reserved\":{\"fraction\":0.25,\"min_priority\":2},\"type\":"
+                     "\"token_bucket\",\"unit\":\"cost\"},{\"keys\":[\"a\",\"b\"],\"name\":"
+                     "\"deny_list(2 keys)\",\"type\":\"deny_list\",\"unit\":\"requests\"}]");
+    /* and what is written reads back to the same rules */
+    rl_rules *again;
+    rl_err err;
+    ck_assert_int_eq(rld_rules_from_json(j, rl_limiter_config(lim)->reg, &again, &err), RL_OK);
+    json_t *j2 = rld_rules_to_json(again);
+    char *text2 = json_dumps(j2, RLD_JSON_FLAGS | JSON_SORT_KEYS);
+    ck_assert_str_eq(text, text2);
+    free(text);
+    free(text2);
+    json_decref(j);
+    json_decref(j2);
+    rl_rules_unref(again);
+    tu_free(lim);
+}
+END_TEST
+
+START_TEST(shipped_configs_load)
+{
+    static const char *files[] = {"config/default.json"};
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        rld_settings set;
+        rl_config *cfg;
+        rl_err err;
+        FILE *f = fopen(files[i], "r");
+        if (!f)
+            continue; /* the service's test checks every shipped config with --check-config */
+        fclose(f);
+        rl_registry *reg = rl_registry_new();
+        ck_assert_msg(rld_config_load(files[i], reg, &set, &cfg, &err) == RL_OK, "%s: %s",
+                      files[i], err.msg);
+        rld_settings_clear(&set);
+        rl_config_free(cfg);
+        rl_registry_free(reg);
+    }
+}
+END_TEST
+
+Suite *config_suite(void);
+Suite *config_suite(void)
+{
+    Suite *s = suite_create("config");
+    TCase *tc = tcase_create("config");
+    tcase_add_loop_test(tc, bad_config_names_the_field, 0, (int)(sizeof bad / sizeof bad[0]));
+    tcase_add_test(tc, settings_and_defaults);
+    tcase_add_test(tc, rules_written_back);
+    tcase_add_test(tc, shipped_configs_load);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    return tu_run(config_suite()) ? 1 : 0;
+}

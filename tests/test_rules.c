@@ -1,0 +1,282 @@
+/*
+ * test_rules.c - every built-in rule type against a table of (time, cost -> decision, wait,
+ * balance) rows worked out by hand, including boundaries, rounding of waits and backward time.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "testutil.h"
+
+#define NEVER (-1.0)
+#define MAX_ROWS 16
+#define END {-1, 0, 0, 0, 0, 0}
+
+typedef struct row {
+    double t, cost;
+    int dry; /* 1: a dry run */
+    int allowed;
+    double wait; /* seconds; NEVER */
+    double remaining;
+} row;
+
+typedef struct rule_case {
+    const char *name;
+    const char *rule; /* JSON of the one rule of level "k" */
+    const char *key;
+    row rows[MAX_ROWS];
+} rule_case;
+
+static const rule_case cases[] = {
+    {"token_bucket: the design's single-bucket trace",
+     "{\"type\": \"token_bucket\", \"capacity\": 10, \"per_second\": 2}",
+     "k=x",
+     {{0, 7, 0, 1, 0, 3},
+      {1, 5, 0, 1, 0, 0},
+      /* 0.4 refilled by 1.2; 1 needs 0.6 more at 2/s */
+      {1.2, 1, 0, 0, 0.3, 0.4},
+      {1.5, 1, 0, 1, 0, 0},
+      {100, 20, 0, 0, NEVER, 10},
+      END}},
+    {"token_bucket: exact refill (5/s emptied at 0.1 holds exactly 1 at 0.3)",
+     "{\"type\": \"token_bucket\", \"capacity\": 5, \"per_second\": 5}",
+     "k=x",
+     {{0.1, 5, 0, 1, 0, 0}, {0.3, 1, 0, 1, 0, 0}, {0.3, 1, 0, 0, 0.2, 0}, END}},
+    {"token_bucket: waits round up to the nanosecond",
+     "{\"type\": \"token_bucket\", \"capacity\": 1, \"per_second\": 3}",
+     "k=x",
+     {{0, 1, 0, 1, 0, 0},
+      /* 1/3 s is 333333333.3 ns: rounded up */
+      {0, 1, 0, 0, 0.333333334, 0},
+      /* 999999 refilled by then, plus 0.999 of a unit: one nanosecond short */
+      {0.333333333, 1, 0, 0, 0.000000001, 0.999999},
+      {0.333333334, 1, 0, 1, 0, 0},
+      END}},
+    {"token_bucket: backward time keeps the state and the last update",
+     "{\"type\": \"token_bucket\", \"capacity\": 10, \"per_second\": 2}",
+     "k=x",
+     {{5, 10, 0, 1, 0, 0},
+      /* at 3 nothing refills: still empty; the wait counts from 3 to 5, then 0.5 s */
+      {3, 1, 1, 0, 2.5, 0},
+      {4, 1, 0, 0, 1.5, 0},
+      /* 0.5 s after the last update (5), not after 4: one token */
+      {5.5, 1, 0, 1, 0, 0},
+      END}},
+    {"sliding_window: 2 per 10 s",
+     "{\"type\": \"sliding_window\", \"limit\": 2, \"window\": 10}",
+     "k=x",
+     {{0, 1, 0, 1, 0, 1},
+      {4, 1, 0, 1, 0, 0},
+      /* the entry of t = 0 expires at 10 */
+      {5, 1, 0, 0, 5, 0},
+      {9.999999999, 1, 0, 0, 0.000000001, 0},
+      {10, 1, 0, 1, 0, 0},
+      /* entries 4 (expires at 14, ts <= now - window) and 10 */
+      {14, 1, 0, 1, 0, 0},
+      /* 2 needs both 10 and 14 gone: 14 expires at 24 */
+      {14, 2, 0, 0, 10, 0},
+      {14, 3, 0, 0, NEVER, 0},
+      /* backward: counted at the last update (14), so it expires at 24 too */
+      {12, 1, 1, 0, 8, 0},
+      END}},
+    {"sliding_window_counter: 10 per 10 s",
+     "{\"type\": \"sliding_window_counter\", \"limit\": 10, \"window\": 10}",
+     "k=x",
+     {{0, 10, 0, 1, 0, 0},
+      /* previous window weighted 7.5/10: estimate 7.5; 3 fits when it is 7, at 13 */
+      {12.5, 3, 0, 0, 0.5, 2.5},
+      {12.5, 2, 0, 1, 0, 0.5},
+      /* 10 * 0.7 + 2 = 9 */
+      {13, 1, 0, 1, 0, 0},
+      /* needs an empty estimate: the current 3 weigh until the window after next, 30 */
+      {13, 10, 0, 0, 17, 0},
+      {13, 11, 0, 0, NEVER, 0},
+      /* [20, 30): previous = 3, weighted 0.5: 1.5 + 1 */
+      {25, 1, 0, 1, 0, 7.5},
+      /* backward: the estimate at the last update (25) */
+      {21, 1, 1, 1, 0, 7.5},
+      END}},
+    {"fixed_window: 2 per 60 s",
+     "{\"type\": \"fixed_window\", \"limit\": 2, \"window\": 60}",
+     "k=x",
+     {{0, 1, 0, 1, 0, 1},
+      {1, 1, 0, 1, 0, 0},
+      {59, 1, 0, 0, 1, 0},
+      {60, 1, 0, 1, 0, 1},
+      {60, 3, 0, 0, NEVER, 1},
+      /* backward into the old window: counted in the window of the last update */
+      {59.5, 1, 0, 1, 0, 0},
+      {61, 1, 0, 0, 59, 0},
+      END}},
+    {"gcra: 2/s with a burst of 3",
+     "{\"type\": \"gcra\", \"per_second\": 2, \"burst\": 3}",
+     "k=x",
+     {{0, 1, 0, 1, 0, 2},
+      {0, 1, 0, 1, 0, 1},
+      {0, 1, 0, 1, 0, 0},
+      {0, 1, 0, 0, 0.5, 0},
+      {0.5, 1, 0, 1, 0, 0},
+      {0.5, 4, 0, 0, NEVER, 0},
+      /* backward: no emission credit for the earlier time */
+      {0.25, 1, 1, 0, 0.75, 0},
+      END}},
+    {"deny_list: listed keys never fit",
+     "{\"type\": \"deny_list\", \"keys\": [\"mallory\", \"eve\"]}",
+     "k=eve",
+     {{0, 1, 0, 0, NEVER, 0}, END}},
+    {"concurrency: slots without release",
+     "{\"type\": \"concurrency\", \"limit\": 2, \"retry\": 0.25}",
+     "k=x",
+     {{0, 5, 0, 1, 0, 1}, {0, 5, 0, 1, 0, 0}, {1000, 1, 0, 0, 0.25, 0}, END}},
+};
+
+START_TEST(rule_trace)
+{
+    const rule_case *c = &cases[_i];
+    char cfg[1024];
+    snprintf(cfg, sizeof cfg, "{\"levels\": [{\"name\": \"k\", \"rules\": [%s]}]}", c->rule);
+    rl_limiter *lim = tu_limiter(cfg);
+    for (int i = 0; i < MAX_ROWS && c->rows[i].t >= 0; i++) {
+        const row *r = &c->rows[i];
+        rl_decision d;
+        int ok = tu_acquire_ex(lim, c->key, r->cost, S(r->t), r->dry ? RL_DRY_RUN : 0, 0, &d);
+        ck_assert_msg(ok == r->allowed, "%s, row %d: allowed %d, expected %d", c->name, i, ok,
+                      r->allowed);
+        rl_ns want = r->wait == NEVER ? RL_WAIT_NEVER : S(r->wait);
+        ck_assert_msg(d.retry_after == want, "%s, row %d: wait %lld ns, expected %lld", c->name,
+                      i, (long long)d.retry_after, (long long)want);
+        if (d.applied[0].has_status)
+            ck_assert_msg(d.applied[0].st.remaining == FP(r->remaining),
+                          "%s, row %d: remaining %.6f, expected %.6f", c->name, i,
+                          rl_fp_to_double(d.applied[0].st.remaining), r->remaining);
+    }
+    tu_free(lim);
+}
+END_TEST
+
+/* The same refill in doubles, as a naive implementation would compute it, is short of a token:
+ * this is why the core counts in integers. */
+START_TEST(naive_doubles_would_deny)
+{
+    volatile double emptied = 0.1, now = 0.3, rate = 5;
+    ck_assert((now - emptied) * rate < 1.0);
+}
+END_TEST
+
+/* A client that waits exactly retry_after and retries is let in, for every rule type, at
+ * awkward rates. */
+START_TEST(waiting_retry_after_is_enough)
+{
+    static const char *rules[] = {
+        "{\"type\": \"token_bucket\", \"capacity\": 7, \"per_second\": 0.7}",
+        "{\"type\": \"gcra\", \"per_second\": 3, \"burst\": 2}",
+        "{\"type\": \"sliding_window\", \"limit\": 3, \"window\": 0.7}",
+        "{\"type\": \"sliding_window_counter\", \"limit\": 7, \"window\": 1.3}",
+        "{\"type\": \"fixed_window\", \"limit\": 3, \"window\": 0.9}",
+    };
+    for (size_t k = 0; k < sizeof rules / sizeof rules[0]; k++) {
+        char cfg[512];
+        snprintf(cfg, sizeof cfg, "{\"levels\": [{\"name\": \"k\", \"rules\": [%s]}]}", rules[k]);
+        rl_limiter *lim = tu_limiter(cfg);
+        rl_ns now = S(1000.123456789);
+        int retries = 0;
+        for (int i = 0; i < 200; i++) {
+            rl_decision d;
+            double cost = 0.3 + (i % 7) * 0.25;
+            if (tu_acquire(lim, "k=x", cost, now, &d))
+                continue;
+            rl_ns wait = d.retry_after;
+            ck_assert_int_ne(wait, RL_WAIT_NEVER);
+            ck_assert_int_gt(wait, 0);
+            /* one nanosecond early is too early, exactly on time is enough */
+            ck_assert_msg(!tu_acquire_ex(lim, "k=x", cost, now + wait - 1, RL_DRY_RUN, 0, &d),
+                          "%s: allowed 1 ns before retry_after", rules[k]);
+            ck_assert_msg(tu_acquire(lim, "k=x", cost, now + wait, &d),
+                          "%s: denied after waiting retry_after (%lld ns more)", rules[k],
+                          (long long)d.retry_after);
+            now += wait;
+            retries++;
+        }
+        ck_assert_int_gt(retries, 10);
+        tu_free(lim);
+    }
+}
+END_TEST
+
+/* Default names as blocked_by shows them. */
+START_TEST(default_names)
+{
+    static const struct {
+        const char *rule, *name;
+    } names[] = {
+        {"{\"type\": \"token_bucket\", \"capacity\": 100, \"per_second\": 10}",
+         "token_bucket(100, 10/s)"},
+        {"{\"type\": \"token_bucket\", \"capacity\": 60, \"per_second\": 1, \"unit\": "
+         "\"requests\"}",
+         "token_bucket(60, 1/s, requests)"},
+        {"{\"type\": \"sliding_window\", \"limit\": 2, \"window\": 10}", "sliding_window(2, 10s)"},
+        {"{\"type\": \"sliding_window_counter\", \"limit\": 5, \"window\": 0.5}",
+         "sliding_window_counter(5, 0.5s)"},
+        {"{\"type\": \"fixed_window\", \"limit\": 2, \"window\": 60}", "fixed_window(2, 60s)"},
+        {"{\"type\": \"gcra\", \"per_second\": 2.5, \"burst\": 3}", "gcra(2.5/s, burst 3)"},
+        {"{\"type\": \"concurrency\", \"limit\": 4}", "concurrency(4)"},
+        {"{\"type\": \"deny_list\", \"keys\": [\"a\"]}", "deny_list(1 key)"},
+        {"{\"type\": \"token_bucket\", \"capacity\": 1, \"per_second\": 1, \"name\": \"free\"}",
+         "free"},
+    };
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        char cfg[512];
+        snprintf(cfg, sizeof cfg, "{\"levels\": [{\"name\": \"k\", \"rules\": [%s]}]}",
+                 names[i].rule);
+        rl_limiter *lim = tu_limiter(cfg);
+        ck_assert_str_eq(rl_limiter_config(lim)->levels[0].rules->v[0].name, names[i].name);
+        tu_free(lim);
+    }
+}
+END_TEST
+
+/* Status of each rule: limit, remaining, time to full and the policy window. */
+START_TEST(status_fields)
+{
+    rl_limiter *lim = tu_limiter(
+        "{\"levels\": [{\"name\": \"k\", \"rules\": ["
+        "{\"type\": \"token_bucket\", \"capacity\": 10, \"per_second\": 4},"
+        "{\"type\": \"fixed_window\", \"limit\": 100, \"window\": 60},"
+        "{\"type\": \"sliding_window_counter\", \"limit\": 50, \"window\": 10}]}]}");
+    rl_decision d;
+    ck_assert(tu_acquire(lim, "k=x", 6, S(30), &d));
+    ck_assert_int_eq(d.napplied, 3);
+    /* bucket: 4 left, 6 to refill at 4/s = 1.5 s; a full refill takes 2.5 s */
+    ck_assert_int_eq(d.applied[0].st.limit, FP(10));
+    ck_assert_int_eq(d.applied[0].st.remaining, FP(4));
+    ck_assert_int_eq(d.applied[0].st.reset_after, S(1.5));
+    ck_assert_int_eq(d.applied[0].st.window, S(2.5));
+    /* fixed window [0, 60): resets at 60 */
+    ck_assert_int_eq(d.applied[1].st.remaining, FP(94));
+    ck_assert_int_eq(d.applied[1].st.reset_after, S(30));
+    ck_assert_int_eq(d.applied[1].st.window, S(60));
+    /* counter [30, 40): the 6 weigh until 50 */
+    ck_assert_int_eq(d.applied[2].st.remaining, FP(44));
+    ck_assert_int_eq(d.applied[2].st.reset_after, S(20));
+    tu_free(lim);
+}
+END_TEST
+
+Suite *rules_suite(void);
+Suite *rules_suite(void)
+{
+    Suite *s = suite_create("rules");
+    TCase *tc = tcase_create("table");
+    tcase_add_loop_test(tc, rule_trace, 0, (int)(sizeof cases / sizeof cases[0]));
+    tcase_add_test(tc, naive_doubles_would_deny);
+    tcase_add_test(tc, waiting_retry_after_is_enough);
+    tcase_add_test(tc, default_names);
+    tcase_add_test(tc, status_fields);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    return tu_run(rules_suite()) ? 1 : 0;
+}

@@ -224,7 +224,9 @@ typedef struct rl_applied {
     uint16_t level;
     uint16_t slot;     /* index of the rule in its list */
     const rl_rule *rule;
-    const char *key;   /* into the decision's key buffer, not NUL-terminated */
+    const char *key;   /* not NUL-terminated; points into the request's descriptor values, the
+                          configuration (a default key) or the decision's buffer (a composed
+                          key): valid while both the request and the decision are */
     uint32_t keylen;
     int has_status;    /* the rule reports a status (a deny list does not) */
     rl_rule_status st; /* after the decision */
@@ -240,7 +242,7 @@ typedef struct rl_decision {
     rl_applied applied[RL_MAX_APPLIED];
     rl_rules *held; /* reference kept on a custom rule list until rl_decision_done */
     size_t keyused;
-    char keybuf[RL_DECISION_KEYS];
+    char keybuf[RL_DECISION_KEYS]; /* composed keys */
 } rl_decision;
 
 /* Drops what a decision holds. Call once after reading a decision filled by rl_acquire. */

@@ -88,7 +88,8 @@ static size_t parse_keys(const char *keys, char *buf, size_t buflen, rl_descript
 int tu_acquire_ex(rl_limiter *lim, const char *keys, double cost, rl_ns now, unsigned flags,
                   int64_t priority, rl_decision *d)
 {
-    char buf[2048];
+    /* a decision's keys may point into the request: keep it until the next call */
+    static _Thread_local char buf[2048];
     rl_descriptor ds[16];
     rl_err err = {{0}};
     rl_request req = {.desc = ds,

@@ -26,7 +26,7 @@ const char *tu_config_error(const char *json);
 
 /* Decides a request whose descriptors are "name=value,name=value". Fails the test on an error
  * return. Returns allowed (1/0); d is filled and released (its key pointers stay usable until
- * the next call with the same d). */
+ * the next call on the same thread). */
 int tu_acquire(rl_limiter *lim, const char *keys, double cost, rl_ns now, rl_decision *d);
 /* The same with flags and priority. */
 int tu_acquire_ex(rl_limiter *lim, const char *keys, double cost, rl_ns now, unsigned flags,

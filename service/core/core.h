@@ -51,10 +51,27 @@ const char *rl__key_problem(const char *k, size_t n);
 /* Duplicates n bytes as a NUL-terminated string; NULL when out of memory. */
 char *rl__strndup(const char *s, size_t n);
 
+/* n / d with the remainder in *r (may be NULL); d > 0. Takes the 64-bit path when n fits,
+ * which is nearly always: a 128-bit division is several times slower. */
+static inline rl__u128 rl__divmod(rl__u128 n, uint64_t d, uint64_t *r)
+{
+    if ((uint64_t)(n >> 64) == 0) {
+        uint64_t n64 = (uint64_t)n;
+        if (r)
+            *r = n64 % d;
+        return n64 / d;
+    }
+    if (r)
+        *r = (uint64_t)(n % d);
+    return n / d;
+}
+
 /* ceil(a / b), saturated at RL_WAIT_NEVER; b > 0. */
 static inline rl_ns rl__ceil_div(rl__u128 a, uint64_t b)
 {
-    rl__u128 q = a / b + (a % b != 0);
+    uint64_t r;
+    rl__u128 q = rl__divmod(a, b, &r);
+    q += r != 0;
     return q >= (rl__u128)RL_WAIT_NEVER ? RL_WAIT_NEVER : (rl_ns)q;
 }
 

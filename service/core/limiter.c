@@ -40,6 +40,7 @@ struct rl_limiter {
     /* per level: the descriptors its key is made of (indices into desc) */
     size_t nparts[RL_MAX_LEVELS];
     uint8_t part[RL_MAX_LEVELS][8];
+    size_t dklen[RL_MAX_LEVELS]; /* length of each level's default key */
     long nquotas; /* atomic: lets the hot path skip the quota lookup when none are set */
     qstripe q[QSTRIPES];
 };
@@ -271,6 +272,7 @@ int rl_limiter_new(rl_config *cfg, rl_store *store, rl_limiter **out, rl_err *er
         pthread_mutex_init(&lim->q[i].mu, NULL);
     for (size_t i = 0; i < cfg->nlevels; i++) {
         const rl_level *l = &cfg->levels[i];
+        lim->dklen[i] = l->default_key ? strlen(l->default_key) : 0;
         if (l->ncompose == 0) {
             lim->nparts[i] = 1;
             lim->part[i][0] = (uint8_t)desc_index(lim, l->name);
@@ -332,6 +334,16 @@ const rl_config *rl_limiter_config(const rl_limiter *lim)
 
 /* ---- decisions --------------------------------------------------------------------------- */
 
+static inline int same(const char *a, size_t al, const char *b, size_t bl)
+{
+    if (al != bl)
+        return 0;
+    for (size_t i = 0; i < al; i++)
+        if (a[i] != b[i])
+            return 0;
+    return 1;
+}
+
 /* Looks the request's descriptors up; fills val/vlen by descriptor index. */
 static int read_descriptors(rl_limiter *lim, const rl_request *req, const char **val,
                             size_t *vlen, rl_err *err)
@@ -342,8 +354,7 @@ static int read_descriptors(rl_limiter *lim, const rl_request *req, const char *
         const rl_descriptor *ds = &req->desc[i];
         int nl = ds->name_len > 64 ? 64 : (int)ds->name_len;
         size_t k = 0;
-        while (k < lim->ndesc &&
-               (lim->desclen[k] != ds->name_len || memcmp(lim->desc[k], ds->name, nl) != 0))
+        while (k < lim->ndesc && !same(lim->desc[k], lim->desclen[k], ds->name, ds->name_len))
             k++;
         if (k == lim->ndesc) {
             char known[256] = "";
@@ -365,27 +376,26 @@ static int read_descriptors(rl_limiter *lim, const rl_request *req, const char *
     return RL_OK;
 }
 
-/* Writes level li's key into d->keybuf; returns its length, 0 when the level is skipped, or -1
- * when the keys do not fit. */
+/* Level li's key: the descriptor's own value, the level's default key, or several
+ * descriptors joined with ':' in d->keybuf. Returns its length, 0 when the level is skipped,
+ * or -1 when a composed key does not fit. */
 static long make_key(rl_limiter *lim, size_t li, const char **val, const size_t *vlen,
-                     rl_decision *d)
+                     rl_decision *d, const char **key)
 {
     const rl_level *l = &lim->cfg->levels[li];
+    size_t nparts = lim->nparts[li];
+    for (size_t k = 0; k < nparts; k++)
+        if (!val[lim->part[li][k]]) {
+            *key = l->default_key;
+            return l->default_key ? (long)lim->dklen[li] : 0;
+        }
+    if (nparts == 1) {
+        *key = val[lim->part[li][0]];
+        return (long)vlen[lim->part[li][0]];
+    }
     char *out = d->keybuf + d->keyused;
     size_t room = sizeof d->keybuf - d->keyused, n = 0;
-    int complete = 1;
-    for (size_t k = 0; k < lim->nparts[li]; k++)
-        complete &= val[lim->part[li][k]] != NULL;
-    if (!complete) {
-        if (!l->default_key)
-            return 0;
-        n = strlen(l->default_key);
-        if (n > room)
-            return -1;
-        memcpy(out, l->default_key, n);
-        return (long)n;
-    }
-    for (size_t k = 0; k < lim->nparts[li]; k++) {
+    for (size_t k = 0; k < nparts; k++) {
         size_t p = lim->part[li][k], need = vlen[p] + (k > 0);
         if (n + need > room || n + need > RL_COMPOSED_MAX)
             return -1;
@@ -394,6 +404,8 @@ static long make_key(rl_limiter *lim, size_t li, const char **val, const size_t 
         memcpy(out + n, val[p], vlen[p]);
         n += vlen[p];
     }
+    *key = out;
+    d->keyused += n;
     return (long)n;
 }
 
@@ -419,13 +431,12 @@ int rl_acquire(rl_limiter *lim, const rl_request *req, rl_decision *d, rl_err *e
         return rc;
 
     for (size_t li = 0; li < cfg->nlevels; li++) {
-        long klen = make_key(lim, li, val, vlen, d);
+        const char *key;
+        long klen = make_key(lim, li, val, vlen, d, &key);
         if (klen < 0)
             return rl__fail(err, RL_EINVAL, "keys: the composed keys are too long");
         if (klen == 0)
             continue;
-        const char *key = d->keybuf + d->keyused;
-        d->keyused += (size_t)klen;
 
         const rl_level *l = &cfg->levels[li];
         const rl_rules *rs = l->rules;

@@ -1,66 +1,25 @@
 /*
- * memstore.c - the in-memory store: per-key state in compact fixed-size records, and the
+ * memstore.c - the in-memory store: per-key state in compact records (keytable.c), and the
  * reservations.
  *
- * Each level has a table split into segments by the top bits of the key's hash; a segment is a
- * chained hash table with its own lock. A record is 48 bytes: chain link, key (inline up to 16
- * bytes), the rule's position in its list, its type, and 24 bytes of state. Records live in
- * chunks and are named by 32-bit indices, so growing the bucket array never moves them. A
- * decision locks one segment per level, in level order, so two decisions never deadlock and
- * decisions on different keys rarely meet. Nothing is allocated per decision, only per new key
- * (and a key longer than 16 bytes).
+ * A decision locks one segment per level, in level order, so two decisions never deadlock and
+ * decisions on different keys rarely meet; it looks each rule's record up once (one cache miss
+ * for a key not recently used), asks every rule to wait, and only when all answer 0 takes from
+ * every rule. Nothing is allocated per decision: only per new key (and for a key longer than
+ * 16 bytes, or a reservation).
  *
  * Idle state is dropped by tick(): a record whose rule says it is idle (a full bucket, an
- * empty window) is indistinguishable from a missing one. A segment that falls below a quarter
- * of its records is compacted so that memory goes back when keys go idle.
+ * empty window) is indistinguishable from a missing one. Segments shrink as keys go idle, so
+ * memory goes back.
  */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 
-#include "core.h"
+#include "keytable.h"
 
-#define SEG_BITS 6
-#define NSEG (1u << SEG_BITS)
-#define CHUNK_BITS 10
-#define CHUNK_RECS (1u << CHUNK_BITS)
-#define KEY_INLINE 16
-#define SWEEP_BATCH 512 /* buckets swept under one lock hold */
-
-typedef struct rec {
-    uint32_t next;
-    uint16_t klen;
-    uint8_t type; /* rule type id + 1; 0 marks a free record */
-    uint8_t slot;
-    union {
-        char in[KEY_INLINE];
-        char *out;
-    } key;
-    union {
-        int64_t w[RL_STATE_INLINE / 8];
-        void *ext;
-    } st;
-} rec;
-
-_Static_assert(sizeof(rec) == 48, "records are 48 bytes");
-
-typedef struct seg {
-    _Alignas(64) pthread_mutex_t mu;
-    uint32_t *bucket;
-    uint32_t nbucket; /* a power of two, or 0 before the first insert */
-    uint32_t count;   /* live records */
-    uint32_t top;     /* next never-used record index (index 0 is the null link) */
-    uint32_t freelist;
-    uint32_t nchunk;
-    uint32_t sweep; /* next bucket to sweep */
-    rec **chunk;
-} seg;
-
-typedef struct table {
-    seg s[NSEG];
-} table;
+#define SWEEP_BATCH 1024 /* slots swept under one lock hold */
 
 /* One rule a reservation took from. */
 typedef struct ritem {
@@ -90,7 +49,7 @@ typedef struct mem_store {
     const rl_config *cfg;
     const rl_resolver *res;
     uint64_t seed;
-    table *tables;
+    rl__table *tables;
     /* reservations */
     pthread_mutex_t rmu;
     resv **rbucket;
@@ -104,212 +63,42 @@ typedef struct mem_store {
 
 static const int64_t zero_state[RL_STATE_MAX / 8];
 
-/* ---- records ---------------------------------------------------------------------------- */
+/* ---- records ------------------------------------------------------------------------- */
 
-static inline rec *rec_at(const seg *s, uint32_t i)
-{
-    return &s->chunk[i >> CHUNK_BITS][i & (CHUNK_RECS - 1)];
-}
-
-static inline const char *rec_key(const rec *r)
-{
-    return r->klen <= KEY_INLINE ? r->key.in : r->key.out;
-}
-
-static inline void *rec_state(rec *r, const rl_rule_type *t)
+static inline void *rec_state(rl__rec *r, const rl_rule_type *t)
 {
     return t->state_size <= RL_STATE_INLINE ? (void *)r->st.w : r->st.ext;
 }
 
-static inline uint32_t bucket_of(uint64_t h, unsigned slot, uint32_t nbucket)
+static inline size_t ext_size(const rl_rule_type *t)
 {
-    return (uint32_t)(h + slot * 0x9e3779b97f4a7c15ull) & (nbucket - 1);
+    return t->state_size > RL_STATE_INLINE ? t->state_size : 0;
 }
 
-static uint32_t rec_find(const seg *s, uint64_t h, unsigned slot, const char *key, size_t klen)
-{
-    if (!s->nbucket)
-        return 0;
-    for (uint32_t i = s->bucket[bucket_of(h, slot, s->nbucket)]; i; i = rec_at(s, i)->next) {
-        const rec *r = rec_at(s, i);
-        if (r->slot == slot && r->klen == klen && memcmp(rec_key(r), key, klen) == 0)
-            return i;
-    }
-    return 0;
-}
-
-static void *chunk_alloc(void)
-{
-    void *p = mmap(NULL, CHUNK_RECS * sizeof(rec), PROT_READ | PROT_WRITE,
-                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    return p == MAP_FAILED ? NULL : p;
-}
-
-static void chunk_free(rec *c)
-{
-    munmap(c, CHUNK_RECS * sizeof(rec));
-}
-
-/* Links every record into a bucket array of nb buckets (a power of two). */
-static int rebucket(mem_store *ms, seg *s, uint32_t nb)
-{
-    uint32_t *b = calloc(nb, sizeof *b);
-    if (!b)
-        return -1;
-    for (uint32_t i = 0; i < s->nbucket; i++)
-        for (uint32_t j = s->bucket[i], next; j; j = next) {
-            rec *r = rec_at(s, j);
-            next = r->next;
-            uint32_t k = bucket_of(rl__hash(rec_key(r), r->klen, ms->seed), r->slot, nb);
-            r->next = b[k];
-            b[k] = j;
-        }
-    free(s->bucket);
-    s->bucket = b;
-    s->nbucket = nb;
-    s->sweep = 0;
-    return 0;
-}
-
-/* A new record for (slot, key) holding a zero state of type t. Returns its index or 0. */
-static uint32_t rec_insert(mem_store *ms, seg *s, uint64_t h, unsigned slot, const char *key,
-                           size_t klen, const rl_rule_type *t, unsigned type_id)
-{
-    if (s->count >= s->nbucket && rebucket(ms, s, s->nbucket ? s->nbucket * 2 : 8) != 0)
-        return 0;
-    uint32_t i = s->freelist;
-    if (!i) {
-        if (s->top == 0)
-            s->top = 1;
-        if ((s->top >> CHUNK_BITS) >= s->nchunk) {
-            rec **cs = realloc(s->chunk, (s->nchunk + 1) * sizeof *cs);
-            if (!cs)
-                return 0;
-            s->chunk = cs;
-            if (!(cs[s->nchunk] = chunk_alloc()))
-                return 0;
-            s->nchunk++;
-        }
-        i = s->top;
-    }
-    rec *r = rec_at(s, i);
-    char *kout = NULL;
-    void *ext = NULL;
-    if (klen > KEY_INLINE && !(kout = rl__strndup(key, klen)))
-        return 0;
-    if (t->state_size > RL_STATE_INLINE && !(ext = calloc(1, t->state_size))) {
-        free(kout);
-        return 0;
-    }
-    if (i == s->freelist)
-        s->freelist = r->next;
-    else
-        s->top++;
-    memset(r, 0, sizeof *r);
-    r->klen = (uint16_t)klen;
-    r->slot = (uint8_t)slot;
-    r->type = (uint8_t)(type_id + 1);
-    if (kout)
-        r->key.out = kout;
-    else
-        memcpy(r->key.in, key, klen);
-    if (ext)
-        r->st.ext = ext;
-    uint32_t b = bucket_of(h, slot, s->nbucket);
-    r->next = s->bucket[b];
-    s->bucket[b] = i;
-    __atomic_store_n(&s->count, s->count + 1, __ATOMIC_RELAXED);
-    return i;
-}
-
-/* Frees what the state of r holds; the type is the record's own. */
-static void state_clear(mem_store *ms, rec *r)
+/* Releases what the state of r holds; the type is the record's own. */
+static void state_clear(mem_store *ms, rl__rec *r)
 {
     const rl_rule_type *t = rl_registry_at(ms->cfg->reg, (size_t)r->type - 1);
     if (!t)
         return;
-    void *st = rec_state(r, t);
     if (t->state_free)
-        t->state_free(NULL, st);
+        t->state_free(NULL, rec_state(r, t));
     if (t->state_size > RL_STATE_INLINE)
         free(r->st.ext);
+    memset(&r->st, 0, sizeof r->st);
 }
 
 /* Gives r a zero state of another type (a tier change put another rule at its position). */
-static int rec_retype(mem_store *ms, rec *r, const rl_rule_type *t, unsigned type_id)
+static int rec_retype(mem_store *ms, rl__rec *r, const rl_rule_type *t, unsigned type_id)
 {
     void *ext = NULL;
-    if (t->state_size > RL_STATE_INLINE && !(ext = calloc(1, t->state_size)))
+    if (ext_size(t) && !(ext = calloc(1, ext_size(t))))
         return -1;
     state_clear(ms, r);
-    memset(&r->st, 0, sizeof r->st);
     if (ext)
         r->st.ext = ext;
     r->type = (uint8_t)(type_id + 1);
     return 0;
-}
-
-/* Unlinks and frees record i, which *link points to. */
-static void rec_remove(mem_store *ms, seg *s, uint32_t *link, uint32_t i)
-{
-    rec *r = rec_at(s, i);
-    *link = r->next;
-    state_clear(ms, r);
-    if (r->klen > KEY_INLINE)
-        free(r->key.out);
-    memset(r, 0, sizeof *r);
-    r->next = s->freelist;
-    s->freelist = i;
-    __atomic_store_n(&s->count, s->count - 1, __ATOMIC_RELAXED);
-}
-
-/* Moves the live records of a mostly empty segment into as few chunks as they need. */
-static void compact(mem_store *ms, seg *s)
-{
-    uint32_t need = (s->count + 1 + CHUNK_RECS - 1) / CHUNK_RECS;
-    rec **cs = calloc(need ? need : 1, sizeof *cs);
-    uint32_t nb = 8;
-    while (nb < s->count)
-        nb *= 2;
-    uint32_t *b = calloc(nb, sizeof *b);
-    int ok = cs && b;
-    for (uint32_t c = 0; ok && c < need; c++)
-        ok = (cs[c] = chunk_alloc()) != NULL;
-    if (!ok) {
-        for (uint32_t c = 0; cs && c < need; c++)
-            if (cs[c])
-                chunk_free(cs[c]);
-        free(cs);
-        free(b);
-        return;
-    }
-    seg fresh = {.bucket = b, .nbucket = nb, .top = 1, .nchunk = need, .chunk = cs};
-    for (uint32_t i = 0; i < s->nbucket; i++)
-        for (uint32_t j = s->bucket[i]; j; j = rec_at(s, j)->next) {
-            const rec *r = rec_at(s, j);
-            uint32_t k = fresh.top++;
-            rec *to = rec_at(&fresh, k);
-            *to = *r;
-            uint32_t bk = bucket_of(rl__hash(rec_key(r), r->klen, ms->seed), r->slot, nb);
-            to->next = b[bk];
-            b[bk] = k;
-        }
-    for (uint32_t c = 0; c < s->nchunk; c++)
-        chunk_free(s->chunk[c]);
-    free(s->chunk);
-    free(s->bucket);
-    s->chunk = cs;
-    s->nchunk = need;
-    s->bucket = b;
-    s->nbucket = nb;
-    s->top = fresh.top;
-    s->freelist = 0;
-    s->sweep = 0;
-}
-
-static seg *seg_of(mem_store *ms, size_t level, uint64_t h)
-{
-    return &ms->tables[level].s[h >> (64 - SEG_BITS)];
 }
 
 /* ---- reservations ------------------------------------------------------------------------ */
@@ -415,18 +204,18 @@ static void resv_apply(mem_store *ms, const resv *rv, const ritem *it, rl_ns now
     const rl_rule *rule = ms->res->rule_at(ms->res->ctx, it->level, it->slot, key, it->keylen,
                                            &ref);
     if (rule && rule->type_id + 1 == it->type) {
-        uint64_t h = rl__hash(key, it->keylen, ms->seed);
-        seg *s = seg_of(ms, it->level, h);
-        pthread_mutex_lock(&s->mu);
-        uint32_t i = rec_find(s, h, it->slot, key, it->keylen);
-        if (i && rec_at(s, i)->type == it->type) {
-            void *st = rec_state(rec_at(s, i), rule->type);
+        uint64_t kh = rl__hash(key, it->keylen, ms->seed);
+        rl__seg *s = rl__table_seg(&ms->tables[it->level], kh);
+        rl__spin_lock(&s->lock);
+        uint32_t i = rl__seg_find(s, rl__rec_hash(kh, it->slot), it->slot, key, it->keylen);
+        if (i != RL__NONE && s->r[i].type == it->type) {
+            void *st = rec_state(&s->r[i], rule->type);
             if (release && rule->type->release)
                 rule->type->release(rule->params, st, now, amount);
             else if (!release && rule->type->refund)
                 rule->type->refund(rule->params, st, now, rv->taken_at, amount);
         }
-        pthread_mutex_unlock(&s->mu);
+        rl__spin_unlock(&s->lock);
     }
     rl_rules_unref(ref);
 }
@@ -489,52 +278,56 @@ static int ms_attach(void *cls, const rl_config *cfg, const rl_resolver *res, rl
     mem_store *ms = cls;
     ms->cfg = cfg;
     ms->res = res;
-    ms->tables = aligned_alloc(64, cfg->nlevels * sizeof(table));
+    ms->tables = aligned_alloc(64, cfg->nlevels * sizeof(rl__table));
     if (!ms->tables)
         return rl__fail(err, RL_ENOMEM, "out of memory");
-    memset(ms->tables, 0, cfg->nlevels * sizeof(table));
-    for (size_t l = 0; l < cfg->nlevels; l++)
-        for (size_t i = 0; i < NSEG; i++)
-            pthread_mutex_init(&ms->tables[l].s[i].mu, NULL);
+    memset(ms->tables, 0, cfg->nlevels * sizeof(rl__table));
     return RL_OK;
 }
 
 static int ms_decide(void *cls, const rl_plan *plan, rl_decision *d, rl_err *err)
 {
     mem_store *ms = cls;
-    seg *locked[RL_MAX_LEVELS];
-    seg *segof[RL_MAX_APPLIED];
-    uint64_t hash[RL_MAX_APPLIED];
-    uint32_t idx[RL_MAX_APPLIED];
+    rl__seg *locked[RL_MAX_LEVELS];
+    rl__seg *segof[RL_MAX_APPLIED];
+    uint32_t h[RL_MAX_APPLIED], idx[RL_MAX_APPLIED];
     size_t nlocked = 0;
-    int allowed = 1, holds = 0, rc = RL_OK;
+    int allowed = 1, holds = 0, moved = 0, rc = RL_OK;
     resv *rv = NULL;
 
-    /* Items of one level are consecutive and share its key: one hash and one lock a level. */
+    /* Items of one level are consecutive and share its key: one hash and one lock a level.
+     * Every record is prefetched before any is read, and phase 1 runs from the last level to
+     * the first: the records of broad levels (team, global) are usually in cache, so the
+     * cache miss of a per-user record overlaps with their work instead of adding to it. */
+    uint64_t kh = 0;
     for (size_t i = 0; i < plan->n; i++) {
         const rl_applied *a = &d->applied[i];
-        if (i > 0 && d->applied[i - 1].level == a->level) {
-            hash[i] = hash[i - 1];
-            segof[i] = segof[i - 1];
+        if (i == 0 || d->applied[i - 1].level != a->level) {
+            kh = rl__hash(a->key, a->keylen, ms->seed);
+            segof[i] = rl__table_seg(&ms->tables[a->level], kh);
         } else {
-            hash[i] = rl__hash(a->key, a->keylen, ms->seed);
-            segof[i] = seg_of(ms, a->level, hash[i]);
-            pthread_mutex_lock(&segof[i]->mu);
+            segof[i] = segof[i - 1];
+        }
+        h[i] = rl__rec_hash(kh, a->slot);
+        if (a->rule->type->state_size)
+            rl__seg_prefetch(segof[i], h[i]);
+    }
+    for (size_t i = 0; i < plan->n; i++)
+        if (i == 0 || segof[i] != segof[i - 1]) {
+            rl__spin_lock(&segof[i]->lock);
             locked[nlocked++] = segof[i];
         }
-    }
 
     /* phase 1: how long until the cost fits, for every rule */
-    for (size_t i = 0; i < plan->n; i++) {
+    for (size_t i = plan->n; i-- > 0;) {
         rl_applied *a = &d->applied[i];
         const rl_rule *r = a->rule;
         const void *st = zero_state;
-        idx[i] = 0;
+        idx[i] = RL__NONE;
         if (r->type->state_size) {
-            idx[i] = rec_find(segof[i], hash[i], a->slot, a->key, a->keylen);
-            rec *rc_ = idx[i] ? rec_at(segof[i], idx[i]) : NULL;
-            if (rc_ && rc_->type == r->type_id + 1)
-                st = rec_state(rc_, r->type);
+            idx[i] = rl__seg_find(segof[i], h[i], a->slot, a->key, a->keylen);
+            if (idx[i] != RL__NONE && segof[i]->r[idx[i]].type == r->type_id + 1)
+                st = rec_state(&segof[i]->r[idx[i]], r->type);
         }
         a->wait = r->type->wait(r->params, st, a->key, a->keylen, plan->now, plan->items[i].need);
         allowed &= a->wait == 0;
@@ -548,23 +341,30 @@ static int ms_decide(void *cls, const rl_plan *plan, rl_decision *d, rl_err *err
             const rl_rule *r = a->rule;
             if (!r->type->state_size)
                 continue;
-            if (!idx[i])
-                idx[i] = rec_insert(ms, segof[i], hash[i], a->slot, a->key, a->keylen, r->type,
-                                    r->type_id);
-            else if (rec_at(segof[i], idx[i])->type != r->type_id + 1 &&
-                     rec_retype(ms, rec_at(segof[i], idx[i]), r->type, r->type_id) != 0)
-                idx[i] = 0;
-            if (!idx[i])
+            if (idx[i] == RL__NONE) {
+                idx[i] = rl__seg_insert(segof[i], h[i], a->slot, a->key, a->keylen,
+                                        (uint8_t)(r->type_id + 1), ext_size(r->type));
+                moved = 1;
+            } else if (segof[i]->r[idx[i]].type != r->type_id + 1 &&
+                       rec_retype(ms, &segof[i]->r[idx[i]], r->type, r->type_id) != 0) {
+                idx[i] = RL__NONE;
+            }
+            if (idx[i] == RL__NONE)
                 rc = rl__fail(err, RL_ENOMEM, "out of memory");
         }
+        /* an insert may have moved the records found before it */
+        for (size_t i = 0; moved && rc == RL_OK && i < plan->n; i++)
+            if (d->applied[i].rule->type->state_size)
+                idx[i] = rl__seg_find(segof[i], h[i], d->applied[i].slot, d->applied[i].key,
+                                      d->applied[i].keylen);
         if (rc == RL_OK && (holds || (plan->flags & RL_RESERVE)) &&
             !(rv = resv_new(plan, d, ms->cfg->reservation_ttl)))
             rc = rl__fail(err, RL_ENOMEM, "out of memory");
-        if (rc == RL_OK) {
+        if (rc == RL_OK && rv) {
             pthread_mutex_lock(&ms->rmu);
-            if (rv && resv_add(ms, rv) != 0)
+            if (resv_add(ms, rv) != 0)
                 rc = rl__fail(err, RL_ENOMEM, "out of memory");
-            else if (rv)
+            else
                 snprintf(d->reservation, sizeof d->reservation, "r-%016llx",
                          (unsigned long long)rv->id);
             pthread_mutex_unlock(&ms->rmu);
@@ -575,8 +375,8 @@ static int ms_decide(void *cls, const rl_plan *plan, rl_decision *d, rl_err *err
         }
         for (size_t i = 0; i < plan->n && rc == RL_OK; i++) {
             const rl_rule *r = d->applied[i].rule;
-            if (r->type->take && idx[i])
-                r->type->take(r->params, rec_state(rec_at(segof[i], idx[i]), r->type), plan->now,
+            if (r->type->take && idx[i] != RL__NONE)
+                r->type->take(r->params, rec_state(&segof[i]->r[idx[i]], r->type), plan->now,
                               plan->items[i].cost);
         }
     }
@@ -589,13 +389,13 @@ static int ms_decide(void *cls, const rl_plan *plan, rl_decision *d, rl_err *err
         if (!a->has_status)
             continue;
         const void *st = zero_state;
-        if (idx[i] && rec_at(segof[i], idx[i])->type == r->type_id + 1)
-            st = rec_state(rec_at(segof[i], idx[i]), r->type);
+        if (idx[i] != RL__NONE && segof[i]->r[idx[i]].type == r->type_id + 1)
+            st = rec_state(&segof[i]->r[idx[i]], r->type);
         r->type->status(r->params, st, plan->now, &a->st);
     }
 
     while (nlocked > 0)
-        pthread_mutex_unlock(&locked[--nlocked]->mu);
+        rl__spin_unlock(&locked[--nlocked]->lock);
     return rc;
 }
 
@@ -662,39 +462,39 @@ static int ms_release(void *cls, const char *id, rl_ns now, rl_err *err)
     return RL_OK;
 }
 
-/* Drops idle records in up to SWEEP_BATCH buckets of s; returns the buckets visited. */
-static uint32_t sweep_seg(mem_store *ms, size_t level, seg *s, rl_ns now)
+/* Drops idle records in up to SWEEP_BATCH slots of s; returns the slots visited, plus one
+ * when the pass over the segment is complete. */
+static uint32_t sweep_seg(mem_store *ms, size_t level, rl__seg *s, rl_ns now)
 {
-    pthread_mutex_lock(&s->mu);
+    rl__spin_lock(&s->lock);
     uint32_t visited = 0;
-    for (; visited < SWEEP_BATCH && s->sweep < s->nbucket; visited++, s->sweep++) {
-        uint32_t *link = &s->bucket[s->sweep];
-        while (*link) {
-            uint32_t i = *link;
-            rec *r = rec_at(s, i);
-            rl_rules *ref = NULL;
-            const rl_rule *rule =
-                ms->res->rule_at(ms->res->ctx, level, r->slot, rec_key(r), r->klen, &ref);
-            int idle = !rule || rule->type_id + 1 != r->type;
-            if (!idle && rule->type->idle_at)
-                idle = rule->type->idle_at(rule->params, rec_state(r, rule->type)) <= now;
-            rl_rules_unref(ref);
-            if (idle)
-                rec_remove(ms, s, link, i);
-            else
-                link = &r->next;
+    while (visited < SWEEP_BATCH && s->sweep < s->cap) {
+        rl__rec *r = &s->r[s->sweep];
+        visited++;
+        if (!r->type) {
+            s->sweep++;
+            continue;
+        }
+        rl_rules *ref = NULL;
+        const rl_rule *rule =
+            ms->res->rule_at(ms->res->ctx, level, r->slot, rl__rec_key(r), r->klen, &ref);
+        int idle = !rule || rule->type_id + 1 != r->type;
+        if (!idle && rule->type->idle_at)
+            idle = rule->type->idle_at(rule->params, rec_state(r, rule->type)) <= now;
+        rl_rules_unref(ref);
+        if (idle) {
+            state_clear(ms, r);
+            rl__seg_remove(s, s->sweep); /* the next record may now sit here: look again */
+        } else {
+            s->sweep++;
         }
     }
-    int done = s->sweep >= s->nbucket;
+    int done = s->sweep >= s->cap;
     if (done) {
         s->sweep = 0;
-        uint32_t cap = s->nchunk * CHUNK_RECS;
-        if (s->nchunk > 1 && s->count < cap / 4)
-            compact(ms, s);
-        else if (s->nbucket > 64 && s->count < s->nbucket / 8)
-            rebucket(ms, s, s->nbucket / 4);
+        rl__seg_shrink(s);
     }
-    pthread_mutex_unlock(&s->mu);
+    rl__spin_unlock(&s->lock);
     return done ? visited + 1 : visited;
 }
 
@@ -721,13 +521,13 @@ static void ms_tick(void *cls, rl_ns now)
 
     /* drop idle state: a bounded number of buckets per tick, then move on */
     size_t budget = 64 * SWEEP_BATCH;
-    for (size_t steps = 0; steps < ms->cfg->nlevels * NSEG && budget > 0; steps++) {
-        seg *s = &ms->tables[ms->sweep_level].s[ms->sweep_seg];
+    for (size_t steps = 0; steps < ms->cfg->nlevels * RL__NSEG && budget > 0; steps++) {
+        rl__seg *s = &ms->tables[ms->sweep_level].s[ms->sweep_seg];
         uint32_t before = s->sweep;
         uint32_t v = sweep_seg(ms, ms->sweep_level, s, now);
         budget -= v < budget ? v : budget;
         if (s->sweep == 0 || s->sweep == before) {
-            if (++ms->sweep_seg == NSEG) {
+            if (++ms->sweep_seg == RL__NSEG) {
                 ms->sweep_seg = 0;
                 ms->sweep_level = (ms->sweep_level + 1) % ms->cfg->nlevels;
             }
@@ -741,7 +541,7 @@ static size_t ms_keys(void *cls, size_t level)
     size_t n = 0;
     if (level >= ms->cfg->nlevels)
         return 0;
-    for (size_t i = 0; i < NSEG; i++)
+    for (size_t i = 0; i < RL__NSEG; i++)
         n += __atomic_load_n(&ms->tables[level].s[i].count, __ATOMIC_RELAXED);
     return n;
 }
@@ -759,21 +559,12 @@ static void ms_destroy(void *cls)
 {
     mem_store *ms = cls;
     for (size_t l = 0; ms->tables && l < ms->cfg->nlevels; l++)
-        for (size_t k = 0; k < NSEG; k++) {
-            seg *s = &ms->tables[l].s[k];
-            for (uint32_t b = 0; b < s->nbucket; b++)
-                for (uint32_t i = s->bucket[b], next; i; i = next) {
-                    rec *r = rec_at(s, i);
-                    next = r->next;
-                    state_clear(ms, r);
-                    if (r->klen > KEY_INLINE)
-                        free(r->key.out);
-                }
-            for (uint32_t c = 0; c < s->nchunk; c++)
-                chunk_free(s->chunk[c]);
-            free(s->chunk);
-            free(s->bucket);
-            pthread_mutex_destroy(&s->mu);
+        for (size_t k = 0; k < RL__NSEG; k++) {
+            rl__seg *s = &ms->tables[l].s[k];
+            for (uint32_t i = 0; i < s->cap; i++)
+                if (s->r[i].type)
+                    state_clear(ms, &s->r[i]);
+            rl__seg_free(s);
         }
     free(ms->tables);
     for (resv *rv = ms->oldest, *next; rv; rv = next) {

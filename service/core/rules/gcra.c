@@ -36,8 +36,9 @@ static rl__u128 ahead(const gcra_params *p, const gcra_state *s, rl_ns t)
 /* Sets TAT to t + scaled / rate. */
 static void set_ahead(const gcra_params *p, gcra_state *s, rl_ns t, rl__u128 scaled)
 {
-    rl__u128 q = scaled / (uint64_t)p->rate;
-    s->rem = (int64_t)(scaled % (uint64_t)p->rate);
+    uint64_t rem;
+    rl__u128 q = rl__divmod(scaled, (uint64_t)p->rate, &rem);
+    s->rem = (int64_t)rem;
     s->tat = q >= (rl__u128)(RL_WAIT_NEVER - t) ? RL_WAIT_NEVER : t + (rl_ns)q;
 }
 
@@ -97,7 +98,9 @@ static void gcra_status(const void *pp, const void *st, rl_ns now, rl_rule_statu
     const gcra_state *s = st;
     rl_ns t = rl__max_ns(now, s->last);
     rl__u128 a = ahead(p, s, t);
-    rl__u128 used = a / (uint64_t)RL_NS_PER_SEC + (a % (uint64_t)RL_NS_PER_SEC != 0);
+    uint64_t part;
+    rl__u128 used = rl__divmod(a, (uint64_t)RL_NS_PER_SEC, &part);
+    used += part != 0;
     out->limit = p->burst;
     out->remaining = used >= (rl__u128)RL__USED_MAX ? p->burst - RL__USED_MAX
                                                      : p->burst - (rl_fp)used;

@@ -57,7 +57,7 @@ static rl_ns first_fit(const swc_params *p, rl_fp prev, rl_fp cur, rl_fp cost)
     if (prev == 0)
         return 0;
     rl__u128 room = (rl__u128)(uint64_t)(p->limit - cost - cur) * (uint64_t)p->window;
-    rl__u128 k = room / (uint64_t)prev; /* prev * (window - e) <= room  <=>  window - e <= k */
+    rl__u128 k = rl__divmod(room, (uint64_t)prev, NULL); /* prev * (window - e) <= room  <=>  window - e <= k */
     return k >= (rl__u128)(uint64_t)p->window ? 0 : p->window - (rl_ns)k;
 }
 
@@ -126,7 +126,8 @@ static void swc_status(const void *pp, const void *st, rl_ns now, rl_rule_status
     roll(p, &s, t);
     uint64_t w = (uint64_t)p->window, e = (uint64_t)(t - start_of(p, t));
     rl__u128 weighted = (rl__u128)(uint64_t)s.prev * (w - e);
-    rl_fp est = s.cur + (rl_fp)(weighted / w + (weighted % w != 0));
+    uint64_t part;
+    rl_fp est = s.cur + (rl_fp)rl__divmod(weighted, w, &part) + (part != 0);
     out->limit = p->limit;
     out->remaining = p->limit - est;
     rl_ns ws = start_of(p, t);

@@ -16,7 +16,8 @@
 
 typedef struct tb_params {
     rl_fp capacity;
-    rl_fp rate; /* per second */
+    rl_fp rate;   /* per second */
+    rl_ns window; /* time to refill from empty, computed once */
 } tb_params;
 
 typedef struct tb_state {
@@ -35,13 +36,14 @@ static void refill(const tb_params *p, tb_state *s, rl_ns now)
     if (s->used > 0) {
         rl__u128 num = (rl__u128)(uint64_t)(now - s->last) * (uint64_t)p->rate +
                        (uint64_t)s->frac;
-        rl__u128 gain = num / (uint64_t)RL_NS_PER_SEC;
+        uint64_t frac;
+        rl__u128 gain = rl__divmod(num, (uint64_t)RL_NS_PER_SEC, &frac);
         if (gain >= (rl__u128)(uint64_t)s->used) {
             s->used = 0;
             s->frac = 0;
         } else {
             s->used -= (rl_fp)gain;
-            s->frac = (int64_t)(num % (uint64_t)RL_NS_PER_SEC);
+            s->frac = (int64_t)frac;
         }
     } else {
         s->frac = 0;
@@ -112,8 +114,17 @@ static void tb_status(const void *pp, const void *st, rl_ns now, rl_rule_status 
     out->remaining = p->capacity - s.used;
     rl_ns full = time_to(p, &s, 0);
     out->reset_after = full ? rl__add_sat(s.last - now, full) : 0;
-    out->window = rl__ceil_div((rl__u128)(uint64_t)p->capacity * (uint64_t)RL_NS_PER_SEC,
-                               (uint64_t)p->rate);
+    out->window = p->window;
+}
+
+static int tb_prepare(void *pp, char *err, size_t errlen)
+{
+    tb_params *p = pp;
+    (void)err;
+    (void)errlen;
+    p->window = rl__ceil_div((rl__u128)(uint64_t)p->capacity * (uint64_t)RL_NS_PER_SEC,
+                             (uint64_t)p->rate);
+    return 0;
 }
 
 static void tb_name(const void *pp, char *buf, size_t len)
@@ -144,6 +155,7 @@ const rl_rule_type rl__token_bucket = {
     .nparams = sizeof tb_params_def / sizeof tb_params_def[0],
     .params_size = sizeof(tb_params),
     .state_size = sizeof(tb_state),
+    .prepare = tb_prepare,
     .default_name = tb_name,
     .capacity = tb_capacity,
     .wait = tb_wait,

@@ -1,0 +1,107 @@
+/*
+ * keytable.h - tables of per-key state records for the in-memory store (core-internal).
+ *
+ * A table belongs to one level. It is split into RL__NSEG segments by the top bits of the key's
+ * hash; each segment is an open-addressing array of 48-byte records with Robin Hood probing and
+ * its own spin lock. A lookup costs one cache miss: the record holds its hash, its key (inline
+ * up to 16 bytes) and its state. Large arrays are backed by huge pages where the system allows.
+ *
+ * Indices are valid only while the segment's lock is held, and only until the next insert,
+ * resize or removal in that segment (all of them may move records).
+ */
+#ifndef RL_KEYTABLE_H
+#define RL_KEYTABLE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core.h"
+
+#define RL__NSEG_BITS 4
+#define RL__NSEG (1u << RL__NSEG_BITS)
+#define RL__KEY_INLINE 16
+#define RL__NONE UINT32_MAX
+
+typedef struct rl__rec {
+    uint32_t hash; /* of (key, slot); its high bits are not the segment's */
+    uint16_t klen;
+    uint8_t type; /* rule type id + 1; 0 marks an empty slot */
+    uint8_t slot; /* the rule's position in its list */
+    union {
+        char in[RL__KEY_INLINE];
+        char *out; /* keys longer than RL__KEY_INLINE */
+    } key;
+    union {
+        int64_t w[RL_STATE_INLINE / 8];
+        void *ext; /* states larger than RL_STATE_INLINE */
+    } st;
+} rl__rec;
+
+_Static_assert(sizeof(rl__rec) == 48, "records are 48 bytes");
+
+/* A test-and-test-and-set lock: the sections it guards are a few hundred nanoseconds. */
+typedef struct rl__spin {
+    int v;
+} rl__spin;
+
+void rl__spin_lock(rl__spin *l);
+static inline void rl__spin_unlock(rl__spin *l)
+{
+    __atomic_store_n(&l->v, 0, __ATOMIC_RELEASE);
+}
+
+typedef struct rl__seg {
+    _Alignas(64) rl__spin lock;
+    uint32_t cap;   /* slots in r (0 before the first insert) */
+    uint32_t count; /* records in use; read without the lock for statistics */
+    uint32_t sweep; /* next slot the idle sweep looks at */
+    rl__rec *r;
+} rl__seg;
+
+typedef struct rl__table {
+    rl__seg s[RL__NSEG];
+} rl__table;
+
+/* The segment of a key. */
+static inline rl__seg *rl__table_seg(rl__table *t, uint64_t keyhash)
+{
+    return &t->s[keyhash >> (64 - RL__NSEG_BITS)];
+}
+
+/* The record hash of (key, slot) from the key's 64-bit hash. */
+static inline uint32_t rl__rec_hash(uint64_t keyhash, unsigned slot)
+{
+    uint64_t x = (keyhash + slot * 0x9e3779b97f4a7c15ull) * 0xbf58476d1ce4e5b9ull;
+    return (uint32_t)(x >> 32);
+}
+
+static inline const char *rl__rec_key(const rl__rec *r)
+{
+    return r->klen <= RL__KEY_INLINE ? r->key.in : r->key.out;
+}
+
+/* Starts loading the home slot of record hash h into the cache. The segment's array may be
+ * replaced concurrently: this only reads the pointer, and a prefetch never faults. */
+static inline void rl__seg_prefetch(const rl__seg *s, uint32_t h)
+{
+    uint32_t cap = __atomic_load_n(&s->cap, __ATOMIC_RELAXED);
+    const rl__rec *r = __atomic_load_n(&s->r, __ATOMIC_RELAXED);
+    if (r && cap)
+        __builtin_prefetch(&r[((uint64_t)h * cap) >> 32]);
+}
+
+/* The index of the record of (slot, key) with record hash h, or RL__NONE. */
+uint32_t rl__seg_find(const rl__seg *s, uint32_t h, unsigned slot, const char *key, size_t klen);
+/* Inserts a record with a zero state (ext_size > 0: a zeroed external state of that size) for
+ * a key not in the segment. Returns its index, or RL__NONE when out of memory (nothing
+ * changed). May move other records. */
+uint32_t rl__seg_insert(rl__seg *s, uint32_t h, unsigned slot, const char *key, size_t klen,
+                        uint8_t type, size_t ext_size);
+/* Removes record i (the caller has released what its state holds). Moves later records. */
+void rl__seg_remove(rl__seg *s, uint32_t i);
+/* Shrinks a segment that has become mostly empty; returns 1 when it did. */
+int rl__seg_shrink(rl__seg *s);
+/* Frees a segment's array and keys (states must have been released). */
+void rl__seg_free(rl__seg *s);
+
+#endif

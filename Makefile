@@ -108,7 +108,7 @@ run: deps-quiet
 	$(BUILD)/ratelimitd --config config/default.json
 
 test: deps-quiet
-	@$(MAKE) --no-print-directory build-test
+	@$(MAKE) --no-print-directory check-core build-test
 	@set -e; for t in $(TEST_BIN); do \
 	    echo "== $$t"; RL_BUILD=$(BUILD) $$t; \
 	done; echo "all tests passed"
@@ -128,6 +128,10 @@ check-core:
 	        -isystem /usr/include/$(MULTIARCH) -D_DEFAULT_SOURCE -Iinclude $(WARN) \
 	        -fsyntax-only $$f || exit 1; \
 	done; echo "check-core: the core compiles without HTTP, JSON or Redis headers"
+	@names=$$(sed -n 's/.*\.name = "\([a-z_]*\)".*/\1/p' service/core/rules/*.c | paste -sd'|'); \
+	if grep -nwE "$$names" $(filter-out service/core/rules/%,$(CORE_SRC)) service/core/*.h; then \
+	    echo "check-core: a rule type is named outside its own file (above)"; exit 1; fi; \
+	echo "check-core: no rule type ($$names) is named outside service/core/rules/"
 
 # Debian packages the build, the tests and the benchmarks use.
 DEB_PKGS := gcc make pkg-config libjansson-dev libmicrohttpd-dev check libsubunit-dev \

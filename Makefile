@@ -135,6 +135,9 @@ test: deps-quiet
 
 build-test: $(BUILD)/ratelimitd $(TEST_BIN) $(PLUGINS)
 
+# Test objects are kept (not removed as intermediates), so a second make rebuilds nothing.
+.SECONDARY: $(TEST_UTIL_OBJ) $(TEST_SRC:tests/%.c=$(BUILD)/tests/%.o)
+
 # The core must compile with nothing but include/ and the C library on its include path: a
 # copy of the system include directory without the HTTP, JSON, Redis and test libraries.
 MULTIARCH := $(shell $(CC) -print-multiarch 2>/dev/null)

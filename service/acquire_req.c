@@ -275,7 +275,7 @@ int rld__acquire_parse_json(const char *body, size_t len, rld_acquire_req *req, 
     req_zero(req);
     if (len == 0)
         return fail(err, "body: required, a JSON object");
-    json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
+    json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &jerr);
     if (!root)
         return fail(err, "body: malformed JSON at line %d, column %d: %s", jerr.line,
                     jerr.column, jerr.text);

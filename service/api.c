@@ -162,7 +162,7 @@ static int settle_body_or_reply(rld_app *app, rld_req *r, int with_actual, settl
     memset(b, 0, sizeof *b);
     if (len == 0)
         return rld_reply_error(r, 400, "body: required, a JSON object");
-    if (!(b->root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr)))
+    if (!(b->root = json_loadb(body, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &jerr)))
         return rld_reply_error(r, 400, "body: malformed JSON at line %d, column %d: %s",
                                jerr.line, jerr.column, jerr.text);
     if (!json_is_object(b->root))

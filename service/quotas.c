@@ -252,7 +252,7 @@ int rld_quotas_put(rld_quotas *q, rl_limiter *lim, rl_registry *reg, const char 
         return rc;
     if (len == 0)
         return fail(err, RL_EINVAL, "body: required, {\"tier\": ...} or {\"rules\": [...]}");
-    json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
+    json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &jerr);
     if (!root)
         return fail(err, RL_EINVAL, "body: malformed JSON at line %d, column %d: %s",
                     jerr.line, jerr.column, jerr.text);

@@ -10,8 +10,9 @@
 void rld_buf_init(rld_buf *b, char *storage, size_t cap)
 {
     b->inl = cap ? storage : NULL;
+    b->inlcap = b->inl ? cap : 0;
     b->p = b->inl;
-    b->cap = b->inl ? cap : 0;
+    b->cap = b->inlcap;
     b->len = 0;
     b->oom = 0;
 }
@@ -25,7 +26,7 @@ void rld_buf_reset(rld_buf *b)
 {
     if (rld_buf_on_heap(b))
         free(b->p);
-    rld_buf_init(b, b->inl, b->inl ? b->cap : 0);
+    rld_buf_init(b, b->inl, b->inlcap);
 }
 
 int rld_buf_reserve(rld_buf *b, size_t n)
@@ -63,7 +64,7 @@ char *rld_buf_steal(rld_buf *b)
             memcpy(p, b->p, b->len);
         p[b->len] = '\0';
     }
-    rld_buf_init(b, b->inl, b->inl ? b->cap : 0);
+    rld_buf_init(b, b->inl, b->inlcap);
     return p;
 }
 

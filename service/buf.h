@@ -17,7 +17,8 @@
 typedef struct rld_buf {
     char *p;
     size_t len, cap;
-    char *inl; /* the caller's storage, or NULL */
+    char *inl;     /* the caller's storage, or NULL */
+    size_t inlcap; /* its size */
     int oom;   /* an append did not fit and memory ran out */
 } rld_buf;
 

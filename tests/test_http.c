@@ -1170,6 +1170,25 @@ START_TEST(metrics_exposition)
         prev = v;
     }
     su_resp_free(&r);
+
+    /* a large answer (moved out of the connection's inline buffer) and then small ones on
+     * the same keep-alive connection */
+    CURL *h = curl_easy_init();
+    for (int i = 0; i < 3; i++) {
+        r = su_req_on(h, &s, "GET", "/metrics", NULL, NULL);
+        ck_assert_int_gt(strlen(r.body), 4096);
+        su_resp_free(&r);
+        r = su_req_on(h, &s, "GET", "/healthz", NULL, NULL);
+        ck_assert_str_eq(r.body, "{\"status\":\"ok\"}");
+        su_resp_free(&r);
+        r = su_req_on(h, &s, "POST", "/acquire", "{}", NULL);
+        check_error(&r, 400, "keys: required, an object of descriptor names to keys");
+        su_resp_free(&r);
+    }
+    long connects = 0;
+    curl_easy_getinfo(h, CURLINFO_NUM_CONNECTS, &connects);
+    ck_assert_int_eq(connects, 0); /* the last request reused the connection */
+    curl_easy_cleanup(h);
     ck_assert_int_eq(su_stop(&s), 0);
 }
 END_TEST

@@ -19,7 +19,7 @@ WARN := -std=c11 -Wall -Wextra -Wpedantic -Wshadow -Wstrict-prototypes -Wmissing
         -Wpointer-arith -Wformat=2 -Wvla -Werror
 BASE_CPPFLAGS := -D_DEFAULT_SOURCE -Iinclude -MMD -MP
 ifneq ($(SANITIZE),)
-  SAN := -fsanitize=$(SANITIZE) -fno-omit-frame-pointer
+  SAN := -fsanitize=$(SANITIZE) -fno-sanitize-recover=all -fno-omit-frame-pointer
 endif
 
 # Libraries come from pkg-config; the core library uses none of them.

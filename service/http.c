@@ -192,6 +192,8 @@ void rld_reply(rld_req *r, int status, const char *ctype, const rld_header *hs, 
         if (!resp) {
             r->status = 500;
             r->queued = MHD_NO;
+            if (r->h->cfg.on_done)
+                r->h->cfg.on_done(r->h->cfg.app, r->route, 500, mono_now() - r->t0);
             return;
         }
     }
@@ -201,6 +203,9 @@ void rld_reply(rld_req *r, int status, const char *ctype, const rld_header *hs, 
     if (__atomic_load_n(&r->h->stopping, __ATOMIC_RELAXED))
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
     r->status = status;
+    /* counted before the answer leaves, so that a client that has it sees it counted */
+    if (r->h->cfg.on_done)
+        r->h->cfg.on_done(r->h->cfg.app, r->route, status, mono_now() - r->t0);
     r->queued = MHD_queue_response(r->c, (unsigned)status, resp);
     MHD_destroy_response(resp);
 }
@@ -377,8 +382,6 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     if (!r)
         return;
     *con_cls = NULL;
-    if (r->status && h->cfg.on_done)
-        h->cfg.on_done(h->cfg.app, r->route, r->status, mono_now() - r->t0);
     req_end(r);
     __atomic_sub_fetch(&h->active, 1, __ATOMIC_SEQ_CST);
 }

@@ -49,8 +49,9 @@ typedef struct rld_http_config {
     const rld_route *routes;
     size_t nroutes;
     void *app; /* handed to handlers */
-    /* Called after each answered request with the route index (nroutes for an unknown path),
-     * the status and the time since its headers arrived. May be NULL. */
+    /* Called for each answer as it is queued (before it is sent) with the route index
+     * (nroutes for an unknown path), the status and the time since the request's headers
+     * arrived. May be NULL. */
     void (*on_done)(void *app, size_t route, int status, rl_ns duration);
 } rld_http_config;
 

@@ -307,7 +307,7 @@ void rld_metrics_render(rld_metrics *m, rl_limiter *lim, rld_buf *o)
         }
 
     family(o, "ratelimit_http_request_duration_seconds", "histogram",
-           "Time from a request's headers to its response being sent, by endpoint.");
+           "Time from a request's headers to its answer, by endpoint.");
     for (size_t e = 0; e < m->nendpoints; e++) {
         uint64_t cum = 0, sum = 0;
         for (size_t b = 0; b <= NBOUNDS; b++) {

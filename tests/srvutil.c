@@ -1,8 +1,10 @@
 /*
  * srvutil.c - see srvutil.h.
  */
+#define _XOPEN_SOURCE 700
 #include <errno.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <limits.h>
 #include <poll.h>
 #include <signal.h>
@@ -28,9 +30,37 @@ const char *su_binary(void)
     return path;
 }
 
+static char root[200];
+
+void su_init(void)
+{
+    const char *t = getenv("TMPDIR");
+    snprintf(root, sizeof root, "%s/rl-test-XXXXXX", t && *t ? t : "/tmp");
+    if (!mkdtemp(root)) {
+        perror("mkdtemp");
+        exit(1);
+    }
+}
+
+static int remove_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st;
+    (void)flag;
+    (void)ftw;
+    return remove(path);
+}
+
+void su_cleanup(void)
+{
+    if (root[0])
+        nftw(root, remove_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+
 void su_tmpdir(su_server *s)
 {
-    snprintf(s->dir, sizeof s->dir, "/tmp/rl-test-XXXXXX");
+    if (!root[0])
+        su_init();
+    snprintf(s->dir, sizeof s->dir, "%s/s-XXXXXX", root);
     ck_assert_ptr_nonnull(mkdtemp(s->dir));
 }
 
@@ -239,14 +269,14 @@ const char *su_header(const su_resp *r, const char *name)
 double su_num(const su_resp *r, const char *key)
 {
     json_t *v = json_object_get(r->json, key);
-    ck_assert_msg(json_is_number(v), "no number \"%s\" in %s", key, r->body);
+    ck_assert_msg(json_is_number(v), "no number \"%s\" in %.2000s", key, r->body);
     return json_number_value(v);
 }
 
 const char *su_str(const su_resp *r, const char *key)
 {
     json_t *v = json_object_get(r->json, key);
-    ck_assert_msg(json_is_string(v), "no string \"%s\" in %s", key, r->body);
+    ck_assert_msg(json_is_string(v), "no string \"%s\" in %.2000s", key, r->body);
     return json_string_value(v);
 }
 

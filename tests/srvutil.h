@@ -17,7 +17,11 @@ typedef struct su_server {
     char log[300];    /* its stderr */
 } su_server;
 
-/* Makes a new temporary directory for a server (in s->dir). */
+/* Makes the run's temporary directory (call once in main, before the tests fork) and removes
+ * it with everything in it (at the end of main). */
+void su_init(void);
+void su_cleanup(void);
+/* Makes a new temporary directory for a server (in s->dir), inside the run's. */
 void su_tmpdir(su_server *s);
 /* Writes text to dir/name. Returns the path in a static buffer. */
 const char *su_write(const char *dir, const char *name, const char *text);

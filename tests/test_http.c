@@ -27,16 +27,16 @@ static const char *const manual[] = {"--manual-clock", NULL};
 static json_t *limit_at(const su_resp *r, size_t i, const char *key)
 {
     json_t *l = json_array_get(json_object_get(r->json, "limits"), i);
-    ck_assert_msg(l != NULL, "no limits[%zu] in %s", i, r->body);
+    ck_assert_msg(l != NULL, "no limits[%zu] in %.2000s", i, r->body);
     json_t *v = json_object_get(l, key);
-    ck_assert_msg(v != NULL, "no limits[%zu].%s in %s", i, key, r->body);
+    ck_assert_msg(v != NULL, "no limits[%zu].%s in %.2000s", i, key, r->body);
     return v;
 }
 
 static double limit_num(const su_resp *r, size_t i, const char *key)
 {
     json_t *v = limit_at(r, i, key);
-    ck_assert_msg(json_is_number(v), "limits[%zu].%s is not a number in %s", i, key, r->body);
+    ck_assert_msg(json_is_number(v), "limits[%zu].%s is not a number in %.2000s", i, key, r->body);
     return json_number_value(v);
 }
 
@@ -248,7 +248,7 @@ static const struct {
 
 static void check_error(const su_resp *r, int status, const char *want)
 {
-    ck_assert_msg(r->status == status, "status %ld, want %d: %s", r->status, status, r->body);
+    ck_assert_msg(r->status == status, "status %ld, want %d: %.2000s", r->status, status, r->body);
     ck_assert_str_eq(su_header(r, "Content-Type"), "application/json");
     const char *got = su_error(r);
     size_t n = strlen(want);
@@ -378,7 +378,7 @@ END_TEST
 static char *reserve(const su_server *s, const char *body, double remaining)
 {
     su_resp r = acquire(s, body);
-    ck_assert_msg(r.status == 200, "%s", r.body);
+    ck_assert_msg(r.status == 200, "%.2000s", r.body);
     char *id = strdup(su_str(&r, "reservation"));
     ck_assert_int_eq(strlen(id), 18);
     ck_assert(strncmp(id, "r-", 2) == 0);
@@ -584,7 +584,7 @@ static void expect_tier(const su_server *s, const char *user, const char *tier, 
     char path[128];
     snprintf(path, sizeof path, "/quota/%s", user);
     su_resp r = su_req(s, "GET", path, NULL, auth);
-    ck_assert_msg(r.status == 200, "%s", r.body);
+    ck_assert_msg(r.status == 200, "%.2000s", r.body);
     ck_assert_str_eq(su_str(&r, "user"), user);
     if (tier)
         ck_assert_str_eq(su_str(&r, "tier"), tier);
@@ -1157,7 +1157,7 @@ START_TEST(metrics_exposition)
         "\nratelimit_http_request_duration_seconds_count{endpoint=\"/acquire\"} 5\n",
     };
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
-        ck_assert_msg(strstr(r.body, want[i]), "missing %s in\n%s", want[i], r.body);
+        ck_assert_msg(strstr(r.body, want[i]), "missing %s in\n%.3000s", want[i], r.body);
     /* no per-user label */
     ck_assert_ptr_null(strstr(r.body, "user-secret-1"));
     /* histogram buckets never decrease */
@@ -1226,10 +1226,12 @@ static Suite *http_suite(void)
 int main(void)
 {
     curl_global_init(CURL_GLOBAL_DEFAULT);
+    su_init();
     SRunner *sr = srunner_create(http_suite());
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);
     srunner_free(sr);
+    su_cleanup();
     curl_global_cleanup();
     return failed ? 1 : 0;
 }

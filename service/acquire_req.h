@@ -36,10 +36,10 @@ typedef struct rld_acquire_req {
     json_t *root; /* the document when jansson parsed it (new reference), else NULL */
 } rld_acquire_req;
 
-/* Parses and checks a body of len bytes; body[len] must be writable and is set to NUL. On success returns 0 and fills req,
- * which borrows from body and must be passed to rld_acquire_req_clear. On failure returns -1
- * with a message naming the field in err ("cost: must be a positive number ..."); req needs
- * no clearing. Value checks: keys required, cost in (0, 10^12] after rounding to fixed point,
+/* Parses and checks a body of len bytes; body[len] must be writable and is set to NUL. On
+ * success returns 0 and fills req, which borrows from body and must be passed to
+ * rld_acquire_req_clear. On failure returns -1 with a message naming the field in err
+ * ("cost: must be a positive number ..."); req needs no clearing. Value checks: keys required, cost in (0, 10^12] after rounding to fixed point,
  * now a number of seconds from 0 to 9.2e9. Whether now is allowed at all is the caller's. */
 int rld_acquire_parse(char *body, size_t len, rld_acquire_req *req, rl_err *err);
 /* Drops the jansson document, if any. */

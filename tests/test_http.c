@@ -74,7 +74,8 @@ START_TEST(acquire_body_and_headers)
     /* w: 3 tokens refill in 3 s; the window is 10 s */
     ck_assert_str_eq(su_header(&r, "RateLimit-Policy"),
                      "\"user.per-user\";q=3;w=3, \"global.g\";q=100;w=10");
-    ck_assert_str_eq(su_header(&r, "RateLimit"), "\"user.per-user\";r=2;t=1, \"global.g\";r=99;t=10");
+    ck_assert_str_eq(su_header(&r, "RateLimit"),
+                     "\"user.per-user\";r=2;t=1, \"global.g\";r=99;t=10");
     ck_assert_ptr_null(su_header(&r, "Retry-After"));
     ck_assert_ptr_null(su_header(&r, "X-RateLimit-Limit"));
     su_resp_free(&r);
@@ -96,7 +97,8 @@ START_TEST(acquire_body_and_headers)
                      "\"remaining\":97,\"reset_after\":9.5}]}");
     ck_assert_str_eq(su_header(&r, "Retry-After"), "1");
     /* r rounds down (0.5 -> 0), t rounds up (2.5 -> 3, 9.5 -> 10) */
-    ck_assert_str_eq(su_header(&r, "RateLimit"), "\"user.per-user\";r=0;t=3, \"global.g\";r=97;t=10");
+    ck_assert_str_eq(su_header(&r, "RateLimit"),
+                     "\"user.per-user\";r=0;t=3, \"global.g\";r=97;t=10");
     su_resp_free(&r);
 
     /* at t = 1 one token is back: allowed */
@@ -126,8 +128,9 @@ START_TEST(acquire_dry_run_priority_composed_keys)
              " {\"name\": \"user\", \"rules\": [{\"type\": \"token_bucket\", \"name\": \"b\", "
              "\"capacity\": 10, \"per_second\": 1, \"reserved\": {\"fraction\": 0.5, "
              "\"min_priority\": 1}}]},"
-             " {\"name\": \"per_event\", \"compose\": [\"user\", \"event\"], \"rules\": [{\"type\": "
-             "\"fixed_window\", \"name\": \"once\", \"limit\": 1, \"window\": 60}]}]}",
+             " {\"name\": \"per_event\", \"compose\": [\"user\", \"event\"], "
+             "\"rules\": [{\"type\": \"fixed_window\", \"name\": \"once\", \"limit\": 1, "
+             "\"window\": 60}]}]}",
              manual);
     /* a dry run takes nothing: the status still shows the full 10 */
     su_resp r = acquire(&s, "{\"keys\": {\"user\": \"p\"}, \"cost\": 3, \"dry_run\": true, "

@@ -1,0 +1,393 @@
+/*
+ * api.c - see api.h.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "acquire_req.h"
+#include "api.h"
+#include "log.h"
+#include "render.h"
+
+/* Metrics labels: the routes' endpoints and "other" for unknown paths. */
+static const char *endpoint_names[16];
+
+static int status_of(int rc)
+{
+    switch (rc) {
+    case RL_EINVAL:
+        return 400;
+    case RL_ENOTFOUND:
+        return 404;
+    case RL_ESETTLED:
+        return 409;
+    case RL_ESTORE:
+        return 503;
+    default:
+        return 500;
+    }
+}
+
+/* Answers a failed core call with its message; server-side failures are logged. */
+static void reply_rc(rld_req *r, int rc, const rl_err *err)
+{
+    int status = status_of(rc);
+    if (status >= 500)
+        rld_log("error: %s", err->msg);
+    rld_reply_error(r, status, "%s", err->msg);
+}
+
+/* ---- the clock ------------------------------------------------------------------------- */
+
+static int check_now_or_reply(const rld_app *app, rld_req *r, int has_now)
+{
+    if (has_now && !app->manual_clock)
+        return rld_reply_error(r, 400,
+                               "now: only accepted when ratelimitd runs with --manual-clock");
+    return 0;
+}
+
+static void tick_to(rld_app *app, rl_ns t)
+{
+    pthread_mutex_lock(&app->tick_mu);
+    if (t >= __atomic_load_n(&app->ticked, __ATOMIC_ACQUIRE)) {
+        rl_limiter_tick(app->lim, t);
+        __atomic_store_n(&app->ticked, t, __ATOMIC_RELEASE);
+    }
+    pthread_mutex_unlock(&app->tick_mu);
+}
+
+/* The time of a request: the clock, or with --manual-clock its "now" (seconds, checked) or
+ * the last one seen. A manual time that moves forward ticks first, so that reservations
+ * expire exactly when a test says. */
+static rl_ns request_time(rld_app *app, int has_now, double now)
+{
+    if (!app->manual_clock) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        return (rl_ns)ts.tv_sec * RL_NS_PER_SEC + ts.tv_nsec;
+    }
+    if (!has_now)
+        return __atomic_load_n(&app->manual_now, __ATOMIC_ACQUIRE);
+    rl_ns t = rl_ns_from_seconds(now);
+    __atomic_store_n(&app->manual_now, t, __ATOMIC_RELEASE);
+    if (t > __atomic_load_n(&app->ticked, __ATOMIC_ACQUIRE))
+        tick_to(app, t);
+    return t;
+}
+
+void rld_app_tick(rld_app *app)
+{
+    tick_to(app, request_time(app, 0, 0));
+}
+
+/* ---- POST /acquire ---------------------------------------------------------------------- */
+
+static void h_acquire(void *ctx, rld_req *r)
+{
+    rld_app *app = ctx;
+    rld_acquire_req q;
+    rl_decision d;
+    rl_err err;
+    size_t len;
+    char *body = rld_req_body(r, &len);
+
+    if (rld_acquire_parse(body, len, &q, &err) != 0) {
+        rld_reply_error(r, 400, "%s", err.msg);
+        return;
+    }
+    if (check_now_or_reply(app, r, q.has_now) != 0) {
+        rld_acquire_req_clear(&q);
+        return;
+    }
+    rl_request req = {.desc = q.desc,
+                      .ndesc = q.ndesc,
+                      .cost = q.has_cost ? rl_fp_from_double(q.cost) : RL_FP_ONE,
+                      .priority = q.priority,
+                      .flags = (q.dry_run ? RL_DRY_RUN : 0u) | (q.reserve ? RL_RESERVE : 0u),
+                      .now = request_time(app, q.has_now, q.now)};
+    int rc = rl_acquire(app->lim, &req, &d, &err);
+    rld_acquire_req_clear(&q);
+    if (rc != RL_OK) {
+        reply_rc(r, rc, &err);
+        return;
+    }
+    const rl_config *cfg = rl_limiter_config(app->lim);
+    rld_metrics_decision(app->metrics, &d, q.dry_run, req.cost);
+    rld_render_decision(rld_req_out(r), cfg, &d);
+
+    char pbuf[1024], sbuf[1024], retry[24];
+    rld_buf policy, state;
+    rld_header hs[3];
+    size_t nh = 0;
+    rld_buf_init(&policy, pbuf, sizeof pbuf);
+    rld_buf_init(&state, sbuf, sizeof sbuf);
+    if (rld_render_ratelimit(&policy, &state, cfg, &d) > 0) {
+        hs[nh++] = (rld_header){"RateLimit-Policy", rld_buf_cstr(&policy)};
+        hs[nh++] = (rld_header){"RateLimit", rld_buf_cstr(&state)};
+    }
+    if (!d.allowed && d.retry_after != RL_WAIT_NEVER) {
+        snprintf(retry, sizeof retry, "%lld",
+                 (long long)rld_retry_after_seconds(d.retry_after));
+        hs[nh++] = (rld_header){"Retry-After", retry};
+    }
+    rld_reply(r, d.allowed ? 200 : 429, "application/json", hs, nh);
+    rl_decision_done(&d);
+    rld_buf_reset(&policy);
+    rld_buf_reset(&state);
+}
+
+/* ---- POST /refund, POST /release -------------------------------------------------------- */
+
+typedef struct settle_body {
+    json_t *root;
+    const char *reservation;
+    int has_actual;
+    double actual;
+    int has_now;
+    double now;
+} settle_body;
+
+/* Parses {"reservation", "actual_cost"?, "now"?}; replies 400 itself on a bad body. */
+static int settle_body_or_reply(rld_app *app, rld_req *r, int with_actual, settle_body *b)
+{
+    json_error_t jerr;
+    const char *k;
+    json_t *v;
+    size_t len;
+    const char *body = rld_req_body(r, &len);
+    const char *known = with_actual ? "reservation, actual_cost, now" : "reservation, now";
+    memset(b, 0, sizeof *b);
+    if (len == 0)
+        return rld_reply_error(r, 400, "body: required, a JSON object");
+    if (!(b->root = json_loadb(body, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &jerr)))
+        return rld_reply_error(r, 400, "body: malformed JSON at line %d, column %d: %s",
+                               jerr.line, jerr.column, jerr.text);
+    if (!json_is_object(b->root))
+        return rld_reply_error(r, 400, "body: must be a JSON object");
+    json_object_foreach(b->root, k, v)
+    {
+        if (strcmp(k, "reservation") == 0) {
+            if (!json_is_string(v))
+                return rld_reply_error(r, 400, "reservation: must be a string");
+            b->reservation = json_string_value(v);
+        } else if (with_actual && strcmp(k, "actual_cost") == 0) {
+            if (!json_is_number(v) || rl_fp_from_double(json_number_value(v)) < 0)
+                return rld_reply_error(r, 400, "actual_cost: must be a number from 0 to "
+                                               "1000000000000");
+            b->has_actual = 1;
+            b->actual = json_number_value(v);
+        } else if (strcmp(k, "now") == 0) {
+            if (!json_is_number(v) || rl_ns_from_seconds(json_number_value(v)) < 0)
+                return rld_reply_error(r, 400,
+                                       "now: must be a number of seconds from 0 to 9200000000");
+            b->has_now = 1;
+            b->now = json_number_value(v);
+        } else {
+            return rld_reply_error(r, 400, "%.64s: unknown field (known: %s)", k, known);
+        }
+    }
+    if (!b->reservation)
+        return rld_reply_error(r, 400, "reservation: required");
+    if (with_actual && !b->has_actual)
+        return rld_reply_error(r, 400, "actual_cost: required");
+    return check_now_or_reply(app, r, b->has_now);
+}
+
+static void h_refund(void *ctx, rld_req *r)
+{
+    rld_app *app = ctx;
+    settle_body b;
+    rl_settlement s;
+    rl_err err;
+    if (settle_body_or_reply(app, r, 1, &b) == 0) {
+        rl_ns now = request_time(app, b.has_now, b.now);
+        int rc = rl_settle(app->lim, b.reservation, rl_fp_from_double(b.actual), now, &s, &err);
+        if (rc != RL_OK) {
+            reply_rc(r, rc, &err);
+        } else {
+            rld_buf *o = rld_req_out(r);
+            rld_metrics_settle(app->metrics, &s);
+            rld_buf_puts(o, "{\"reservation\":");
+            rld_buf_json_str(o, b.reservation, strlen(b.reservation));
+            rld_buf_puts(o, ",\"reserved_cost\":");
+            rld_buf_fp(o, s.reserved);
+            rld_buf_puts(o, ",\"actual_cost\":");
+            rld_buf_fp(o, s.actual);
+            rld_buf_puts(o, ",\"refunded\":");
+            rld_buf_fp(o, s.refunded);
+            rld_buf_puts(o, ",\"charged\":");
+            rld_buf_fp(o, s.charged);
+            rld_buf_putc(o, '}');
+            rld_reply_json(r, 200);
+        }
+    }
+    json_decref(b.root);
+}
+
+static void h_release(void *ctx, rld_req *r)
+{
+    rld_app *app = ctx;
+    settle_body b;
+    rl_err err;
+    if (settle_body_or_reply(app, r, 0, &b) == 0) {
+        rl_ns now = request_time(app, b.has_now, b.now);
+        int rc = rl_release(app->lim, b.reservation, now, &err);
+        if (rc != RL_OK) {
+            reply_rc(r, rc, &err);
+        } else {
+            rld_buf_puts(rld_req_out(r), "{\"released\":true}");
+            rld_reply_json(r, 200);
+        }
+    }
+    json_decref(b.root);
+}
+
+/* ---- GET /rules, GET /metrics, GET /healthz -------------------------------------------- */
+
+static void h_rules(void *ctx, rld_req *r)
+{
+    rld_app *app = ctx;
+    rld_buf_put(rld_req_out(r), app->rules_json, app->rules_len);
+    rld_reply_json(r, 200);
+}
+
+static void h_metrics(void *ctx, rld_req *r)
+{
+    rld_app *app = ctx;
+    rld_metrics_render(app->metrics, app->lim, rld_req_out(r));
+    rld_reply(r, 200, "text/plain; version=0.0.4; charset=utf-8", NULL, 0);
+}
+
+static void h_healthz(void *ctx, rld_req *r)
+{
+    (void)ctx;
+    int stopping = rld_http_stopping(rld_req_http(r));
+    rld_buf_puts(rld_req_out(r), stopping ? "{\"status\":\"stopping\"}" : "{\"status\":\"ok\"}");
+    rld_reply_json(r, stopping ? 503 : 200);
+}
+
+/* ---- /quota/<user> ---------------------------------------------------------------------- */
+
+static void reply_quota(rld_app *app, rld_req *r, const char *user)
+{
+    json_t *o = rld_quota_to_json(app->lim, user);
+    rld_reply_text(r, 200, "application/json", o ? json_dumps(o, RLD_JSON_FLAGS) : NULL);
+    json_decref(o);
+}
+
+static int user_or_reply(rld_app *app, rld_req *r, const char **user)
+{
+    const char *why = rld_user_problem(*user = rld_req_tail(r));
+    if (why)
+        return rld_reply_error(r, 400, "user: %s", why);
+    if (rl_config_tiered_level(rl_limiter_config(app->lim)) < 0)
+        return rld_reply_error(r, 400, "user: no level is tiered, so there are no quotas");
+    return 0;
+}
+
+static void h_quota_get(void *ctx, rld_req *r)
+{
+    const char *user;
+    if (user_or_reply(ctx, r, &user) == 0)
+        reply_quota(ctx, r, user);
+}
+
+static void h_quota_put(void *ctx, rld_req *r)
+{
+    rld_app *app = ctx;
+    const char *user;
+    rl_err err;
+    size_t len;
+    const char *body = rld_req_body(r, &len);
+    if (user_or_reply(app, r, &user) != 0)
+        return;
+    int rc = rld_quotas_put(&app->quotas, app->lim, app->reg, user, body, len, &err);
+    if (rc != RL_OK)
+        reply_rc(r, rc, &err);
+    else
+        reply_quota(app, r, user);
+}
+
+static void h_quota_delete(void *ctx, rld_req *r)
+{
+    rld_app *app = ctx;
+    const char *user;
+    rl_err err;
+    if (user_or_reply(app, r, &user) != 0)
+        return;
+    int rc = rld_quotas_delete(&app->quotas, app->lim, user, &err);
+    if (rc != RL_OK)
+        reply_rc(r, rc, &err);
+    else
+        reply_quota(app, r, user);
+}
+
+/* ---- the table ---------------------------------------------------------------------------- */
+
+const rld_route rld_routes[] = {
+    {"/acquire", "/acquire", "POST", {{"POST", h_acquire, 0}, {NULL, NULL, 0}}},
+    {"/refund", "/refund", "POST", {{"POST", h_refund, 0}, {NULL, NULL, 0}}},
+    {"/release", "/release", "POST", {{"POST", h_release, 0}, {NULL, NULL, 0}}},
+    {"/rules", "/rules", "GET", {{"GET", h_rules, 0}, {NULL, NULL, 0}}},
+    {"/quota/",
+     "/quota",
+     "GET, PUT, DELETE",
+     {{"GET", h_quota_get, RLD_ADMIN},
+      {"PUT", h_quota_put, RLD_ADMIN},
+      {"DELETE", h_quota_delete, RLD_ADMIN},
+      {NULL, NULL, 0}}},
+    {"/metrics", "/metrics", "GET", {{"GET", h_metrics, 0}, {NULL, NULL, 0}}},
+    {"/healthz", "/healthz", "GET", {{"GET", h_healthz, 0}, {NULL, NULL, 0}}},
+};
+const size_t rld_nroutes = sizeof rld_routes / sizeof rld_routes[0];
+
+int rld_app_init(rld_app *app, rl_registry *reg, rl_limiter *lim, const rld_settings *set,
+                 int manual_clock, rl_err *err)
+{
+    memset(app, 0, sizeof *app);
+    app->reg = reg;
+    app->lim = lim;
+    app->set = set;
+    app->manual_clock = manual_clock;
+    pthread_mutex_init(&app->tick_mu, NULL);
+    for (size_t i = 0; i < rld_nroutes; i++)
+        endpoint_names[i] = rld_routes[i].endpoint;
+    endpoint_names[rld_nroutes] = "other";
+    json_t *rules = rld_config_to_json(rl_limiter_config(lim), set);
+    app->rules_json = rules ? json_dumps(rules, RLD_JSON_FLAGS) : NULL;
+    json_decref(rules);
+    app->metrics = rld_metrics_new(rld_nroutes + 1, endpoint_names);
+    if (!app->rules_json || !app->metrics) {
+        snprintf(err->msg, sizeof err->msg, "out of memory");
+        rld_metrics_free(app->metrics);
+        free(app->rules_json);
+        pthread_mutex_destroy(&app->tick_mu);
+        return RL_ENOMEM;
+    }
+    app->rules_len = strlen(app->rules_json);
+    int rc = rld_quotas_open(&app->quotas, set->quota_file, lim, reg, err);
+    if (rc != RL_OK) {
+        rld_quotas_close(&app->quotas);
+        rld_metrics_free(app->metrics);
+        free(app->rules_json);
+        pthread_mutex_destroy(&app->tick_mu);
+    }
+    return rc;
+}
+
+void rld_app_free(rld_app *app)
+{
+    rld_quotas_close(&app->quotas);
+    rld_metrics_free(app->metrics);
+    free(app->rules_json);
+    pthread_mutex_destroy(&app->tick_mu);
+}
+
+void rld_app_on_done(void *ctx, size_t route, int status, rl_ns duration)
+{
+    rld_app *app = ctx;
+    rld_metrics_http(app->metrics, route, status, duration);
+}

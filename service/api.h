@@ -1,0 +1,54 @@
+/*
+ * api.h - the endpoints of ratelimitd (the route table and its handlers) and the state they
+ * share: the limiter, the clock, the quotas and the metrics.
+ *
+ *   POST /acquire   decide a request                 POST /refund   settle a reservation
+ *   POST /release   give back a reservation's slots  GET  /rules    the configuration
+ *   GET|PUT|DELETE /quota/<user>  a user's quota     GET  /metrics  Prometheus text
+ *   GET  /healthz   readiness
+ *
+ * api/openapi.yaml is the contract; the handlers stay thin: parse, call the core, answer.
+ */
+#ifndef RLD_API_H
+#define RLD_API_H
+
+#include <pthread.h>
+
+#include "config_json.h"
+#include "http.h"
+#include "metrics.h"
+#include "quotas.h"
+#include "ratelimit.h"
+
+typedef struct rld_app {
+    rl_registry *reg;        /* borrowed */
+    rl_limiter *lim;         /* borrowed */
+    const rld_settings *set; /* borrowed */
+    int manual_clock;        /* time comes from "now" in bodies */
+    rl_ns manual_now;        /* atomic: the last "now" seen */
+    rl_ns ticked;            /* atomic, written under tick_mu: the latest time ticked */
+    pthread_mutex_t tick_mu; /* rl_limiter_tick is called by one thread at a time */
+    rld_metrics *metrics;
+    rld_quotas quotas;
+    char *rules_json; /* GET /rules, fixed for the configuration's life */
+    size_t rules_len;
+    rld_http *http; /* set once serving */
+} rld_app;
+
+/* The route table, for rld_http_config and for tests that hold the OpenAPI document to it. */
+extern const rld_route rld_routes[];
+extern const size_t rld_nroutes;
+
+/* Sets up the app over a limiter: metrics, the cached configuration and the quota file (read
+ * and applied now). On failure returns an error with err set and app needs no freeing. */
+int rld_app_init(rld_app *app, rl_registry *reg, rl_limiter *lim, const rld_settings *set,
+                 int manual_clock, rl_err *err);
+/* Frees what rld_app_init made (not the limiter, registry or settings). */
+void rld_app_free(rld_app *app);
+/* Housekeeping, about ten times a second: rl_limiter_tick at the current time (the last
+ * "now" seen with the manual clock). */
+void rld_app_tick(rld_app *app);
+/* The http layer's on_done: counts the request in the metrics. */
+void rld_app_on_done(void *app, size_t route, int status, rl_ns duration);
+
+#endif

@@ -1,0 +1,59 @@
+/*
+ * buf.h - a growable output buffer that starts in caller-supplied storage, with appenders for
+ * JSON strings and the core's exact decimals. Used to write responses without a JSON tree.
+ *
+ * A buffer never fails loudly: when memory runs out it stops growing and sets oom, which the
+ * caller checks once before sending. Text is always NUL-terminated after rld_buf_cstr().
+ */
+#ifndef RLD_BUF_H
+#define RLD_BUF_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ratelimit.h"
+
+typedef struct rld_buf {
+    char *p;
+    size_t len, cap;
+    char *inl;     /* the caller's storage, or NULL */
+    size_t inlcap; /* its size */
+    int oom;   /* an append did not fit and memory ran out */
+} rld_buf;
+
+/* Starts an empty buffer over storage (cap bytes, may be NULL with cap 0: heap only). */
+void rld_buf_init(rld_buf *b, char *storage, size_t cap);
+/* Frees what the buffer allocated and empties it (the storage is kept for reuse). */
+void rld_buf_reset(rld_buf *b);
+/* Makes room for n more bytes (plus a NUL). Returns 0, or -1 (and sets oom) when out of memory. */
+int rld_buf_reserve(rld_buf *b, size_t n);
+/* 1 when the text lives in allocated memory rather than in the caller's storage. */
+int rld_buf_on_heap(const rld_buf *b);
+/* Hands over the allocated text (malloc'd, NUL-terminated, the caller frees it) and empties
+ * the buffer; copies from the storage when the text is there. NULL when out of memory. */
+char *rld_buf_steal(rld_buf *b);
+/* The text so far, NUL-terminated. */
+const char *rld_buf_cstr(rld_buf *b);
+
+void rld_buf_put(rld_buf *b, const char *s, size_t n);
+void rld_buf_puts(rld_buf *b, const char *s);
+void rld_buf_putc(rld_buf *b, char c);
+void rld_buf_printf(rld_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void rld_buf_vprintf(rld_buf *b, const char *fmt, va_list ap) __attribute__((format(printf, 2, 0)));
+/* A JSON string literal with its quotes; escapes '"', '\\' and control characters. Bytes of
+ * 0x80 and above are copied as they are (the caller passes UTF-8). */
+void rld_buf_json_str(rld_buf *b, const char *s, size_t n);
+/* A signed integer in decimal. */
+void rld_buf_i64(rld_buf *b, int64_t v);
+/* An amount as an exact short decimal, like rl_fmt_fp ("10", "0.4", "-3.25"). */
+void rld_buf_fp(rld_buf *b, rl_fp v);
+/* A duration in seconds as an exact short decimal, like rl_fmt_ns ("1", "0.000000001"). */
+void rld_buf_seconds(rld_buf *b, rl_ns v);
+
+/* Writes v / one with `digits` decimals, trailing zeros removed, into out (at least 32 bytes);
+ * returns the length. The same text rl_fmt_fp (one = 10^6) and rl_fmt_ns (10^9) write,
+ * without snprintf. */
+size_t rld_fmt_fixed(char *out, int64_t v, uint64_t one, int digits);
+
+#endif

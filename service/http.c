@@ -1,0 +1,506 @@
+/*
+ * http.c - see http.h.
+ */
+#include <arpa/inet.h>
+#include <microhttpd.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "http.h"
+#include "log.h"
+
+#define BODY_INLINE 2048
+#define OUT_INLINE 4096
+/* A body that passed the cap is read and dropped (to answer 413 on a chunked upload) only up
+ * to this much; past it the connection is closed. */
+#define DISCARD_MAX (16 * RLD_MAX_BODY)
+
+struct rld_req {
+    rld_http *h;
+    struct MHD_Connection *c;
+    struct conn_ctx *owner; /* the connection storage it lives in, NULL when malloc'd */
+    size_t route;           /* index in the table; nroutes for an unknown path */
+    const rld_method *m;
+    const char *tail;
+    char *body;
+    size_t len, cap, seen;
+    int too_big, body_oom;
+    int early;   /* an answer decided from the headers (404, 405, 401), sent after the body */
+    rl_ns t0;
+    int status; /* 0 until answered */
+    enum MHD_Result queued;
+    rld_buf out;
+    char body_inl[BODY_INLINE + 1];
+    char out_inl[OUT_INLINE];
+};
+
+typedef struct conn_ctx {
+    int busy;   /* req is in use */
+    int closed; /* the connection closed while req was in use: completion frees it */
+    rld_req req;
+} conn_ctx;
+
+struct rld_http {
+    struct MHD_Daemon *d;
+    rld_http_config cfg;
+    char *auth; /* "Bearer <token>", or NULL */
+    int port;
+    int stopping;    /* atomic */
+    unsigned active; /* atomic: requests between their first call and their completion */
+};
+
+static rl_ns mono_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (rl_ns)ts.tv_sec * RL_NS_PER_SEC + ts.tv_nsec;
+}
+
+/* ---- requests --------------------------------------------------------------------------- */
+
+static rld_req *req_begin(rld_http *h, struct MHD_Connection *c)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    conn_ctx *cc = ci ? ci->socket_context : NULL;
+    rld_req *r;
+    if (cc && !cc->busy) {
+        cc->busy = 1;
+        r = &cc->req;
+        r->owner = cc;
+    } else if ((r = malloc(sizeof *r)) != NULL) {
+        r->owner = NULL;
+    } else {
+        return NULL;
+    }
+    r->h = h;
+    r->c = c;
+    r->route = h->cfg.nroutes;
+    r->m = NULL;
+    r->tail = "";
+    r->body = r->body_inl;
+    r->body[0] = '\0';
+    r->len = r->seen = 0;
+    r->cap = BODY_INLINE;
+    r->too_big = r->body_oom = 0;
+    r->early = 0;
+    r->status = 0;
+    r->queued = MHD_NO;
+    rld_buf_init(&r->out, r->out_inl, sizeof r->out_inl);
+    r->t0 = mono_now();
+    __atomic_add_fetch(&h->active, 1, __ATOMIC_SEQ_CST);
+    return r;
+}
+
+static void req_end(rld_req *r)
+{
+    if (r->body != r->body_inl)
+        free(r->body);
+    rld_buf_reset(&r->out);
+    conn_ctx *cc = r->owner;
+    if (!cc)
+        free(r);
+    else if (cc->closed)
+        free(cc);
+    else
+        cc->busy = 0;
+}
+
+static void body_append(rld_req *r, const char *data, size_t n)
+{
+    r->seen += n;
+    if (r->too_big || r->body_oom || r->early)
+        return;
+    if (r->len + n > RLD_MAX_BODY) {
+        r->too_big = 1;
+        return;
+    }
+    if (r->len + n + 1 > r->cap) {
+        size_t cap = r->cap * 2;
+        while (cap < r->len + n + 1)
+            cap *= 2;
+        if (cap > RLD_MAX_BODY + 1)
+            cap = RLD_MAX_BODY + 1;
+        char *p = r->body == r->body_inl ? malloc(cap) : realloc(r->body, cap);
+        if (!p) {
+            r->body_oom = 1;
+            return;
+        }
+        if (r->body == r->body_inl)
+            memcpy(p, r->body, r->len);
+        r->body = p;
+        r->cap = cap;
+    }
+    memcpy(r->body + r->len, data, n);
+    r->len += n;
+    r->body[r->len] = '\0';
+}
+
+char *rld_req_body(rld_req *r, size_t *len)
+{
+    *len = r->len;
+    r->body[r->len] = '\0';
+    return r->body;
+}
+
+const char *rld_req_tail(const rld_req *r)
+{
+    return r->tail;
+}
+
+rld_buf *rld_req_out(rld_req *r)
+{
+    return &r->out;
+}
+
+rld_http *rld_req_http(rld_req *r)
+{
+    return r->h;
+}
+
+/* ---- replies ---------------------------------------------------------------------------- */
+
+static const char oom_body[] = "{\"error\":\"out of memory\"}";
+
+void rld_reply(rld_req *r, int status, const char *ctype, const rld_header *hs, size_t nh)
+{
+    struct MHD_Response *resp = NULL;
+    if (r->status)
+        return;
+    if (!r->out.oom && rld_buf_on_heap(&r->out)) {
+        size_t len = r->out.len;
+        char *p = rld_buf_steal(&r->out);
+        if (p && !(resp = MHD_create_response_from_buffer(len, p, MHD_RESPMEM_MUST_FREE)))
+            free(p);
+    } else if (!r->out.oom) {
+        /* the inline buffer outlives the response: it is reused only by the connection's next
+         * request, which starts after this response has been sent */
+        resp = MHD_create_response_from_buffer(r->out.len, r->out.p, MHD_RESPMEM_PERSISTENT);
+    }
+    if (!resp) {
+        status = 500;
+        ctype = "application/json";
+        nh = 0;
+        resp = MHD_create_response_from_buffer(sizeof oom_body - 1, (void *)oom_body,
+                                               MHD_RESPMEM_PERSISTENT);
+        if (!resp) {
+            r->status = 500;
+            r->queued = MHD_NO;
+            if (r->h->cfg.on_done)
+                r->h->cfg.on_done(r->h->cfg.app, r->route, 500, mono_now() - r->t0);
+            return;
+        }
+    }
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
+    for (size_t i = 0; i < nh; i++)
+        MHD_add_response_header(resp, hs[i].name, hs[i].value);
+    if (__atomic_load_n(&r->h->stopping, __ATOMIC_RELAXED))
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
+    r->status = status;
+    /* counted before the answer leaves, so that a client that has it sees it counted */
+    if (r->h->cfg.on_done)
+        r->h->cfg.on_done(r->h->cfg.app, r->route, status, mono_now() - r->t0);
+    r->queued = MHD_queue_response(r->c, (unsigned)status, resp);
+    MHD_destroy_response(resp);
+}
+
+void rld_reply_json(rld_req *r, int status)
+{
+    rld_reply(r, status, "application/json", NULL, 0);
+}
+
+static int reply_error_h(rld_req *r, int status, const rld_header *hs, size_t nh,
+                         const char *fmt, va_list ap) __attribute__((format(printf, 5, 0)));
+static int reply_error_h(rld_req *r, int status, const rld_header *hs, size_t nh,
+                         const char *fmt, va_list ap)
+{
+    char msg[1024];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    rld_buf_reset(&r->out);
+    rld_buf_puts(&r->out, "{\"error\":");
+    rld_buf_json_str(&r->out, msg, strlen(msg));
+    rld_buf_putc(&r->out, '}');
+    rld_reply(r, status, "application/json", hs, nh);
+    return -1;
+}
+
+int rld_reply_error(rld_req *r, int status, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    reply_error_h(r, status, NULL, 0, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+static int reply_error_with(rld_req *r, int status, const rld_header *hs, size_t nh,
+                            const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+static int reply_error_with(rld_req *r, int status, const rld_header *hs, size_t nh,
+                            const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    reply_error_h(r, status, hs, nh, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+void rld_reply_text(rld_req *r, int status, const char *ctype, char *text)
+{
+    if (!text) {
+        rld_reply_error(r, 500, "out of memory");
+        return;
+    }
+    rld_buf_reset(&r->out);
+    r->out.p = text;
+    r->out.len = strlen(text);
+    r->out.cap = r->out.len + 1;
+    rld_reply(r, status, ctype, NULL, 0);
+}
+
+/* ---- the access handler ----------------------------------------------------------------- */
+
+static int authorized(const rld_http *h, struct MHD_Connection *c)
+{
+    const char *got = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
+                                                  MHD_HTTP_HEADER_AUTHORIZATION);
+    if (!h->auth)
+        return 1;
+    if (!got || strlen(got) != strlen(h->auth) || strncasecmp(got, "Bearer ", 7) != 0)
+        return 0;
+    /* the token is compared in constant time */
+    unsigned char diff = 0;
+    for (size_t i = 7; h->auth[i]; i++)
+        diff |= (unsigned char)(got[i] ^ h->auth[i]);
+    return diff == 0;
+}
+
+/* Sends the answer decided from the headers alone. */
+static void reply_early(rld_req *r, const char *url, const char *method)
+{
+    const rld_route *rt = r->route < r->h->cfg.nroutes ? &r->h->cfg.routes[r->route] : NULL;
+    if (r->early == 404) {
+        rld_reply_error(r, 404, "path: no such endpoint: %.200s", url);
+    } else if (r->early == 405) {
+        rld_header allow = {"Allow", rt->allow};
+        reply_error_with(r, 405, &allow, 1, "method: %.16s is not allowed on %s (allowed: %s)",
+                         method, rt->path, rt->allow);
+    } else if (r->early == 413) {
+        rld_reply_error(r, 413, "body: larger than %d bytes", RLD_MAX_BODY);
+    } else {
+        rld_header www = {"WWW-Authenticate", "Bearer realm=\"ratelimitd\""};
+        reply_error_with(r, 401, &www, 1,
+                         "authorization: this endpoint needs \"Authorization: Bearer "
+                         "<admin_token>\"");
+    }
+}
+
+/* Routes the request and decides what can be decided from the headers: 404, 405, 413 on a
+ * declared length, 401. A 413 goes out at once (the connection then closes, the body unread);
+ * the others after the body has been read and dropped, which keeps the connection alive. */
+static enum MHD_Result first_call(rld_http *h, rld_req *r, const char *url, const char *method)
+{
+    const rld_route *rt = NULL;
+    for (size_t i = 0; i < h->cfg.nroutes && !rt; i++) {
+        const char *p = h->cfg.routes[i].path;
+        size_t n = strlen(p);
+        if (p[n - 1] == '/' ? strncmp(url, p, n) == 0 : strcmp(url, p) == 0) {
+            rt = &h->cfg.routes[i];
+            r->route = i;
+            r->tail = p[n - 1] == '/' ? url + n : "";
+        }
+    }
+    for (const rld_method *m = rt ? rt->methods : NULL; m && m->name && !r->m; m++)
+        if (strcmp(m->name, method) == 0)
+            r->m = m;
+    const char *cl = MHD_lookup_connection_value(r->c, MHD_HEADER_KIND,
+                                                 MHD_HTTP_HEADER_CONTENT_LENGTH);
+    unsigned long long length = cl ? strtoull(cl, NULL, 10) : 0;
+    if (!rt)
+        r->early = 404;
+    else if (!r->m)
+        r->early = 405;
+    else if (length > RLD_MAX_BODY)
+        r->early = 413;
+    else if ((r->m->flags & RLD_ADMIN) && !authorized(h, r->c))
+        r->early = 401;
+    if (r->early == 413) {
+        reply_early(r, url, method);
+        return r->queued;
+    }
+    return MHD_YES;
+}
+
+static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char *url,
+                                 const char *method, const char *version,
+                                 const char *upload_data, size_t *upload_size, void **con_cls)
+{
+    rld_http *h = cls;
+    rld_req *r = *con_cls;
+    (void)version;
+    if (!r) {
+        if (!(r = req_begin(h, c)))
+            return MHD_NO;
+        *con_cls = r;
+        return first_call(h, r, url, method);
+    }
+    if (r->status)
+        return MHD_YES;
+    if (*upload_size) {
+        body_append(r, upload_data, *upload_size);
+        *upload_size = 0;
+        return r->seen > DISCARD_MAX ? MHD_NO : MHD_YES;
+    }
+    if (r->early)
+        reply_early(r, url, method);
+    else if (r->too_big)
+        rld_reply_error(r, 413, "body: larger than %d bytes", RLD_MAX_BODY);
+    else if (r->body_oom)
+        rld_reply_error(r, 500, "out of memory");
+    else
+        r->m->fn(h->cfg.app, r);
+    if (!r->status) {
+        rld_log("error: the handler of %s %s gave no answer", method, url);
+        rld_reply_error(r, 500, "internal error: no answer");
+    }
+    return r->queued;
+}
+
+static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
+                         enum MHD_RequestTerminationCode toe)
+{
+    rld_http *h = cls;
+    rld_req *r = *con_cls;
+    (void)c;
+    (void)toe;
+    if (!r)
+        return;
+    *con_cls = NULL;
+    req_end(r);
+    __atomic_sub_fetch(&h->active, 1, __ATOMIC_SEQ_CST);
+}
+
+static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
+                          enum MHD_ConnectionNotificationCode toe)
+{
+    (void)cls;
+    (void)c;
+    if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
+        conn_ctx *cc = malloc(sizeof *cc);
+        if (cc) {
+            cc->busy = 0;
+            cc->closed = 0;
+        }
+        *socket_context = cc; /* NULL: requests of this connection get their own memory */
+    } else if (toe == MHD_CONNECTION_NOTIFY_CLOSED) {
+        conn_ctx *cc = *socket_context;
+        if (cc && cc->busy)
+            cc->closed = 1;
+        else
+            free(cc);
+        *socket_context = NULL;
+    }
+}
+
+static void on_mhd_log(void *cls, const char *fmt, va_list ap)
+{
+    char msg[512];
+    (void)cls;
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    rld_log("error: libmicrohttpd: %s", msg);
+}
+
+/* ---- the daemon ------------------------------------------------------------------------- */
+
+rld_http *rld_http_start(const rld_http_config *cfg, rl_err *err)
+{
+    struct sockaddr_in sa4;
+    struct sockaddr_in6 sa6;
+    struct sockaddr *sa;
+    unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_USE_ITC | MHD_USE_TURBO |
+                     MHD_USE_ERROR_LOG;
+
+    memset(&sa4, 0, sizeof sa4);
+    memset(&sa6, 0, sizeof sa6);
+    if (inet_pton(AF_INET, cfg->address, &sa4.sin_addr) == 1) {
+        sa4.sin_family = AF_INET;
+        sa4.sin_port = htons((uint16_t)cfg->port);
+        sa = (struct sockaddr *)&sa4;
+    } else if (inet_pton(AF_INET6, cfg->address, &sa6.sin6_addr) == 1) {
+        sa6.sin6_family = AF_INET6;
+        sa6.sin6_port = htons((uint16_t)cfg->port);
+        sa = (struct sockaddr *)&sa6;
+        flags |= MHD_USE_IPv6;
+    } else {
+        snprintf(err->msg, sizeof err->msg, "listen.address: \"%.64s\" is not an IP address",
+                 cfg->address);
+        return NULL;
+    }
+
+    rld_http *h = calloc(1, sizeof *h);
+    if (!h) {
+        snprintf(err->msg, sizeof err->msg, "out of memory");
+        return NULL;
+    }
+    h->cfg = *cfg;
+    if (cfg->admin_token) {
+        size_t n = strlen(cfg->admin_token);
+        if ((h->auth = malloc(n + 8)) != NULL)
+            snprintf(h->auth, n + 8, "Bearer %s", cfg->admin_token);
+        else {
+            free(h);
+            snprintf(err->msg, sizeof err->msg, "out of memory");
+            return NULL;
+        }
+    }
+    h->d = MHD_start_daemon(
+        flags, (uint16_t)cfg->port, NULL, NULL, on_access, h, MHD_OPTION_EXTERNAL_LOGGER,
+        on_mhd_log, h, MHD_OPTION_SOCK_ADDR, sa,
+        MHD_OPTION_THREAD_POOL_SIZE, (unsigned)(cfg->threads > 1 ? cfg->threads : 0),
+        MHD_OPTION_NOTIFY_COMPLETED, on_completed, h, MHD_OPTION_NOTIFY_CONNECTION,
+        on_connection, h, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120,
+        MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)1024, MHD_OPTION_END);
+    if (!h->d) {
+        snprintf(err->msg, sizeof err->msg, "cannot listen on %s port %d (in use?)",
+                 cfg->address, cfg->port);
+        free(h->auth);
+        free(h);
+        return NULL;
+    }
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(h->d, MHD_DAEMON_INFO_BIND_PORT);
+    h->port = di ? di->port : cfg->port;
+    return h;
+}
+
+int rld_http_port(const rld_http *h)
+{
+    return h->port;
+}
+
+int rld_http_stopping(const rld_http *h)
+{
+    return __atomic_load_n(&h->stopping, __ATOMIC_RELAXED);
+}
+
+unsigned rld_http_stop(rld_http *h, unsigned drain_ms)
+{
+    __atomic_store_n(&h->stopping, 1, __ATOMIC_SEQ_CST);
+    MHD_socket fd = MHD_quiesce_daemon(h->d);
+    if (fd != MHD_INVALID_SOCKET)
+        close(fd);
+    const struct timespec step = {0, 5000000};
+    for (unsigned waited = 0;
+         __atomic_load_n(&h->active, __ATOMIC_SEQ_CST) > 0 && waited < drain_ms; waited += 5)
+        nanosleep(&step, NULL);
+    unsigned left = __atomic_load_n(&h->active, __ATOMIC_SEQ_CST);
+    MHD_stop_daemon(h->d);
+    free(h->auth);
+    free(h);
+    return left;
+}

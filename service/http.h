@@ -1,0 +1,97 @@
+/*
+ * http.h - the HTTP layer: libmicrohttpd in its epoll thread-pool mode, a route table that
+ * answers 404 for an unknown path and 405 (with Allow) for a wrong method, request bodies
+ * buffered up to a cap (413 beyond it), the admin token (401), and replies.
+ *
+ * A handler runs once per request, after the whole body has arrived, on a worker thread. It
+ * must answer exactly once with one of the rld_reply* functions (each queues the response; a
+ * helper that already replied says so by returning -1). Per-request state lives in
+ * per-connection storage that keep-alive requests reuse, and is reset in libmicrohttpd's
+ * completion callback; nothing is allocated per request unless a body or an answer outgrows
+ * the inline buffers.
+ */
+#ifndef RLD_HTTP_H
+#define RLD_HTTP_H
+
+#include <stddef.h>
+
+#include "buf.h"
+#include "ratelimit.h"
+
+/* Largest request body accepted. */
+#define RLD_MAX_BODY 65536
+
+typedef struct rld_req rld_req;
+typedef void (*rld_handler)(void *app, rld_req *r);
+
+#define RLD_ADMIN 0x1u /* needs "Authorization: Bearer <admin_token>" when a token is set */
+
+typedef struct rld_method {
+    const char *name; /* "GET", "POST", ...; NULL ends the list */
+    rld_handler fn;
+    unsigned flags;
+} rld_method;
+
+/* One row of the route table: an exact path, or a prefix when it ends with '/' (the rest of
+ * the path is the request's tail, for example the user of /quota/<user>). */
+typedef struct rld_route {
+    const char *path;
+    const char *endpoint; /* metrics label */
+    const char *allow;    /* the Allow header: the methods below, comma separated */
+    rld_method methods[4];
+} rld_route;
+
+typedef struct rld_http_config {
+    const char *address; /* IPv4 or IPv6 literal */
+    int port;            /* 0: any free port */
+    int threads;         /* worker threads (>= 1) */
+    const char *admin_token; /* NULL: admin routes are open */
+    const rld_route *routes;
+    size_t nroutes;
+    void *app; /* handed to handlers */
+    /* Called for each answer as it is queued (before it is sent) with the route index
+     * (nroutes for an unknown path), the status and the time since the request's headers
+     * arrived. May be NULL. */
+    void (*on_done)(void *app, size_t route, int status, rl_ns duration);
+} rld_http_config;
+
+typedef struct rld_http rld_http;
+
+/* Binds and starts serving. On failure returns NULL with the reason in err. */
+rld_http *rld_http_start(const rld_http_config *cfg, rl_err *err);
+/* The port bound (useful with port 0). */
+int rld_http_port(const rld_http *h);
+/* Stops gracefully: stops accepting, lets requests in flight finish (answers carry
+ * "Connection: close" from now on), waits up to drain_ms for them, then closes every
+ * connection and frees h. Returns the number of requests still in flight when it gave up. */
+unsigned rld_http_stop(rld_http *h, unsigned drain_ms);
+/* 1 once rld_http_stop has begun (the handlers' view, for /healthz). */
+int rld_http_stopping(const rld_http *h);
+
+/* ---- for handlers ------------------------------------------------------------------------ */
+
+/* The body, NUL-terminated and writable up to len (inclusive of the NUL); "" when none. */
+char *rld_req_body(rld_req *r, size_t *len);
+/* What follows a prefix route's path ("bob" for /quota/bob), URL-decoded; "" otherwise. */
+const char *rld_req_tail(const rld_req *r);
+/* The per-request output buffer, empty at the start of the handler. */
+rld_buf *rld_req_out(rld_req *r);
+/* The http layer the request came through. */
+rld_http *rld_req_http(rld_req *r);
+
+typedef struct rld_header {
+    const char *name;
+    const char *value;
+} rld_header;
+
+/* Sends the output buffer as the body with a content type and extra headers. */
+void rld_reply(rld_req *r, int status, const char *ctype, const rld_header *h, size_t nh);
+/* Sends the output buffer as JSON. */
+void rld_reply_json(rld_req *r, int status);
+/* Sends {"error": "<message>"}; returns -1 so that helpers can "return rld_reply_error(...)". */
+int rld_reply_error(rld_req *r, int status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Sends a malloc'd JSON text (taken over, freed by libmicrohttpd); NULL answers 500. */
+void rld_reply_text(rld_req *r, int status, const char *ctype, char *text);
+
+#endif

@@ -1,0 +1,301 @@
+/*
+ * main.c - ratelimitd: flags, configuration, the limiter, the HTTP server, signals.
+ *
+ * Only this file reads the real clock for the limiter's housekeeping thread and picks what
+ * runs; everything else takes its inputs as arguments.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "api.h"
+#include "config_json.h"
+#include "http.h"
+#include "log.h"
+
+/* config/default.json, embedded by the Makefile. */
+extern const char rld_default_config[];
+extern const size_t rld_default_config_len;
+
+/* How long a stop waits for requests in flight. */
+#define DRAIN_MS 10000
+
+static const char usage[] =
+    "usage: ratelimitd [--config PATH] [--port N] [--manual-clock]\n"
+    "       ratelimitd --check-config PATH\n"
+    "\n"
+    "  --config PATH        configuration file (default: the built-in config/default.json)\n"
+    "  --port N             listen on port N instead of the configuration's; 0 picks a free\n"
+    "                       port. The first line of stdout is \"listening on ADDRESS:PORT\".\n"
+    "  --manual-clock       take the time from \"now\" (seconds) in the bodies of /acquire,\n"
+    "                       /refund and /release, for replaying traces and tests\n"
+    "  --check-config PATH  check a configuration: prints \"ok\" (exit 0) or the problem\n"
+    "                       (exit 1)\n"
+    "  --help               this text\n"
+    "  --version            the version\n"
+    "\n"
+    "SIGTERM or SIGINT stop it: it stops accepting, finishes requests in flight, exits 0.\n";
+
+typedef struct opts {
+    const char *config;
+    const char *check;
+    int port; /* -1: the configuration's */
+    int manual_clock;
+} opts;
+
+/* Returns -1 to go on, or the exit status. */
+static int parse_flags(int argc, char **argv, opts *o)
+{
+    static const struct option longs[] = {
+        {"config", required_argument, NULL, 'c'}, {"port", required_argument, NULL, 'p'},
+        {"check-config", required_argument, NULL, 'k'},
+        {"manual-clock", no_argument, NULL, 'm'}, {"help", no_argument, NULL, 'h'},
+        {"version", no_argument, NULL, 'v'},     {NULL, 0, NULL, 0}};
+    int c;
+    char *end;
+    memset(o, 0, sizeof *o);
+    o->port = -1;
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, "", longs, NULL)) != -1) {
+        switch (c) {
+        case 'c':
+            o->config = optarg;
+            break;
+        case 'k':
+            o->check = optarg;
+            break;
+        case 'm':
+            o->manual_clock = 1;
+            break;
+        case 'p': {
+            errno = 0;
+            long v = strtol(optarg, &end, 10);
+            if (errno || *end || end == optarg || v < 0 || v > 65535) {
+                fprintf(stderr, "ratelimitd: --port: must be a number from 0 to 65535\n");
+                return 2;
+            }
+            o->port = (int)v;
+            break;
+        }
+        case 'h':
+            fputs(usage, stdout);
+            return 0;
+        case 'v':
+            printf("ratelimitd %s\n", RL_VERSION);
+            return 0;
+        default:
+            fprintf(stderr, "ratelimitd: unknown or incomplete option %s\n\n%s",
+                    argv[optind - 1], usage);
+            return 2;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "ratelimitd: unexpected argument %s\n\n%s", argv[optind], usage);
+        return 2;
+    }
+    return -1;
+}
+
+static int check_config(const char *path)
+{
+    rl_registry *reg = rl_registry_new();
+    rld_settings set;
+    rl_config *cfg = NULL;
+    rl_err err = {{0}};
+    int rc = reg ? rld_config_load(path, reg, &set, &cfg, &err) : RL_ENOMEM;
+    if (rc == RL_OK) {
+        printf("ok\n");
+        rl_config_free(cfg);
+        rld_settings_clear(&set);
+    } else {
+        printf("%s: %s\n", path, reg ? err.msg : "out of memory");
+    }
+    rl_registry_free(reg);
+    return rc == RL_OK ? 0 : 1;
+}
+
+/* ---- housekeeping ------------------------------------------------------------------------ */
+
+typedef struct housekeeper {
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int stop;
+    rld_app *app;
+} housekeeper;
+
+static void *housekeeping(void *arg)
+{
+    housekeeper *hk = arg;
+    pthread_mutex_lock(&hk->mu);
+    while (!hk->stop) {
+        struct timespec until;
+        clock_gettime(CLOCK_MONOTONIC, &until);
+        until.tv_nsec += 100000000;
+        if (until.tv_nsec >= 1000000000) {
+            until.tv_sec++;
+            until.tv_nsec -= 1000000000;
+        }
+        pthread_cond_timedwait(&hk->cv, &hk->mu, &until);
+        if (hk->stop)
+            break;
+        pthread_mutex_unlock(&hk->mu);
+        rld_app_tick(hk->app);
+        pthread_mutex_lock(&hk->mu);
+    }
+    pthread_mutex_unlock(&hk->mu);
+    return NULL;
+}
+
+static int housekeeper_start(housekeeper *hk, rld_app *app)
+{
+    pthread_condattr_t ca;
+    hk->stop = 0;
+    hk->app = app;
+    pthread_mutex_init(&hk->mu, NULL);
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&hk->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    return pthread_create(&hk->thread, NULL, housekeeping, hk);
+}
+
+static void housekeeper_stop(housekeeper *hk)
+{
+    pthread_mutex_lock(&hk->mu);
+    hk->stop = 1;
+    pthread_cond_signal(&hk->cv);
+    pthread_mutex_unlock(&hk->mu);
+    pthread_join(hk->thread, NULL);
+    pthread_cond_destroy(&hk->cv);
+    pthread_mutex_destroy(&hk->mu);
+}
+
+/* ---- the daemon ------------------------------------------------------------------------- */
+
+static int threads_for(int configured)
+{
+    if (configured > 0)
+        return configured;
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n < 1 ? 1 : n > 64 ? 64 : (int)n;
+}
+
+static int serve(const opts *o)
+{
+    rl_registry *reg = rl_registry_new();
+    rld_settings set;
+    rl_config *cfg = NULL;
+    rl_limiter *lim = NULL;
+    rl_err err = {{0}};
+    rld_app app;
+    housekeeper hk;
+    const char *source = o->config ? o->config : "built-in config/default.json";
+    int rc;
+
+    if (!reg) {
+        rld_log("error: out of memory");
+        return 1;
+    }
+    rc = o->config ? rld_config_load(o->config, reg, &set, &cfg, &err)
+                   : rld_config_parse(rld_default_config, rld_default_config_len, reg, &set,
+                                      &cfg, &err);
+    if (rc != RL_OK) {
+        rld_log("error: configuration %s: %s", source, err.msg);
+        rl_registry_free(reg);
+        return 1;
+    }
+    if (o->port >= 0)
+        set.port = o->port;
+    if (set.store != RLD_STORE_MEMORY) {
+        rld_log("error: configuration %s: store: only \"memory\" is available in this build",
+                source);
+        rl_config_free(cfg);
+        goto fail_settings;
+    }
+    if ((rc = rl_limiter_new(cfg, NULL, &lim, &err)) != RL_OK) {
+        rld_log("error: configuration %s: %s", source, err.msg);
+        goto fail_settings;
+    }
+    if ((rc = rld_app_init(&app, reg, lim, &set, o->manual_clock, &err)) != RL_OK) {
+        rld_log("error: %s", err.msg);
+        goto fail_limiter;
+    }
+
+    /* signals are taken by sigwait below: block them before any thread starts */
+    sigset_t stop_signals;
+    sigemptyset(&stop_signals);
+    sigaddset(&stop_signals, SIGTERM);
+    sigaddset(&stop_signals, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &stop_signals, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    rld_http_config hc = {.address = set.address,
+                          .port = set.port,
+                          .threads = threads_for(set.threads),
+                          .admin_token = set.admin_token,
+                          .routes = rld_routes,
+                          .nroutes = rld_nroutes,
+                          .app = &app,
+                          .on_done = rld_app_on_done};
+    if (!(app.http = rld_http_start(&hc, &err))) {
+        rld_log("error: %s", err.msg);
+        goto fail_app;
+    }
+    if (housekeeper_start(&hk, &app) != 0) {
+        rld_log("error: cannot start the housekeeping thread");
+        rld_http_stop(app.http, 0);
+        goto fail_app;
+    }
+    int port = rld_http_port(app.http);
+    int v6 = strchr(set.address, ':') != NULL;
+    printf("listening on %s%s%s:%d\n", v6 ? "[" : "", set.address, v6 ? "]" : "", port);
+    fflush(stdout);
+    rld_log("started: listening on %s%s%s:%d, %d threads, memory store, %s clock, "
+            "configuration %s",
+            v6 ? "[" : "", set.address, v6 ? "]" : "", port, hc.threads,
+            o->manual_clock ? "manual" : "real", source);
+
+    int sig = 0;
+    while (sigwait(&stop_signals, &sig) != 0)
+        ;
+    rld_log("stopping on %s: no new connections, finishing requests in flight",
+            sig == SIGTERM ? "SIGTERM" : "SIGINT");
+    unsigned left = rld_http_stop(app.http, DRAIN_MS);
+    housekeeper_stop(&hk);
+    if (left)
+        rld_log("error: %u requests were still in flight after %d ms and were cut", left,
+                DRAIN_MS);
+    rld_app_free(&app);
+    rl_limiter_free(lim);
+    rld_settings_clear(&set);
+    rl_registry_free(reg);
+    rld_log("stopped");
+    return 0;
+
+fail_app:
+    rld_app_free(&app);
+fail_limiter:
+    rl_limiter_free(lim);
+fail_settings:
+    rld_settings_clear(&set);
+    rl_registry_free(reg);
+    return 1;
+}
+
+int main(int argc, char **argv)
+{
+    opts o;
+    int rc = parse_flags(argc, argv, &o);
+    if (rc >= 0)
+        return rc;
+    if (o.check)
+        return check_config(o.check);
+    return serve(&o);
+}

@@ -1,0 +1,332 @@
+/*
+ * metrics.c - see metrics.h.
+ */
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "metrics.h"
+
+/* Status codes the service answers with; anything else is counted as code="other". */
+static const int codes[] = {200, 400, 401, 404, 405, 409, 413, 429, 500, 503};
+#define NCODES (sizeof codes / sizeof codes[0] + 1)
+
+/* Upper bounds of the duration histogram, in nanoseconds and as printed. */
+static const rl_ns bounds[] = {100000,   250000,   500000,    1000000,   2500000,
+                               5000000,  10000000, 25000000,  50000000,  100000000,
+                               250000000, 500000000, 1000000000, 2500000000};
+static const char *const bound_names[] = {"0.0001", "0.00025", "0.0005", "0.001", "0.0025",
+                                          "0.005",  "0.01",    "0.025",  "0.05",  "0.1",
+                                          "0.25",   "0.5",     "1",      "2.5"};
+#define NBOUNDS (sizeof bounds / sizeof bounds[0])
+
+#define MAX_ENDPOINTS 16
+#define NSLOTS 64
+#define MAX_DENIED 1024
+
+typedef struct endpoint_counts {
+    uint64_t code[NCODES];
+    uint64_t bucket[NBOUNDS + 1]; /* not cumulative; the last is above every bound */
+    uint64_t sum_ns;
+} endpoint_counts;
+
+/* One thread's counters; all updates are relaxed atomic adds, so a slot may be shared. */
+typedef struct slot {
+    uint64_t allowed, denied;
+    uint64_t cost, refunded, charged; /* fixed point */
+    endpoint_counts ep[MAX_ENDPOINTS];
+} __attribute__((aligned(64))) slot;
+
+typedef struct denied_entry {
+    uint64_t count;
+    uint16_t level;
+    char rule[129]; /* "" marks an empty entry */
+} denied_entry;
+
+struct rld_metrics {
+    size_t nendpoints;
+    const char *const *names;
+    unsigned nslots; /* atomic: slots handed out */
+    slot *slots;
+    pthread_mutex_t dmu; /* guards denied */
+    size_t ndenied;
+    denied_entry *denied;
+    uint64_t denied_other[RL_MAX_LEVELS];
+};
+
+static _Thread_local struct {
+    const rld_metrics *owner;
+    slot *s;
+} mine;
+
+rld_metrics *rld_metrics_new(size_t nendpoints, const char *const *names)
+{
+    if (nendpoints > MAX_ENDPOINTS)
+        return NULL;
+    rld_metrics *m = calloc(1, sizeof *m);
+    if (!m)
+        return NULL;
+    m->nendpoints = nendpoints;
+    m->names = names;
+    m->slots = aligned_alloc(64, sizeof(slot) * NSLOTS);
+    m->denied = calloc(MAX_DENIED, sizeof *m->denied);
+    if (!m->slots || !m->denied) {
+        free(m->slots);
+        free(m->denied);
+        free(m);
+        return NULL;
+    }
+    memset(m->slots, 0, sizeof(slot) * NSLOTS);
+    pthread_mutex_init(&m->dmu, NULL);
+    return m;
+}
+
+void rld_metrics_free(rld_metrics *m)
+{
+    if (!m)
+        return;
+    pthread_mutex_destroy(&m->dmu);
+    free(m->slots);
+    free(m->denied);
+    free(m);
+}
+
+/* The calling thread's slot; threads beyond NSLOTS share the last one. */
+static slot *my_slot(rld_metrics *m)
+{
+    if (mine.owner != m) {
+        unsigned i = __atomic_fetch_add(&m->nslots, 1, __ATOMIC_RELAXED);
+        mine.owner = m;
+        mine.s = &m->slots[i < NSLOTS ? i : NSLOTS - 1];
+    }
+    return mine.s;
+}
+
+static void add(uint64_t *c, uint64_t v)
+{
+    __atomic_fetch_add(c, v, __ATOMIC_RELAXED);
+}
+
+static uint64_t get(const uint64_t *c)
+{
+    return __atomic_load_n(c, __ATOMIC_RELAXED);
+}
+
+void rld_metrics_http(rld_metrics *m, size_t endpoint, int code, rl_ns duration)
+{
+    if (endpoint >= m->nendpoints)
+        return;
+    endpoint_counts *e = &my_slot(m)->ep[endpoint];
+    size_t ci = 0;
+    while (ci < NCODES - 1 && codes[ci] != code)
+        ci++;
+    size_t bi = 0;
+    while (bi < NBOUNDS && duration > bounds[bi])
+        bi++;
+    add(&e->code[ci], 1);
+    add(&e->bucket[bi], 1);
+    add(&e->sum_ns, duration > 0 ? (uint64_t)duration : 0);
+}
+
+static void count_denial(rld_metrics *m, size_t level, const char *rule)
+{
+    size_t n = strlen(rule), h = level * 31;
+    if (n >= sizeof m->denied[0].rule)
+        n = sizeof m->denied[0].rule - 1;
+    for (size_t i = 0; i < n; i++)
+        h = h * 131 + (unsigned char)rule[i];
+    pthread_mutex_lock(&m->dmu);
+    for (size_t probe = 0; probe < MAX_DENIED; probe++) {
+        denied_entry *e = &m->denied[(h + probe) % MAX_DENIED];
+        if (e->rule[0] == '\0') {
+            /* keep a quarter free so that probing stays short */
+            if (m->ndenied >= MAX_DENIED * 3 / 4)
+                break;
+            e->level = (uint16_t)level;
+            memcpy(e->rule, rule, n);
+            e->rule[n] = '\0';
+            e->count = 1;
+            m->ndenied++;
+            pthread_mutex_unlock(&m->dmu);
+            return;
+        }
+        if (e->level == level && strncmp(e->rule, rule, n) == 0 && e->rule[n] == '\0') {
+            e->count++;
+            pthread_mutex_unlock(&m->dmu);
+            return;
+        }
+    }
+    m->denied_other[level]++;
+    pthread_mutex_unlock(&m->dmu);
+}
+
+void rld_metrics_decision(rld_metrics *m, const rl_decision *d, int dry_run, rl_fp cost)
+{
+    slot *s = my_slot(m);
+    if (d->allowed) {
+        add(&s->allowed, 1);
+        if (!dry_run)
+            add(&s->cost, (uint64_t)cost);
+        return;
+    }
+    add(&s->denied, 1);
+    if (d->blocked >= 0) {
+        const rl_applied *a = &d->applied[d->blocked];
+        count_denial(m, a->level, a->rule->name);
+    }
+}
+
+void rld_metrics_settle(rld_metrics *m, const rl_settlement *st)
+{
+    slot *s = my_slot(m);
+    add(&s->refunded, (uint64_t)st->refunded);
+    add(&s->charged, (uint64_t)st->charged);
+}
+
+/* ---- exposition -------------------------------------------------------------------------- */
+
+static void family(rld_buf *o, const char *name, const char *type, const char *help)
+{
+    rld_buf_printf(o, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+/* A label value with '\\', '"' and newlines escaped. */
+static void label(rld_buf *o, const char *v)
+{
+    for (; *v; v++) {
+        if (*v == '\\' || *v == '"')
+            rld_buf_putc(o, '\\');
+        if (*v == '\n')
+            rld_buf_puts(o, "\\n");
+        else
+            rld_buf_putc(o, *v);
+    }
+}
+
+static void u64_line(rld_buf *o, uint64_t v)
+{
+    rld_buf_printf(o, " %llu\n", (unsigned long long)v);
+}
+
+void rld_metrics_render(rld_metrics *m, rl_limiter *lim, rld_buf *o)
+{
+    const rl_config *cfg = rl_limiter_config(lim);
+    unsigned used = __atomic_load_n(&m->nslots, __ATOMIC_RELAXED);
+    used = used < NSLOTS ? used : NSLOTS;
+    uint64_t allowed = 0, denied = 0, cost = 0, refunded = 0, charged = 0;
+    for (unsigned i = 0; i < used; i++) {
+        allowed += get(&m->slots[i].allowed);
+        denied += get(&m->slots[i].denied);
+        cost += get(&m->slots[i].cost);
+        refunded += get(&m->slots[i].refunded);
+        charged += get(&m->slots[i].charged);
+    }
+
+    family(o, "ratelimit_acquire_total", "counter",
+           "Decisions made by POST /acquire, by outcome (dry runs included).");
+    rld_buf_puts(o, "ratelimit_acquire_total{decision=\"allowed\"}");
+    u64_line(o, allowed);
+    rld_buf_puts(o, "ratelimit_acquire_total{decision=\"denied\"}");
+    u64_line(o, denied);
+
+    family(o, "ratelimit_denied_total", "counter",
+           "Denied decisions by the level and rule that blocked them.");
+    pthread_mutex_lock(&m->dmu);
+    for (size_t i = 0; i < MAX_DENIED; i++) {
+        const denied_entry *e = &m->denied[i];
+        if (!e->rule[0] || e->level >= cfg->nlevels)
+            continue;
+        rld_buf_puts(o, "ratelimit_denied_total{level=\"");
+        label(o, cfg->levels[e->level].name);
+        rld_buf_puts(o, "\",rule=\"");
+        label(o, e->rule);
+        rld_buf_puts(o, "\"}");
+        u64_line(o, e->count);
+    }
+    for (size_t l = 0; l < cfg->nlevels; l++)
+        if (m->denied_other[l]) {
+            rld_buf_puts(o, "ratelimit_denied_total{level=\"");
+            label(o, cfg->levels[l].name);
+            rld_buf_puts(o, "\",rule=\"other\"}");
+            u64_line(o, m->denied_other[l]);
+        }
+    pthread_mutex_unlock(&m->dmu);
+
+    family(o, "ratelimit_cost_total", "counter",
+           "Cost taken by allowed requests of POST /acquire (dry runs excluded).");
+    rld_buf_puts(o, "ratelimit_cost_total ");
+    rld_buf_fp(o, (rl_fp)cost);
+    rld_buf_putc(o, '\n');
+    family(o, "ratelimit_refunded_cost_total", "counter",
+           "Cost given back by POST /refund (reserved minus actual).");
+    rld_buf_puts(o, "ratelimit_refunded_cost_total ");
+    rld_buf_fp(o, (rl_fp)refunded);
+    rld_buf_putc(o, '\n');
+    family(o, "ratelimit_charged_cost_total", "counter",
+           "Cost charged by POST /refund beyond the reservation (actual minus reserved).");
+    rld_buf_puts(o, "ratelimit_charged_cost_total ");
+    rld_buf_fp(o, (rl_fp)charged);
+    rld_buf_putc(o, '\n');
+
+    rl_stats st;
+    rl_limiter_stats(lim, &st);
+    family(o, "ratelimit_reservations_active", "gauge",
+           "Reservations not yet released or expired.");
+    rld_buf_puts(o, "ratelimit_reservations_active");
+    u64_line(o, st.reservations_active);
+    family(o, "ratelimit_reservations_expired_total", "counter",
+           "Reservations that reached reservation_ttl before the client finished them.");
+    rld_buf_puts(o, "ratelimit_reservations_expired_total");
+    u64_line(o, st.reservations_expired);
+
+    family(o, "ratelimit_keys", "gauge", "Keys with state held in the store, by level.");
+    for (size_t l = 0; l < cfg->nlevels; l++) {
+        rld_buf_puts(o, "ratelimit_keys{level=\"");
+        label(o, cfg->levels[l].name);
+        rld_buf_puts(o, "\"}");
+        u64_line(o, rl_limiter_keys(lim, l));
+    }
+
+    family(o, "ratelimit_http_requests_total", "counter",
+           "HTTP requests answered, by endpoint and status code.");
+    for (size_t e = 0; e < m->nendpoints; e++)
+        for (size_t c = 0; c < NCODES; c++) {
+            uint64_t n = 0;
+            for (unsigned i = 0; i < used; i++)
+                n += get(&m->slots[i].ep[e].code[c]);
+            if (!n)
+                continue;
+            rld_buf_puts(o, "ratelimit_http_requests_total{endpoint=\"");
+            label(o, m->names[e]);
+            if (c < NCODES - 1)
+                rld_buf_printf(o, "\",code=\"%d\"}", codes[c]);
+            else
+                rld_buf_puts(o, "\",code=\"other\"}");
+            u64_line(o, n);
+        }
+
+    family(o, "ratelimit_http_request_duration_seconds", "histogram",
+           "Time from a request's headers to its answer, by endpoint.");
+    for (size_t e = 0; e < m->nendpoints; e++) {
+        uint64_t cum = 0, sum = 0;
+        for (size_t b = 0; b <= NBOUNDS; b++) {
+            for (unsigned i = 0; i < used; i++)
+                cum += get(&m->slots[i].ep[e].bucket[b]);
+            rld_buf_puts(o, "ratelimit_http_request_duration_seconds_bucket{endpoint=\"");
+            label(o, m->names[e]);
+            rld_buf_printf(o, "\",le=\"%s\"}", b < NBOUNDS ? bound_names[b] : "+Inf");
+            u64_line(o, cum);
+        }
+        for (unsigned i = 0; i < used; i++)
+            sum += get(&m->slots[i].ep[e].sum_ns);
+        rld_buf_puts(o, "ratelimit_http_request_duration_seconds_sum{endpoint=\"");
+        label(o, m->names[e]);
+        rld_buf_puts(o, "\"} ");
+        rld_buf_seconds(o, (rl_ns)sum);
+        rld_buf_puts(o, "\nratelimit_http_request_duration_seconds_count{endpoint=\"");
+        label(o, m->names[e]);
+        rld_buf_puts(o, "\"}");
+        u64_line(o, cum);
+    }
+}

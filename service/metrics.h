@@ -1,0 +1,37 @@
+/*
+ * metrics.h - counters of the service and their Prometheus text exposition (format 0.0.4).
+ *
+ * Hot counters live in per-thread slots (no shared cache line between worker threads) and are
+ * summed when /metrics is scraped. Labels are bounded: endpoints come from the route table,
+ * levels and rule names from the configuration (custom quota rules beyond a cap are counted
+ * as rule="other"); never a user or key.
+ */
+#ifndef RLD_METRICS_H
+#define RLD_METRICS_H
+
+#include <stddef.h>
+
+#include "buf.h"
+#include "ratelimit.h"
+
+typedef struct rld_metrics rld_metrics;
+
+/* New metrics for nendpoints endpoints named by names (borrowed, must outlive the metrics).
+ * NULL when out of memory. */
+rld_metrics *rld_metrics_new(size_t nendpoints, const char *const *names);
+/* Frees the metrics. NULL is ok. */
+void rld_metrics_free(rld_metrics *m);
+
+/* One HTTP request of endpoint (an index below nendpoints) answered with status code after
+ * duration nanoseconds. */
+void rld_metrics_http(rld_metrics *m, size_t endpoint, int code, rl_ns duration);
+/* One decision of POST /acquire. cost is counted when the request took it (allowed, not a
+ * dry run); a denial is counted against the level and rule that blocked it. */
+void rld_metrics_decision(rld_metrics *m, const rl_decision *d, int dry_run, rl_fp cost);
+/* One settled reservation. */
+void rld_metrics_settle(rld_metrics *m, const rl_settlement *s);
+
+/* Appends the exposition of every family to out; lim gives keys per level and reservations. */
+void rld_metrics_render(rld_metrics *m, rl_limiter *lim, rld_buf *out);
+
+#endif

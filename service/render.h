@@ -1,0 +1,28 @@
+/*
+ * render.h - the answer to POST /acquire, written with a fixed format (no JSON tree): the body
+ * and the IETF RateLimit header fields (draft-ietf-httpapi-ratelimit-headers, structured-field
+ * form), one list member per applied rule that reports a status, named "<level>.<rule name>":
+ *
+ *   RateLimit-Policy: "user.free";q=20;w=2, "global.global";q=100000;w=2
+ *   RateLimit: "user.free";r=19;t=1, "global.global";r=99999;t=1
+ *
+ * q is the rule's limit, w its window or time to refill from empty (rounded up, left out when
+ * 0), r what remains (rounded down, never below 0) and t the seconds until the rule is back to
+ * full (rounded up). A rule that holds slots (concurrency) carries qu="concurrent-requests".
+ */
+#ifndef RLD_RENDER_H
+#define RLD_RENDER_H
+
+#include "buf.h"
+#include "ratelimit.h"
+
+/* Appends {"allowed", "retry_after", "blocked_by", "reservation"?, "limits": [...]} for d. */
+void rld_render_decision(rld_buf *o, const rl_config *cfg, const rl_decision *d);
+/* Appends the values of RateLimit-Policy to policy and RateLimit to state; returns the number
+ * of list members written (0: send neither header). */
+size_t rld_render_ratelimit(rld_buf *policy, rld_buf *state, const rl_config *cfg,
+                            const rl_decision *d);
+/* The Retry-After value for a finite wait: whole seconds, rounded up. */
+int64_t rld_retry_after_seconds(rl_ns wait);
+
+#endif

@@ -1,0 +1,360 @@
+/*
+ * test_service.c - the service's own pieces, white-box: the two /acquire body parsers agree,
+ * numbers and strings are written exactly, the RateLimit headers and body of a decision,
+ * metrics labels, and the OpenAPI document lists every route of the server.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "acquire_req.h"
+#include "api.h"
+#include "buf.h"
+#include "metrics.h"
+#include "render.h"
+#include "testutil.h"
+
+/* ---- the two parsers agree ---------------------------------------------------------------- */
+
+static const char *const seeds[] = {
+    "{\"keys\":{\"user\":\"u1\",\"team\":\"acme\"},\"cost\":1,\"priority\":0,\"reserve\":false,"
+    "\"dry_run\":false}",
+    "{ \"keys\" : { \"user\" : \"u1\" } }\n",
+    "\t{\"cost\": 2.5, \"keys\": {\"user\": \"a\"}, \"now\": 1e3, \"reserve\": true}\r\n",
+    "{\"keys\":{}}",
+    "{\"keys\":{\"a\":\"b\",\"c\":\"d\"},\"priority\":-7,\"cost\":0.000001,\"dry_run\":true}",
+    "{\"keys\":{\"user\":\"x\"},\"cost\":123456789012345678901}",
+    "{\"keys\":{\"user\":\"x\"},\"cost\":1E400}",
+    "{\"keys\":{\"user\":\"x\"},\"cost\":-0,\"now\":0.5E-3}",
+    "{\"keys\":{\"user\":\"x\"},\"priority\":9223372036854775807}",
+    "{\"keys\":{\"user\":\"x\"},\"priority\":-9223372036854775808}",
+    "{\"keys\":{\"user\":\"x\\\"y\"}}",
+    "{\"keys\":{\"user\":\"\xc3\xa9t\xc3\xa9\"}}",
+    "{\"keys\":{\"user\":\"x\"},\"cost\":1,\"cost\":2}",
+    "{}",
+    "[]",
+};
+
+static int same_request(const rld_acquire_req *a, const rld_acquire_req *b)
+{
+    if (a->ndesc != b->ndesc || a->has_keys != b->has_keys || a->has_cost != b->has_cost ||
+        memcmp(&a->cost, &b->cost, sizeof a->cost) != 0 || a->priority != b->priority ||
+        a->reserve != b->reserve || a->dry_run != b->dry_run || a->has_now != b->has_now ||
+        memcmp(&a->now, &b->now, sizeof a->now) != 0)
+        return 0;
+    for (size_t i = 0; i < a->ndesc; i++) {
+        size_t k = 0;
+        while (k < b->ndesc && !(b->desc[k].name_len == a->desc[i].name_len &&
+                                 memcmp(b->desc[k].name, a->desc[i].name, a->desc[i].name_len) ==
+                                     0))
+            k++;
+        if (k == b->ndesc || b->desc[k].value_len != a->desc[i].value_len ||
+            memcmp(b->desc[k].value, a->desc[i].value, a->desc[i].value_len) != 0)
+            return 0;
+    }
+    return 1;
+}
+
+/* Whenever the fast parser takes a body, jansson must read the same request from it. */
+static void compare(const char *body, size_t len, int *fast_count)
+{
+    rld_acquire_req f, j;
+    rl_err err;
+    char *copy = malloc(len + 1);
+    memcpy(copy, body, len);
+    copy[len] = '\0';
+    if (rld__acquire_parse_fast(copy, len, &f)) {
+        (*fast_count)++;
+        ck_assert_msg(rld__acquire_parse_json(copy, len, &j, &err) == 0,
+                      "fast parser took \"%.*s\", jansson refused it: %s", (int)len, copy,
+                      err.msg);
+        ck_assert_msg(same_request(&f, &j), "parsers disagree on \"%.*s\"", (int)len, copy);
+        rld_acquire_req_clear(&j);
+    }
+    free(copy);
+}
+
+START_TEST(fast_parser_agrees_with_jansson)
+{
+    static const char alphabet[] = "{}[]\",:0123456789-+.eE tfnul\\ax\x01\x80";
+    int fast = 0, seeded = 0;
+    char buf[512];
+    for (size_t s = 0; s < sizeof seeds / sizeof seeds[0]; s++) {
+        const char *b = seeds[s];
+        size_t n = strlen(b);
+        int before = fast;
+        compare(b, n, &fast);
+        seeded += fast > before;
+        for (size_t i = 0; i < n; i++) {
+            /* drop a byte */
+            memcpy(buf, b, i);
+            memcpy(buf + i, b + i + 1, n - i - 1);
+            compare(buf, n - 1, &fast);
+            for (size_t a = 0; a < sizeof alphabet - 1; a++) {
+                /* replace a byte, insert a byte */
+                memcpy(buf, b, n);
+                buf[i] = alphabet[a];
+                compare(buf, n, &fast);
+                memcpy(buf, b, i);
+                buf[i] = alphabet[a];
+                memcpy(buf + i + 1, b + i, n - i);
+                compare(buf, n + 1, &fast);
+            }
+        }
+    }
+    /* the usual bodies do take the fast path: seeds 0-4, 7-9 and {} */
+    ck_assert_int_eq(seeded, 9);
+    ck_assert_int_gt(fast, 1000);
+}
+END_TEST
+
+START_TEST(parse_values_and_errors)
+{
+    rld_acquire_req q;
+    rl_err err;
+    char body[256];
+    snprintf(body, sizeof body, "{\"keys\":{\"user\":\"u1\"},\"cost\":2.5,\"priority\":3,"
+                                "\"reserve\":true,\"now\":7}");
+    ck_assert_int_eq(rld_acquire_parse(body, strlen(body), &q, &err), 0);
+    ck_assert_ptr_null(q.root); /* the fast path */
+    ck_assert_int_eq(q.ndesc, 1);
+    ck_assert_int_eq(q.desc[0].value_len, 2);
+    ck_assert(memcmp(q.desc[0].value, "u1", 2) == 0);
+    ck_assert_double_eq(q.cost, 2.5);
+    ck_assert_int_eq(q.priority, 3);
+    ck_assert(q.reserve && !q.dry_run && q.has_now);
+    ck_assert_double_eq(q.now, 7);
+    rld_acquire_req_clear(&q);
+
+    /* escapes go through jansson, decoded */
+    snprintf(body, sizeof body, "{\"keys\":{\"user\":\"a\\\"b\\u00e9\"}}");
+    ck_assert_int_eq(rld_acquire_parse(body, strlen(body), &q, &err), 0);
+    ck_assert_ptr_nonnull(q.root);
+    ck_assert_int_eq(q.desc[0].value_len, 5);
+    ck_assert(memcmp(q.desc[0].value, "a\"b\xc3\xa9", 5) == 0);
+    ck_assert(!q.has_cost);
+    rld_acquire_req_clear(&q);
+
+    snprintf(body, sizeof body, "{\"keys\":{\"user\":\"u\"},\"cost\":0.0000004}");
+    ck_assert_int_eq(rld_acquire_parse(body, strlen(body), &q, &err), -1);
+    ck_assert_str_eq(err.msg, "cost: must be a positive number from 0.000001 to 1000000000000");
+    snprintf(body, sizeof body, "{\"keys\":{\"user\":\"u\"},\"now\":-1}");
+    ck_assert_int_eq(rld_acquire_parse(body, strlen(body), &q, &err), -1);
+    ck_assert_str_eq(err.msg, "now: must be a number of seconds from 0 to 9200000000");
+    snprintf(body, sizeof body, "{\"keys\":{\"user\":\"u\"},\"now\":\"soon\"}");
+    ck_assert_int_eq(rld_acquire_parse(body, strlen(body), &q, &err), -1);
+    ck_assert_str_eq(err.msg, "now: must be a number of seconds");
+}
+END_TEST
+
+/* ---- exact output ------------------------------------------------------------------------- */
+
+START_TEST(fixed_point_text_matches_the_core)
+{
+    const int64_t v[] = {0,          1,         -1,        999999,     1000000,   1000001,
+                         -1500000,   250000,    100,       INT64_MAX,  INT64_MIN + 1,
+                         1234567890, -999999999, 10000000000, 5,       7000000000000000000};
+    char a[64], b[64];
+    uint64_t x = 88172645463325252ull;
+    for (int i = 0; i < 10000; i++) {
+        int64_t val = i < (int)(sizeof v / sizeof v[0]) ? v[i] : 0;
+        if (i >= (int)(sizeof v / sizeof v[0])) {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            val = (int64_t)(x >> (x % 50));
+            if (x & 1)
+                val = -val;
+        }
+        rl_fmt_fp(a, sizeof a, val);
+        rld_fmt_fixed(b, val, 1000000, 6);
+        ck_assert_str_eq(a, b);
+        rl_fmt_ns(a, sizeof a, val);
+        rld_fmt_fixed(b, val, 1000000000, 9);
+        ck_assert_str_eq(a, b);
+    }
+}
+END_TEST
+
+START_TEST(json_strings_round_trip)
+{
+    char s[300];
+    size_t n = 0;
+    for (int c = 1; c < 128; c++)
+        s[n++] = (char)c;
+    memcpy(s + n, "\xc3\xa9\xe2\x82\xac", 5); /* é € */
+    n += 5;
+    char store[16];
+    rld_buf b;
+    rld_buf_init(&b, store, sizeof store); /* starts inline, must move to the heap */
+    rld_buf_putc(&b, '[');
+    rld_buf_json_str(&b, s, n);
+    rld_buf_putc(&b, ']');
+    ck_assert(rld_buf_on_heap(&b));
+    json_error_t jerr;
+    json_t *arr = json_loads(rld_buf_cstr(&b), 0, &jerr);
+    ck_assert_msg(arr != NULL, "%s: %s", rld_buf_cstr(&b), jerr.text);
+    ck_assert_int_eq(json_string_length(json_array_get(arr, 0)), n);
+    ck_assert(memcmp(json_string_value(json_array_get(arr, 0)), s, n) == 0);
+    json_decref(arr);
+    rld_buf_reset(&b);
+    ck_assert(!rld_buf_on_heap(&b));
+    rld_buf_fp(&b, -2500000);
+    rld_buf_putc(&b, ' ');
+    rld_buf_seconds(&b, 1500000001);
+    rld_buf_putc(&b, ' ');
+    rld_buf_i64(&b, INT64_MIN);
+    ck_assert_str_eq(rld_buf_cstr(&b), "-2.5 1.500000001 -9223372036854775808");
+    rld_buf_reset(&b);
+}
+END_TEST
+
+START_TEST(decision_body_and_headers)
+{
+    /* a deny list reports no status: it is left out of limits and headers */
+    rl_limiter *lim = tu_limiter(
+        "{\"levels\": [{\"name\": \"ip\", \"rules\": ["
+        "{\"type\": \"deny_list\", \"keys\": [\"6.6.6.6\"]},"
+        "{\"type\": \"gcra\", \"name\": \"smooth\", \"per_second\": 4, \"burst\": 2}]}]}");
+    rl_decision d;
+    tu_acquire(lim, "ip=1.2.3.4", 1, S(0), &d);
+    rld_buf body, pol, st;
+    rld_buf_init(&body, NULL, 0);
+    rld_buf_init(&pol, NULL, 0);
+    rld_buf_init(&st, NULL, 0);
+    rld_render_decision(&body, rl_limiter_config(lim), &d);
+    /* gcra 4/s burst 2: one cell used, 1 left; back to full in 0.25 s; 2 cells refill in 0.5 s */
+    ck_assert_str_eq(rld_buf_cstr(&body),
+                     "{\"allowed\":true,\"retry_after\":0,\"blocked_by\":null,\"limits\":["
+                     "{\"level\":\"ip\",\"key\":\"1.2.3.4\",\"rule\":\"smooth\",\"limit\":2,"
+                     "\"remaining\":1,\"reset_after\":0.25}]}");
+    ck_assert_uint_eq(rld_render_ratelimit(&pol, &st, rl_limiter_config(lim), &d), 1);
+    ck_assert_str_eq(rld_buf_cstr(&pol), "\"ip.smooth\";q=2;w=1");
+    ck_assert_str_eq(rld_buf_cstr(&st), "\"ip.smooth\";r=1;t=1");
+    rld_buf_reset(&body);
+    rld_buf_reset(&pol);
+    rld_buf_reset(&st);
+    /* the denied key: never fits, blocked by the deny list's default name */
+    tu_acquire(lim, "ip=6.6.6.6", 1, S(0), &d);
+    rld_render_decision(&body, rl_limiter_config(lim), &d);
+    ck_assert_ptr_nonnull(strstr(rld_buf_cstr(&body),
+                                 "{\"allowed\":false,\"retry_after\":null,\"blocked_by\":\"ip: "
+                                 "deny_list(1 key)\""));
+    rld_buf_reset(&body);
+    ck_assert_int_eq(rld_retry_after_seconds(1), 1);
+    ck_assert_int_eq(rld_retry_after_seconds(S(2)), 2);
+    ck_assert_int_eq(rld_retry_after_seconds(S(2) + 1), 3);
+    tu_free(lim);
+}
+END_TEST
+
+START_TEST(metrics_codes_and_buckets)
+{
+    static const char *const names[] = {"/a", "other"};
+    rld_metrics *m = rld_metrics_new(2, names);
+    rl_limiter *lim = tu_limiter("{\"levels\": [{\"name\": \"l.x\", \"rules\": [{\"type\": "
+                                 "\"token_bucket\", \"capacity\": 1, \"per_second\": 1}]}]}");
+    rld_metrics_http(m, 0, 200, 100000); /* exactly on the first bound: counted in it */
+    rld_metrics_http(m, 0, 418, 100001);
+    rld_metrics_http(m, 1, 404, 5000000000);
+    rld_buf o;
+    rld_buf_init(&o, NULL, 0);
+    rld_metrics_render(m, lim, &o);
+    const char *t = rld_buf_cstr(&o);
+    ck_assert_ptr_nonnull(strstr(t, "{endpoint=\"/a\",code=\"200\"} 1\n"));
+    ck_assert_ptr_nonnull(strstr(t, "{endpoint=\"/a\",code=\"other\"} 1\n"));
+    ck_assert_ptr_nonnull(strstr(t, "_bucket{endpoint=\"/a\",le=\"0.0001\"} 1\n"));
+    ck_assert_ptr_nonnull(strstr(t, "_bucket{endpoint=\"/a\",le=\"0.00025\"} 2\n"));
+    ck_assert_ptr_nonnull(strstr(t, "_bucket{endpoint=\"other\",le=\"2.5\"} 0\n"));
+    ck_assert_ptr_nonnull(strstr(t, "_bucket{endpoint=\"other\",le=\"+Inf\"} 1\n"));
+    ck_assert_ptr_nonnull(strstr(t, "_sum{endpoint=\"/a\"} 0.000200001\n"));
+    ck_assert_ptr_nonnull(strstr(t, "ratelimit_keys{level=\"l.x\"} 0\n"));
+    rld_buf_reset(&o);
+    rld_metrics_free(m);
+    tu_free(lim);
+}
+END_TEST
+
+/* ---- the OpenAPI document and the route table ---------------------------------------------- */
+
+/* The block of a path in openapi.yaml ("  /acquire:" up to the next path), or NULL. */
+static const char *path_block(const char *doc, const char *path, size_t *len)
+{
+    char key[160];
+    snprintf(key, sizeof key, "\n  %s:\n", path);
+    const char *p = strstr(doc, key);
+    if (!p)
+        return NULL;
+    p += strlen(key);
+    const char *end = p;
+    while (*end && !(end[0] == '\n' && end[1] == ' ' && end[2] == ' ' && end[3] != ' '))
+        end++;
+    *len = (size_t)(end - p);
+    return p;
+}
+
+START_TEST(openapi_lists_every_route)
+{
+    FILE *f = fopen("api/openapi.yaml", "r");
+    ck_assert_msg(f != NULL, "api/openapi.yaml (tests run from the repository root)");
+    static char doc[200000];
+    size_t n = fread(doc, 1, sizeof doc - 1, f);
+    fclose(f);
+    doc[n] = '\0';
+    ck_assert(strncmp(doc, "openapi: 3.", 11) == 0);
+    size_t documented = 0;
+    for (size_t i = 0; i < rld_nroutes; i++) {
+        const rld_route *rt = &rld_routes[i];
+        char path[128];
+        size_t len;
+        /* a prefix route takes its tail as a parameter: /quota/ is /quota/{user} */
+        snprintf(path, sizeof path, "%s%s", rt->path,
+                 rt->path[strlen(rt->path) - 1] == '/' ? "{user}" : "");
+        const char *block = path_block(doc, path, &len);
+        ck_assert_msg(block != NULL, "openapi.yaml lacks the path %s", path);
+        for (const rld_method *m = rt->methods; m->name; m++) {
+            char key[32];
+            size_t k = (size_t)snprintf(key, sizeof key, "\n    ");
+            for (const char *c = m->name; *c; c++)
+                key[k++] = (char)(*c - 'A' + 'a');
+            snprintf(key + k, sizeof key - k, ":\n");
+            char *copy = strndup(block - 1, len + 1);
+            ck_assert_msg(strstr(copy, key) != NULL, "openapi.yaml lacks %s %s", m->name, path);
+            /* every method documents 405 (the route table answers it for the others) */
+            ck_assert_msg(strstr(copy, "'405'") != NULL, "%s documents no 405", path);
+            free(copy);
+            documented++;
+        }
+    }
+    ck_assert_uint_eq(documented, 9);
+    /* and nothing more: every documented path is a route */
+    size_t paths = 0;
+    for (const char *p = strstr(doc, "\npaths:\n"); p && (p = strstr(p + 1, "\n  /"));) {
+        if (p > strstr(doc, "\ncomponents:"))
+            break;
+        paths++;
+    }
+    ck_assert_uint_eq(paths, rld_nroutes);
+}
+END_TEST
+
+static Suite *service_suite(void)
+{
+    Suite *s = suite_create("service");
+    TCase *tc = tcase_create("pieces");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, fast_parser_agrees_with_jansson);
+    tcase_add_test(tc, parse_values_and_errors);
+    tcase_add_test(tc, fixed_point_text_matches_the_core);
+    tcase_add_test(tc, json_strings_round_trip);
+    tcase_add_test(tc, decision_body_and_headers);
+    tcase_add_test(tc, metrics_codes_and_buckets);
+    tcase_add_test(tc, openapi_lists_every_route);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    return tu_run(service_suite()) ? 1 : 0;
+}

@@ -109,8 +109,8 @@ static void h_acquire(void *ctx, rld_req *r)
                       .flags = (q.dry_run ? RL_DRY_RUN : 0u) | (q.reserve ? RL_RESERVE : 0u),
                       .now = request_time(app, q.has_now, q.now)};
     int rc = rl_acquire(app->lim, &req, &d, &err);
-    rld_acquire_req_clear(&q);
     if (rc != RL_OK) {
+        rld_acquire_req_clear(&q);
         reply_rc(r, rc, &err);
         return;
     }
@@ -135,6 +135,7 @@ static void h_acquire(void *ctx, rld_req *r)
     }
     rld_reply(r, d.allowed ? 200 : 429, "application/json", hs, nh);
     rl_decision_done(&d);
+    rld_acquire_req_clear(&q); /* the decision's keys may point into the request */
     rld_buf_reset(&policy);
     rld_buf_reset(&state);
 }

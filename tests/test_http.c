@@ -119,6 +119,22 @@ START_TEST(acquire_body_and_headers)
 }
 END_TEST
 
+/* A key with an escape is parsed by jansson rather than in place; the decision's keys point
+ * into the parsed request, which must live until the answer is written. */
+START_TEST(escaped_keys_come_back_intact)
+{
+    su_server s;
+    su_tmpdir(&s);
+    su_start(&s, bucket_cfg, manual);
+    su_resp r = acquire(&s, "{\"keys\": {\"user\": \"b\\u00f6b \\\"the\\\" builder\"}, \"now\": 0}");
+    ck_assert_int_eq(r.status, 200);
+    json_t *l0 = json_array_get(json_object_get(r.json, "limits"), 0);
+    ck_assert_str_eq(json_string_value(json_object_get(l0, "key")), "b\xc3\xb6" "b \"the\" builder");
+    su_resp_free(&r);
+    ck_assert_int_eq(su_stop(&s), 0);
+}
+END_TEST
+
 START_TEST(acquire_dry_run_priority_composed_keys)
 {
     su_server s;
@@ -1202,6 +1218,7 @@ static Suite *http_suite(void)
     TCase *tc = tcase_create("server");
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, acquire_body_and_headers);
+    tcase_add_test(tc, escaped_keys_come_back_intact);
     tcase_add_test(tc, acquire_dry_run_priority_composed_keys);
     tcase_add_test(tc, manual_clock_uses_last_now);
     tcase_add_test(tc, acquire_bad_requests);

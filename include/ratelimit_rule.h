@@ -83,12 +83,14 @@ typedef struct rl_param_def {
     const char *help;
 } rl_param_def;
 
-/* What a rule reports about a key after a decision, for responses and headers. */
+/* What a rule reports about a key after a decision, for responses and headers. A rule's
+ * status function fills the first four fields; the store fills next (see ratelimit_store.h). */
 typedef struct rl_rule_status {
     rl_fp limit;       /* the rule's quota (capacity, limit, slots) */
     rl_fp remaining;   /* what is left now; may be negative after a charge */
     rl_ns reset_after; /* until the rule is back to full (0 when it is full) */
     rl_ns window;      /* the policy window: window length, or time to refill from empty */
+    rl_ns next;        /* until remaining, in whole units, grows by one (0 when full) */
 } rl_rule_status;
 
 /* Flags of a rule type. */

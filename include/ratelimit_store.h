@@ -45,7 +45,9 @@ typedef struct rl_store_ops {
     /* Called once by rl_limiter_new before any other method. cfg and res outlive the store. */
     int (*attach)(void *cls, const rl_config *cfg, const rl_resolver *res, rl_err *err);
     /* Carries out the plan: fills d->allowed, d->retry_after, d->blocked, d->applied[i].wait,
-     * .st and .has_status, and d->reservation when the plan reserves or a rule holds.
+     * .st and .has_status, and d->reservation when the plan reserves or a rule holds. .st.next
+     * is the rule's wait, after the decision, for want = min(limit, whole units of remaining
+     * (0 when negative) + 1), and 0 when remaining >= limit.
      * Returns 0, or RL_ESTORE (nothing taken) when the store cannot answer. */
     int (*decide)(void *cls, const rl_plan *plan, rl_decision *d, rl_err *err);
     int (*settle)(void *cls, const char *id, rl_fp actual, rl_ns now, rl_settlement *out,

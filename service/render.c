@@ -110,8 +110,9 @@ size_t rld_render_ratelimit(rld_buf *policy, rld_buf *state, const rl_config *cf
         sf_string(state, level, a->rule->name);
         rld_buf_puts(state, ";r=");
         rld_buf_i64(state, a->st.remaining > 0 ? a->st.remaining / RL_FP_ONE : 0);
+        /* t: seconds until more quota (r grows by one), not until the rule is full */
         rld_buf_puts(state, ";t=");
-        rld_buf_i64(state, ceil_div(a->st.reset_after, RL_NS_PER_SEC));
+        rld_buf_i64(state, ceil_div(a->st.next, RL_NS_PER_SEC));
     }
     return n;
 }

@@ -96,9 +96,10 @@ START_TEST(acquire_body_and_headers)
                      "{\"level\":\"global\",\"key\":\"*\",\"rule\":\"g\",\"limit\":100,"
                      "\"remaining\":97,\"reset_after\":9.5}]}");
     ck_assert_str_eq(su_header(&r, "Retry-After"), "1");
-    /* r rounds down (0.5 -> 0), t rounds up (2.5 -> 3, 9.5 -> 10) */
+    /* r rounds down (0.5 -> 0); t is until r grows: the next whole token in 0.5 s, rounded
+     * up to 1; the window gives more only when it ends, 9.5 -> 10 */
     ck_assert_str_eq(su_header(&r, "RateLimit"),
-                     "\"user.per-user\";r=0;t=3, \"global.g\";r=97;t=10");
+                     "\"user.per-user\";r=0;t=1, \"global.g\";r=97;t=10");
     su_resp_free(&r);
 
     /* at t = 1 one token is back: allowed */
@@ -453,7 +454,9 @@ START_TEST(reserve_refund_charge_release)
     ck_assert_double_eq(su_num(&r, "retry_after"), 235);
     ck_assert_str_eq(su_header(&r, "Retry-After"), "235");
     ck_assert_double_eq(limit_num(&r, 0, "remaining"), -234);
-    ck_assert_str_eq(su_header(&r, "RateLimit"), "\"user.tokens\";r=0;t=1234");
+    /* r grows again when the balance reaches 1: 235 s; back to full takes 1234 s */
+    ck_assert_str_eq(su_header(&r, "RateLimit"), "\"user.tokens\";r=0;t=235");
+    ck_assert_double_eq(limit_num(&r, 0, "reset_after"), 1234);
     su_resp_free(&r);
 
     /* release ends a reservation (settled or not); a second release finds nothing */
@@ -540,7 +543,8 @@ START_TEST(concurrency_release_and_expiry)
     /* no window: w is left out; the unit is concurrent requests */
     ck_assert_str_eq(su_header(&r, "RateLimit-Policy"),
                      "\"client.inflight\";q=2;qu=\"concurrent-requests\"");
-    ck_assert_str_eq(su_header(&r, "RateLimit"), "\"client.inflight\";r=0;t=0");
+    /* slots come back on release, not with time: t is the rule's retry hint */
+    ck_assert_str_eq(su_header(&r, "RateLimit"), "\"client.inflight\";r=0;t=1");
     su_resp_free(&r);
     /* full: denied with the rule's retry hint (1 s), and no reservation */
     r = acquire(&s, "{\"keys\": {\"client\": \"c\"}, \"now\": 2}");

@@ -251,13 +251,18 @@ START_TEST(status_fields)
     ck_assert_int_eq(d.applied[0].st.remaining, FP(4));
     ck_assert_int_eq(d.applied[0].st.reset_after, S(1.5));
     ck_assert_int_eq(d.applied[0].st.window, S(2.5));
+    /* more quota: the 5th token in 0.25 s */
+    ck_assert_int_eq(d.applied[0].st.next, S(0.25));
     /* fixed window [0, 60): resets at 60 */
     ck_assert_int_eq(d.applied[1].st.remaining, FP(94));
     ck_assert_int_eq(d.applied[1].st.reset_after, S(30));
     ck_assert_int_eq(d.applied[1].st.window, S(60));
+    ck_assert_int_eq(d.applied[1].st.next, S(30));
     /* counter [30, 40): the 6 weigh until 50 */
     ck_assert_int_eq(d.applied[2].st.remaining, FP(44));
     ck_assert_int_eq(d.applied[2].st.reset_after, S(20));
+    /* 45 fit once the 6 weigh at most 5: 1/6 into the next window, 10 + 10/6 s */
+    ck_assert_int_eq(d.applied[2].st.next, 11666666667);
     tu_free(lim);
 }
 END_TEST

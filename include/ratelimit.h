@@ -54,6 +54,10 @@ typedef struct rl_err {
     char msg[512];
 } rl_err;
 
+/* Fills err (may be NULL) with a formatted message and returns code: for the core and for
+ * code built on it that reports errors the same way. */
+int rl_errf(rl_err *err, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
 /* Limits of one decision. */
 #define RL_MAX_LEVELS 16       /* levels in a configuration */
 #define RL_MAX_RULES 16        /* rules in one rule list */

@@ -12,15 +12,7 @@
 
 enum { F_KEYS = 1, F_COST = 2, F_PRIORITY = 4, F_RESERVE = 8, F_DRY_RUN = 16, F_NOW = 32 };
 
-static int fail(rl_err *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static int fail(rl_err *err, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err->msg, sizeof err->msg, fmt, ap);
-    va_end(ap);
-    return -1;
-}
+#define fail(err, ...) rl_errf(err, -1, __VA_ARGS__)
 
 static void req_zero(rld_acquire_req *req)
 {

@@ -13,15 +13,7 @@
 
 #include "config_json.h"
 
-static int fail(rl_err *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static int fail(rl_err *err, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err->msg, sizeof err->msg, fmt, ap);
-    va_end(ap);
-    return RL_EINVAL;
-}
+#define fail(err, ...) rl_errf(err, RL_EINVAL, __VA_ARGS__)
 
 /* Puts path and sep in front of the message already in err. */
 static int at_sep(rl_err *err, int rc, const char *path, const char *sep)
@@ -629,36 +621,44 @@ int rld_config_parse(const char *text, size_t len, rl_registry *reg, rld_setting
     return RL_OK;
 }
 
+char *rld_read_file(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    size_t n = 0, cap = 4096;
+    char *buf = malloc(cap);
+    for (size_t r; buf && (r = fread(buf + n, 1, cap - n - 1, f)) > 0;) {
+        n += r;
+        if (cap - n < 2) {
+            char *nb = realloc(buf, cap *= 2);
+            if (!nb)
+                free(buf);
+            buf = nb;
+        }
+    }
+    if (buf && ferror(f)) {
+        free(buf);
+        buf = NULL;
+    }
+    fclose(f);
+    if (buf) {
+        buf[n] = '\0';
+        if (len)
+            *len = n;
+    }
+    return buf;
+}
+
 int rld_config_load(const char *path, rl_registry *reg, rld_settings *set, rl_config **out,
                     rl_err *err)
 {
-    FILE *f = fopen(path, "rb");
+    size_t len;
     *out = NULL;
-    if (!f)
-        return fail(err, "%s: %s", path, strerror(errno));
-    char *buf = NULL;
-    size_t len = 0, cap = 0;
-    for (;;) {
-        if (len == cap) {
-            char *nb = realloc(buf, cap = cap ? cap * 2 : 65536);
-            if (!nb) {
-                free(buf);
-                fclose(f);
-                return fail(err, "%s: out of memory", path);
-            }
-            buf = nb;
-        }
-        size_t r = fread(buf + len, 1, cap - len, f);
-        len += r;
-        if (r == 0)
-            break;
-    }
-    int bad = ferror(f);
-    fclose(f);
-    if (bad) {
-        free(buf);
-        return fail(err, "%s: read error", path);
-    }
+    errno = 0;
+    char *buf = rld_read_file(path, &len);
+    if (!buf)
+        return fail(err, "%s: %s", path, errno ? strerror(errno) : "cannot be read");
     int rc = rld_config_parse(buf, len, reg, set, out, err);
     free(buf);
     return rc;

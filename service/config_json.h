@@ -48,6 +48,9 @@ int rld_config_parse(const char *text, size_t len, rl_registry *reg, rld_setting
 /* The same from a file; err names the file when it cannot be read. */
 int rld_config_load(const char *path, rl_registry *reg, rld_settings *set, rl_config **cfg,
                     rl_err *err);
+/* A whole file, malloc'd and NUL-terminated, its length (without the NUL) in *len (may be
+ * NULL); NULL when it cannot be read (errno says why). */
+char *rld_read_file(const char *path, size_t *len);
 /* Frees what the settings own. */
 void rld_settings_clear(rld_settings *set);
 

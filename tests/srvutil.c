@@ -16,6 +16,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "config_json.h"
 #include "srvutil.h"
 
 const char *su_binary(void)
@@ -77,20 +78,7 @@ const char *su_write(const char *dir, const char *name, const char *text)
 
 char *su_read(const char *path)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    size_t cap = 4096, len = 0, n;
-    char *buf = malloc(cap);
-    while (buf && (n = fread(buf + len, 1, cap - len - 1, f)) > 0) {
-        len += n;
-        if (cap - len < 2)
-            buf = realloc(buf, cap *= 2);
-    }
-    fclose(f);
-    if (buf)
-        buf[len] = '\0';
-    return buf;
+    return rld_read_file(path, NULL);
 }
 
 void su_start(su_server *s, const char *config, const char *const *extra)

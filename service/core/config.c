@@ -91,37 +91,37 @@ int rl_config_add_level(rl_config *cfg, const char *name, const char *const *com
     int rc = RL_EINVAL;
 
     if (cfg->nlevels >= RL_MAX_LEVELS) {
-        rl__fail(err, rc, "too many levels (at most %d)", RL_MAX_LEVELS);
+        rl_errf(err, rc, "too many levels (at most %d)", RL_MAX_LEVELS);
         goto fail;
     }
     if ((why = rl__name_problem(name))) {
-        rl__fail(err, rc, "name: %s", why);
+        rl_errf(err, rc, "name: %s", why);
         goto fail;
     }
     for (size_t i = 0; i < cfg->nlevels; i++)
         if (strcmp(cfg->levels[i].name, name) == 0) {
-            rl__fail(err, rc, "name: level \"%s\" is defined twice", name);
+            rl_errf(err, rc, "name: level \"%s\" is defined twice", name);
             goto fail;
         }
     if (ncompose > 8) {
-        rl__fail(err, rc, "compose: at most 8 descriptors");
+        rl_errf(err, rc, "compose: at most 8 descriptors");
         goto fail;
     }
     for (size_t i = 0; i < ncompose; i++)
         if ((why = rl__name_problem(compose[i]))) {
-            rl__fail(err, rc, "compose[%zu]: %s", i, why);
+            rl_errf(err, rc, "compose[%zu]: %s", i, why);
             goto fail;
         }
     if (default_key && (why = rl__key_problem(default_key, strlen(default_key)))) {
-        rl__fail(err, rc, "default_key: %s", why);
+        rl_errf(err, rc, "default_key: %s", why);
         goto fail;
     }
     if (tiered && rules) {
-        rl__fail(err, rc, "rules: a tiered level takes its rules from \"tiers\"");
+        rl_errf(err, rc, "rules: a tiered level takes its rules from \"tiers\"");
         goto fail;
     }
     if (!tiered && !rules) {
-        rl__fail(err, rc, "rules: required (or set \"tiered\": true)");
+        rl_errf(err, rc, "rules: required (or set \"tiered\": true)");
         goto fail;
     }
     if (rules && (rc = steal_rules(rules, err)) != RL_OK) {
@@ -144,7 +144,7 @@ int rl_config_add_level(rl_config *cfg, const char *name, const char *const *com
     l->rules = rules;
     cfg->nlevels++;
     if (oom)
-        return rl__fail(err, RL_ENOMEM, "out of memory");
+        return rl_errf(err, RL_ENOMEM, "out of memory");
     return RL_OK;
 fail:
     rl__rules_destroy(rules);
@@ -164,11 +164,11 @@ int rl_config_add_tier(rl_config *cfg, const char *name, rl_rules *rules, rl_err
     const char *why;
     int rc = RL_EINVAL;
     if ((why = rl__name_problem(name))) {
-        rl__fail(err, rc, "%s", why);
+        rl_errf(err, rc, "%s", why);
         goto fail;
     }
     if (rl_config_tier(cfg, name) >= 0) {
-        rl__fail(err, rc, "tier defined twice");
+        rl_errf(err, rc, "tier defined twice");
         goto fail;
     }
     if ((rc = steal_rules(rules, err)) != RL_OK)
@@ -179,7 +179,7 @@ int rl_config_add_tier(rl_config *cfg, const char *name, rl_rules *rules, rl_err
         cfg->tiers = t;
     if (!t || !copy) {
         free(copy);
-        rc = rl__fail(err, RL_ENOMEM, "out of memory");
+        rc = rl_errf(err, RL_ENOMEM, "out of memory");
         goto fail;
     }
     cfg->tiers[cfg->ntiers].name = copy;
@@ -198,15 +198,15 @@ int rl_config_add_quota(rl_config *cfg, const char *key, const char *tier, rl_ru
     int rc = RL_EINVAL;
     long t = -1;
     if ((why = rl__key_problem(key, strlen(key)))) {
-        rl__fail(err, rc, "%s", why);
+        rl_errf(err, rc, "%s", why);
         goto fail;
     }
     if ((tier == NULL) == (rules == NULL)) {
-        rl__fail(err, rc, "give either a tier or rules");
+        rl_errf(err, rc, "give either a tier or rules");
         goto fail;
     }
     if (tier && (t = rl_config_tier(cfg, tier)) < 0) {
-        rl__fail(err, rc, "unknown tier \"%.64s\"", tier);
+        rl_errf(err, rc, "unknown tier \"%.64s\"", tier);
         goto fail;
     }
     if (rules && (rc = rl__rules_check(rules, err)) != RL_OK) {
@@ -215,7 +215,7 @@ int rl_config_add_quota(rl_config *cfg, const char *key, const char *tier, rl_ru
     }
     for (size_t i = 0; i < cfg->nquotas; i++)
         if (strcmp(cfg->quota_keys[i], key) == 0) {
-            rc = rl__fail(err, RL_EINVAL, "quota given twice");
+            rc = rl_errf(err, RL_EINVAL, "quota given twice");
             goto fail;
         }
     char **keys = realloc(cfg->quota_keys, (cfg->nquotas + 1) * sizeof *keys);
@@ -227,7 +227,7 @@ int rl_config_add_quota(rl_config *cfg, const char *key, const char *tier, rl_ru
     char *copy = rl__strndup(key, strlen(key));
     if (!keys || !qs || !copy) {
         free(copy);
-        rc = rl__fail(err, RL_ENOMEM, "out of memory");
+        rc = rl_errf(err, RL_ENOMEM, "out of memory");
         goto fail;
     }
     cfg->quota_keys[cfg->nquotas] = copy;
@@ -252,35 +252,35 @@ int rl_config_finish(rl_config *cfg, const char *default_tier, rl_err *err)
 {
     size_t ntiered = 0, applied = 0;
     if (cfg->nlevels == 0)
-        return rl__fail(err, RL_EINVAL, "levels: at least one level is required");
+        return rl_errf(err, RL_EINVAL, "levels: at least one level is required");
     for (size_t i = 0; i < cfg->nlevels; i++) {
         ntiered += cfg->levels[i].tiered != 0;
         applied += cfg->levels[i].tiered ? RL_MAX_RULES : cfg->levels[i].rules->n;
     }
     if (ntiered > 1)
-        return rl__fail(err, RL_EINVAL, "levels: at most one level may be tiered");
+        return rl_errf(err, RL_EINVAL, "levels: at most one level may be tiered");
     if (applied > RL_MAX_APPLIED)
-        return rl__fail(err, RL_EINVAL,
+        return rl_errf(err, RL_EINVAL,
                         "levels: too many rules in all (a tiered level counts %d; at most %d)",
                         RL_MAX_RULES, RL_MAX_APPLIED);
     if (ntiered && cfg->ntiers == 0)
-        return rl__fail(err, RL_EINVAL, "tiers: required by the tiered level");
+        return rl_errf(err, RL_EINVAL, "tiers: required by the tiered level");
     if (!ntiered && cfg->ntiers)
-        return rl__fail(err, RL_EINVAL, "tiers: no level is tiered (set \"tiered\": true)");
+        return rl_errf(err, RL_EINVAL, "tiers: no level is tiered (set \"tiered\": true)");
     if (!ntiered && cfg->nquotas)
-        return rl__fail(err, RL_EINVAL, "quotas: no level is tiered");
+        return rl_errf(err, RL_EINVAL, "quotas: no level is tiered");
     if (cfg->ntiers) {
         long t;
         if (!default_tier)
-            return rl__fail(err, RL_EINVAL, "default_tier: required when tiers are given");
+            return rl_errf(err, RL_EINVAL, "default_tier: required when tiers are given");
         if ((t = rl_config_tier(cfg, default_tier)) < 0)
-            return rl__fail(err, RL_EINVAL, "default_tier: unknown tier \"%.64s\"",
+            return rl_errf(err, RL_EINVAL, "default_tier: unknown tier \"%.64s\"",
                             default_tier);
         cfg->default_tier = (size_t)t;
     } else if (default_tier) {
-        return rl__fail(err, RL_EINVAL, "default_tier: no tiers are defined");
+        return rl_errf(err, RL_EINVAL, "default_tier: no tiers are defined");
     }
     if (cfg->reservation_ttl <= 0)
-        return rl__fail(err, RL_EINVAL, "reservation_ttl: must be a positive number");
+        return rl_errf(err, RL_EINVAL, "reservation_ttl: must be a positive number");
     return RL_OK;
 }

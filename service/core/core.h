@@ -23,8 +23,6 @@ struct rl_registry {
     void *plugins[RL__MAX_PLUGINS];
 };
 
-/* Fills err with a formatted message and returns code. err may be NULL. */
-int rl__fail(rl_err *err, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* Puts a formatted prefix in front of the message in err. */
 void rl__err_prefix(rl_err *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 

@@ -117,19 +117,19 @@ int rl_quota_set(rl_limiter *lim, const char *key, const char *tier, rl_rules *r
     int rc = RL_EINVAL;
 
     if (lim->tiered < 0) {
-        rl__fail(err, rc, "no level is tiered");
+        rl_errf(err, rc, "no level is tiered");
         goto fail;
     }
     if ((why = rl__key_problem(key, klen))) {
-        rl__fail(err, rc, "user: %s", why);
+        rl_errf(err, rc, "user: %s", why);
         goto fail;
     }
     if ((tier == NULL) == (rules == NULL)) {
-        rl__fail(err, rc, "give either \"tier\" or \"rules\"");
+        rl_errf(err, rc, "give either \"tier\" or \"rules\"");
         goto fail;
     }
     if (tier && (t = rl_config_tier(lim->cfg, tier)) < 0) {
-        rl__fail(err, rc, "tier: unknown tier \"%.64s\"", tier);
+        rl_errf(err, rc, "tier: unknown tier \"%.64s\"", tier);
         goto fail;
     }
     if (rules && (rc = rl__rules_check(rules, err)) != RL_OK) {
@@ -146,7 +146,7 @@ int rl_quota_set(rl_limiter *lim, const char *key, const char *tier, rl_rules *r
         if ((s->n >= s->nbucket && quota_grow(s) != 0) ||
             !(e = calloc(1, sizeof *e + klen + 1))) {
             pthread_mutex_unlock(&s->mu);
-            rc = rl__fail(err, RL_ENOMEM, "out of memory");
+            rc = rl_errf(err, RL_ENOMEM, "out of memory");
             goto fail;
         }
         e->hash = h;
@@ -263,7 +263,7 @@ int rl_limiter_new(rl_config *cfg, rl_store *store, rl_limiter **out, rl_err *er
         rl_config_free(cfg);
         if (store)
             store->ops->destroy(store->cls);
-        return rl__fail(err, RL_ENOMEM, "out of memory");
+        return rl_errf(err, RL_ENOMEM, "out of memory");
     }
     lim->cfg = cfg;
     lim->seed = rl__random64();
@@ -287,7 +287,7 @@ int rl_limiter_new(rl_config *cfg, rl_store *store, rl_limiter **out, rl_err *er
     lim->store = store ? store : rl_memory_store_new();
     if (!lim->store) {
         rl_limiter_free(lim);
-        return rl__fail(err, RL_ENOMEM, "out of memory");
+        return rl_errf(err, RL_ENOMEM, "out of memory");
     }
     int rc = lim->store->ops->attach(lim->store->cls, cfg, &lim->res, err);
     for (size_t i = 0; rc == RL_OK && i < cfg->nquotas; i++) {
@@ -362,14 +362,14 @@ static int read_descriptors(rl_limiter *lim, const rl_request *req, const char *
             for (size_t j = 0; j < lim->ndesc && used < sizeof known; j++)
                 used += (size_t)snprintf(known + used, sizeof known - used, "%s%s",
                                          j ? ", " : "", lim->desc[j]);
-            return rl__fail(err, RL_EINVAL, "keys.%.*s: unknown descriptor (levels use: %s)", nl,
+            return rl_errf(err, RL_EINVAL, "keys.%.*s: unknown descriptor (levels use: %s)", nl,
                             ds->name, known);
         }
         if (val[k])
-            return rl__fail(err, RL_EINVAL, "keys.%.*s: given twice", nl, ds->name);
+            return rl_errf(err, RL_EINVAL, "keys.%.*s: given twice", nl, ds->name);
         const char *why = rl__key_problem(ds->value, ds->value_len);
         if (why)
-            return rl__fail(err, RL_EINVAL, "keys.%.*s: %s", nl, ds->name, why);
+            return rl_errf(err, RL_EINVAL, "keys.%.*s: %s", nl, ds->name, why);
         val[k] = ds->value;
         vlen[k] = ds->value_len;
     }
@@ -425,7 +425,7 @@ int rl_acquire(rl_limiter *lim, const rl_request *req, rl_decision *d, rl_err *e
     d->held = NULL;
     d->keyused = 0;
     if (req->cost <= 0 || req->cost > RL_FP_MAX)
-        return rl__fail(err, RL_EINVAL,
+        return rl_errf(err, RL_EINVAL,
                         "cost: must be a positive number no larger than 1000000000000");
     if ((rc = read_descriptors(lim, req, val, vlen, err)) != RL_OK)
         return rc;
@@ -434,7 +434,7 @@ int rl_acquire(rl_limiter *lim, const rl_request *req, rl_decision *d, rl_err *e
         const char *key;
         long klen = make_key(lim, li, val, vlen, d, &key);
         if (klen < 0)
-            return rl__fail(err, RL_EINVAL, "keys: the composed keys are too long");
+            return rl_errf(err, RL_EINVAL, "keys: the composed keys are too long");
         if (klen == 0)
             continue;
 
@@ -492,7 +492,7 @@ int rl_settle(rl_limiter *lim, const char *id, rl_fp actual, rl_ns now, rl_settl
               rl_err *err)
 {
     if (actual < 0 || actual > RL_FP_MAX)
-        return rl__fail(err, RL_EINVAL,
+        return rl_errf(err, RL_EINVAL,
                         "actual_cost: must be a number from 0 to 1000000000000");
     return lim->store->ops->settle(lim->store->cls, id, actual, now, out, err);
 }

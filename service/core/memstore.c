@@ -280,7 +280,7 @@ static int ms_attach(void *cls, const rl_config *cfg, const rl_resolver *res, rl
     ms->res = res;
     ms->tables = aligned_alloc(64, cfg->nlevels * sizeof(rl__table));
     if (!ms->tables)
-        return rl__fail(err, RL_ENOMEM, "out of memory");
+        return rl_errf(err, RL_ENOMEM, "out of memory");
     memset(ms->tables, 0, cfg->nlevels * sizeof(rl__table));
     return RL_OK;
 }
@@ -350,7 +350,7 @@ static int ms_decide(void *cls, const rl_plan *plan, rl_decision *d, rl_err *err
                 idx[i] = RL__NONE;
             }
             if (idx[i] == RL__NONE)
-                rc = rl__fail(err, RL_ENOMEM, "out of memory");
+                rc = rl_errf(err, RL_ENOMEM, "out of memory");
         }
         /* an insert may have moved the records found before it */
         for (size_t i = 0; moved && rc == RL_OK && i < plan->n; i++)
@@ -359,11 +359,11 @@ static int ms_decide(void *cls, const rl_plan *plan, rl_decision *d, rl_err *err
                                       d->applied[i].keylen);
         if (rc == RL_OK && (holds || (plan->flags & RL_RESERVE)) &&
             !(rv = resv_new(plan, d, ms->cfg->reservation_ttl)))
-            rc = rl__fail(err, RL_ENOMEM, "out of memory");
+            rc = rl_errf(err, RL_ENOMEM, "out of memory");
         if (rc == RL_OK && rv) {
             pthread_mutex_lock(&ms->rmu);
             if (resv_add(ms, rv) != 0)
-                rc = rl__fail(err, RL_ENOMEM, "out of memory");
+                rc = rl_errf(err, RL_ENOMEM, "out of memory");
             else
                 snprintf(d->reservation, sizeof d->reservation, "r-%016llx",
                          (unsigned long long)rv->id);
@@ -415,16 +415,16 @@ static int ms_settle(void *cls, const char *id, rl_fp actual, rl_ns now, rl_sett
     int rc = RL_OK;
 
     if (parse_id(id, &v) != 0)
-        return rl__fail(err, RL_ENOTFOUND, "reservation: unknown or expired");
+        return rl_errf(err, RL_ENOTFOUND, "reservation: unknown or expired");
     pthread_mutex_lock(&ms->rmu);
     if (ms->nrbucket)
         rv = *resv_link(ms, v);
     if (!rv || rv->expires <= now)
-        rc = rl__fail(err, RL_ENOTFOUND, "reservation: unknown or expired");
+        rc = rl_errf(err, RL_ENOTFOUND, "reservation: unknown or expired");
     else if (rv->settled)
-        rc = rl__fail(err, RL_ESETTLED, "reservation: already settled");
+        rc = rl_errf(err, RL_ESETTLED, "reservation: already settled");
     else if (!(copy = malloc(rv->size)))
-        rc = rl__fail(err, RL_ENOMEM, "out of memory");
+        rc = rl_errf(err, RL_ENOMEM, "out of memory");
     else {
         rv->settled = 1;
         memcpy(copy, rv, rv->size);
@@ -453,7 +453,7 @@ static int ms_release(void *cls, const char *id, rl_ns now, rl_err *err)
     resv *rv = NULL;
 
     if (parse_id(id, &v) != 0)
-        return rl__fail(err, RL_ENOTFOUND, "reservation: unknown, expired or released");
+        return rl_errf(err, RL_ENOTFOUND, "reservation: unknown, expired or released");
     pthread_mutex_lock(&ms->rmu);
     if (ms->nrbucket)
         rv = *resv_link(ms, v);
@@ -463,7 +463,7 @@ static int ms_release(void *cls, const char *id, rl_ns now, rl_err *err)
         rv = NULL;
     pthread_mutex_unlock(&ms->rmu);
     if (!rv)
-        return rl__fail(err, RL_ENOTFOUND, "reservation: unknown, expired or released");
+        return rl_errf(err, RL_ENOTFOUND, "reservation: unknown, expired or released");
     resv_release_all(ms, rv, now);
     free(rv);
     return RL_OK;

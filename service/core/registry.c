@@ -76,11 +76,11 @@ int rl_register_rule_type(rl_registry *reg, const rl_rule_type *type)
 int rl_registry_load_plugin(rl_registry *reg, const char *path, rl_err *err)
 {
     if (reg->nplugins >= RL__MAX_PLUGINS)
-        return rl__fail(err, RL_EPLUGIN, "%s: too many plug-ins (at most %d)", path,
+        return rl_errf(err, RL_EPLUGIN, "%s: too many plug-ins (at most %d)", path,
                         RL__MAX_PLUGINS);
     void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (!h)
-        return rl__fail(err, RL_EPLUGIN, "%s: %s", path, dlerror());
+        return rl_errf(err, RL_EPLUGIN, "%s: %s", path, dlerror());
 
     rl_plugin_init_fn init;
     void *sym = dlsym(h, "rl_plugin_init");
@@ -88,13 +88,13 @@ int rl_registry_load_plugin(rl_registry *reg, const char *path, rl_err *err)
     memcpy(&init, &sym, sizeof init);
     if (!sym) {
         dlclose(h);
-        return rl__fail(err, RL_EPLUGIN, "%s: no rl_plugin_init symbol", path);
+        return rl_errf(err, RL_EPLUGIN, "%s: no rl_plugin_init symbol", path);
     }
     size_t before = reg->n;
     if (init(reg, RL_RULE_API_VERSION) != 0 || reg->n == before) {
         reg->n = before;
         dlclose(h);
-        return rl__fail(err, RL_EPLUGIN,
+        return rl_errf(err, RL_EPLUGIN,
                         "%s: the plug-in registered no rule type (refused API version %d, a "
                         "duplicate name or a malformed type)",
                         path, RL_RULE_API_VERSION);

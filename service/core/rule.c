@@ -32,7 +32,7 @@ int rl_rule_init(rl_rule *r, const rl_registry *reg, const char *type, rl_err *e
         r->given = calloc(1, r->type->nparams ? r->type->nparams : 1);
         if (!r->params || !r->given) {
             rl_rule_clear(r);
-            return rl__fail(err, RL_ENOMEM, "out of memory");
+            return rl_errf(err, RL_ENOMEM, "out of memory");
         }
         return RL_OK;
     }
@@ -41,7 +41,7 @@ int rl_rule_init(rl_rule *r, const rl_registry *reg, const char *type, rl_err *e
     for (size_t i = 0; i < reg->n && used < sizeof known; i++)
         used += (size_t)snprintf(known + used, sizeof known - used, "%s%s", i ? ", " : "",
                                  reg->types[i]->name);
-    return rl__fail(err, RL_EINVAL, "type: unknown rule type \"%.64s\" (known: %s)", type, known);
+    return rl_errf(err, RL_EINVAL, "type: unknown rule type \"%.64s\" (known: %s)", type, known);
 }
 
 int rl_rule_param_kind(const rl_rule *r, const char *param)
@@ -53,12 +53,12 @@ int rl_rule_param_kind(const rl_rule *r, const char *param)
 static int bounds_error(const rl_param_def *d, rl_err *err)
 {
     if (d->kind == RL_PARAM_INT)
-        return rl__fail(err, RL_EINVAL, "%s: must be a whole number from %.15g to %.15g", d->name,
+        return rl_errf(err, RL_EINVAL, "%s: must be a whole number from %.15g to %.15g", d->name,
                         d->min, d->max);
     if (d->min > 0 && d->min <= 1e-6)
-        return rl__fail(err, RL_EINVAL, "%s: must be a positive number no larger than %.15g",
+        return rl_errf(err, RL_EINVAL, "%s: must be a positive number no larger than %.15g",
                         d->name, d->max);
-    return rl__fail(err, RL_EINVAL, "%s: must be a number from %.15g to %.15g", d->name, d->min,
+    return rl_errf(err, RL_EINVAL, "%s: must be a number from %.15g to %.15g", d->name, d->min,
                     d->max);
 }
 
@@ -67,9 +67,9 @@ int rl_rule_set_number(rl_rule *r, const char *param, double v, rl_err *err)
     size_t idx;
     const rl_param_def *d = find_param(r->type, param, &idx);
     if (!d)
-        return rl__fail(err, RL_EINVAL, "%s: unknown parameter of %s", param, r->type->name);
+        return rl_errf(err, RL_EINVAL, "%s: unknown parameter of %s", param, r->type->name);
     if (d->kind == RL_PARAM_STRINGS)
-        return rl__fail(err, RL_EINVAL, "%s: must be a list of strings", param);
+        return rl_errf(err, RL_EINVAL, "%s: must be a list of strings", param);
     if (!isfinite(v) || v < d->min || v > d->max)
         return bounds_error(d, err);
 
@@ -148,15 +148,15 @@ int rl_rule_set_strings(rl_rule *r, const char *param, const char *const *v, con
     size_t idx;
     const rl_param_def *d = find_param(r->type, param, &idx);
     if (!d)
-        return rl__fail(err, RL_EINVAL, "%s: unknown parameter of %s", param, r->type->name);
+        return rl_errf(err, RL_EINVAL, "%s: unknown parameter of %s", param, r->type->name);
     if (d->kind != RL_PARAM_STRINGS)
-        return rl__fail(err, RL_EINVAL, "%s: must be a number", param);
+        return rl_errf(err, RL_EINVAL, "%s: must be a number", param);
     if ((double)n < d->min || (double)n > d->max)
-        return rl__fail(err, RL_EINVAL, "%s: must list from %.15g to %.15g strings", param, d->min,
+        return rl_errf(err, RL_EINVAL, "%s: must list from %.15g to %.15g strings", param, d->min,
                         d->max);
     for (size_t i = 0; i < n; i++)
         if (len[i] == 0 || len[i] > RL_KEY_MAX)
-            return rl__fail(err, RL_EINVAL, "%s[%zu]: must be 1 to %d bytes", param, i,
+            return rl_errf(err, RL_EINVAL, "%s[%zu]: must be 1 to %d bytes", param, i,
                             RL_KEY_MAX);
 
     rl_strings s = {0};
@@ -164,14 +164,14 @@ int rl_rule_set_strings(rl_rule *r, const char *param, const char *const *v, con
     s.len = calloc(n ? n : 1, sizeof *s.len);
     if (!s.v || !s.len) {
         strings_free(&s);
-        return rl__fail(err, RL_ENOMEM, "out of memory");
+        return rl_errf(err, RL_ENOMEM, "out of memory");
     }
     for (; s.n < n; s.n++) {
         s.v[s.n] = rl__strndup(v[s.n], len[s.n]);
         s.len[s.n] = len[s.n];
         if (!s.v[s.n]) {
             strings_free(&s);
-            return rl__fail(err, RL_ENOMEM, "out of memory");
+            return rl_errf(err, RL_ENOMEM, "out of memory");
         }
     }
     strings_sort(&s);
@@ -186,16 +186,16 @@ int rl_rule_set_name(rl_rule *r, const char *name, rl_err *err)
 {
     size_t n = strlen(name);
     if (n == 0 || n > 128)
-        return rl__fail(err, RL_EINVAL, "name: must be 1 to 128 characters");
+        return rl_errf(err, RL_EINVAL, "name: must be 1 to 128 characters");
     for (size_t i = 0; i < n; i++) {
         unsigned char c = (unsigned char)name[i];
         if (c < 0x20 || c > 0x7e || c == '"' || c == '\\')
-            return rl__fail(err, RL_EINVAL,
+            return rl_errf(err, RL_EINVAL,
                             "name: must be printable ASCII without '\"' or '\\\\'");
     }
     char *copy = rl__strndup(name, n);
     if (!copy)
-        return rl__fail(err, RL_ENOMEM, "out of memory");
+        return rl_errf(err, RL_ENOMEM, "out of memory");
     free(r->name);
     r->name = copy;
     r->name_given = 1;
@@ -209,17 +209,17 @@ int rl_rule_set_unit(rl_rule *r, const char *unit, rl_err *err)
     else if (strcmp(unit, "requests") == 0)
         r->unit = RL_UNIT_REQUESTS;
     else
-        return rl__fail(err, RL_EINVAL, "unit: must be \"cost\" or \"requests\"");
+        return rl_errf(err, RL_EINVAL, "unit: must be \"cost\" or \"requests\"");
     return RL_OK;
 }
 
 int rl_rule_set_reserved(rl_rule *r, double fraction, int64_t min_priority, rl_err *err)
 {
     if (!r->type->capacity)
-        return rl__fail(err, RL_EINVAL, "reserved: %s has no quota to reserve a share of",
+        return rl_errf(err, RL_EINVAL, "reserved: %s has no quota to reserve a share of",
                         r->type->name);
     if (!isfinite(fraction) || fraction <= 0 || fraction >= 1)
-        return rl__fail(err, RL_EINVAL, "reserved.fraction: must be a number between 0 and 1");
+        return rl_errf(err, RL_EINVAL, "reserved.fraction: must be a number between 0 and 1");
     r->reserved_fraction = fraction;
     r->reserved_min_priority = min_priority;
     return RL_OK;
@@ -233,7 +233,7 @@ int rl_rule_finish(rl_rule *r, rl_err *err)
         if (r->given[i])
             continue;
         if (d->required)
-            return rl__fail(err, RL_EINVAL, "%s: required by %s", d->name, t->name);
+            return rl_errf(err, RL_EINVAL, "%s: required by %s", d->name, t->name);
         if (d->kind != RL_PARAM_STRINGS) {
             int rc = rl_rule_set_number(r, d->name, d->def, err);
             r->given[i] = 0;
@@ -243,7 +243,7 @@ int rl_rule_finish(rl_rule *r, rl_err *err)
     }
     char msg[256] = "";
     if (t->prepare && t->prepare(r->params, msg, sizeof msg) != 0)
-        return rl__fail(err, RL_EINVAL, "%s", msg[0] ? msg : "invalid parameters");
+        return rl_errf(err, RL_EINVAL, "%s", msg[0] ? msg : "invalid parameters");
     if (r->reserved_fraction > 0) {
         rl_fp cap = t->capacity(r->params);
         r->reserved = (rl_fp)llround((double)cap * r->reserved_fraction);
@@ -258,7 +258,7 @@ int rl_rule_finish(rl_rule *r, rl_err *err)
                      r->unit == RL_UNIT_REQUESTS ? "requests" : "cost");
         r->name = rl__strndup(buf, strlen(buf));
         if (!r->name)
-            return rl__fail(err, RL_ENOMEM, "out of memory");
+            return rl_errf(err, RL_ENOMEM, "out of memory");
     }
     return RL_OK;
 }
@@ -343,10 +343,10 @@ int rl__rules_check(const rl_rules *rs, rl_err *err)
 {
     for (size_t i = 0; i < rs->n; i++) {
         if (!rs->v[i].type)
-            return rl__fail(err, RL_EINVAL, "[%zu]: rule not set up", i);
+            return rl_errf(err, RL_EINVAL, "[%zu]: rule not set up", i);
         for (size_t j = 0; j < i; j++)
             if (strcmp(rs->v[i].name, rs->v[j].name) == 0)
-                return rl__fail(err, RL_EINVAL,
+                return rl_errf(err, RL_EINVAL,
                                 "[%zu].name: \"%s\" is used by rule %zu of the same list; give "
                                 "one of them another \"name\"",
                                 i, rs->v[i].name, j);

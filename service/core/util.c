@@ -27,7 +27,7 @@ const char *rl_strerror(int code)
     }
 }
 
-int rl__fail(rl_err *err, int code, const char *fmt, ...)
+int rl_errf(rl_err *err, int code, const char *fmt, ...)
 {
     if (err) {
         va_list ap;

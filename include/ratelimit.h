@@ -290,6 +290,19 @@ int rl_release(rl_limiter *lim, const char *id, rl_ns now, rl_err *err);
  * whose TTL has passed, releasing their slots, and drops idle per-key state. */
 void rl_limiter_tick(rl_limiter *lim, rl_ns now);
 
+/* Saves the store's per-key state and reservations to path, so that a restart loses nothing:
+ * written to path.tmp, flushed to disk and renamed, so a crash keeps the previous snapshot.
+ * A store that keeps its state elsewhere (Redis) saves nothing and returns RL_OK. RL_EIO with
+ * the reason in err when the file cannot be written. */
+int rl_limiter_save(rl_limiter *lim, const char *path, rl_err *err);
+/* Loads a snapshot made by rl_limiter_save into a limiter that has not decided anything yet
+ * (quotas set first, so that keys find their tiers). Levels and rule types are matched by
+ * name; state whose level, position or rule type no longer matches, or that is idle at now,
+ * and reservations expired at now are skipped. A missing file loads nothing. *loaded (may be
+ * NULL) counts the key states and reservations loaded. RL_EIO for an unreadable or malformed
+ * file (nothing is loaded from it then). */
+int rl_limiter_load(rl_limiter *lim, const char *path, rl_ns now, size_t *loaded, rl_err *err);
+
 /* Per-level key state records held by the store. */
 size_t rl_limiter_keys(rl_limiter *lim, size_t level);
 

@@ -134,6 +134,13 @@ typedef struct rl_rule_type {
     void (*status)(const void *params, const void *state, rl_ns now, rl_rule_status *st);
     /* Frees what the rule allocated inside a state. May be NULL. */
     void (*state_free)(const void *params, void *state);
+
+    /* Snapshots (kept across restarts). A state without pointers (state_free NULL) is saved
+     * as its bytes and these may be NULL. A state with pointers needs both: state_save writes
+     * it into buf when it fits in len and returns the bytes it needs either way; state_load
+     * rebuilds a zeroed state from such bytes and returns 0, or -1 when they are malformed. */
+    size_t (*state_save)(const void *params, const void *state, void *buf, size_t len);
+    int (*state_load)(const void *params, void *state, const void *buf, size_t len);
 } rl_rule_type;
 
 /* Adds a rule type to the registry. The type struct must outlive the registry. Returns 0, or

@@ -10,6 +10,8 @@
 #ifndef RATELIMIT_STORE_H
 #define RATELIMIT_STORE_H
 
+#include <stdio.h>
+
 #include "ratelimit.h"
 
 #ifdef __cplusplus
@@ -56,6 +58,12 @@ typedef struct rl_store_ops {
     void (*tick)(void *cls, rl_ns now);
     size_t (*keys)(void *cls, size_t level);
     void (*stats)(void *cls, rl_stats *out);
+    /* Snapshots: save writes every key's state and every live reservation to f; load reads
+     * them back into a store that has not decided anything yet, skipping what no longer
+     * matches the configuration or is idle or expired at now. NULL for a store that keeps its
+     * state elsewhere (Redis). */
+    int (*save)(void *cls, FILE *f, rl_err *err);
+    int (*load)(void *cls, FILE *f, rl_ns now, size_t *loaded, rl_err *err);
     void (*destroy)(void *cls);
 } rl_store_ops;
 

@@ -1,6 +1,7 @@
 /*
  * api.c - see api.h.
  */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -345,6 +346,28 @@ const rld_route rld_routes[] = {
 };
 const size_t rld_nroutes = sizeof rld_routes / sizeof rld_routes[0];
 
+/* Loads the snapshot of state_file at start. A file that cannot be read is moved aside (kept
+ * for inspection) and the service starts without it rather than not at all. */
+static void load_state(rld_app *app)
+{
+    const char *path = app->set->state_file;
+    size_t loaded = 0;
+    rl_err err = {{0}};
+    if (!path)
+        return;
+    if (rld_make_parent_dir(path) != 0)
+        rld_log("error: state_file %s: cannot create its directory: %s", path, strerror(errno));
+    if (rl_limiter_load(app->lim, path, request_time(app, 0, 0), &loaded, &err) == RL_OK) {
+        if (loaded)
+            rld_log("state: loaded %zu key states and reservations from %s", loaded, path);
+        return;
+    }
+    char aside[4200];
+    snprintf(aside, sizeof aside, "%s.corrupt", path);
+    rld_log("error: state_file %s; moved to %s, starting without it", err.msg,
+            rename(path, aside) == 0 ? aside : "(could not move it)");
+}
+
 int rld_app_init(rld_app *app, rl_registry *reg, rl_limiter *lim, const rld_settings *set,
                  int manual_clock, rl_err *err)
 {
@@ -375,8 +398,22 @@ int rld_app_init(rld_app *app, rl_registry *reg, rl_limiter *lim, const rld_sett
         rld_metrics_free(app->metrics);
         free(app->rules_json);
         pthread_mutex_destroy(&app->tick_mu);
+        return rc;
     }
-    return rc;
+    load_state(app); /* after the quotas, so that keys find their tiers */
+    return RL_OK;
+}
+
+int rld_app_save_state(rld_app *app)
+{
+    rl_err err = {{0}};
+    if (!app->set->state_file)
+        return 0;
+    if (rl_limiter_save(app->lim, app->set->state_file, &err) != RL_OK) {
+        rld_log("error: state_file %s", err.msg);
+        return -1;
+    }
+    return 0;
 }
 
 void rld_app_free(rld_app *app)

@@ -39,8 +39,9 @@ typedef struct rld_app {
 extern const rld_route rld_routes[];
 extern const size_t rld_nroutes;
 
-/* Sets up the app over a limiter: metrics, the cached configuration and the quota file (read
- * and applied now). On failure returns an error with err set and app needs no freeing. */
+/* Sets up the app over a limiter: metrics, the cached configuration, the quota file (read
+ * and applied now) and the state file's snapshot (loaded now; one that cannot be read is
+ * moved aside to <state_file>.corrupt, logged, and the service starts without it). On failure returns an error with err set and app needs no freeing. */
 int rld_app_init(rld_app *app, rl_registry *reg, rl_limiter *lim, const rld_settings *set,
                  int manual_clock, rl_err *err);
 /* Frees what rld_app_init made (not the limiter, registry or settings). */
@@ -48,6 +49,9 @@ void rld_app_free(rld_app *app);
 /* Housekeeping, about ten times a second: rl_limiter_tick at the current time (the last
  * "now" seen with the manual clock). */
 void rld_app_tick(rld_app *app);
+/* Saves a snapshot to state_file when the settings name one; logs and returns -1 when it
+ * cannot be written. */
+int rld_app_save_state(rld_app *app);
 /* The http layer's on_done: counts the request in the metrics. */
 void rld_app_on_done(void *app, size_t route, int status, rl_ns duration);
 

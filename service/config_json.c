@@ -5,6 +5,8 @@
  * comments and are ignored; any other unknown member is an error, so typos do not pass silently.
  */
 #include <errno.h>
+#include <libgen.h>
+#include <sys/stat.h>
 #include <stdarg.h>
 #include <math.h>
 #include <stdio.h>
@@ -522,6 +524,13 @@ static int parse_root(const json_t *root, rl_registry *reg, rld_settings *set, r
                 free(set->quota_file);
                 set->quota_file = dup_str(s);
             }
+        } else if (strcmp(k, "state_file") == 0) {
+            if (!(rc = get_string(m, "state_file", 4096, &s, err))) {
+                free(set->state_file);
+                set->state_file = dup_str(s);
+            }
+        } else if (strcmp(k, "state_interval") == 0) {
+            rc = get_int(m, "state_interval", 0, 86400, &set->state_interval, err);
         } else if (strcmp(k, "reservation_ttl") == 0) {
             rl_ns ttl = json_is_number(m) ? rl_ns_from_seconds(json_number_value(m)) : -1;
             if (ttl < RL_NS_PER_SEC / 1000 || ttl > 86400 * RL_NS_PER_SEC)
@@ -535,8 +544,8 @@ static int parse_root(const json_t *root, rl_registry *reg, rld_settings *set, r
         } else {
             return fail(err,
                         "%s: unknown field (known: listen, threads, store, admin_token, "
-                        "quota_file, reservation_ttl, plugins, levels, tiers, default_tier, "
-                        "quotas)",
+                        "quota_file, state_file, state_interval, reservation_ttl, plugins, "
+                        "levels, tiers, default_tier, quotas)",
                         k);
         }
         if (rc != RL_OK)
@@ -587,6 +596,7 @@ static void settings_defaults(rld_settings *set)
     snprintf(set->address, sizeof set->address, "127.0.0.1");
     set->port = 8080;
     set->redis_timeout_ms = 50;
+    set->state_interval = 60;
     set->redis_pool = 8;
     for (size_t i = 0; i < RL_MAX_LEVELS; i++)
         set->shards[i] = 1;
@@ -650,6 +660,32 @@ char *rld_read_file(const char *path, size_t *len)
     return buf;
 }
 
+/* Creates dir and its parents (like mkdir -p). */
+static int mkdirs(const char *dir)
+{
+    char tmp[4096];
+    if (snprintf(tmp, sizeof tmp, "%s", dir) >= (int)sizeof tmp)
+        return -1;
+    for (char *p = tmp + 1; *p; p++)
+        if (*p == '/') {
+            *p = '\0';
+            if (mkdir(tmp, 0755) != 0 && errno != EEXIST)
+                return -1;
+            *p = '/';
+        }
+    return mkdir(tmp, 0755) != 0 && errno != EEXIST ? -1 : 0;
+}
+
+int rld_make_parent_dir(const char *path)
+{
+    char *copy = strdup(path);
+    if (!copy)
+        return -1;
+    int rc = mkdirs(dirname(copy));
+    free(copy);
+    return rc;
+}
+
 int rld_config_load(const char *path, rl_registry *reg, rld_settings *set, rl_config **out,
                     rl_err *err)
 {
@@ -668,6 +704,7 @@ void rld_settings_clear(rld_settings *set)
 {
     free(set->admin_token);
     free(set->quota_file);
+    free(set->state_file);
     free(set->redis_url);
     free(set->redis_prefix);
     for (size_t i = 0; i < set->nplugins; i++)

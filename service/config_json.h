@@ -28,6 +28,8 @@ typedef struct rld_settings {
     int threads;      /* HTTP worker threads; 0 = one per CPU */
     char *admin_token; /* NULL: admin endpoints are open */
     char *quota_file;  /* NULL: quotas set at run time are not kept */
+    char *state_file;  /* NULL: per-key state and reservations are not kept across restarts */
+    int state_interval; /* seconds between snapshots to state_file (60); 0: only at stop */
     rld_store_type store;
     char *redis_url;    /* "redis://127.0.0.1:6379/0" */
     char *redis_prefix; /* "rl:" */
@@ -51,6 +53,8 @@ int rld_config_load(const char *path, rl_registry *reg, rld_settings *set, rl_co
 /* A whole file, malloc'd and NUL-terminated, its length (without the NUL) in *len (may be
  * NULL); NULL when it cannot be read (errno says why). */
 char *rld_read_file(const char *path, size_t *len);
+/* Creates the directory a file goes in, and its parents (like mkdir -p). 0 or -1 (errno). */
+int rld_make_parent_dir(const char *path);
 /* Frees what the settings own. */
 void rld_settings_clear(rld_settings *set);
 

@@ -130,9 +130,19 @@ typedef struct housekeeper {
     rld_app *app;
 } housekeeper;
 
+static double monotonic_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* Ticks the limiter ten times a second and saves a snapshot every state_interval seconds. */
 static void *housekeeping(void *arg)
 {
     housekeeper *hk = arg;
+    int interval = hk->app->set->state_file ? hk->app->set->state_interval : 0;
+    double next_save = monotonic_s() + interval;
     pthread_mutex_lock(&hk->mu);
     while (!hk->stop) {
         struct timespec until;
@@ -147,6 +157,10 @@ static void *housekeeping(void *arg)
             break;
         pthread_mutex_unlock(&hk->mu);
         rld_app_tick(hk->app);
+        if (interval > 0 && monotonic_s() >= next_save) {
+            rld_app_save_state(hk->app);
+            next_save = monotonic_s() + interval;
+        }
         pthread_mutex_lock(&hk->mu);
     }
     pthread_mutex_unlock(&hk->mu);
@@ -272,6 +286,8 @@ static int serve(const opts *o)
     if (left)
         rld_log("error: %u requests were still in flight after %d ms and were cut", left,
                 DRAIN_MS);
+    if (set.state_file && rld_app_save_state(&app) == 0)
+        rld_log("state saved to %s", set.state_file);
     rld_app_free(&app);
     rl_limiter_free(lim);
     rld_settings_clear(&set);

@@ -14,15 +14,7 @@
 #include "config_json.h"
 #include "quotas.h"
 
-static int fail(rl_err *err, int rc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int fail(rl_err *err, int rc, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err->msg, sizeof err->msg, fmt, ap);
-    va_end(ap);
-    return rc;
-}
+#define fail(err, rc, ...) rl_errf(err, rc, __VA_ARGS__)
 
 const char *rld_user_problem(const char *user)
 {
@@ -37,22 +29,6 @@ const char *rld_user_problem(const char *user)
     json_t *s = json_string(user); /* NULL for text that is not UTF-8 */
     json_decref(s);
     return s ? NULL : "must be UTF-8 text";
-}
-
-/* Creates dir and its parents (like mkdir -p). */
-static int mkdirs(const char *dir)
-{
-    char tmp[4096];
-    if (snprintf(tmp, sizeof tmp, "%s", dir) >= (int)sizeof tmp)
-        return -1;
-    for (char *p = tmp + 1; *p; p++)
-        if (*p == '/') {
-            *p = '\0';
-            if (mkdir(tmp, 0755) != 0 && errno != EEXIST)
-                return -1;
-            *p = '/';
-        }
-    return mkdir(tmp, 0755) != 0 && errno != EEXIST ? -1 : 0;
 }
 
 static char *dir_of(const char *path)
@@ -153,10 +129,7 @@ int rld_quotas_open(rld_quotas *q, const char *path, rl_limiter *lim, rl_registr
         return RL_OK;
     if (!(q->path = strdup(path)))
         return fail(err, RL_ENOMEM, "out of memory");
-    char *dir = dir_of(path);
-    int made = dir && mkdirs(dir) == 0;
-    free(dir);
-    if (!made)
+    if (rld_make_parent_dir(path) != 0)
         return fail(err, RL_EIO, "quota_file %s: cannot create its directory: %s", path,
                     strerror(errno));
     if (access(path, F_OK) != 0 && errno == ENOENT)

@@ -756,6 +756,72 @@ START_TEST(quotas_survive_a_restart)
 }
 END_TEST
 
+/* Per-key state and reservations survive a restart through the state file: a drained bucket
+ * stays drained (and keeps refilling by the clock), a reservation made before the restart
+ * can be refunded and released after it, and its slot is still held until then. */
+START_TEST(state_survives_a_restart)
+{
+    su_server s;
+    char body[256];
+    const char *cfg =
+        "{\"state_file\": \"var/state.bin\", \"levels\": ["
+        " {\"name\": \"user\", \"rules\": [{\"type\": \"token_bucket\", \"name\": \"b\", "
+        "\"capacity\": 10, \"per_second\": 1}, {\"type\": \"concurrency\", \"name\": \"c\", "
+        "\"limit\": 1}]}]}";
+    su_tmpdir(&s);
+    su_start(&s, cfg, manual);
+    char *id = reserve(&s, "{\"keys\": {\"user\": \"u\"}, \"cost\": 8, \"reserve\": true, "
+                           "\"now\": 100}",
+                       2);
+    ck_assert_int_eq(su_stop(&s), 0);
+    char *log = su_read(s.log);
+    ck_assert_ptr_nonnull(strstr(log, "state saved to var/state.bin"));
+    free(log);
+
+    su_start(&s, cfg, manual);
+    /* the bucket and the slot of u, and the reservation */
+    log = su_read(s.log);
+    ck_assert_ptr_nonnull(strstr(log, "state: loaded 3 key states and reservations"));
+    free(log);
+    /* 2 left at t = 100, 1 s later 3: 4 do not fit, and the slot is still held */
+    su_resp r = acquire(&s, "{\"keys\": {\"user\": \"u\"}, \"cost\": 4, \"dry_run\": true, "
+                            "\"now\": 101}");
+    ck_assert_int_eq(r.status, 429);
+    ck_assert_double_eq(limit_num(&r, 0, "remaining"), 3);
+    ck_assert_double_eq(limit_num(&r, 1, "remaining"), 0);
+    su_resp_free(&r);
+    /* the reservation of the first run: 8 reserved, 5 used, 3 back */
+    snprintf(body, sizeof body, "{\"reservation\": \"%s\", \"actual_cost\": 5}", id);
+    r = su_req(&s, "POST", "/refund", body, NULL);
+    ck_assert_int_eq(r.status, 200);
+    ck_assert_double_eq(su_num(&r, "refunded"), 3);
+    su_resp_free(&r);
+    snprintf(body, sizeof body, "{\"reservation\": \"%s\"}", id);
+    r = su_req(&s, "POST", "/release", body, NULL);
+    ck_assert_int_eq(r.status, 200);
+    su_resp_free(&r);
+    r = acquire(&s, "{\"keys\": {\"user\": \"u\"}, \"cost\": 6}");
+    ck_assert_int_eq(r.status, 200);
+    ck_assert_double_eq(limit_num(&r, 0, "remaining"), 0);
+    su_resp_free(&r);
+    ck_assert_int_eq(su_stop(&s), 0);
+
+    /* a damaged file is moved aside and the service starts without it */
+    FILE *f = fopen(strcat(strcpy(body, s.dir), "/var/state.bin"), "wb");
+    fputs("garbage", f);
+    fclose(f);
+    su_start(&s, cfg, manual);
+    log = su_read(s.log);
+    ck_assert_ptr_nonnull(strstr(log, "not a ratelimitd snapshot; moved to var/state.bin.corrupt"));
+    free(log);
+    r = acquire(&s, "{\"keys\": {\"user\": \"u\"}, \"cost\": 10, \"now\": 0}");
+    ck_assert_int_eq(r.status, 200);
+    su_resp_free(&r);
+    ck_assert_int_eq(su_stop(&s), 0);
+    free(id);
+}
+END_TEST
+
 START_TEST(bad_quota_file_refuses_to_start)
 {
     su_server s;
@@ -1233,6 +1299,7 @@ static Suite *http_suite(void)
     tcase_add_test(tc, concurrency_release_and_expiry);
     tcase_add_test(tc, quotas_need_the_token);
     tcase_add_test(tc, quotas_survive_a_restart);
+    tcase_add_test(tc, state_survives_a_restart);
     tcase_add_test(tc, bad_quota_file_refuses_to_start);
     tcase_add_test(tc, rules_show_the_configuration);
     tcase_add_test(tc, builtin_config_is_default_json);

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "testutil.h"
 
@@ -683,6 +684,177 @@ START_TEST(threads_never_admit_more_than_the_limits)
 }
 END_TEST
 
+
+/* ---- snapshots ---------------------------------------------------------------------------- */
+
+static const char *snap_cfg =
+    "{\"reservation_ttl\": 60, \"levels\": ["
+    "{\"name\": \"user\", \"rules\": [{\"type\": \"token_bucket\", \"capacity\": 10, "
+    "\"per_second\": 1}, {\"type\": \"sliding_window\", \"limit\": 5, \"window\": 100}]},"
+    "{\"name\": \"team\", \"rules\": [{\"type\": \"concurrency\", \"limit\": 2}, "
+    "{\"type\": \"sliding_window_counter\", \"limit\": 50, \"window\": 100}]},"
+    "{\"name\": \"global\", \"default_key\": \"*\", \"rules\": [{\"type\": \"gcra\", "
+    "\"per_second\": 100, \"burst\": 1000}, {\"type\": \"fixed_window\", \"limit\": 100, "
+    "\"window\": 1000}]}]}";
+
+static char snap_path[256];
+
+static const char *snapshot_path(void)
+{
+    const char *b = getenv("RL_BUILD");
+    snprintf(snap_path, sizeof snap_path, "%s/snap-%d.bin", b ? b : "build", (int)getpid());
+    return snap_path;
+}
+
+/* User u1 of team t: 2 at t = 0 and 2 reserved at t = 1 (each takes one of the team's two
+ * concurrency slots, so each makes a reservation); at t = 2 the full team denies 1 more. */
+START_TEST(snapshot_round_trip)
+{
+    rl_limiter *a = tu_limiter(snap_cfg);
+    rl_decision d;
+    rl_err err;
+    char id[RL_RESERVATION_ID];
+    const char *path = snapshot_path();
+    ck_assert(tu_acquire(a, "user=u1,team=t", 2, S(0), &d));
+    ck_assert(tu_acquire_ex(a, "user=u1,team=t", 2, S(1), RL_RESERVE, 0, &d));
+    memcpy(id, d.reservation, sizeof id);
+    ck_assert(!tu_acquire(a, "user=u1,team=t", 1, S(2), &d));
+    ck_assert_str_eq(tu_blocked_by(a, &d), "team: concurrency(2)");
+    /* the bucket: 10 - 2 - 2 + 2 s of refill = 8 at t = 2 */
+    ck_assert_double_eq(tu_remaining(a, &d, "user"), 8);
+    ck_assert_int_eq(rl_limiter_save(a, path, &err), RL_OK);
+
+    /* a new limiter with the same configuration picks up where the first stopped */
+    rl_limiter *b = tu_limiter(snap_cfg);
+    size_t loaded = 0;
+    ck_assert_int_eq(rl_limiter_load(b, path, S(3), &loaded, &err), RL_OK);
+    /* two rules on each of three levels, but the global gcra has refilled (4 at 100/s) and
+     * is idle by t = 3: five key states; and two reservations */
+    ck_assert_uint_eq(loaded, 7);
+    rl_stats stats;
+    rl_limiter_stats(b, &stats);
+    ck_assert_int_eq(stats.reservations_active, 2);
+    /* the team is still full; the bucket kept refilling through the restart: 9 at t = 3 */
+    ck_assert(!tu_acquire(b, "user=u1,team=t", 1, S(3), &d));
+    ck_assert_str_eq(tu_blocked_by(b, &d), "team: concurrency(2)");
+    ck_assert_double_eq(tu_remaining(b, &d, "user"), 9);
+    /* the log kept 2 + 2 of 5: 2 more must wait for the entry of t = 0 to expire at 100 */
+    ck_assert(!tu_acquire_ex(b, "user=u1", 2, S(3), RL_DRY_RUN, 0, &d));
+    ck_assert_int_eq(d.retry_after, S(97));
+    /* the reservation made before the restart settles: 2 reserved, 0 used */
+    rl_settlement st;
+    ck_assert_int_eq(rl_settle(b, id, 0, S(3), &st, &err), RL_OK);
+    ck_assert_int_eq(st.refunded, FP(2));
+    ck_assert(tu_acquire_ex(b, "user=u1", 1, S(3), RL_DRY_RUN, 0, &d));
+    ck_assert_double_eq(tu_remaining(b, &d, "user"), 10); /* 9 + 2, capped at 10 */
+    /* releasing it gives its slot back */
+    ck_assert_int_eq(rl_release(b, id, S(3), &err), RL_OK);
+    ck_assert(tu_acquire(b, "team=t", 1, S(3), &d));
+    /* the counter and the global window came back too: 2 + 2 - 2 refunded + 1 */
+    tu_acquire_ex(b, "team=t", 1, S(3), RL_DRY_RUN, 0, &d);
+    ck_assert_double_eq(d.applied[1].st.remaining / 1e6, 47);
+    tu_acquire_ex(b, "", 1, S(3), RL_DRY_RUN, 0, &d);
+    ck_assert_double_eq(d.applied[1].st.remaining / 1e6, 97);
+    unlink(path);
+    tu_free(a);
+    tu_free(b);
+}
+END_TEST
+
+START_TEST(snapshot_into_a_changed_configuration)
+{
+    rl_limiter *a = tu_limiter(snap_cfg);
+    rl_decision d;
+    rl_err err;
+    const char *path = snapshot_path();
+    ck_assert(tu_acquire(a, "user=u1,team=t", 5, S(0), &d));
+    ck_assert(tu_acquire(a, "user=u2", 1, S(0), &d));
+    ck_assert_int_eq(rl_limiter_save(a, path, &err), RL_OK);
+    /* levels reordered, team gone, the user's second rule now another type */
+    rl_limiter *b = tu_limiter(
+        "{\"levels\": ["
+        "{\"name\": \"global\", \"default_key\": \"*\", \"rules\": [{\"type\": \"gcra\", "
+        "\"per_second\": 100, \"burst\": 1000}]},"
+        "{\"name\": \"user\", \"rules\": [{\"type\": \"token_bucket\", \"capacity\": 10, "
+        "\"per_second\": 1}, {\"type\": \"fixed_window\", \"limit\": 3, \"window\": 100}]}]}");
+    size_t loaded = 0;
+    ck_assert_int_eq(rl_limiter_load(b, path, S(0), &loaded, &err), RL_OK);
+    /* u1's and u2's buckets and the global gcra; the reservation of team t's slot lost all
+     * its items but stays an id that can be released */
+    ck_assert_uint_eq(loaded, 3 + 1);
+    /* global comes first now: gcra, then the user's bucket and fixed window */
+    ck_assert(tu_acquire_ex(b, "user=u1", 1, S(0), RL_DRY_RUN, 0, &d));
+    ck_assert_double_eq(tu_remaining(b, &d, "user"), 5);
+    ck_assert_double_eq(d.applied[2].st.remaining / 1e6, 3); /* a fresh fixed window */
+    ck_assert_double_eq(d.applied[0].st.remaining / 1e6, 994); /* 1000 - 5 - 1 */
+    unlink(path);
+    tu_free(a);
+    tu_free(b);
+}
+END_TEST
+
+START_TEST(snapshot_skips_idle_and_expired)
+{
+    rl_limiter *a = tu_limiter(reserve_cfg); /* bucket 1000 at 10/s, concurrency 2, TTL 30 */
+    rl_decision d;
+    rl_err err;
+    const char *path = snapshot_path();
+    ck_assert(tu_acquire_ex(a, "user=u", 10, S(0), RL_RESERVE, 0, &d));
+    ck_assert_int_eq(rl_limiter_save(a, path, &err), RL_OK);
+    /* at t = 40 the bucket is full again and the reservation expired: nothing to load but
+     * the concurrency slot the reservation held, which its expiry would have given back */
+    rl_limiter *b = tu_limiter(reserve_cfg);
+    size_t loaded = 9;
+    ck_assert_int_eq(rl_limiter_load(b, path, S(40), &loaded, &err), RL_OK);
+    ck_assert_uint_eq(loaded, 1);
+    rl_limiter_tick(b, S(40));
+    ck_assert(tu_acquire(b, "user=u", 1, S(40), &d));
+    ck_assert(tu_acquire(b, "user=u", 1, S(40), &d)); /* the slot held before is not leaked */
+    unlink(path);
+    tu_free(a);
+    tu_free(b);
+}
+END_TEST
+
+START_TEST(snapshot_missing_or_corrupt)
+{
+    rl_limiter *a = tu_limiter(snap_cfg);
+    rl_decision d;
+    rl_err err;
+    size_t loaded = 7;
+    const char *path = snapshot_path();
+    unlink(path);
+    ck_assert_int_eq(rl_limiter_load(a, path, S(0), &loaded, &err), RL_OK);
+    ck_assert_uint_eq(loaded, 0);
+    ck_assert(tu_acquire(a, "user=u1,team=t", 5, S(0), &d));
+    ck_assert_int_eq(rl_limiter_save(a, path, &err), RL_OK);
+    /* cut the file short: refused, and nothing of it stays loaded */
+    FILE *f = fopen(path, "r+b");
+    ck_assert_ptr_nonnull(f);
+    fseek(f, 0, SEEK_END);
+    long size = ftell(f);
+    fclose(f);
+    ck_assert_int_eq(truncate(path, size - 5), 0);
+    rl_limiter *b = tu_limiter(snap_cfg);
+    ck_assert_int_eq(rl_limiter_load(b, path, S(0), &loaded, &err), RL_EIO);
+    ck_assert_ptr_nonnull(strstr(err.msg, "truncated or malformed"));
+    for (size_t l = 0; l < 3; l++)
+        ck_assert_uint_eq(rl_limiter_keys(b, l), 0);
+    /* not a snapshot at all */
+    f = fopen(path, "wb");
+    fputs("{\"levels\": []}", f);
+    fclose(f);
+    ck_assert_int_eq(rl_limiter_load(b, path, S(0), &loaded, &err), RL_EIO);
+    ck_assert_ptr_nonnull(strstr(err.msg, "not a ratelimitd snapshot"));
+    /* a directory that does not exist cannot be written, and says so */
+    ck_assert_int_eq(rl_limiter_save(a, "/nonexistent/dir/snap", &err), RL_EIO);
+    ck_assert_str_eq(err.msg, "/nonexistent/dir/snap.tmp: No such file or directory");
+    unlink(path);
+    tu_free(a);
+    tu_free(b);
+}
+END_TEST
+
 Suite *limiter_suite(void);
 Suite *limiter_suite(void)
 {
@@ -724,6 +896,13 @@ Suite *limiter_suite(void)
     tcase_add_test(tc, rule_type_registered_by_the_test);
     tcase_add_test(tc, plugin_loaded_from_config);
     tcase_add_test(tc, threads_never_admit_more_than_the_limits);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("snapshots");
+    tcase_add_test(tc, snapshot_round_trip);
+    tcase_add_test(tc, snapshot_into_a_changed_configuration);
+    tcase_add_test(tc, snapshot_skips_idle_and_expired);
+    tcase_add_test(tc, snapshot_missing_or_corrupt);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -4,10 +4,13 @@
  *
  * The core never names a rule type here: everything a rule does goes through its type's table.
  */
+#include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core.h"
 
@@ -505,6 +508,71 @@ int rl_release(rl_limiter *lim, const char *id, rl_ns now, rl_err *err)
 void rl_limiter_tick(rl_limiter *lim, rl_ns now)
 {
     lim->store->ops->tick(lim->store->cls, now);
+}
+
+/* fsyncs the directory holding path, so that a rename in it survives a crash. */
+static void sync_dir(const char *path)
+{
+    char dir[4096] = ".";
+    const char *slash = strrchr(path, '/');
+    if (slash == path) {
+        strcpy(dir, "/");
+    } else if (slash) {
+        size_t n = (size_t)(slash - path);
+        if (n >= sizeof dir)
+            return;
+        memcpy(dir, path, n);
+        dir[n] = '\0';
+    }
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd >= 0) {
+        fsync(fd);
+        close(fd);
+    }
+}
+
+int rl_limiter_save(rl_limiter *lim, const char *path, rl_err *err)
+{
+    char tmp[4096];
+    if (!lim->store->ops->save)
+        return RL_OK;
+    if ((size_t)snprintf(tmp, sizeof tmp, "%s.tmp", path) >= sizeof tmp)
+        return rl_errf(err, RL_EIO, "%s: path too long", path);
+    FILE *f = fopen(tmp, "wb");
+    if (!f)
+        return rl_errf(err, RL_EIO, "%s: %s", tmp, strerror(errno));
+    setvbuf(f, NULL, _IOFBF, 1 << 20);
+    int rc = lim->store->ops->save(lim->store->cls, f, err);
+    if (rc == RL_OK && (fflush(f) != 0 || fsync(fileno(f)) != 0))
+        rc = rl_errf(err, RL_EIO, "%s", strerror(errno));
+    if (fclose(f) != 0 && rc == RL_OK)
+        rc = rl_errf(err, RL_EIO, "%s", strerror(errno));
+    if (rc == RL_OK && rename(tmp, path) != 0)
+        rc = rl_errf(err, RL_EIO, "%s", strerror(errno));
+    if (rc != RL_OK) {
+        unlink(tmp);
+        rl__err_prefix(err, "%s: ", path);
+        return rc;
+    }
+    sync_dir(path);
+    return RL_OK;
+}
+
+int rl_limiter_load(rl_limiter *lim, const char *path, rl_ns now, size_t *loaded, rl_err *err)
+{
+    if (loaded)
+        *loaded = 0;
+    if (!lim->store->ops->load)
+        return RL_OK;
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return errno == ENOENT ? RL_OK : rl_errf(err, RL_EIO, "%s: %s", path, strerror(errno));
+    setvbuf(f, NULL, _IOFBF, 1 << 20);
+    int rc = lim->store->ops->load(lim->store->cls, f, now, loaded, err);
+    fclose(f);
+    if (rc != RL_OK)
+        rl__err_prefix(err, "%s: ", path);
+    return rc;
 }
 
 size_t rl_limiter_keys(rl_limiter *lim, size_t level)

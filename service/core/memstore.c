@@ -12,71 +12,18 @@
  * empty window) is indistinguishable from a missing one. Segments shrink as keys go idle, so
  * memory goes back.
  */
-#include <pthread.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "keytable.h"
+#include "memstore.h"
 
 #define SWEEP_BATCH 1024 /* slots swept under one lock hold */
-
-/* One rule a reservation took from. */
-typedef struct ritem {
-    uint16_t level, slot;
-    uint8_t type;
-    uint8_t refundable; /* counted cost: settling gives back or charges */
-    uint8_t holds;      /* holds slots until release */
-    rl_fp taken;
-    uint32_t keyoff, keylen;
-} ritem;
-
-typedef struct resv {
-    struct resv *hnext;       /* hash chain */
-    struct resv *prev, *next; /* creation order = expiry order (one TTL for all) */
-    uint64_t id;
-    rl_ns taken_at, expires;
-    rl_fp cost;
-    size_t size; /* bytes allocated, keys included */
-    uint8_t settled;
-    uint8_t holds; /* some item holds slots */
-    uint16_t n;
-    ritem item[]; /* then the keys the items name */
-} resv;
-
-typedef struct mem_store {
-    rl_store base;
-    const rl_config *cfg;
-    const rl_resolver *res;
-    uint64_t seed;
-    rl__table *tables;
-    /* reservations */
-    pthread_mutex_t rmu;
-    resv **rbucket;
-    size_t nrbucket, nresv;
-    resv *oldest, *newest;
-    uint64_t idseq, idkey;
-    uint64_t expired;
-    /* where the next tick sweeps */
-    size_t sweep_level, sweep_seg;
-} mem_store;
 
 static const int64_t zero_state[RL_STATE_MAX / 8];
 
 /* ---- records ------------------------------------------------------------------------- */
 
-static inline void *rec_state(rl__rec *r, const rl_rule_type *t)
-{
-    return t->state_size <= RL_STATE_INLINE ? (void *)r->st.w : r->st.ext;
-}
-
-static inline size_t ext_size(const rl_rule_type *t)
-{
-    return t->state_size > RL_STATE_INLINE ? t->state_size : 0;
-}
-
-/* Releases what the state of r holds; the type is the record's own. */
-static void state_clear(mem_store *ms, rl__rec *r)
+void rl__ms_state_clear(mem_store *ms, rl__rec *r)
 {
     const rl_rule_type *t = rl_registry_at(ms->cfg->reg, (size_t)r->type - 1);
     if (!t)
@@ -94,7 +41,7 @@ static int rec_retype(mem_store *ms, rl__rec *r, const rl_rule_type *t, unsigned
     void *ext = NULL;
     if (ext_size(t) && !(ext = calloc(1, ext_size(t))))
         return -1;
-    state_clear(ms, r);
+    rl__ms_state_clear(ms, r);
     if (ext)
         r->st.ext = ext;
     r->type = (uint8_t)(type_id + 1);
@@ -174,14 +121,21 @@ static void resv_unlink(mem_store *ms, resv *r)
     ms->nresv--;
 }
 
-/* Adds r with a fresh id (rmu held). */
-static int resv_add(mem_store *ms, resv *r)
+int rl__ms_resv_add(mem_store *ms, resv *r, int keep_id)
 {
     if (ms->nresv >= ms->nrbucket && resv_grow(ms) != 0)
         return -1;
-    r->id = permute(++ms->idseq ^ ms->idkey);
-    resv **l = resv_link(ms, r->id);
-    r->hnext = *l;
+    resv **l;
+    for (;;) {
+        if (!keep_id)
+            r->id = permute(++ms->idseq ^ ms->idkey);
+        l = resv_link(ms, r->id);
+        if (!*l)
+            break;
+        if (keep_id)
+            return -1;
+    }
+    r->hnext = NULL;
     *l = r;
     r->next = NULL;
     r->prev = ms->newest;
@@ -220,7 +174,7 @@ static void resv_apply(mem_store *ms, const resv *rv, const ritem *it, rl_ns now
     rl_rules_unref(ref);
 }
 
-static void resv_release_all(mem_store *ms, resv *rv, rl_ns now)
+void rl__ms_resv_release_all(mem_store *ms, resv *rv, rl_ns now)
 {
     for (uint16_t k = 0; k < rv->n; k++)
         if (rv->item[k].holds)
@@ -362,7 +316,7 @@ static int ms_decide(void *cls, const rl_plan *plan, rl_decision *d, rl_err *err
             rc = rl_errf(err, RL_ENOMEM, "out of memory");
         if (rc == RL_OK && rv) {
             pthread_mutex_lock(&ms->rmu);
-            if (resv_add(ms, rv) != 0)
+            if (rl__ms_resv_add(ms, rv, 0) != 0)
                 rc = rl_errf(err, RL_ENOMEM, "out of memory");
             else
                 snprintf(d->reservation, sizeof d->reservation, "r-%016llx",
@@ -464,7 +418,7 @@ static int ms_release(void *cls, const char *id, rl_ns now, rl_err *err)
     pthread_mutex_unlock(&ms->rmu);
     if (!rv)
         return rl_errf(err, RL_ENOTFOUND, "reservation: unknown, expired or released");
-    resv_release_all(ms, rv, now);
+    rl__ms_resv_release_all(ms, rv, now);
     free(rv);
     return RL_OK;
 }
@@ -490,7 +444,7 @@ static uint32_t sweep_seg(mem_store *ms, size_t level, rl__seg *s, rl_ns now)
             idle = rule->type->idle_at(rule->params, rec_state(r, rule->type)) <= now;
         rl_rules_unref(ref);
         if (idle) {
-            state_clear(ms, r);
+            rl__ms_state_clear(ms, r);
             rl__seg_remove(s, s->sweep); /* the next record may now sit here: look again */
         } else {
             s->sweep++;
@@ -522,7 +476,7 @@ static void ms_tick(void *cls, rl_ns now)
         pthread_mutex_unlock(&ms->rmu);
         if (!rv)
             break;
-        resv_release_all(ms, rv, now);
+        rl__ms_resv_release_all(ms, rv, now);
         free(rv);
     }
 
@@ -570,7 +524,7 @@ static void ms_destroy(void *cls)
             rl__seg *s = &ms->tables[l].s[k];
             for (uint32_t i = 0; i < s->cap; i++)
                 if (s->r[i].type)
-                    state_clear(ms, &s->r[i]);
+                    rl__ms_state_clear(ms, &s->r[i]);
             rl__seg_free(s);
         }
     free(ms->tables);
@@ -592,6 +546,8 @@ static const rl_store_ops memory_ops = {
     .tick = ms_tick,
     .keys = ms_keys,
     .stats = ms_stats,
+    .save = rl__ms_save,
+    .load = rl__ms_load,
     .destroy = ms_destroy,
 };
 

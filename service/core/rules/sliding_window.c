@@ -11,6 +11,7 @@
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "../core.h"
 
@@ -176,6 +177,51 @@ static void swl_free(const void *pp, void *st)
     s->log = NULL;
 }
 
+/* Saved as: sum, last, count, then (ts, cost) pairs, oldest first. */
+static size_t swl_save(const void *pp, const void *st, void *buf, size_t len)
+{
+    const swl_state *s = st;
+    uint32_t n = s->log ? s->log->n : 0;
+    size_t need = 2 * sizeof(int64_t) + sizeof(uint32_t) + (size_t)n * sizeof(swl_entry);
+    (void)pp;
+    if (need > len)
+        return need;
+    char *p = buf;
+    memcpy(p, &s->sum, sizeof s->sum);
+    memcpy(p + 8, &s->last, sizeof s->last);
+    memcpy(p + 16, &n, sizeof n);
+    for (uint32_t i = 0; i < n; i++)
+        memcpy(p + 20 + i * sizeof(swl_entry), at(s->log, i), sizeof(swl_entry));
+    return need;
+}
+
+static int swl_load(const void *pp, void *st, const void *buf, size_t len)
+{
+    swl_state *s = st;
+    const char *p = buf;
+    uint32_t n;
+    (void)pp;
+    if (len < 20)
+        return -1;
+    memcpy(&n, p + 16, sizeof n);
+    if (len != 20 + (size_t)n * sizeof(swl_entry))
+        return -1;
+    memcpy(&s->sum, p, sizeof s->sum);
+    memcpy(&s->last, p + 8, sizeof s->last);
+    if (n == 0)
+        return 0;
+    uint32_t cap = 4;
+    while (cap < n)
+        cap *= 2;
+    if (!(s->log = malloc(sizeof *s->log + (size_t)cap * sizeof(swl_entry))))
+        return -1;
+    s->log->cap = cap;
+    s->log->head = 0;
+    s->log->n = n;
+    memcpy(s->log->e, p + 20, (size_t)n * sizeof(swl_entry));
+    return 0;
+}
+
 static void swl_name(const void *pp, char *buf, size_t len)
 {
     const swl_params *p = pp;
@@ -212,4 +258,6 @@ const rl_rule_type rl__sliding_window = {
     .idle_at = swl_idle_at,
     .status = swl_status,
     .state_free = swl_free,
+    .state_save = swl_save,
+    .state_load = swl_load,
 };

@@ -1,0 +1,400 @@
+/*
+ * memsnap.c - snapshots of the in-memory store, so that a restart loses nothing.
+ *
+ * The file, in the machine's byte order (checked on load):
+ *   "RLSNAP01", u32 0x01020304
+ *   u32 levels, then each level's name      (u16 length + bytes)
+ *   u32 types, then each rule type's name   (registry order at save time)
+ *   records, each starting with a tag byte:
+ *     'K'  u16 level, u8 slot, u8 type, u16 key length, key, u32 state length, state
+ *     'R'  u64 id, i64 taken_at, i64 expires, i64 cost, u8 settled, u8 holds, u16 items,
+ *          then per item: u16 level, u16 slot, u8 type, u8 refundable, u8 holds, i64 taken,
+ *          u32 key length, key
+ *   'E', u64 key states, u64 reservations   (a file without it is incomplete)
+ *
+ * Levels and types are matched by name on load, so a changed configuration keeps what still
+ * fits. A state is its bytes, or what the rule's state_save wrote for states with pointers.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "memstore.h"
+
+static const char MAGIC[8] = {'R', 'L', 'S', 'N', 'A', 'P', '0', '1'};
+#define ENDIAN 0x01020304u
+
+/* ---- writing --------------------------------------------------------------------------- */
+
+static int put(FILE *f, const void *p, size_t n)
+{
+    return fwrite(p, 1, n, f) == n ? 0 : -1;
+}
+
+static int put_name(FILE *f, const char *s)
+{
+    uint16_t n = (uint16_t)strlen(s);
+    return put(f, &n, sizeof n) || put(f, s, n);
+}
+
+/* The bytes of a record's state in *buf (grown as needed); 0 when it cannot be saved. */
+static size_t state_bytes(const rl_rule *rule, rl__rec *r, unsigned char **buf, size_t *cap)
+{
+    const rl_rule_type *t = rule->type;
+    const void *st = rec_state(r, t);
+    if (!t->state_free) {
+        if (t->state_size > *cap)
+            return 0;
+        memcpy(*buf, st, t->state_size);
+        return t->state_size;
+    }
+    if (!t->state_save)
+        return 0;
+    size_t need = t->state_save(rule->params, st, *buf, *cap);
+    if (need > *cap) {
+        unsigned char *nb = realloc(*buf, need);
+        if (!nb)
+            return 0;
+        *buf = nb;
+        *cap = need;
+        need = t->state_save(rule->params, st, *buf, *cap);
+    }
+    return need;
+}
+
+static int save_segment(mem_store *ms, FILE *f, uint16_t level, rl__seg *s, unsigned char **buf,
+                        size_t *cap, uint64_t *count)
+{
+    int rc = 0;
+    rl__spin_lock(&s->lock);
+    for (uint32_t i = 0; rc == 0 && i < s->cap; i++) {
+        rl__rec *r = &s->r[i];
+        if (!r->type)
+            continue;
+        rl_rules *ref = NULL;
+        const rl_rule *rule =
+            ms->res->rule_at(ms->res->ctx, level, r->slot, rl__rec_key(r), r->klen, &ref);
+        uint32_t slen = 0;
+        if (rule && rule->type_id + 1 == r->type)
+            slen = (uint32_t)state_bytes(rule, r, buf, cap);
+        rl_rules_unref(ref);
+        if (slen == 0)
+            continue; /* stale (its rule changed) or not saveable */
+        uint8_t tag = 'K', slot = r->slot, type = (uint8_t)(r->type - 1);
+        rc = put(f, &tag, 1) || put(f, &level, 2) || put(f, &slot, 1) || put(f, &type, 1) ||
+             put(f, &r->klen, 2) || put(f, rl__rec_key(r), r->klen) || put(f, &slen, 4) ||
+             put(f, *buf, slen);
+        ++*count;
+    }
+    rl__spin_unlock(&s->lock);
+    return rc;
+}
+
+static int save_reservation(FILE *f, const resv *rv)
+{
+    uint8_t tag = 'R';
+    const char *keys = (const char *)(rv->item + rv->n);
+    int rc = put(f, &tag, 1) || put(f, &rv->id, 8) || put(f, &rv->taken_at, 8) ||
+             put(f, &rv->expires, 8) || put(f, &rv->cost, 8) || put(f, &rv->settled, 1) ||
+             put(f, &rv->holds, 1) || put(f, &rv->n, 2);
+    for (uint16_t k = 0; rc == 0 && k < rv->n; k++) {
+        const ritem *it = &rv->item[k];
+        rc = put(f, &it->level, 2) || put(f, &it->slot, 2) || put(f, &it->type, 1) ||
+             put(f, &it->refundable, 1) || put(f, &it->holds, 1) || put(f, &it->taken, 8) ||
+             put(f, &it->keylen, 4) || put(f, keys + it->keyoff, it->keylen);
+    }
+    return rc;
+}
+
+int rl__ms_save(void *cls, FILE *f, rl_err *err)
+{
+    mem_store *ms = cls;
+    const rl_config *cfg = ms->cfg;
+    uint32_t endian = ENDIAN, nl = (uint32_t)cfg->nlevels,
+             nt = (uint32_t)rl_registry_count(cfg->reg);
+    uint64_t nrec = 0, nres = 0;
+    size_t cap = RL_STATE_MAX;
+    unsigned char *buf = malloc(cap);
+    int rc = !buf || put(f, MAGIC, sizeof MAGIC) || put(f, &endian, 4) || put(f, &nl, 4);
+    for (uint32_t l = 0; rc == 0 && l < nl; l++)
+        rc = put_name(f, cfg->levels[l].name);
+    rc = rc || put(f, &nt, 4);
+    for (uint32_t t = 0; rc == 0 && t < nt; t++)
+        rc = put_name(f, rl_registry_at(cfg->reg, t)->name);
+    for (uint32_t l = 0; rc == 0 && l < nl; l++)
+        for (size_t k = 0; rc == 0 && k < RL__NSEG; k++)
+            rc = save_segment(ms, f, (uint16_t)l, &ms->tables[l].s[k], &buf, &cap, &nrec);
+    free(buf);
+    pthread_mutex_lock(&ms->rmu);
+    for (const resv *rv = ms->oldest; rc == 0 && rv; rv = rv->next, nres++)
+        rc = save_reservation(f, rv);
+    pthread_mutex_unlock(&ms->rmu);
+    uint8_t tag = 'E';
+    rc = rc || put(f, &tag, 1) || put(f, &nrec, 8) || put(f, &nres, 8);
+    return rc ? rl_errf(err, RL_EIO, "writing the snapshot failed") : RL_OK;
+}
+
+/* ---- reading --------------------------------------------------------------------------- */
+
+static int get(FILE *f, void *p, size_t n)
+{
+    return fread(p, 1, n, f) == n ? 0 : -1;
+}
+
+/* Reads a u32 count of names and maps each to an index of the current configuration or
+ * registry (-1 when it has none of that name). */
+static int get_names(FILE *f, long **map, uint32_t *n, long (*lookup)(const void *, const char *),
+                     const void *ctx)
+{
+    char name[65536];
+    if (get(f, n, 4) || *n > 65536 || !(*map = calloc(*n ? *n : 1, sizeof **map)))
+        return -1;
+    for (uint32_t i = 0; i < *n; i++) {
+        uint16_t len;
+        if (get(f, &len, 2) || get(f, name, len))
+            return -1;
+        name[len] = '\0';
+        (*map)[i] = lookup(ctx, name);
+    }
+    return 0;
+}
+
+static long level_index(const void *ctx, const char *name)
+{
+    const rl_config *cfg = ctx;
+    for (size_t i = 0; i < cfg->nlevels; i++)
+        if (strcmp(cfg->levels[i].name, name) == 0)
+            return (long)i;
+    return -1;
+}
+
+static long type_index(const void *ctx, const char *name)
+{
+    const rl_registry *reg = ctx;
+    for (size_t i = 0; i < rl_registry_count(reg); i++)
+        if (strcmp(rl_registry_at(reg, i)->name, name) == 0)
+            return (long)i;
+    return -1;
+}
+
+typedef struct reader {
+    mem_store *ms;
+    FILE *f;
+    rl_ns now;
+    long *lmap, *tmap;
+    uint32_t nl, nt;
+    unsigned char *buf;
+    size_t cap;
+    char key[65536];
+} reader;
+
+/* Fills the zeroed state st of rule from len bytes; 0 or -1. */
+static int fill_state(const rl_rule *rule, void *st, const void *bytes, size_t len)
+{
+    const rl_rule_type *t = rule->type;
+    if (!t->state_free) {
+        if (len != t->state_size)
+            return -1;
+        memcpy(st, bytes, len);
+        return 0;
+    }
+    return t->state_load ? t->state_load(rule->params, st, bytes, len) : -1;
+}
+
+/* One 'K' record. Returns 1 when loaded, 0 when skipped, -1 when malformed. */
+static int load_key(reader *rd)
+{
+    mem_store *ms = rd->ms;
+    uint16_t level, klen;
+    uint8_t slot, type;
+    uint32_t slen;
+    if (get(rd->f, &level, 2) || get(rd->f, &slot, 1) || get(rd->f, &type, 1) ||
+        get(rd->f, &klen, 2) || klen == 0 || get(rd->f, rd->key, klen) || get(rd->f, &slen, 4) ||
+        level >= rd->nl || type >= rd->nt || slen > (1u << 30))
+        return -1;
+    if (slen > rd->cap) {
+        unsigned char *nb = realloc(rd->buf, slen);
+        if (!nb)
+            return -1;
+        rd->buf = nb;
+        rd->cap = slen;
+    }
+    if (get(rd->f, rd->buf, slen))
+        return -1;
+    long l = rd->lmap[level], t = rd->tmap[type];
+    if (l < 0 || t < 0)
+        return 0;
+    rl_rules *ref = NULL;
+    const rl_rule *rule = ms->res->rule_at(ms->res->ctx, (size_t)l, slot, rd->key, klen, &ref);
+    int loaded = 0;
+    if (rule && rule->type_id == (unsigned)t) {
+        const rl_rule_type *rt = rule->type;
+        /* built apart first: a bad or idle state never reaches the table */
+        _Alignas(8) unsigned char st[RL_STATE_MAX];
+        memset(st, 0, rt->state_size);
+        if (fill_state(rule, st, rd->buf, slen) != 0) {
+            rl_rules_unref(ref);
+            return -1;
+        }
+        int idle = rt->idle_at && rt->idle_at(rule->params, st) <= rd->now;
+        uint64_t kh = rl__hash(rd->key, klen, ms->seed);
+        rl__seg *s = rl__table_seg(&ms->tables[l], kh);
+        uint32_t h = rl__rec_hash(kh, slot), i = RL__NONE;
+        rl__spin_lock(&s->lock);
+        if (!idle && rl__seg_find(s, h, slot, rd->key, klen) == RL__NONE)
+            i = rl__seg_insert(s, h, slot, rd->key, klen, (uint8_t)(rule->type_id + 1),
+                               ext_size(rt));
+        if (i != RL__NONE) {
+            memcpy(rec_state(&s->r[i], rt), st, rt->state_size);
+            loaded = 1;
+        }
+        rl__spin_unlock(&s->lock);
+        if (!loaded && rt->state_free)
+            rt->state_free(rule->params, st);
+    }
+    rl_rules_unref(ref);
+    return loaded;
+}
+
+/* One 'R' record. Returns 1 when loaded, 0 when skipped, -1 when malformed. */
+static int load_reservation(reader *rd)
+{
+    mem_store *ms = rd->ms;
+    resv head;
+    memset(&head, 0, sizeof head);
+    if (get(rd->f, &head.id, 8) || get(rd->f, &head.taken_at, 8) || get(rd->f, &head.expires, 8) ||
+        get(rd->f, &head.cost, 8) || get(rd->f, &head.settled, 1) || get(rd->f, &head.holds, 1) ||
+        get(rd->f, &head.n, 2) || head.n > RL_MAX_APPLIED)
+        return -1;
+    ritem items[RL_MAX_APPLIED];
+    char keys[RL_DECISION_KEYS];
+    size_t used = 0;
+    uint16_t kept = 0;
+    for (uint16_t k = 0; k < head.n; k++) {
+        ritem it;
+        memset(&it, 0, sizeof it);
+        if (get(rd->f, &it.level, 2) || get(rd->f, &it.slot, 2) || get(rd->f, &it.type, 1) ||
+            get(rd->f, &it.refundable, 1) || get(rd->f, &it.holds, 1) ||
+            get(rd->f, &it.taken, 8) || get(rd->f, &it.keylen, 4) || it.keylen == 0 ||
+            it.keylen > sizeof keys - used || get(rd->f, keys + used, it.keylen) ||
+            it.level >= rd->nl || it.type == 0 || it.type > rd->nt)
+            return -1;
+        long l = rd->lmap[it.level], t = rd->tmap[it.type - 1];
+        if (l < 0 || t < 0)
+            continue; /* its level or type is gone: nothing to settle there */
+        it.level = (uint16_t)l;
+        it.type = (uint8_t)(t + 1);
+        it.keyoff = (uint32_t)used;
+        used += it.keylen;
+        items[kept++] = it;
+    }
+    size_t size = offsetof(resv, item) + kept * sizeof(ritem) + used;
+    resv *rv = calloc(1, size);
+    if (!rv)
+        return -1;
+    memcpy(rv, &head, offsetof(resv, item));
+    rv->size = size;
+    rv->n = kept;
+    memcpy(rv->item, items, kept * sizeof(ritem));
+    memcpy((char *)(rv->item + kept), keys, used);
+    if (rv->expires <= rd->now) {
+        /* it expired while the process was down: what it held goes back, as expiry does */
+        rl__ms_resv_release_all(ms, rv, rd->now);
+        pthread_mutex_lock(&ms->rmu);
+        ms->expired += !rv->settled || rv->holds;
+        pthread_mutex_unlock(&ms->rmu);
+        free(rv);
+        return 0;
+    }
+    pthread_mutex_lock(&ms->rmu);
+    int rc = rl__ms_resv_add(ms, rv, 1);
+    pthread_mutex_unlock(&ms->rmu);
+    if (rc != 0)
+        free(rv);
+    return rc == 0;
+}
+
+/* Empties the store again (after a malformed snapshot). */
+static void wipe(mem_store *ms)
+{
+    for (size_t l = 0; l < ms->cfg->nlevels; l++)
+        for (size_t k = 0; k < RL__NSEG; k++) {
+            rl__seg *s = &ms->tables[l].s[k];
+            rl__spin_lock(&s->lock);
+            for (uint32_t i = 0; i < s->cap; i++)
+                if (s->r[i].type)
+                    rl__ms_state_clear(ms, &s->r[i]);
+            rl__seg_free(s);
+            rl__spin_unlock(&s->lock);
+        }
+    pthread_mutex_lock(&ms->rmu);
+    for (resv *rv = ms->oldest, *next; rv; rv = next) {
+        next = rv->next;
+        free(rv);
+    }
+    memset(ms->rbucket, 0, ms->nrbucket * sizeof *ms->rbucket);
+    ms->oldest = ms->newest = NULL;
+    ms->nresv = 0;
+    pthread_mutex_unlock(&ms->rmu);
+}
+
+int rl__ms_load(void *cls, FILE *f, rl_ns now, size_t *loaded, rl_err *err)
+{
+    mem_store *ms = cls;
+    reader *rd = calloc(1, sizeof *rd);
+    char magic[8];
+    uint32_t endian;
+    uint64_t nrec = 0, nres = 0, want_rec, want_res;
+    size_t count = 0;
+    const char *why = "truncated or malformed";
+    int ok = 0;
+
+    if (!rd)
+        return rl_errf(err, RL_ENOMEM, "out of memory");
+    rd->ms = ms;
+    rd->f = f;
+    rd->now = now;
+    if (get(f, magic, 8) || memcmp(magic, MAGIC, 8) != 0 || get(f, &endian, 4)) {
+        why = "not a ratelimitd snapshot";
+        goto done;
+    }
+    if (endian != ENDIAN) {
+        why = "written on a machine of another byte order";
+        goto done;
+    }
+    if (get_names(f, &rd->lmap, &rd->nl, level_index, ms->cfg) ||
+        get_names(f, &rd->tmap, &rd->nt, type_index, ms->cfg->reg))
+        goto done;
+    for (;;) {
+        uint8_t tag;
+        int r;
+        if (get(f, &tag, 1))
+            goto done;
+        if (tag == 'E')
+            break;
+        if (tag == 'K') {
+            r = load_key(rd);
+            nrec++;
+        } else if (tag == 'R') {
+            r = load_reservation(rd);
+            nres++;
+        } else {
+            goto done;
+        }
+        if (r < 0)
+            goto done;
+        count += (size_t)r;
+    }
+    ok = !get(f, &want_rec, 8) && !get(f, &want_res, 8) && want_rec == nrec && want_res == nres;
+done:
+    free(rd->lmap);
+    free(rd->tmap);
+    free(rd->buf);
+    free(rd);
+    if (!ok) {
+        wipe(ms);
+        return rl_errf(err, RL_EIO, "%s", why);
+    }
+    if (loaded)
+        *loaded = count;
+    return RL_OK;
+}

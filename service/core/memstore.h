@@ -1,0 +1,76 @@
+/*
+ * memstore.h - the in-memory store's private structures, shared by memstore.c (decisions,
+ * reservations, housekeeping) and memsnap.c (snapshots). Core-internal.
+ */
+#ifndef RL_MEMSTORE_H
+#define RL_MEMSTORE_H
+
+#include <pthread.h>
+#include <stdio.h>
+
+#include "keytable.h"
+
+/* One rule a reservation took from. */
+typedef struct ritem {
+    uint16_t level, slot;
+    uint8_t type;
+    uint8_t refundable; /* counted cost: settling gives back or charges */
+    uint8_t holds;      /* holds slots until release */
+    rl_fp taken;
+    uint32_t keyoff, keylen;
+} ritem;
+
+typedef struct resv {
+    struct resv *hnext;       /* hash chain */
+    struct resv *prev, *next; /* creation order = expiry order (one TTL for all) */
+    uint64_t id;
+    rl_ns taken_at, expires;
+    rl_fp cost;
+    size_t size; /* bytes allocated, keys included */
+    uint8_t settled;
+    uint8_t holds; /* some item holds slots */
+    uint16_t n;
+    ritem item[]; /* then the keys the items name */
+} resv;
+
+typedef struct mem_store {
+    rl_store base;
+    const rl_config *cfg;
+    const rl_resolver *res;
+    uint64_t seed;
+    rl__table *tables;
+    /* reservations */
+    pthread_mutex_t rmu;
+    resv **rbucket;
+    size_t nrbucket, nresv;
+    resv *oldest, *newest;
+    uint64_t idseq, idkey;
+    uint64_t expired;
+    /* where the next tick sweeps */
+    size_t sweep_level, sweep_seg;
+} mem_store;
+
+static inline void *rec_state(rl__rec *r, const rl_rule_type *t)
+{
+    return t->state_size <= RL_STATE_INLINE ? (void *)r->st.w : r->st.ext;
+}
+
+static inline size_t ext_size(const rl_rule_type *t)
+{
+    return t->state_size > RL_STATE_INLINE ? t->state_size : 0;
+}
+
+/* Releases what the state of r holds (its type is the record's own) and zeroes it. */
+void rl__ms_state_clear(mem_store *ms, rl__rec *r);
+/* Adds a reservation (rmu held): with a fresh id, or with r->id when keep_id (a snapshot's),
+ * refused when taken. Returns 0 or -1. */
+int rl__ms_resv_add(mem_store *ms, resv *r, int keep_id);
+
+/* Gives back the slots a reservation (already unlinked, or never added) holds. */
+void rl__ms_resv_release_all(mem_store *ms, resv *rv, rl_ns now);
+
+/* The store's snapshot methods (memsnap.c). */
+int rl__ms_save(void *cls, FILE *f, rl_err *err);
+int rl__ms_load(void *cls, FILE *f, rl_ns now, size_t *loaded, rl_err *err);
+
+#endif

@@ -331,7 +331,8 @@ static void wipe(mem_store *ms)
         next = rv->next;
         free(rv);
     }
-    memset(ms->rbucket, 0, ms->nrbucket * sizeof *ms->rbucket);
+    if (ms->rbucket)
+        memset(ms->rbucket, 0, ms->nrbucket * sizeof *ms->rbucket);
     ms->oldest = ms->newest = NULL;
     ms->nresv = 0;
     pthread_mutex_unlock(&ms->rmu);

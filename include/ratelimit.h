@@ -286,8 +286,9 @@ int rl_settle(rl_limiter *lim, const char *id, rl_fp actual, rl_ns now, rl_settl
  * settled at its reserved cost. RL_ENOTFOUND when unknown, expired or released. */
 int rl_release(rl_limiter *lim, const char *id, rl_ns now, rl_err *err);
 
-/* Housekeeping to call now and then (for example ten times a second): expires reservations
- * whose TTL has passed, releasing their slots, and drops idle per-key state. */
+/* Housekeeping to call now and then (for example ten times a second), from one thread at a
+ * time (decisions may run meanwhile): expires reservations whose TTL has passed, releasing
+ * their slots, and drops idle per-key state. */
 void rl_limiter_tick(rl_limiter *lim, rl_ns now);
 
 /* Saves the store's per-key state and reservations to path, so that a restart loses nothing:

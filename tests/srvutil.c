@@ -151,7 +151,14 @@ int su_stop(su_server *s)
     while (waitpid(s->pid, &st, 0) < 0 && errno == EINTR)
         ;
     s->pid = 0;
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    int rc = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    if (rc != 0) {
+        /* show why: a sanitizer's report, an error line */
+        char *log = su_read(s->log);
+        fprintf(stderr, "ratelimitd exited with %d; its stderr:\n%s\n", rc, log ? log : "(none)");
+        free(log);
+    }
+    return rc;
 }
 
 /* ---- requests ----------------------------------------------------------------------------- */

@@ -423,9 +423,9 @@ static int ms_release(void *cls, const char *id, rl_ns now, rl_err *err)
     return RL_OK;
 }
 
-/* Drops idle records in up to SWEEP_BATCH slots of s; returns the slots visited, plus one
- * when the pass over the segment is complete. */
-static uint32_t sweep_seg(mem_store *ms, size_t level, rl__seg *s, rl_ns now)
+/* Drops idle records in up to SWEEP_BATCH slots of s; returns the slots visited (at least 1)
+ * and sets *done when the pass over the segment is complete. */
+static uint32_t sweep_seg(mem_store *ms, size_t level, rl__seg *s, rl_ns now, int *done)
 {
     rl__spin_lock(&s->lock);
     uint32_t visited = 0;
@@ -450,13 +450,13 @@ static uint32_t sweep_seg(mem_store *ms, size_t level, rl__seg *s, rl_ns now)
             s->sweep++;
         }
     }
-    int done = s->sweep >= s->cap;
-    if (done) {
+    *done = s->sweep >= s->cap;
+    if (*done) {
         s->sweep = 0;
         rl__seg_shrink(s);
     }
     rl__spin_unlock(&s->lock);
-    return done ? visited + 1 : visited;
+    return visited + 1;
 }
 
 static void ms_tick(void *cls, rl_ns now)
@@ -482,12 +482,12 @@ static void ms_tick(void *cls, rl_ns now)
 
     /* drop idle state: a bounded number of buckets per tick, then move on */
     size_t budget = 64 * SWEEP_BATCH;
-    for (size_t steps = 0; steps < ms->cfg->nlevels * RL__NSEG && budget > 0; steps++) {
-        rl__seg *s = &ms->tables[ms->sweep_level].s[ms->sweep_seg];
-        uint32_t before = s->sweep;
-        uint32_t v = sweep_seg(ms, ms->sweep_level, s, now);
+    for (size_t steps = 0; steps < 4 * ms->cfg->nlevels * RL__NSEG && budget > 0; steps++) {
+        int done;
+        uint32_t v = sweep_seg(ms, ms->sweep_level, &ms->tables[ms->sweep_level].s[ms->sweep_seg],
+                               now, &done);
         budget -= v < budget ? v : budget;
-        if (s->sweep == 0 || s->sweep == before) {
+        if (done) {
             if (++ms->sweep_seg == RL__NSEG) {
                 ms->sweep_seg = 0;
                 ms->sweep_level = (ms->sweep_level + 1) % ms->cfg->nlevels;

@@ -22,7 +22,7 @@ ifneq ($(SANITIZE),)
 endif
 
 # Libraries come from pkg-config; the core library uses none of them.
-PKG_SVC  := jansson libmicrohttpd
+PKG_SVC  := jansson libmicrohttpd hiredis
 PKG_TEST := check libcurl
 PKG_ALL  := $(PKG_SVC) $(PKG_TEST)
 pc_cflags = $(shell pkg-config --cflags $(1) 2>/dev/null)
@@ -63,6 +63,28 @@ $(BUILD)/service/%.o: service/%.c
 	$(call say,CC,$<)
 	$(Q)$(CC) $(BASE_CPPFLAGS) -Iservice $(SVC_CFLAGS) $(ALL_CFLAGS) -c $< -o $@
 
+# The Redis store's Lua scripts, embedded as C arrays (an array, not a string literal: ISO C
+# only promises string literals of 4095 bytes). Each script is lib.lua followed by its own file.
+LUA_WITH_LIB := decide settle release due
+LUA_PLAIN    := heartbeat quota
+$(BUILD)/gen/redis_scripts.c: $(wildcard service/redis/*.lua) Makefile
+	@mkdir -p $(dir $@)
+	$(call say,GEN,$@)
+	$(Q){ echo '/* generated from the files in service/redis by the Makefile: do not edit */'; \
+	  echo '#include "redis_scripts.h"'; \
+	  for s in $(LUA_WITH_LIB) $(LUA_PLAIN); do \
+	    case " $(LUA_WITH_LIB) " in *" $$s "*) lib=service/redis/lib.lua ;; *) lib= ;; esac; \
+	    echo "const char rld_lua_$$s[] = {"; \
+	    cat $$lib service/redis/$$s.lua | od -An -v -tx1 | sed -e 's/ \([0-9a-f][0-9a-f]\)/0x\1,/g'; \
+	    echo '0};'; \
+	  done; } > $@.tmp && mv $@.tmp $@
+
+$(BUILD)/gen/redis_scripts.o: $(BUILD)/gen/redis_scripts.c
+	$(call say,CC,$<)
+	$(Q)$(CC) $(BASE_CPPFLAGS) -Iservice $(ALL_CFLAGS) -c $< -o $@
+
+SVC_LIB_OBJ += $(BUILD)/gen/redis_scripts.o
+
 $(BUILD)/ratelimitd: $(BUILD)/service/main.o $(SVC_LIB_OBJ) $(BUILD)/librl.a
 	$(call say,LD,$@)
 	$(Q)$(CC) $^ -o $@ $(LDFLAGS_ALL) $(SVC_LIBS)
@@ -80,7 +102,10 @@ $(BUILD)/tests/%.o: tests/%.c
 	$(call say,CC,$<)
 	$(Q)$(CC) $(BASE_CPPFLAGS) -Iservice -Itests $(TEST_CFLAGS) $(ALL_CFLAGS) -c $< -o $@
 
-$(BUILD)/tests/test_%: $(BUILD)/tests/test_%.o $(BUILD)/tests/testutil.o $(SVC_LIB_OBJ) $(BUILD)/librl.a
+# Every tests/*.c that is not a test (testutil.c, redis_server.c) is linked into each test.
+TEST_HELP_OBJ := $(patsubst tests/%.c,$(BUILD)/tests/%.o,$(filter-out $(TEST_SRC),$(wildcard tests/*.c)))
+
+$(BUILD)/tests/test_%: $(BUILD)/tests/test_%.o $(TEST_HELP_OBJ) $(SVC_LIB_OBJ) $(BUILD)/librl.a
 	$(call say,LD,$@)
 	$(Q)$(CC) $^ -o $@ $(LDFLAGS_ALL) $(TEST_LIBS)
 
@@ -111,7 +136,7 @@ test: deps-quiet
 	    echo "== $$t"; RL_BUILD=$(BUILD) $$t; \
 	done; echo "all tests passed"
 
-build-test: $(BUILD)/ratelimitd $(TEST_BIN) $(PLUGINS)
+build-test: $(if $(wildcard service/main.c),$(BUILD)/ratelimitd) $(TEST_BIN) $(PLUGINS)
 
 # The core must compile with nothing but include/ and the C library on its include path: a
 # copy of the system include directory without the HTTP, JSON, Redis and test libraries.

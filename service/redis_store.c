@@ -16,6 +16,7 @@
 #include <string.h>
 #include <sys/random.h>
 
+#include "fallback_store.h"
 #include "redis_store.h"
 
 #define GRACE_MS 60000            /* how long a reservation outlives its expiry, for housekeeping */
@@ -795,16 +796,18 @@ static void expire_due(redis_store *rs, rl_ns now)
         return;
     if (r->type == REDIS_REPLY_ARRAY && r->elements >= 2) {
         const char *now_arg = rs->manual ? r->element[0]->str : "";
-        __atomic_store_n(&rs->active, (uint64_t)parse_i64(r->element[1]), __ATOMIC_RELAXED);
+        int64_t active = parse_i64(r->element[1]);
         for (size_t i = 2; i < r->elements; i++) {
             const redisReply *e = r->element[i];
             int settled, holds;
-            if (e->type != REDIS_REPLY_STRING || !valid_id(e->str))
+            if (e->type != REDIS_REPLY_STRING || !valid_id(e->str) ||
+                end_resv(rs, e->str, now_arg, 1, &settled, &holds, NULL) != RL_OK)
                 continue;
-            if (end_resv(rs, e->str, now_arg, 1, &settled, &holds, NULL) == RL_OK &&
-                (!settled || holds))
+            active--;
+            if (!settled || holds) /* the client never finished it */
                 __atomic_add_fetch(&rs->expired, 1, __ATOMIC_RELAXED);
         }
+        __atomic_store_n(&rs->active, (uint64_t)(active > 0 ? active : 0), __ATOMIC_RELAXED);
     }
     freeReplyObject(r);
 }
@@ -968,6 +971,31 @@ int rld_redis_store_new(const rld_redis_options *opt, rl_store **out, rl_err *er
     rs->base.ops = &redis_ops;
     rs->base.cls = rs;
     *out = &rs->base;
+    return RL_OK;
+}
+
+int rld_redis_store_open(const rld_settings *set, int manual_clock, rl_store **out,
+                         rl_store **redis, rl_err *err)
+{
+    rld_redis_options o = {.url = set->redis_url,
+                           .prefix = set->redis_prefix,
+                           .timeout_ms = set->redis_timeout_ms,
+                           .pool = set->redis_pool,
+                           .manual_clock = manual_clock};
+    rld_fallback_options f = {.fleet_size = set->fleet_size > 0 ? (unsigned)set->fleet_size : 0,
+                              .peers = rld_redis_store_peers};
+    rl_store *rs;
+    *out = NULL;
+    memcpy(o.shards, set->shards, sizeof o.shards);
+    memcpy(f.mode, set->on_error, sizeof f.mode);
+    int rc = rld_redis_store_new(&o, &rs, err);
+    if (rc != RL_OK)
+        return rc;
+    f.peers_ctx = rs;
+    if ((rc = rld_fallback_store_new(rs, &f, out, err)) != RL_OK)
+        return rc;
+    if (redis)
+        *redis = rs;
     return RL_OK;
 }
 

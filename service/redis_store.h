@@ -32,6 +32,7 @@
 
 #include <stdint.h>
 
+#include "config_json.h"
 #include "ratelimit.h"
 #include "ratelimit_store.h"
 #include "redis_pool.h"
@@ -68,6 +69,14 @@ void rld_redis_store_health(rl_store *st, rld_redis_health *out);
 /* The last heartbeat's count of live instances (0: not known yet). ctx is the rl_store; the
  * signature fits rld_fallback_options.peers. */
 unsigned rld_redis_store_peers(void *ctx);
+
+/* The daemon's store for "store": {"type": "redis", ...}: a Redis store wrapped in a fallback
+ * store (fallback_store.h) that follows each level's on_store_error, dividing the local mode's
+ * rules by fleet_size or else by the live instances the heartbeat counts. *out is for
+ * rl_limiter_new; *redis (may be NULL) borrows the Redis store inside it, for
+ * rld_redis_store_health and the quota functions. manual_clock as in rld_redis_options. */
+int rld_redis_store_open(const rld_settings *set, int manual_clock, rl_store **out,
+                         rl_store **redis, rl_err *err);
 
 /* The store's pool and key prefix, for the quota functions (redis_quota.h). */
 rld_pool *rld_redis_store_pool(rl_store *st);

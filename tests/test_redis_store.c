@@ -397,17 +397,13 @@ static void compare(const rl_decision *a, const rl_decision *b, const char *ctx)
     }
 }
 
-/* Replays one random trace through a memory limiter and a Redis limiter with a manual clock;
- * every answer must be the same. */
-START_TEST(differential_replay)
+/* Replays a random trace through a memory limiter and a Redis limiter with a manual clock;
+ * every answer must be the same. force is the type of level 0's first rule. */
+static void replay(uint64_t seed, int force, int steps, const char *prefix)
 {
-    uint64_t seed = 0x5eed0000u + (uint64_t)_i, s = seed;
-    const char *env = getenv("RL_SEED");
-    if (env)
-        s = seed = strtoull(env, NULL, 0);
-    char json[8192], prefix[40], ctx[256];
-    rnd_config(&s, _i % 7, json, sizeof json);
-    snprintf(prefix, sizeof prefix, "diff%" PRIx64 ":", seed);
+    uint64_t s = seed;
+    char json[8192], ctx[256];
+    rnd_config(&s, force, json, sizeof json);
     pair p;
     pair_new(&p, json, prefix);
     char ids[64][2][RL_RESERVATION_ID];
@@ -415,7 +411,7 @@ START_TEST(differential_replay)
     static const char *const values[] = {"a", "b", "c", "a", "b", "zz"};
     size_t nlevels = rl_limiter_config(p.mem)->nlevels;
     rl_ns now = rnd(&s, 2) ? 0 : (rl_ns)1700000000 * RL_NS_PER_SEC + (rl_ns)rnd(&s, 1u << 30);
-    for (int step = 0; step < STEPS; step++) {
+    for (int step = 0; step < steps; step++) {
         /* time moves forward in steps of any size, and sometimes back */
         uint64_t dt = rnd(&s, 40);
         if (dt < 12)
@@ -479,6 +475,382 @@ START_TEST(differential_replay)
     }
     pair_free(&p);
 }
+
+START_TEST(differential_replay)
+{
+    uint64_t seed = 0x5eed0000u + (uint64_t)_i;
+    const char *env = getenv("RL_SEED");
+    char prefix[40];
+    if (env)
+        seed = strtoull(env, NULL, 0);
+    snprintf(prefix, sizeof prefix, "diff%" PRIx64 ":", seed);
+    replay(seed, _i % 7, STEPS, prefix);
+}
+END_TEST
+
+/* ---- TTLs ---------------------------------------------------------------------------------- */
+
+/* Milliseconds of Redis's clock. */
+static int64_t redis_ms(void)
+{
+    redisReply *r = rt_redis_cmd(&srv, "TIME");
+    ck_assert_int_eq(r->type, REDIS_REPLY_ARRAY);
+    int64_t ms = strtoll(r->element[0]->str, NULL, 10) * 1000 +
+                 strtoll(r->element[1]->str, NULL, 10) / 1000;
+    freeReplyObject(r);
+    return ms;
+}
+
+static long long pttl(const char *key)
+{
+    redisReply *r = rt_redis_cmd(&srv, "PTTL %s", key);
+    ck_assert_int_eq(r->type, REDIS_REPLY_INTEGER);
+    long long v = r->integer;
+    freeReplyObject(r);
+    return v;
+}
+
+/* Every key in Redis has a TTL: -1 (none) or a key without one fails. Returns the keys seen. */
+static size_t check_all_ttls(void)
+{
+    char cursor[32] = "0";
+    size_t n = 0;
+    do {
+        redisReply *r = rt_redis_cmd(&srv, "SCAN %s COUNT 1000", cursor);
+        ck_assert_int_eq(r->type, REDIS_REPLY_ARRAY);
+        snprintf(cursor, sizeof cursor, "%s", r->element[0]->str);
+        for (size_t i = 0; i < r->element[1]->elements; i++) {
+            const char *key = r->element[1]->element[i]->str;
+            long long t = pttl(key);
+            ck_assert_msg(t > 0 || t == -2, "key %s has no TTL (%lld)", key, t);
+            n++;
+        }
+        freeReplyObject(r);
+    } while (strcmp(cursor, "0") != 0);
+    return n;
+}
+
+START_TEST(every_key_written_has_a_ttl)
+{
+    /* every kind of key a trace writes, with every rule type */
+    for (int t = 0; t < 7; t++) {
+        char prefix[32];
+        snprintf(prefix, sizeof prefix, "ttl%d:", t);
+        replay(0x77770000u + (uint64_t)t, t, 150, prefix);
+    }
+    ck_assert_uint_gt(check_all_ttls(), 20);
+}
+END_TEST
+
+/* With Redis's clock, a state key lives until its state is that of a new key. Expected values
+ * (ms) worked out by hand for a cost of 4 taken at Redis time T:
+ *   token bucket 10, 1/s     used 4, refilled after 4 s            -> 4000
+ *   gcra 2/s burst 10        TAT = T + 2 s                          -> 2000
+ *   sliding window 5 / 20 s  the entry of T expires at T + 20 s     -> 20000
+ *   sliding window counter   cur counts until its window + 2 windows: (20000, 40000]
+ *   fixed window 5 / 3600 s  until the end of T's hour
+ *   concurrency 3            held: reservation TTL 30 s + 60 s grace -> 90000
+ * A second of slack covers the time between the decision and PTTL. */
+START_TEST(ttl_follows_the_state)
+{
+    rl_registry *reg = rl_registry_new();
+    rl_limiter *lim = redis_limiter(
+        reg,
+        "{\"reservation_ttl\": 30, \"levels\": ["
+        "{\"name\": \"tb\", \"rules\": [{\"type\": \"token_bucket\", \"capacity\": 10, "
+        "\"per_second\": 1}]},"
+        "{\"name\": \"gcra\", \"rules\": [{\"type\": \"gcra\", \"per_second\": 2, \"burst\": 10}]},"
+        "{\"name\": \"sw\", \"rules\": [{\"type\": \"sliding_window\", \"limit\": 5, \"window\": "
+        "20}]},"
+        "{\"name\": \"swc\", \"rules\": [{\"type\": \"sliding_window_counter\", \"limit\": 5, "
+        "\"window\": 20}]},"
+        "{\"name\": \"fw\", \"rules\": [{\"type\": \"fixed_window\", \"limit\": 5, \"window\": "
+        "3600}]},"
+        "{\"name\": \"cc\", \"rules\": [{\"type\": \"concurrency\", \"limit\": 3}]}]}",
+        "real:", 1, NULL);
+    rl_decision d;
+    ck_assert_int_eq(acquire(lim, "tb=u,gcra=u,sw=u,swc=u,fw=u,cc=u", FP(4), 0, 0, 0, &d), RL_OK);
+    ck_assert(d.allowed);
+    ck_assert(d.reservation[0]); /* the concurrency slot is held by a reservation */
+    int64_t now = redis_ms();
+    long long v;
+    v = pttl("real:s:tb:0:u");
+    ck_assert_msg(v > 3000 && v <= 4000, "token bucket TTL %lld", v);
+    v = pttl("real:s:gcra:0:u");
+    ck_assert_msg(v > 1000 && v <= 2000, "gcra TTL %lld", v);
+    v = pttl("real:s:sw:0:u");
+    ck_assert_msg(v > 19000 && v <= 20000, "sliding window TTL %lld", v);
+    v = pttl("real:s:swc:0:u");
+    ck_assert_msg(v > 19000 && v <= 40000, "sliding window counter TTL %lld", v);
+    int64_t hour_end = (now / 3600000 + 1) * 3600000;
+    v = pttl("real:s:fw:0:u");
+    ck_assert_msg(v > 0 && v <= 3600000 && llabs(v - (hour_end - now)) <= 1000,
+                  "fixed window TTL %lld, hour ends in %lld", v, (long long)(hour_end - now));
+    v = pttl("real:s:cc:0:u");
+    ck_assert_msg(v > 89000 && v <= 90000, "concurrency TTL %lld", v);
+    char rk[64];
+    snprintf(rk, sizeof rk, "real:r:%s", d.reservation);
+    v = pttl(rk);
+    ck_assert_msg(v > 89000 && v <= 90000, "reservation TTL %lld", v);
+    v = pttl("real:resv");
+    ck_assert_msg(v > 89000 && v <= 90000, "reservation index TTL %lld", v);
+
+    /* released, the slot's state is a new key's: it goes at once */
+    rl_err err;
+    ck_assert_int_eq(rl_release(lim, d.reservation, 0, &err), RL_OK);
+    usleep(20000);
+    redisReply *r = rt_redis_cmd(&srv, "EXISTS real:s:cc:0:u %s", rk);
+    ck_assert_int_eq(r->integer, 0);
+    freeReplyObject(r);
+
+    rl_limiter_tick(lim, 0); /* the heartbeat */
+    v = pttl("real:fleet");
+    ck_assert_msg(v > 9000 && v <= 10000, "fleet TTL %lld", v);
+    check_all_ttls();
+    rl_limiter_free(lim);
+    rl_registry_free(reg);
+}
+END_TEST
+
+/* ---- reservations across instances --------------------------------------------------------- */
+
+START_TEST(refund_and_release_through_another_instance)
+{
+    const char *json = "{\"reservation_ttl\": 5, \"levels\": [{\"name\": \"user\", \"rules\": ["
+                       "{\"type\": \"token_bucket\", \"capacity\": 10, \"per_second\": 1},"
+                       "{\"type\": \"concurrency\", \"limit\": 1}]}]}";
+    rl_registry *reg = rl_registry_new();
+    rl_limiter *a = redis_limiter(reg, json, "x:", 0, NULL);
+    rl_limiter *b = redis_limiter(reg, json, "x:", 0, NULL);
+    rl_decision d;
+    rl_settlement st;
+    rl_stats stats;
+    rl_err err;
+    char id1[RL_RESERVATION_ID], id2[RL_RESERVATION_ID];
+
+    /* A reserves 8 and holds the only slot */
+    ck_assert_int_eq(acquire(a, "user=u", FP(8), S(0), RL_RESERVE, 0, &d), RL_OK);
+    ck_assert(d.allowed);
+    ck_assert_int_eq(d.applied[0].st.remaining, FP(2));
+    ck_assert_int_eq(d.applied[1].st.remaining, 0);
+    memcpy(id1, d.reservation, sizeof id1);
+    ck_assert_int_eq(acquire(a, "user=u", FP(1), S(0), 0, 0, &d), RL_OK);
+    ck_assert(!d.allowed);
+    ck_assert_int_eq(d.blocked, 1);
+    ck_assert_int_eq(d.retry_after, S(1));
+
+    /* B settles it at 3: 5 go back to the bucket A sees */
+    ck_assert_int_eq(rl_settle(b, id1, FP(3), S(0), &st, &err), RL_OK);
+    ck_assert_int_eq(st.reserved, FP(8));
+    ck_assert_int_eq(st.refunded, FP(5));
+    ck_assert_int_eq(st.charged, 0);
+    ck_assert_int_eq(acquire(a, "user=u", FP(1), S(0), RL_DRY_RUN, 0, &d), RL_OK);
+    ck_assert_int_eq(d.applied[0].st.remaining, FP(7));
+    ck_assert(!d.allowed); /* the slot is still held */
+
+    /* B releases it: A gets the slot */
+    ck_assert_int_eq(rl_release(b, id1, S(0), &err), RL_OK);
+    ck_assert_int_eq(acquire(a, "user=u", FP(7), S(0), 0, 0, &d), RL_OK);
+    ck_assert(d.allowed);
+    ck_assert_int_eq(d.applied[0].st.remaining, 0);
+    memcpy(id2, d.reservation, sizeof id2);
+    ck_assert(id2[0]);
+    ck_assert_int_eq(rl_release(b, id1, S(0), &err), RL_ENOTFOUND);
+    ck_assert_int_eq(rl_settle(b, id1, FP(1), S(0), &st, &err), RL_ENOTFOUND);
+    ck_assert_int_eq(rl_settle(b, id2, FP(7), S(0), &st, &err), RL_OK);
+    ck_assert_int_eq(st.refunded, 0);
+    ck_assert_int_eq(rl_settle(a, id2, FP(7), S(0), &st, &err), RL_ESETTLED);
+
+    /* A dies holding the slot; B's housekeeping expires the reservation at t = 5 (not 4) */
+    rl_limiter_free(a);
+    rl_limiter_tick(b, S(4));
+    ck_assert_int_eq(acquire(b, "user=u", FP(1), S(4), 0, 0, &d), RL_OK);
+    ck_assert(!d.allowed);
+    ck_assert_int_eq(d.blocked, 1);
+    rl_limiter_tick(b, S(5));
+    rl_limiter_stats(b, &stats);
+    ck_assert_uint_eq(stats.reservations_expired, 1); /* settled, but it held a slot */
+    ck_assert_uint_eq(stats.reservations_active, 0);
+    /* used 10 at t = 0, 5 refilled by t = 5: 1 more leaves 4 */
+    ck_assert_int_eq(acquire(b, "user=u", FP(1), S(5), 0, 0, &d), RL_OK);
+    ck_assert(d.allowed);
+    ck_assert_int_eq(d.applied[0].st.remaining, FP(4));
+    ck_assert_int_eq(rl_release(b, id2, S(5), &err), RL_ENOTFOUND);
+    rl_limiter_tick(b, S(5));
+    rl_limiter_stats(b, &stats);
+    ck_assert_uint_eq(stats.reservations_active, 1);
+    rl_limiter_free(b);
+    rl_registry_free(reg);
+}
+END_TEST
+
+/* Charges saturate at the largest "used" amount (4e18 units) in both stores alike. */
+START_TEST(charges_saturate_alike)
+{
+    const char *json =
+        "{\"levels\": [{\"name\": \"k\", \"rules\": ["
+        "{\"type\": \"token_bucket\", \"capacity\": 1000000000000, \"per_second\": 0.000001},"
+        "{\"type\": \"gcra\", \"per_second\": 0.000001, \"burst\": 1000000000000},"
+        "{\"type\": \"fixed_window\", \"limit\": 1000000000000, \"window\": 60},"
+        "{\"type\": \"sliding_window_counter\", \"limit\": 1000000000000, \"window\": 60},"
+        "{\"type\": \"sliding_window\", \"limit\": 1000000, \"window\": 60}]}]}";
+    pair p;
+    pair_new(&p, json, "sat:");
+    char ids[6][2][RL_RESERVATION_ID];
+    rl_decision x, y;
+    for (int i = 0; i < 6; i++) {
+        ck_assert_int_eq(acquire(p.mem, "k=a", FP(1), S(1), RL_RESERVE, 0, &x), RL_OK);
+        ck_assert_int_eq(acquire(p.red, "k=a", FP(1), S(1), RL_RESERVE, 0, &y), RL_OK);
+        compare(&x, &y, "reserve");
+        ck_assert(x.allowed);
+        memcpy(ids[i][0], x.reservation, RL_RESERVATION_ID);
+        memcpy(ids[i][1], y.reservation, RL_RESERVATION_ID);
+    }
+    for (int i = 0; i < 6; i++) {
+        rl_settlement s1, s2;
+        rl_err e;
+        ck_assert_int_eq(rl_settle(p.mem, ids[i][0], RL_FP_MAX, S(2), &s1, &e), RL_OK);
+        ck_assert_int_eq(rl_settle(p.red, ids[i][1], RL_FP_MAX, S(2), &s2, &e), RL_OK);
+        ck_assert_int_eq(acquire(p.mem, "k=a", FP(1), S(3), RL_DRY_RUN, 0, &x), RL_OK);
+        ck_assert_int_eq(acquire(p.red, "k=a", FP(1), S(3), RL_DRY_RUN, 0, &y), RL_OK);
+        compare(&x, &y, "after a charge");
+    }
+    /* 6 charges of about 1e18 fp units each stop at 4e18; the last second refilled 1 fp unit:
+     * remaining = 1e18 - 4e18 + 1 */
+    ck_assert_int_eq(y.applied[0].st.remaining, RL_FP_MAX - 4 * RL_FP_MAX + 1);
+    pair_free(&p);
+}
+END_TEST
+
+/* ---- shards -------------------------------------------------------------------------------- */
+
+START_TEST(sharded_level_splits_the_quota)
+{
+    rl_registry *reg = rl_registry_new();
+    rl_limiter *lim = redis_limiter(
+        reg,
+        "{\"levels\": [{\"name\": \"global\", \"shards\": 4, \"rules\": [{\"type\": "
+        "\"token_bucket\", \"capacity\": 8, \"per_second\": 0.000001}]}]}",
+        "sh:", 0, NULL);
+    rl_decision d;
+    rl_settlement st;
+    rl_err err;
+    /* a reservation refunded in full goes back to the shard it came from */
+    ck_assert_int_eq(acquire(lim, "global=all", FP(1), S(0), RL_RESERVE, 0, &d), RL_OK);
+    ck_assert(d.allowed);
+    ck_assert_int_eq(d.applied[0].st.limit, FP(2));
+    ck_assert_int_eq(rl_settle(lim, d.reservation, 0, S(0), &st, &err), RL_OK);
+    /* 4 shards of 2: exactly 8 of 100 get through, wherever they land */
+    int allowed = 0;
+    for (int i = 0; i < 100; i++) {
+        ck_assert_int_eq(acquire(lim, "global=all", FP(1), S(0), 0, 0, &d), RL_OK);
+        allowed += d.allowed;
+    }
+    ck_assert_int_eq(allowed, 8);
+    for (int k = 0; k < 4; k++) {
+        redisReply *r = rt_redis_cmd(&srv, "EXISTS sh:s:global:0.%d:all", k);
+        ck_assert_int_eq(r->integer, 1);
+        freeReplyObject(r);
+    }
+    /* the trade-off: a cost above a shard's share never fits, though the level's would */
+    ck_assert_int_eq(acquire(lim, "global=all", FP(3), S(1000), 0, 0, &d), RL_OK);
+    ck_assert_int_eq(d.retry_after, RL_WAIT_NEVER);
+    rl_limiter_free(lim);
+    rl_registry_free(reg);
+}
+END_TEST
+
+/* ---- many clients of several instances on one key ----------------------------------------- */
+
+/* An instance of the service as the hammer sees it: something that decides one request. Two
+ * limiters in this process now; two daemons over HTTP later. */
+typedef struct instance {
+    int (*acquire)(void *ctx); /* 1 allowed, 0 denied, -1 error */
+    void *ctx;
+} instance;
+
+typedef struct hammer_run {
+    const instance *inst;
+    volatile int go, stop;
+    uint64_t allowed, denied, errors;
+} hammer_run;
+
+static void *hammer_thread(void *arg)
+{
+    hammer_run *h = arg;
+    while (!__atomic_load_n(&h->go, __ATOMIC_ACQUIRE))
+        usleep(100);
+    while (!__atomic_load_n(&h->stop, __ATOMIC_ACQUIRE)) {
+        int r = h->inst->acquire(h->inst->ctx);
+        __atomic_add_fetch(r > 0 ? &h->allowed : r == 0 ? &h->denied : &h->errors, 1,
+                           __ATOMIC_RELAXED);
+    }
+    return NULL;
+}
+
+/* Runs threads clients on each of n instances for ms milliseconds of Redis time. Returns the
+ * Redis time elapsed from before the first request to after the last, in ns. */
+static rl_ns hammer(const instance *inst, size_t n, int threads, int ms, uint64_t *allowed,
+                    uint64_t *denied, uint64_t *errors)
+{
+    hammer_run runs[8];
+    pthread_t th[64];
+    size_t nth = 0;
+    ck_assert_uint_le(n, 8);
+    for (size_t i = 0; i < n; i++) {
+        runs[i] = (hammer_run){.inst = &inst[i]};
+        for (int t = 0; t < threads; t++)
+            ck_assert_int_eq(pthread_create(&th[nth++], NULL, hammer_thread, &runs[i]), 0);
+    }
+    int64_t t0 = redis_ms();
+    for (size_t i = 0; i < n; i++)
+        __atomic_store_n(&runs[i].go, 1, __ATOMIC_RELEASE);
+    usleep((useconds_t)ms * 1000);
+    for (size_t i = 0; i < n; i++)
+        __atomic_store_n(&runs[i].stop, 1, __ATOMIC_RELEASE);
+    for (size_t i = 0; i < nth; i++)
+        pthread_join(th[i], NULL);
+    int64_t t1 = redis_ms();
+    *allowed = *denied = *errors = 0;
+    for (size_t i = 0; i < n; i++) {
+        *allowed += runs[i].allowed;
+        *denied += runs[i].denied;
+        *errors += runs[i].errors;
+    }
+    /* TIME has microseconds; the millisecond reads round the span up by at most 2 ms */
+    return (rl_ns)(t1 - t0 + 2) * 1000000;
+}
+
+static int limiter_acquire(void *ctx)
+{
+    rl_decision d;
+    int rc = acquire(ctx, "global=all", RL_FP_ONE, 0, 0, 0, &d);
+    return rc != RL_OK ? -1 : d.allowed;
+}
+
+START_TEST(two_instances_share_one_bucket)
+{
+    /* capacity 200, 400/s: over the run no more than 200 + 400 x elapsed may pass, and since
+     * the clients ask far faster than that, at least 99% of it */
+    const char *json = "{\"levels\": [{\"name\": \"global\", \"rules\": [{\"type\": "
+                       "\"token_bucket\", \"capacity\": 200, \"per_second\": 400}]}]}";
+    rl_registry *reg = rl_registry_new();
+    rl_limiter *a = redis_limiter(reg, json, "hammer:", 1, NULL);
+    rl_limiter *b = redis_limiter(reg, json, "hammer:", 1, NULL);
+    instance inst[2] = {{limiter_acquire, a}, {limiter_acquire, b}};
+    uint64_t allowed, denied, errors;
+    rl_ns elapsed = hammer(inst, 2, 3, 3000, &allowed, &denied, &errors);
+    double bound = 200 + 400 * rl_ns_to_seconds(elapsed);
+    ck_assert_uint_eq(errors, 0);
+    ck_assert_msg(denied > allowed, "the clients did not outpace the bucket: %" PRIu64
+                  " allowed, %" PRIu64 " denied", allowed, denied);
+    ck_assert_msg((double)allowed <= bound, "%" PRIu64 " allowed > %.1f", allowed, bound);
+    ck_assert_msg((double)allowed >= 0.99 * bound, "%" PRIu64 " allowed < 99%% of %.1f", allowed,
+                  bound);
+    rl_limiter_free(a);
+    rl_limiter_free(b);
+    rl_registry_free(reg);
+}
 END_TEST
 
 Suite *redis_store_suite(void);
@@ -496,6 +868,22 @@ Suite *redis_store_suite(void)
     tcase_add_checked_fixture(tc, srv_up, srv_down);
     tcase_set_timeout(tc, 300);
     tcase_add_loop_test(tc, differential_replay, 0, TRACES);
+    tcase_add_test(tc, charges_saturate_alike);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("keys");
+    tcase_add_checked_fixture(tc, srv_up, srv_down);
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, every_key_written_has_a_ttl);
+    tcase_add_test(tc, ttl_follows_the_state);
+    tcase_add_test(tc, sharded_level_splits_the_quota);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("instances");
+    tcase_add_checked_fixture(tc, srv_up, srv_down);
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, refund_and_release_through_another_instance);
+    tcase_add_test(tc, two_instances_share_one_bucket);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -342,18 +342,20 @@ redisContext *rld_pool_connect(rld_pool *p, int timeout_ms, rl_err *err)
     return open_conn(&p->addr, rld_mono_ns() + (rl_ns)timeout_ms * 1000000, err);
 }
 
-/* Makes sure pc is open in the current link generation. */
-static int ensure_open(rld_pool *p, pconn *pc, rl_ns deadline, rl_err *err)
+/* Makes sure pc is open in the current link generation; *opened says it was opened now. */
+static int ensure_open(rld_pool *p, pconn *pc, rl_ns deadline, int *opened, rl_err *err)
 {
     pthread_mutex_lock(&p->mu);
     unsigned gen = p->gen;
     pthread_mutex_unlock(&p->mu);
+    *opened = 0;
     if (pc->c && pc->gen == gen && !pc->c->err)
         return RL_OK;
     if (pc->c)
         redisFree(pc->c);
     pc->c = open_conn(&p->addr, deadline, err);
     pc->gen = gen;
+    *opened = 1;
     return pc->c ? RL_OK : RL_ESTORE;
 }
 
@@ -389,55 +391,31 @@ static int load_script(rld_pool *p, redisContext *c, rld_script s, rl_ns deadlin
     return ok ? RL_OK : RL_ESTORE;
 }
 
-/* One call: a script (s >= 0) or a plain command. */
-static int call(rld_pool *p, int s, int nkeys, int argc, const char **argv, const size_t *len,
-                redisReply **reply, rl_err *err)
+/* Sends one command or script (s >= 0; av then holds EVALSHA <sha> <nkeys> and the arguments)
+ * on pc, loading the script when needed and again after NOSCRIPT. *link_failed: Redis could
+ * not be reached; *reset: the connection was found closed (EOF or reset) rather than slow. */
+static int run(rld_pool *p, pconn *pc, int s, int argc, const char **av, const size_t *al,
+               rl_ns deadline, redisReply **reply, int *link_failed, int *reset, rl_err *err)
 {
-    rl_ns deadline = rld_mono_ns() + p->timeout;
-    pconn *pc = NULL;
-    int probe, link_failed = 0, rc;
-    *reply = NULL;
-    if ((rc = checkout(p, deadline, &pc, &probe, err)) != RL_OK)
-        return rc;
-    if ((rc = ensure_open(p, pc, deadline, err)) != RL_OK) {
-        checkin(p, pc, probe, 1, 1);
-        return rc;
-    }
-
-    const char **av = NULL;
-    size_t *al = NULL;
-    char sha[41] = "", nk[16];
+    char sha[41] = "";
+    int rc = RL_ESTORE;
     redisReply *r = NULL;
-    if (s >= 0) {
-        av = malloc((size_t)(argc + 3) * sizeof *av);
-        al = malloc((size_t)(argc + 3) * sizeof *al);
-        if (!av || !al) {
-            free(av);
-            free(al);
-            checkin(p, pc, probe, 0, 1);
-            return fail(err, RL_ENOMEM, "out of memory");
-        }
+    *reply = NULL;
+    *link_failed = *reset = 0;
+    if (s >= 0)
         sha_get(p, (rld_script)s, sha);
-        snprintf(nk, sizeof nk, "%d", nkeys);
-        av[0] = "EVALSHA";
-        av[1] = sha;
-        av[2] = nk;
-        al[0] = 7;
-        al[1] = 40;
-        al[2] = strlen(nk);
-        for (int i = 0; i < argc; i++) {
-            av[i + 3] = argv[i];
-            al[i + 3] = len ? len[i] : strlen(argv[i]);
-        }
-    }
     for (int attempt = 0; attempt < 2; attempt++) {
         if (s >= 0 && !sha[0] &&
-            (rc = load_script(p, pc->c, (rld_script)s, deadline, sha, &link_failed, err)) != RL_OK)
+            (rc = load_script(p, pc->c, (rld_script)s, deadline, sha, link_failed, err)) != RL_OK)
             break;
-        r = s >= 0 ? send_argv(pc->c, deadline, argc + 3, av, al)
-                   : send_argv(pc->c, deadline, argc, argv, len);
+        if (s >= 0)
+            av[1] = sha;
+        r = send_argv(pc->c, deadline, argc, av, al);
         if (!r) {
-            link_failed = 1;
+            int e = errno;
+            *link_failed = 1;
+            *reset = pc->c->err == REDIS_ERR_EOF ||
+                     (pc->c->err == REDIS_ERR_IO && (e == ECONNRESET || e == EPIPE));
             rc = link_error(pc->c, err);
             break;
         }
@@ -457,10 +435,70 @@ static int call(rld_pool *p, int s, int nkeys, int argc, const char **argv, cons
         r = NULL;
         break;
     }
-    free(av);
+    *reply = r;
+    return rc;
+}
+
+/* One call: a script (s >= 0) or a plain command. */
+static int call(rld_pool *p, int s, int nkeys, int argc, const char **argv, const size_t *len,
+                redisReply **reply, rl_err *err)
+{
+    rl_ns deadline = rld_mono_ns() + p->timeout;
+    pconn *pc = NULL;
+    const char **av = argv;
+    size_t *al = NULL;
+    char nk[16];
+    int probe, link_failed = 0, reset, opened, rc;
+    *reply = NULL;
+
+    if (s >= 0 || !len) { /* EVALSHA <sha> <nkeys> in front, and lengths for every argument */
+        int extra = s >= 0 ? 3 : 0;
+        av = malloc((size_t)(argc + extra) * sizeof *av);
+        al = malloc((size_t)(argc + extra) * sizeof *al);
+        if (!av || !al) {
+            free(av);
+            free(al);
+            return fail(err, RL_ENOMEM, "out of memory");
+        }
+        if (s >= 0) {
+            snprintf(nk, sizeof nk, "%d", nkeys);
+            av[0] = "EVALSHA";
+            av[1] = "";
+            av[2] = nk;
+            al[0] = 7;
+            al[1] = 40;
+            al[2] = strlen(nk);
+        }
+        for (int i = 0; i < argc; i++) {
+            av[i + extra] = argv[i];
+            al[i + extra] = len ? len[i] : strlen(argv[i]);
+        }
+        argc += extra;
+    }
+    if ((rc = checkout(p, deadline, &pc, &probe, err)) != RL_OK) {
+        if (av != argv)
+            free(av);
+        free(al);
+        return rc;
+    }
+    for (int round = 0; round < 2; round++) {
+        if ((rc = ensure_open(p, pc, deadline, &opened, err)) != RL_OK) {
+            link_failed = 1;
+            break;
+        }
+        rc = run(p, pc, s, argc, av, al ? al : len, deadline, reply, &link_failed, &reset, err);
+        if (rc == RL_OK || !link_failed || !reset || opened || rld_mono_ns() >= deadline)
+            break;
+        /* a connection opened earlier was closed under us (Redis restarted, or dropped it as
+         * idle) before the command got through: once more on a new one */
+        redisFree(pc->c);
+        pc->c = NULL;
+        link_failed = 0;
+    }
+    if (av != argv)
+        free(av);
     free(al);
     checkin(p, pc, probe, link_failed, rc != RL_OK);
-    *reply = r;
     return rc;
 }
 

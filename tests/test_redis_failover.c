@@ -299,6 +299,31 @@ START_TEST(redis_killed_and_restarted_under_load)
 }
 END_TEST
 
+/* Connections that Redis closed while they sat in the pool (it restarted, or dropped them as
+ * idle) are reopened for the call that finds them closed: no error, no fallback. */
+START_TEST(stale_connections_are_reopened)
+{
+    inst in;
+    rl_decision d;
+    rld_redis_health h;
+    inst_new(&in, modes_levels, 1);
+    decide(&in, "user=u", 1, &d);
+    ck_assert_int_eq(d.applied[0].fallback, RL_FALLBACK_NONE);
+    rt_redis_kill(&srv);
+    rt_redis_restart(&srv);
+    decide(&in, "user=u", 1, &d);
+    ck_assert_int_eq(d.applied[0].fallback, RL_FALLBACK_NONE);
+    redisReply *r = rt_redis_cmd(&srv, "CLIENT KILL TYPE normal");
+    freeReplyObject(r);
+    decide(&in, "user=u", 1, &d);
+    ck_assert_int_eq(d.applied[0].fallback, RL_FALLBACK_NONE);
+    rld_redis_store_health(in.redis, &h);
+    ck_assert(h.up);
+    ck_assert_uint_eq(h.errors, 0);
+    inst_free(&in);
+}
+END_TEST
+
 /* Without fleet_size, the local mode divides by the instances the heartbeats counted before
  * Redis went away. */
 START_TEST(local_mode_divides_by_live_instances)
@@ -370,6 +395,7 @@ Suite *redis_failover_suite(void)
     tcase_add_checked_fixture(tc, srv_up, srv_down);
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, redis_killed_and_restarted_under_load);
+    tcase_add_test(tc, stale_connections_are_reopened);
     tcase_add_test(tc, local_mode_divides_by_live_instances);
     tcase_add_test(tc, reservations_made_while_down);
     suite_add_tcase(s, tc);

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "fallback_store.h"
+#include "redis_quota.h"
 #include "redis_server.h"
 #include "redis_store.h"
 #include "testutil.h"
@@ -853,6 +854,94 @@ START_TEST(two_instances_share_one_bucket)
 }
 END_TEST
 
+/* ---- quotas -------------------------------------------------------------------------------- */
+
+/* The tier of key on lim, or "custom". */
+static const char *tier_of(rl_limiter *lim, const char *key)
+{
+    const char *tier;
+    rl_rules *rules;
+    ck_assert_int_eq(rl_quota_get(lim, key, &tier, &rules), RL_OK);
+    rl_rules_unref(rules);
+    return tier ? tier : "custom";
+}
+
+/* Polls until key's tier on lim is want; fails after 10 s. */
+static void wait_tier(rl_limiter *lim, const char *key, const char *want)
+{
+    for (int i = 0; i < 1000 && strcmp(tier_of(lim, key), want) != 0; i++)
+        usleep(10000);
+    ck_assert_str_eq(tier_of(lim, key), want);
+}
+
+START_TEST(quotas_reach_every_instance)
+{
+    const char *json = "{\"levels\": [{\"name\": \"user\", \"tiered\": true}], \"tiers\": {"
+                       "\"free\": [{\"type\": \"token_bucket\", \"capacity\": 2, \"per_second\": 1}],"
+                       "\"pro\": [{\"type\": \"token_bucket\", \"capacity\": 5, \"per_second\": 1}]},"
+                       "\"default_tier\": \"free\", \"quotas\": {\"vip\": \"pro\"}}";
+    rl_registry *reg = rl_registry_new();
+    rl_store *ra, *rb;
+    rl_limiter *a = redis_limiter(reg, json, "q:", 0, &ra);
+    rl_limiter *b = redis_limiter(reg, json, "q:", 0, &rb);
+    rld_quota_follower *f;
+    rl_err err;
+    rl_decision d;
+    ck_assert_int_eq(rld_redis_quota_follow(rb, b, &f, &err), RL_OK);
+    for (int i = 0; i < 500 && rld_redis_quota_applied(f) == 0; i++)
+        usleep(10000);
+    ck_assert_uint_gt(rld_redis_quota_applied(f), 0);
+
+    /* a tier, then custom rules, set through A, applied by B */
+    ck_assert_int_eq(rld_redis_quota_put(ra, "alice", "pro", NULL, &err), RL_OK);
+    wait_tier(b, "alice", "pro");
+    json_t *rules = json_loads("[{\"type\": \"token_bucket\", \"capacity\": 7, \"per_second\": 1}]",
+                               0, NULL);
+    ck_assert_int_eq(rld_redis_quota_put(ra, "bob", NULL, rules, &err), RL_OK);
+    json_decref(rules);
+    wait_tier(b, "bob", "custom");
+    ck_assert_int_eq(acquire(b, "user=bob", FP(1), S(0), RL_DRY_RUN, 0, &d), RL_OK);
+    ck_assert_int_eq(d.applied[0].st.limit, FP(7));
+
+    /* deleted: back to the default tier, or to the configuration's quota for that key */
+    int existed;
+    ck_assert_int_eq(rld_redis_quota_delete(ra, "alice", &existed, &err), RL_OK);
+    ck_assert(existed);
+    wait_tier(b, "alice", "free");
+    ck_assert_int_eq(rld_redis_quota_put(ra, "vip", "free", NULL, &err), RL_OK);
+    wait_tier(b, "vip", "free");
+    ck_assert_int_eq(rld_redis_quota_delete(ra, "vip", &existed, &err), RL_OK);
+    wait_tier(b, "vip", "pro");
+    ck_assert_int_eq(rld_redis_quota_delete(ra, "nobody", &existed, &err), RL_OK);
+    ck_assert(!existed);
+
+    /* an instance that starts later loads what is stored */
+    rl_limiter *c = redis_limiter(reg, json, "q:", 0, NULL);
+    size_t skipped = 1;
+    ck_assert_int_eq(rld_redis_quota_sync(ra, c, &skipped, &err), RL_OK);
+    ck_assert_uint_eq(skipped, 0);
+    ck_assert_str_eq(tier_of(c, "bob"), "custom");
+    ck_assert_str_eq(tier_of(c, "vip"), "pro");
+    ck_assert_str_eq(tier_of(c, "alice"), "free");
+    /* configuration, not state: the only key without a TTL */
+    ck_assert_int_eq(pttl("q:quotas"), -1);
+
+    /* Redis restarted (empty, as the test runs it without persistence): B subscribes again,
+     * synchronises, and follows new changes */
+    rt_redis_kill(&srv);
+    rt_redis_restart(&srv);
+    wait_tier(b, "bob", "free");
+    ck_assert_int_eq(rld_redis_quota_put(ra, "carol", "pro", NULL, &err), RL_OK);
+    wait_tier(b, "carol", "pro");
+
+    rld_redis_quota_unfollow(f);
+    rl_limiter_free(a);
+    rl_limiter_free(b);
+    rl_limiter_free(c);
+    rl_registry_free(reg);
+}
+END_TEST
+
 Suite *redis_store_suite(void);
 Suite *redis_store_suite(void)
 {
@@ -884,6 +973,7 @@ Suite *redis_store_suite(void)
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, refund_and_release_through_another_instance);
     tcase_add_test(tc, two_instances_share_one_bucket);
+    tcase_add_test(tc, quotas_reach_every_instance);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -489,6 +489,140 @@ START_TEST(differential_replay)
 }
 END_TEST
 
+/* ---- the scripts' integer arithmetic against C's ------------------------------------------- */
+
+__extension__ typedef __int128 i128;
+__extension__ typedef unsigned __int128 u128;
+
+static char *i128_str(i128 v, char *buf)
+{
+    char tmp[48];
+    int n = 0, neg = v < 0;
+    u128 u = neg ? -(u128)v : (u128)v;
+    do {
+        tmp[n++] = (char)('0' + (int)(u % 10));
+        u /= 10;
+    } while (u);
+    int k = 0;
+    if (neg)
+        buf[k++] = '-';
+    while (n)
+        buf[k++] = tmp[--n];
+    buf[k] = '\0';
+    return buf;
+}
+
+/* Applies the library's operations to pairs of values given as decimal strings. */
+static const char *arith_harness =
+    "\nlocal out = {}\n"
+    "for i = 1, #ARGV, 2 do\n"
+    "  local a, b = N(ARGV[i]), N(ARGV[i + 1])\n"
+    "  local q, r = divmod(a, b)\n"
+    "  local pos = ispos(b) and b or 1\n"
+    "  out[#out + 1] = table.concat({S(add(a, b)), S(sub(a, b)), S(mul(a, b)), S(q), S(r),\n"
+    "    tostring(cmp(a, b)), S(ceil_div(mul(a, a), pos)), S(used_add(a, b)),\n"
+    "    S(add_sat(a, ispos(b) and b or 0))}, ' ')\n"
+    "end\n"
+    "return out\n";
+
+/* A value of a magnitude picked at random, often at the edges of limbs and of 2^53. */
+static i128 rnd_value(uint64_t *s)
+{
+    static const int64_t edges[] = {0, 1, 9999999, 10000000, 10000001, 99999999999999,
+                                    100000000000000, 9007199254740991, 9007199254740992,
+                                    9007199254740993, 4503599627370496, 1125899906842624,
+                                    4000000000000000000, INT64_MAX, 1000000000, 60000000000};
+    i128 v;
+    uint64_t k = rng_next(s) % 4;
+    if (k == 0)
+        v = edges[rng_next(s) % (sizeof edges / sizeof edges[0])] + (i128)(rng_next(s) % 3) - 1;
+    else if (k == 1)
+        v = (i128)(rng_next(s) >> (rng_next(s) % 64));
+    else if (k == 2)
+        v = (i128)(rng_next(s) >> 1) * (i128)(rng_next(s) >> (rng_next(s) % 64));
+    else
+        v = (i128)(rng_next(s) % 100000000);
+    return rng_next(s) % 4 == 0 ? -v : v;
+}
+
+START_TEST(lua_arithmetic_matches_c)
+{
+    char path[256];
+    snprintf(path, sizeof path, "service/redis/lib.lua");
+    FILE *f = fopen(path, "rb");
+    ck_assert_msg(f != NULL, "run the tests from the repository's root (%s)", path);
+    static char script[65536];
+    size_t n = fread(script, 1, sizeof script - 1, f);
+    fclose(f);
+    script[n] = '\0';
+    ck_assert_uint_lt(n + strlen(arith_harness), sizeof script);
+    strcat(script, arith_harness);
+
+    redisContext *c = rt_redis_connect(&srv);
+    uint64_t s = 0xa817;
+    for (int round = 0; round < 40; round++) {
+        enum { PAIRS = 250 };
+        static char bufs[2 * PAIRS][48];
+        const char *argv[3 + 2 * PAIRS];
+        i128 a[PAIRS], b[PAIRS];
+        argv[0] = "EVAL";
+        argv[1] = script;
+        argv[2] = "0";
+        for (int i = 0; i < PAIRS; i++) {
+            a[i] = rnd_value(&s);
+            do
+                b[i] = rnd_value(&s);
+            while (b[i] == 0);
+            if (rng_next(&s) % 3 == 0) /* 128-bit dividends, as the rules make them */
+                a[i] = (a[i] % ((i128)1 << 62)) * (b[i] % ((i128)1 << 62));
+            if (a[i] > (i128)INT64_MAX * 4 || a[i] < -(i128)INT64_MAX * 4)
+                a[i] = a[i] % ((i128)1 << 100);
+            argv[3 + 2 * i] = i128_str(a[i], bufs[2 * i]);
+            argv[4 + 2 * i] = i128_str(b[i], bufs[2 * i + 1]);
+        }
+        redisReply *r = redisCommandArgv(c, 3 + 2 * PAIRS, argv, NULL);
+        ck_assert_ptr_nonnull(r);
+        ck_assert_msg(r->type == REDIS_REPLY_ARRAY, "%s", r->type == REDIS_REPLY_ERROR ? r->str : "?");
+        for (int i = 0; i < PAIRS; i++) {
+            i128 x = a[i], y = b[i], never = INT64_MAX, used_max = (i128)4 * RL_FP_MAX;
+            i128 pos = y > 0 ? y : 1, sq = x * x / pos + (x * x % pos != 0);
+            i128 yy = y > 0 ? y : 0;
+            char e[9][48], want[128];
+            i128_str(x + y, e[0]);
+            i128_str(x - y, e[1]);
+            /* products of values beyond 2^64 would overflow 128 bits: not compared */
+            if (x > -((i128)1 << 62) && x < ((i128)1 << 62) && y > -((i128)1 << 64) &&
+                y < ((i128)1 << 64))
+                i128_str(x * y, e[2]);
+            else
+                snprintf(e[2], sizeof e[2], "*");
+            i128_str(x / y, e[3]);
+            i128_str(x % y, e[4]);
+            snprintf(e[5], sizeof e[5], "%d", (x > y) - (x < y));
+            if (x > -((i128)1 << 62) && x < ((i128)1 << 62))
+                i128_str(sq >= never ? never : sq, e[6]);
+            else
+                snprintf(e[6], sizeof e[6], "*");
+            i128_str(x > used_max - y ? used_max : x + y, e[7]);
+            i128_str(x > never - yy ? never : x + yy, e[8]);
+            char got[9][160];
+            const char *g = r->element[i]->str;
+            for (int k = 0; k < 9; k++) {
+                size_t l = strcspn(g, " ");
+                snprintf(got[k], sizeof got[k], "%.*s", (int)l, g);
+                g += l + (g[l] == ' ');
+            }
+            snprintf(want, sizeof want, "%.48s %.48s", bufs[2 * i], bufs[2 * i + 1]);
+            for (int k = 0; k < 9; k++)
+                ck_assert_msg(e[k][0] == '*' || strcmp(got[k], e[k]) == 0,
+                              "%s op %d: lua %s, C %s", want, k, got[k], e[k]);
+        }
+        freeReplyObject(r);
+    }
+    redisFree(c);
+}
+END_TEST
+
 /* ---- TTLs ---------------------------------------------------------------------------------- */
 
 /* Milliseconds of Redis's clock. */
@@ -949,6 +1083,7 @@ Suite *redis_store_suite(void)
     TCase *tc = tcase_create("conformance");
     tcase_add_checked_fixture(tc, srv_up, srv_down);
     tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, lua_arithmetic_matches_c);
     tcase_add_loop_test(tc, conformance_table, 0,
                         (int)(sizeof conformance / sizeof conformance[0]));
     suite_add_tcase(s, tc);

@@ -43,8 +43,7 @@ static rl_rules *scale_rules(const rl_registry *reg, const rl_rules *src, unsign
             const rl_param_def *d = &o->type->params[k];
             if (d->kind == RL_PARAM_STRINGS) {
                 const rl_strings *s = rl_rule_get_strings(o, d);
-                rc = rl_rule_set_strings(r, d->name, (const char *const *)s->v, s->len, s->n,
-                                         &err);
+                rc = rl_rule_set_strings(r, d->name, (const char *const *)s->v, s->len, s->n, &err);
                 continue;
             }
             double v = rl_rule_get_number(o, d);

@@ -140,8 +140,7 @@ int rld_redis_parse_url(const char *url, rld_redis_addr *out, rl_err *err)
 
 /* ---- the pool ------------------------------------------------------------------------------ */
 
-int rld_pool_new(const rld_redis_addr *addr, int timeout_ms, int size, rld_pool **out,
-                 rl_err *err)
+int rld_pool_new(const rld_redis_addr *addr, int timeout_ms, int size, rld_pool **out, rl_err *err)
 {
     *out = NULL;
     if (size < 1 || size > 1024 || timeout_ms < 1)

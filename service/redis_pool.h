@@ -49,8 +49,7 @@ typedef struct rld_pool rld_pool;
 
 /* A pool of size connections (1..1024), opened lazily; calls last at most timeout_ms. Fails only
  * when out of memory: an unreachable Redis is a link that is down, not an error here. */
-int rld_pool_new(const rld_redis_addr *addr, int timeout_ms, int size, rld_pool **out,
-                 rl_err *err);
+int rld_pool_new(const rld_redis_addr *addr, int timeout_ms, int size, rld_pool **out, rl_err *err);
 /* Closes every connection and frees the pool. NULL is ok. */
 void rld_pool_free(rld_pool *p);
 

@@ -43,8 +43,8 @@ static int change(rl_store *redis, const char *key, const char *json, long long 
     char hash[128];
     const char *argv[3] = {hash_name(redis, hash, sizeof hash), key, json};
     redisReply *r;
-    int rc = rld_pool_eval(rld_redis_store_pool(redis), RLD_SCRIPT_QUOTA, 1, 3, argv, NULL, &r,
-                           err);
+    int rc =
+        rld_pool_eval(rld_redis_store_pool(redis), RLD_SCRIPT_QUOTA, 1, 3, argv, NULL, &r, err);
     if (rc != RL_OK)
         return rc;
     if (result)
@@ -89,8 +89,8 @@ static int restore_initial(rl_limiter *lim, const char *key)
         const rl_quota *q = &cfg->quotas[i];
         rl_rules_ref(q->rules);
         rl_err err;
-        return rl_quota_set(lim, key, q->rules ? NULL : cfg->tiers[q->tier].name, q->rules,
-                            &err) == RL_OK;
+        return rl_quota_set(lim, key, q->rules ? NULL : cfg->tiers[q->tier].name, q->rules, &err) ==
+               RL_OK;
     }
     return 0;
 }
@@ -229,7 +229,8 @@ static int follow_once(rld_quota_follower *f, redisContext *c, const char *chann
         /* in full after every subscription, until it gets through */
         if (!synced && (synced = rld_redis_quota_sync(f->redis, f->lim, NULL, NULL) == RL_OK))
             __atomic_add_fetch(&f->applied, 1, __ATOMIC_RELAXED);
-        struct pollfd p[2] = {{.fd = c->fd, .events = POLLIN}, {.fd = f->wake[0], .events = POLLIN}};
+        struct pollfd p[2] = {{.fd = c->fd, .events = POLLIN},
+                              {.fd = f->wake[0], .events = POLLIN}};
         int n = poll(p, 2, synced ? 1000 : 100);
         if (n < 0 && errno != EINTR)
             return 0;
@@ -261,8 +262,8 @@ static void *follow_loop(void *arg)
     int backoff = RETRY_MIN_MS;
     hash_name(f->redis, channel, sizeof channel);
     for (;;) {
-        redisContext *c = rld_pool_connect(rld_redis_store_pool(f->redis), SUBSCRIBE_TIMEOUT_MS,
-                                           NULL);
+        redisContext *c =
+            rld_pool_connect(rld_redis_store_pool(f->redis), SUBSCRIBE_TIMEOUT_MS, NULL);
         if (c) {
             int stopped = follow_once(f, c, channel);
             redisFree(c);
@@ -277,8 +278,7 @@ static void *follow_loop(void *arg)
     return NULL;
 }
 
-int rld_redis_quota_follow(rl_store *redis, rl_limiter *lim, rld_quota_follower **out,
-                           rl_err *err)
+int rld_redis_quota_follow(rl_store *redis, rl_limiter *lim, rld_quota_follower **out, rl_err *err)
 {
     *out = NULL;
     rld_quota_follower *f = calloc(1, sizeof *f);

@@ -36,8 +36,7 @@ typedef struct rld_quota_follower rld_quota_follower;
 /* Starts a thread that subscribes to the changes and applies them to lim (synchronising in
  * full at every (re)subscription; reconnecting with backoff). Stop it with
  * rld_redis_quota_unfollow before freeing lim. */
-int rld_redis_quota_follow(rl_store *redis, rl_limiter *lim, rld_quota_follower **out,
-                           rl_err *err);
+int rld_redis_quota_follow(rl_store *redis, rl_limiter *lim, rld_quota_follower **out, rl_err *err);
 /* Stops and frees the follower. NULL is ok. */
 void rld_redis_quota_unfollow(rld_quota_follower *f);
 /* Changes the follower has applied so far (messages and full synchronisations). */

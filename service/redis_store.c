@@ -19,11 +19,11 @@
 #include "fallback_store.h"
 #include "redis_store.h"
 
-#define GRACE_MS 60000            /* how long a reservation outlives its expiry, for housekeeping */
+#define GRACE_MS 60000 /* how long a reservation outlives its expiry, for housekeeping */
 #define HEARTBEAT_NS (1000 * 1000000LL)
-#define PEER_STALE_MS 3000        /* an instance silent this long is gone */
+#define PEER_STALE_MS 3000 /* an instance silent this long is gone */
 #define FLEET_TTL_MS 10000
-#define EXPIRE_BATCH 100          /* reservations expired per tick at most */
+#define EXPIRE_BATCH 100 /* reservations expired per tick at most */
 
 /* What the store knows of a rule type, by registry index. */
 typedef struct type_info {
@@ -51,9 +51,9 @@ typedef struct redis_store {
     /* housekeeping */
     pthread_mutex_t tick_mu;
     rl_ns next_beat;
-    unsigned peers;         /* atomic */
-    uint64_t expired;       /* atomic */
-    uint64_t active;        /* atomic */
+    unsigned peers;   /* atomic */
+    uint64_t expired; /* atomic */
+    uint64_t active;  /* atomic */
     char cursor[32];
     size_t counting[RL_MAX_LEVELS];
     size_t counted[RL_MAX_LEVELS]; /* atomic: the last full scan's keys per level */
@@ -169,10 +169,7 @@ static void ab_add(abuf *a, const void *s, size_t n)
     a->used += n + 1;
 }
 
-static void ab_str(abuf *a, const char *s)
-{
-    ab_add(a, s, strlen(s));
-}
+static void ab_str(abuf *a, const char *s) { ab_add(a, s, strlen(s)); }
 
 static void ab_i64(abuf *a, int64_t v)
 {
@@ -358,7 +355,7 @@ static int rs_attach(void *cls, const rl_config *cfg, const rl_resolver *res, rl
 
 static int64_t parse_i64(const redisReply *r)
 {
-    return r->type == REDIS_REPLY_STRING ? strtoll(r->str, NULL, 10)
+    return r->type == REDIS_REPLY_STRING    ? strtoll(r->str, NULL, 10)
            : r->type == REDIS_REPLY_INTEGER ? r->integer
                                             : 0;
 }
@@ -371,9 +368,8 @@ static int reply_is(const redisReply *r, const char *s)
 
 /* Builds a decision's arguments. Returns RL_OK, or RL_EINVAL for a rule that cannot be decided
  * here; *nstate counts the rules with state. */
-static int build_decide(redis_store *rs, const rl_plan *plan, const rl_decision *d,
-                        const char *id, const unsigned *shard, abuf *k, abuf *a, size_t *nstate,
-                        rl_err *err)
+static int build_decide(redis_store *rs, const rl_plan *plan, const rl_decision *d, const char *id,
+                        const unsigned *shard, abuf *k, abuf *a, size_t *nstate, rl_err *err)
 {
     char rec[64];
     *nstate = 0;
@@ -394,8 +390,8 @@ static int build_decide(redis_store *rs, const rl_plan *plan, const rl_decision 
         const type_info *ti = info_of(rs, r);
         const rl_plan_item *it = &plan->items[i];
         if (ti && ti->stateless) {
-            rl_ns w = r->type->wait(r->params, zero_state, ap->key, ap->keylen, plan->now,
-                                    it->need);
+            rl_ns w =
+                r->type->wait(r->params, zero_state, ap->key, ap->keylen, plan->now, it->need);
             for (int f = 0; f < 6; f++)
                 ab_str(a, f == 1 ? "0" : "");
             ab_i64(a, w);
@@ -403,8 +399,7 @@ static int build_decide(redis_store *rs, const rl_plan *plan, const rl_decision 
             continue;
         }
         if (!ti || !ti->tag)
-            return fail(err, RL_EINVAL,
-                        "rule type %s keeps state that the Redis store cannot hold",
+            return fail(err, RL_EINVAL, "rule type %s keeps state that the Redis store cannot hold",
                         r->type->name);
         unsigned n = rs->shards[ap->level] > 1 ? rs->shards[ap->level] : 1;
         ab_state_key(rs, k, ap->level, ap->slot, shard[ap->level], ap->key, ap->keylen);
@@ -617,8 +612,8 @@ static const rl_rule *rule_now(redis_store *rs, const ritem *it, const type_info
     *ref = NULL;
     if (it->level < 0)
         return NULL;
-    const rl_rule *r = rs->res->rule_at(rs->res->ctx, (size_t)it->level, it->slot, it->key,
-                                        it->keylen, ref);
+    const rl_rule *r =
+        rs->res->rule_at(rs->res->ctx, (size_t)it->level, it->slot, it->key, it->keylen, ref);
     *ti = r ? info_of(rs, r) : NULL;
     if (!r || !*ti || !(*ti)->tag || strlen((*ti)->tag) != it->taglen ||
         memcmp((*ti)->tag, it->tag, it->taglen) != 0) {
@@ -691,8 +686,8 @@ static int rs_settle(void *cls, const char *id, rl_fp actual, rl_ns now, rl_sett
 
 /* Ends a reservation: released by its client, or expired by housekeeping (now_arg is the
  * script's now: a decimal, or "" for Redis TIME). *settled tells whether it had been settled. */
-static int end_resv(redis_store *rs, const char *id, const char *now_arg, int expire,
-                    int *settled, int *holds, rl_err *err)
+static int end_resv(redis_store *rs, const char *id, const char *now_arg, int expire, int *settled,
+                    int *holds, rl_err *err)
 {
     resv rv;
     abuf k = {0}, a = {0};
@@ -732,7 +727,8 @@ static int end_resv(redis_store *rs, const char *id, const char *now_arg, int ex
     if (rc != RL_OK)
         return rc;
     if (reply_is(r, "ok") && r->elements == 2) {
-        *settled = r->element[1]->type == REDIS_REPLY_STRING && strcmp(r->element[1]->str, "1") == 0;
+        *settled =
+            r->element[1]->type == REDIS_REPLY_STRING && strcmp(r->element[1]->str, "1") == 0;
     } else if (reply_is(r, "notfound") || reply_is(r, "early")) {
         rc = RL_ENOTFOUND;
     } else {
@@ -1013,12 +1009,6 @@ unsigned rld_redis_store_peers(void *ctx)
     return __atomic_load_n(&rs->peers, __ATOMIC_RELAXED);
 }
 
-rld_pool *rld_redis_store_pool(rl_store *st)
-{
-    return ((redis_store *)st->cls)->pool;
-}
+rld_pool *rld_redis_store_pool(rl_store *st) { return ((redis_store *)st->cls)->pool; }
 
-const char *rld_redis_store_prefix(rl_store *st)
-{
-    return ((redis_store *)st->cls)->prefix;
-}
+const char *rld_redis_store_prefix(rl_store *st) { return ((redis_store *)st->cls)->prefix; }

@@ -38,11 +38,11 @@
 #include "redis_pool.h"
 
 typedef struct rld_redis_options {
-    const char *url;    /* redis://[[user]:password@]host[:port][/db] */
-    const char *prefix; /* in front of every key, "" allowed; NULL: "rl:" */
-    int timeout_ms;     /* most a call waits on Redis (1..60000) */
-    int pool;           /* connections (1..1024) */
-    int manual_clock;   /* 1: use the caller's now instead of Redis TIME */
+    const char *url;                /* redis://[[user]:password@]host[:port][/db] */
+    const char *prefix;             /* in front of every key, "" allowed; NULL: "rl:" */
+    int timeout_ms;                 /* most a call waits on Redis (1..60000) */
+    int pool;                       /* connections (1..1024) */
+    int manual_clock;               /* 1: use the caller's now instead of Redis TIME */
     unsigned shards[RL_MAX_LEVELS]; /* per level index: 0 or 1 is one key; N > 1 splits the
                                        level's state into N keys of 1/N of every quota */
     long ttl_floor_ms; /* least TTL given to any key written, 0 for none. TTLs follow the clock
@@ -58,10 +58,10 @@ int rld_redis_store_new(const rld_redis_options *opt, rl_store **out, rl_err *er
 
 /* What the daemon reports about the store. */
 typedef struct rld_redis_health {
-    int up;           /* 1 while Redis answers */
-    uint64_t errors;  /* calls that failed because of Redis, those refused while down included */
-    unsigned peers;   /* live instances counted by heartbeat, this one included; 0 before the
-                         first heartbeat got through */
+    int up;          /* 1 while Redis answers */
+    uint64_t errors; /* calls that failed because of Redis, those refused while down included */
+    unsigned peers;  /* live instances counted by heartbeat, this one included; 0 before the
+                        first heartbeat got through */
 } rld_redis_health;
 
 /* Fills out for a store made by rld_redis_store_new (borrowed; alive while its limiter is). */

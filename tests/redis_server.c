@@ -82,9 +82,9 @@ static int spawn(rt_redis *r)
             dup2(fd, 2);
             close(fd);
         }
-        execlp("redis-server", "redis-server", "--port", port, "--bind", "127.0.0.1", "--save",
-               "", "--appendonly", "no", "--dir", r->dir, "--daemonize", "no", "--loglevel",
-               "warning", (char *)NULL);
+        execlp("redis-server", "redis-server", "--port", port, "--bind", "127.0.0.1", "--save", "",
+               "--appendonly", "no", "--dir", r->dir, "--daemonize", "no", "--loglevel", "warning",
+               (char *)NULL);
         _exit(127);
     }
     r->pid = pid;

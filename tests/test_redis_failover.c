@@ -20,15 +20,9 @@
 
 static rt_redis srv;
 
-static void srv_up(void)
-{
-    rt_redis_start(&srv);
-}
+static void srv_up(void) { rt_redis_start(&srv); }
 
-static void srv_down(void)
-{
-    rt_redis_stop(&srv);
-}
+static void srv_down(void) { rt_redis_stop(&srv); }
 
 static rl_ns mono(void)
 {
@@ -155,8 +149,7 @@ static void *load_loop(void *arg)
         char buf[64];
         size_t n = 0;
         snprintf(buf, sizeof buf, "%s", keys[i % 4]);
-        for (char *save = NULL, *t = strtok_r(buf, ",", &save); t;
-             t = strtok_r(NULL, ",", &save)) {
+        for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
             char *eq = strchr(t, '=');
             *eq = '\0';
             ds[n++] = (rl_descriptor){t, strlen(t), eq + 1, strlen(eq + 1)};
@@ -168,9 +161,8 @@ static void *load_loop(void *arg)
         int rc = rl_acquire(l->in->lim, &req, &d, &err);
         rl_ns dt = mono() - t0;
         rl_ns prev = __atomic_load_n(&l->slowest, __ATOMIC_RELAXED);
-        while (dt > prev &&
-               !__atomic_compare_exchange_n(&l->slowest, &prev, dt, 0, __ATOMIC_RELAXED,
-                                            __ATOMIC_RELAXED))
+        while (dt > prev && !__atomic_compare_exchange_n(&l->slowest, &prev, dt, 0,
+                                                         __ATOMIC_RELAXED, __ATOMIC_RELAXED))
             ;
         __atomic_add_fetch(&l->calls, 1, __ATOMIC_RELAXED);
         if (rc != RL_OK) {
@@ -331,8 +323,9 @@ START_TEST(local_mode_divides_by_live_instances)
     inst in[3];
     ticker tk;
     rl_decision d;
-    const char *levels = "{\"name\": \"team\", \"on_store_error\": \"local\", \"rules\": [{\"type\": "
-                         "\"token_bucket\", \"capacity\": 12, \"per_second\": 0.001}]}";
+    const char *levels =
+        "{\"name\": \"team\", \"on_store_error\": \"local\", \"rules\": [{\"type\": "
+        "\"token_bucket\", \"capacity\": 12, \"per_second\": 0.001}]}";
     for (int i = 0; i < 3; i++)
         inst_new(&in[i], levels, 0);
     ticker_start(&tk, in, 3);
@@ -402,7 +395,4 @@ Suite *redis_failover_suite(void)
     return s;
 }
 
-int main(void)
-{
-    return tu_run(redis_failover_suite()) ? 1 : 0;
-}
+int main(void) { return tu_run(redis_failover_suite()) ? 1 : 0; }

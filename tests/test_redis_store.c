@@ -23,15 +23,9 @@
 
 static rt_redis srv;
 
-static void srv_up(void)
-{
-    rt_redis_start(&srv);
-}
+static void srv_up(void) { rt_redis_start(&srv); }
 
-static void srv_down(void)
-{
-    rt_redis_stop(&srv);
-}
+static void srv_down(void) { rt_redis_stop(&srv); }
 
 /* ---- limiters over either store ------------------------------------------------------------ */
 
@@ -153,10 +147,18 @@ typedef struct ccase {
 static const ccase conformance[] = {
     /* capacity 100, 10/s: emptied at 0, a cost of 1 waits 0.1 s; 50 back at t = 5 */
     {"{\"type\": \"token_bucket\", \"capacity\": 100, \"per_second\": 10}",
-     {{0, 100, 1, 0, 0}, {0, 1, 0, 0.1, 0}, {5, 10, 1, 0, 40}, {5, 41, 0, 0.1, 40}, {-1, 0, 0, 0, 0}}},
+     {{0, 100, 1, 0, 0},
+      {0, 1, 0, 0.1, 0},
+      {5, 10, 1, 0, 40},
+      {5, 41, 0, 0.1, 40},
+      {-1, 0, 0, 0, 0}}},
     /* 2/s, burst 3: three at t = 0 allowed, a fourth waits 0.5 s */
     {"{\"type\": \"gcra\", \"per_second\": 2, \"burst\": 3}",
-     {{0, 1, 1, 0, 2}, {0, 1, 1, 0, 1}, {0, 1, 1, 0, 0}, {0, 1, 0, 0.5, 0}, {0.5, 1, 1, 0, 0},
+     {{0, 1, 1, 0, 2},
+      {0, 1, 1, 0, 1},
+      {0, 1, 1, 0, 0},
+      {0, 1, 0, 0.5, 0},
+      {0.5, 1, 1, 0, 0},
       {-1, 0, 0, 0, 0}}},
     /* 2 per 60 s: a third at t = 59 waits 1 s and is allowed at t = 60 */
     {"{\"type\": \"fixed_window\", \"limit\": 2, \"window\": 60}",
@@ -182,8 +184,8 @@ START_TEST(conformance_table)
         rl_registry *reg = rl_registry_new();
         char prefix[32];
         snprintf(prefix, sizeof prefix, "conf%d:", _i);
-        rl_limiter *lim = which ? redis_limiter(reg, json, prefix, 0, NULL)
-                                : memory_limiter(reg, json);
+        rl_limiter *lim =
+            which ? redis_limiter(reg, json, prefix, 0, NULL) : memory_limiter(reg, json);
         for (const crow *r = c->rows; r->t >= 0; r++) {
             rl_decision d;
             ck_assert_int_eq(acquire(lim, "k=x", FP(r->cost), S(r->t), 0, 0, &d), RL_OK);
@@ -208,10 +210,7 @@ static uint64_t rng_next(uint64_t *s)
     return z ^ (z >> 31);
 }
 
-static uint64_t rnd(uint64_t *s, uint64_t n)
-{
-    return n ? rng_next(s) % n : 0;
-}
+static uint64_t rnd(uint64_t *s, uint64_t n) { return n ? rng_next(s) % n : 0; }
 
 /* A fixed point quota in [1e-6, max_units]: mostly a few units, sometimes extreme. */
 static rl_fp rnd_amount(uint64_t *s, int64_t max_units)
@@ -277,9 +276,9 @@ static int put_ns(char *b, size_t n, rl_ns v)
                     (long long)(v % RL_NS_PER_SEC));
 }
 
-static const char *const type_names[] = {"token_bucket", "gcra", "fixed_window",
-                                         "sliding_window", "sliding_window_counter",
-                                         "concurrency", "deny_list"};
+static const char *const type_names[] = {
+    "token_bucket",           "gcra",        "fixed_window", "sliding_window",
+    "sliding_window_counter", "concurrency", "deny_list"};
 
 /* Writes one random rule of type t as JSON into b. */
 static size_t rnd_rule(uint64_t *s, int t, int idx, char *b, size_t n)
@@ -328,8 +327,8 @@ static size_t rnd_rule(uint64_t *s, int t, int idx, char *b, size_t n)
 /* A random configuration of 1 to 3 levels of 1 to 3 rules; level 0 starts with type force. */
 static void rnd_config(uint64_t *s, int force, char *b, size_t n)
 {
-    size_t u = (size_t)snprintf(b, n, "{\"reservation_ttl\": %d, \"levels\": [",
-                                (int)(1 + rnd(s, 600)));
+    size_t u =
+        (size_t)snprintf(b, n, "{\"reservation_ttl\": %d, \"levels\": [", (int)(1 + rnd(s, 600)));
     int nlevels = 1 + (int)rnd(s, 3);
     for (int l = 0; l < nlevels; l++) {
         u += (size_t)snprintf(b + u, n - u, "%s{\"name\": \"l%d\", %s\"rules\": [", l ? ", " : "",
@@ -374,8 +373,8 @@ static size_t pick_id(uint64_t *s, size_t n)
 static void compare(const rl_decision *a, const rl_decision *b, const char *ctx)
 {
     ck_assert_msg(a->allowed == b->allowed, "%s: allowed %d vs %d", ctx, a->allowed, b->allowed);
-    ck_assert_msg(a->retry_after == b->retry_after, "%s: retry_after %" PRId64 " vs %" PRId64,
-                  ctx, a->retry_after, b->retry_after);
+    ck_assert_msg(a->retry_after == b->retry_after, "%s: retry_after %" PRId64 " vs %" PRId64, ctx,
+                  a->retry_after, b->retry_after);
     ck_assert_msg(a->blocked == b->blocked, "%s: blocked %d vs %d", ctx, a->blocked, b->blocked);
     ck_assert_msg(a->napplied == b->napplied, "%s: applied %zu vs %zu", ctx, a->napplied,
                   b->napplied);
@@ -393,8 +392,7 @@ static void compare(const rl_decision *a, const rl_decision *b, const char *ctx)
                       "%s: [%zu] %s status (%" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64
                       ") vs (%" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 ")",
                       ctx, i, x->rule->name, x->st.limit, x->st.remaining, x->st.reset_after,
-                      x->st.window, y->st.limit, y->st.remaining, y->st.reset_after,
-                      y->st.window);
+                      x->st.window, y->st.limit, y->st.remaining, y->st.reset_after, y->st.window);
     }
 }
 
@@ -435,8 +433,8 @@ static void replay(uint64_t seed, int force, int steps, const char *prefix)
             char keys[64] = "";
             for (size_t l = 0, u = 0; l < nlevels; l++)
                 if (rnd(&s, 8) != 0)
-                    u += (size_t)snprintf(keys + u, sizeof keys - u, "%sl%zu=%s", u ? "," : "",
-                                          l, values[rnd(&s, 6)]);
+                    u += (size_t)snprintf(keys + u, sizeof keys - u, "%sl%zu=%s", u ? "," : "", l,
+                                          values[rnd(&s, 6)]);
             rl_fp cost = rnd_cost(&s);
             unsigned flags = rnd(&s, 10) == 0 ? RL_DRY_RUN : 0;
             flags |= rnd(&s, 5) < 2 ? RL_RESERVE : 0;
@@ -528,10 +526,22 @@ static const char *arith_harness =
 /* A value of a magnitude picked at random, often at the edges of limbs and of 2^53. */
 static i128 rnd_value(uint64_t *s)
 {
-    static const int64_t edges[] = {0, 1, 9999999, 10000000, 10000001, 99999999999999,
-                                    100000000000000, 9007199254740991, 9007199254740992,
-                                    9007199254740993, 4503599627370496, 1125899906842624,
-                                    4000000000000000000, INT64_MAX, 1000000000, 60000000000};
+    static const int64_t edges[] = {0,
+                                    1,
+                                    9999999,
+                                    10000000,
+                                    10000001,
+                                    99999999999999,
+                                    100000000000000,
+                                    9007199254740991,
+                                    9007199254740992,
+                                    9007199254740993,
+                                    4503599627370496,
+                                    1125899906842624,
+                                    4000000000000000000,
+                                    INT64_MAX,
+                                    1000000000,
+                                    60000000000};
     i128 v;
     uint64_t k = rng_next(s) % 4;
     if (k == 0)
@@ -582,7 +592,8 @@ START_TEST(lua_arithmetic_matches_c)
         }
         redisReply *r = redisCommandArgv(c, 3 + 2 * PAIRS, argv, NULL);
         ck_assert_ptr_nonnull(r);
-        ck_assert_msg(r->type == REDIS_REPLY_ARRAY, "%s", r->type == REDIS_REPLY_ERROR ? r->str : "?");
+        ck_assert_msg(r->type == REDIS_REPLY_ARRAY, "%s",
+                      r->type == REDIS_REPLY_ERROR ? r->str : "?");
         for (int i = 0; i < PAIRS; i++) {
             i128 x = a[i], y = b[i], never = INT64_MAX, used_max = (i128)4 * RL_FP_MAX;
             i128 pos = y > 0 ? y : 1, sq = x * x / pos + (x * x % pos != 0);
@@ -614,8 +625,8 @@ START_TEST(lua_arithmetic_matches_c)
             }
             snprintf(want, sizeof want, "%.48s %.48s", bufs[2 * i], bufs[2 * i + 1]);
             for (int k = 0; k < 9; k++)
-                ck_assert_msg(e[k][0] == '*' || strcmp(got[k], e[k]) == 0,
-                              "%s op %d: lua %s, C %s", want, k, got[k], e[k]);
+                ck_assert_msg(e[k][0] == '*' || strcmp(got[k], e[k]) == 0, "%s op %d: lua %s, C %s",
+                              want, k, got[k], e[k]);
         }
         freeReplyObject(r);
     }
@@ -630,8 +641,8 @@ static int64_t redis_ms(void)
 {
     redisReply *r = rt_redis_cmd(&srv, "TIME");
     ck_assert_int_eq(r->type, REDIS_REPLY_ARRAY);
-    int64_t ms = strtoll(r->element[0]->str, NULL, 10) * 1000 +
-                 strtoll(r->element[1]->str, NULL, 10) / 1000;
+    int64_t ms =
+        strtoll(r->element[0]->str, NULL, 10) * 1000 + strtoll(r->element[1]->str, NULL, 10) / 1000;
     freeReplyObject(r);
     return ms;
 }
@@ -862,11 +873,11 @@ END_TEST
 START_TEST(sharded_level_splits_the_quota)
 {
     rl_registry *reg = rl_registry_new();
-    rl_limiter *lim = redis_limiter(
-        reg,
-        "{\"levels\": [{\"name\": \"global\", \"shards\": 4, \"rules\": [{\"type\": "
-        "\"token_bucket\", \"capacity\": 8, \"per_second\": 0.000001}]}]}",
-        "sh:", 0, NULL);
+    rl_limiter *lim =
+        redis_limiter(reg,
+                      "{\"levels\": [{\"name\": \"global\", \"shards\": 4, \"rules\": [{\"type\": "
+                      "\"token_bucket\", \"capacity\": 8, \"per_second\": 0.000001}]}]}",
+                      "sh:", 0, NULL);
     rl_decision d;
     rl_settlement st;
     rl_err err;
@@ -917,8 +928,10 @@ static void *hammer_thread(void *arg)
         usleep(100);
     while (!__atomic_load_n(&h->stop, __ATOMIC_ACQUIRE)) {
         int r = h->inst->acquire(h->inst->ctx);
-        __atomic_add_fetch(r > 0 ? &h->allowed : r == 0 ? &h->denied : &h->errors, 1,
-                           __ATOMIC_RELAXED);
+        __atomic_add_fetch(r > 0    ? &h->allowed
+                           : r == 0 ? &h->denied
+                                    : &h->errors,
+                           1, __ATOMIC_RELAXED);
     }
     return NULL;
 }
@@ -977,8 +990,9 @@ START_TEST(two_instances_share_one_bucket)
     rl_ns elapsed = hammer(inst, 2, 3, 3000, &allowed, &denied, &errors);
     double bound = 200 + 400 * rl_ns_to_seconds(elapsed);
     ck_assert_uint_eq(errors, 0);
-    ck_assert_msg(denied > allowed, "the clients did not outpace the bucket: %" PRIu64
-                  " allowed, %" PRIu64 " denied", allowed, denied);
+    ck_assert_msg(denied > allowed,
+                  "the clients did not outpace the bucket: %" PRIu64 " allowed, %" PRIu64 " denied",
+                  allowed, denied);
     ck_assert_msg((double)allowed <= bound, "%" PRIu64 " allowed > %.1f", allowed, bound);
     ck_assert_msg((double)allowed >= 0.99 * bound, "%" PRIu64 " allowed < 99%% of %.1f", allowed,
                   bound);
@@ -1010,10 +1024,11 @@ static void wait_tier(rl_limiter *lim, const char *key, const char *want)
 
 START_TEST(quotas_reach_every_instance)
 {
-    const char *json = "{\"levels\": [{\"name\": \"user\", \"tiered\": true}], \"tiers\": {"
-                       "\"free\": [{\"type\": \"token_bucket\", \"capacity\": 2, \"per_second\": 1}],"
-                       "\"pro\": [{\"type\": \"token_bucket\", \"capacity\": 5, \"per_second\": 1}]},"
-                       "\"default_tier\": \"free\", \"quotas\": {\"vip\": \"pro\"}}";
+    const char *json =
+        "{\"levels\": [{\"name\": \"user\", \"tiered\": true}], \"tiers\": {"
+        "\"free\": [{\"type\": \"token_bucket\", \"capacity\": 2, \"per_second\": 1}],"
+        "\"pro\": [{\"type\": \"token_bucket\", \"capacity\": 5, \"per_second\": 1}]},"
+        "\"default_tier\": \"free\", \"quotas\": {\"vip\": \"pro\"}}";
     rl_registry *reg = rl_registry_new();
     rl_store *ra, *rb;
     rl_limiter *a = redis_limiter(reg, json, "q:", 0, &ra);
@@ -1029,8 +1044,8 @@ START_TEST(quotas_reach_every_instance)
     /* a tier, then custom rules, set through A, applied by B */
     ck_assert_int_eq(rld_redis_quota_put(ra, "alice", "pro", NULL, &err), RL_OK);
     wait_tier(b, "alice", "pro");
-    json_t *rules = json_loads("[{\"type\": \"token_bucket\", \"capacity\": 7, \"per_second\": 1}]",
-                               0, NULL);
+    json_t *rules =
+        json_loads("[{\"type\": \"token_bucket\", \"capacity\": 7, \"per_second\": 1}]", 0, NULL);
     ck_assert_int_eq(rld_redis_quota_put(ra, "bob", NULL, rules, &err), RL_OK);
     json_decref(rules);
     wait_tier(b, "bob", "custom");
@@ -1113,7 +1128,4 @@ Suite *redis_store_suite(void)
     return s;
 }
 
-int main(void)
-{
-    return tu_run(redis_store_suite()) ? 1 : 0;
-}
+int main(void) { return tu_run(redis_store_suite()) ? 1 : 0; }

@@ -28,6 +28,13 @@ typedef struct fb_store {
     uint64_t count[RL_MAX_LEVELS][3];
 } fb_store;
 
+static int oom(rl_err *err)
+{
+    if (err)
+        snprintf(err->msg, sizeof err->msg, "out of memory");
+    return RL_ENOMEM;
+}
+
 /* A copy of src with every amount and rate divided by n (not below a parameter's minimum). The
  * copy has one reference. NULL when out of memory or a parameter is refused. */
 static rl_rules *scale_rules(const rl_registry *reg, const rl_rules *src, unsigned n)
@@ -170,7 +177,7 @@ static int fb_attach(void *cls, const rl_config *cfg, const rl_resolver *res, rl
     int bad = rescale(fs, fleet_now(fs));
     pthread_mutex_unlock(&fs->mu);
     if (bad)
-        return snprintf(err->msg, sizeof err->msg, "out of memory"), RL_ENOMEM;
+        return oom(err);
     fs->local_res.rule_at = local_rule_at;
     fs->local_res.ctx = fs;
     return fs->local->ops->attach(fs->local->cls, cfg, &fs->local_res, err);
@@ -254,7 +261,7 @@ static int fall_back(fb_store *fs, const rl_plan *plan, rl_decision *d, rl_err *
         lp->now = plan->now;
         rc = fs->local->ops->decide(fs->local->cls, lp, ld, err);
     } else {
-        snprintf(err->msg, sizeof err->msg, "out of memory");
+        oom(err);
     }
     if (rc == RL_OK) {
         for (size_t j = 0; j < ld->napplied; j++) {
@@ -362,7 +369,7 @@ int rld_fallback_store_new(rl_store *inner, const rld_fallback_options *opt, rl_
         if (local)
             local->ops->destroy(local->cls);
         inner->ops->destroy(inner->cls);
-        return snprintf(err->msg, sizeof err->msg, "out of memory"), RL_ENOMEM;
+        return oom(err);
     }
     fs->inner = inner;
     fs->local = local;

@@ -34,6 +34,7 @@ struct rld_pool {
     rl_ns retry_at, backoff;
     int probing;
     uint64_t errors;
+    char last_error[256];
     char sha[RLD_NSCRIPTS][41];
 };
 
@@ -185,6 +186,13 @@ int rld_pool_up(rld_pool *p)
     return up;
 }
 
+void rld_pool_last_error(rld_pool *p, char *buf, size_t len)
+{
+    pthread_mutex_lock(&p->mu);
+    snprintf(buf, len, "%s", p->last_error);
+    pthread_mutex_unlock(&p->mu);
+}
+
 uint64_t rld_pool_errors(rld_pool *p)
 {
     pthread_mutex_lock(&p->mu);
@@ -226,8 +234,11 @@ static int checkout(rld_pool *p, rl_ns deadline, pconn **out, int *probe, rl_err
             if (*probe)
                 p->probing = 0;
             p->errors++;
+            fail(err, RL_ESTORE, "redis: no free connection within the timeout");
+            if (err)
+                snprintf(p->last_error, sizeof p->last_error, "%.255s", err->msg);
             pthread_mutex_unlock(&p->mu);
-            return fail(err, RL_ESTORE, "redis: no free connection within the timeout");
+            return RL_ESTORE;
         }
     }
     pconn *pc = NULL;
@@ -243,7 +254,8 @@ static int checkout(rld_pool *p, rl_ns deadline, pconn **out, int *probe, rl_err
 
 /* Returns a connection. link_failed: Redis could not be reached through it (it is closed);
  * otherwise Redis answered (even with an error reply). */
-static void checkin(rld_pool *p, pconn *pc, int probe, int link_failed, int failed)
+static void checkin(rld_pool *p, pconn *pc, int probe, int link_failed, int failed,
+                    const rl_err *err)
 {
     if (link_failed && pc->c) {
         redisFree(pc->c);
@@ -253,8 +265,11 @@ static void checkin(rld_pool *p, pconn *pc, int probe, int link_failed, int fail
     pc->busy = 0;
     p->nfree++;
     pthread_cond_signal(&p->cv);
-    if (failed)
+    if (failed) {
         p->errors++;
+        if (err)
+            snprintf(p->last_error, sizeof p->last_error, "%.255s", err->msg);
+    }
     if (link_failed) {
         rl_ns now = rld_mono_ns();
         if (p->up) {
@@ -448,7 +463,10 @@ static int call(rld_pool *p, int s, int nkeys, int argc, const char **argv, cons
     size_t *al = NULL;
     char nk[16];
     int probe, link_failed = 0, reset, opened, rc;
+    rl_err own;
     *reply = NULL;
+    if (!err) /* the message is kept for rld_pool_last_error all the same */
+        err = &own;
 
     if (s >= 0 || !len) { /* EVALSHA <sha> <nkeys> in front, and lengths for every argument */
         int extra = s >= 0 ? 3 : 0;
@@ -497,7 +515,7 @@ static int call(rld_pool *p, int s, int nkeys, int argc, const char **argv, cons
     if (av != argv)
         free(av);
     free(al);
-    checkin(p, pc, probe, link_failed, rc != RL_OK);
+    checkin(p, pc, probe, link_failed, rc != RL_OK, err);
     return rc;
 }
 

@@ -66,6 +66,8 @@ int rld_pool_command(rld_pool *p, int argc, const char **argv, const size_t *arg
 int rld_pool_up(rld_pool *p);
 /* Calls that failed because of the store (including those refused at once while down). */
 uint64_t rld_pool_errors(rld_pool *p);
+/* Copies the message of the last call that failed because of the store ("" if none has). */
+void rld_pool_last_error(rld_pool *p, char *buf, size_t len);
 /* When the link is down and a probe is due, sends a PING as the probe. Returns rld_pool_up. */
 int rld_pool_probe(rld_pool *p);
 

@@ -346,6 +346,12 @@ static int rs_attach(void *cls, const rl_config *cfg, const rl_resolver *res, rl
         if (rc != RL_OK)
             return rc;
     }
+    for (size_t q = 0; q < cfg->nquotas; q++) {
+        snprintf(where, sizeof where, "quotas.%.64s.rules", cfg->quota_keys[q]);
+        int rc = check_rules(rs, cfg->quotas[q].rules, where, err);
+        if (rc != RL_OK)
+            return rc;
+    }
     rl_ns ms = (cfg->reservation_ttl + 999999) / 1000000;
     rs->hold_ms = (long)(ms > 86400000 ? 86400000 : ms) + GRACE_MS;
     return RL_OK;
@@ -1001,6 +1007,7 @@ void rld_redis_store_health(rl_store *st, rld_redis_health *out)
     out->up = rld_pool_up(rs->pool);
     out->errors = rld_pool_errors(rs->pool);
     out->peers = __atomic_load_n(&rs->peers, __ATOMIC_RELAXED);
+    rld_pool_last_error(rs->pool, out->last_error, sizeof out->last_error);
 }
 
 unsigned rld_redis_store_peers(void *ctx)

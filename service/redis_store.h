@@ -62,6 +62,7 @@ typedef struct rld_redis_health {
     uint64_t errors; /* calls that failed because of Redis, those refused while down included */
     unsigned peers;  /* live instances counted by heartbeat, this one included; 0 before the
                         first heartbeat got through */
+    char last_error[256]; /* why the last failed call failed, "" when none has */
 } rld_redis_health;
 
 /* Fills out for a store made by rld_redis_store_new (borrowed; alive while its limiter is). */

@@ -283,6 +283,7 @@ START_TEST(redis_killed_and_restarted_under_load)
     rld_redis_store_health(in.redis, &h);
     ck_assert(h.up);
     ck_assert_uint_gt(h.errors, 0);
+    ck_assert_msg(strncmp(h.last_error, "redis: ", 7) == 0, "last error: %s", h.last_error);
     ck_assert_uint_gt(rld_fallback_count(in.top, 0, RLD_ON_ERROR_OPEN), 0);
     ck_assert_uint_gt(rld_fallback_count(in.top, 1, RLD_ON_ERROR_CLOSED), 0);
     ck_assert_uint_gt(rld_fallback_count(in.top, 2, RLD_ON_ERROR_LOCAL), 0);
@@ -312,6 +313,7 @@ START_TEST(stale_connections_are_reopened)
     rld_redis_store_health(in.redis, &h);
     ck_assert(h.up);
     ck_assert_uint_eq(h.errors, 0);
+    ck_assert_str_eq(h.last_error, "");
     inst_free(&in);
 }
 END_TEST

@@ -715,6 +715,7 @@ START_TEST(ttl_follows_the_state)
         "{\"name\": \"cc\", \"rules\": [{\"type\": \"concurrency\", \"limit\": 3}]}]}",
         "real:", 1, NULL);
     rl_decision d;
+    int64_t before = redis_ms();
     ck_assert_int_eq(acquire(lim, "tb=u,gcra=u,sw=u,swc=u,fw=u,cc=u", FP(4), 0, 0, 0, &d), RL_OK);
     ck_assert(d.allowed);
     ck_assert(d.reservation[0]); /* the concurrency slot is held by a reservation */
@@ -730,7 +731,8 @@ START_TEST(ttl_follows_the_state)
     ck_assert_msg(v > 19000 && v <= 40000, "sliding window counter TTL %lld", v);
     int64_t hour_end = (now / 3600000 + 1) * 3600000;
     v = pttl("real:s:fw:0:u");
-    ck_assert_msg(v > 0 && v <= 3600000 && llabs(v - (hour_end - now)) <= 1000,
+    ck_assert_msg(v > 0 && v <= 3600000 &&
+                      (before / 3600000 != now / 3600000 || llabs(v - (hour_end - now)) <= 1000),
                   "fixed window TTL %lld, hour ends in %lld", v, (long long)(hour_end - now));
     v = pttl("real:s:cc:0:u");
     ck_assert_msg(v > 89000 && v <= 90000, "concurrency TTL %lld", v);

@@ -870,6 +870,74 @@ START_TEST(charges_saturate_alike)
 }
 END_TEST
 
+/* A key moved between tiers keeps what it used where the type at a position stays, starts
+ * afresh where it changes, and a settlement only touches rules still of their type: the same
+ * in both stores. */
+START_TEST(tier_changes_alike)
+{
+    const char *json =
+        "{\"levels\": [{\"name\": \"user\", \"tiered\": true}], \"tiers\": {"
+        "\"free\": [{\"type\": \"token_bucket\", \"capacity\": 2, \"per_second\": 0.001}],"
+        "\"pro\": [{\"type\": \"token_bucket\", \"capacity\": 5, \"per_second\": 0.001},"
+        "{\"type\": \"concurrency\", \"limit\": 3}]},"
+        "\"default_tier\": \"free\"}";
+    pair p;
+    pair_new(&p, json, "tiers:");
+    rl_limiter *both[2] = {p.mem, p.red};
+    rl_decision x, y;
+    char ids[2][RL_RESERVATION_ID];
+    rl_err err;
+#define BOTH(call)                                                                                 \
+    do {                                                                                           \
+        for (int w_ = 0; w_ < 2; w_++) {                                                           \
+            rl_limiter *L = both[w_];                                                              \
+            rl_decision *D = w_ ? &y : &x;                                                         \
+            (void)D;                                                                               \
+            call;                                                                                  \
+        }                                                                                          \
+    } while (0)
+    /* free: take 1 of 2, reserved */
+    BOTH(ck_assert_int_eq(acquire(L, "user=k", FP(1), S(1), RL_RESERVE, 0, D), RL_OK));
+    compare(&x, &y, "free");
+    memcpy(ids[0], x.reservation, RL_RESERVATION_ID);
+    memcpy(ids[1], y.reservation, RL_RESERVATION_ID);
+    ck_assert_int_eq(x.applied[0].st.remaining, FP(1));
+    /* pro: the bucket keeps the 1 used: 5 - 1, plus 0.001 refilled in 1 s, minus 1 more */
+    BOTH(ck_assert_int_eq(rl_quota_set(L, "k", "pro", NULL, &err), RL_OK));
+    BOTH(ck_assert_int_eq(acquire(L, "user=k", FP(1), S(2), 0, 0, D), RL_OK));
+    compare(&x, &y, "pro");
+    ck_assert_int_eq(x.applied[0].st.remaining, FP(3.001));
+    /* custom: a fixed window where the bucket was starts empty */
+    rl_registry *reg = p.reg;
+    for (int w = 0; w < 2; w++) {
+        json_t *arr =
+            json_loads("[{\"type\": \"fixed_window\", \"limit\": 4, \"window\": 60}]", 0, NULL);
+        rl_rules *rs;
+        ck_assert_int_eq(rld_rules_from_json(arr, reg, &rs, &err), RL_OK);
+        json_decref(arr);
+        ck_assert_int_eq(rl_quota_set(both[w], "k", NULL, rs, &err), RL_OK);
+    }
+    BOTH(ck_assert_int_eq(acquire(L, "user=k", FP(1), S(3), 0, 0, D), RL_OK));
+    compare(&x, &y, "custom");
+    ck_assert_int_eq(x.applied[0].st.remaining, FP(3));
+    /* the free reservation's settlement finds a fixed window at its position: untouched */
+    rl_settlement s1, s2;
+    ck_assert_int_eq(rl_settle(p.mem, ids[0], 0, S(4), &s1, &err), RL_OK);
+    ck_assert_int_eq(rl_settle(p.red, ids[1], 0, S(4), &s2, &err), RL_OK);
+    ck_assert_int_eq(s1.refunded, s2.refunded);
+    BOTH(ck_assert_int_eq(acquire(L, "user=k", FP(1), S(4), RL_DRY_RUN, 0, D), RL_OK));
+    compare(&x, &y, "after the settlement");
+    ck_assert_int_eq(x.applied[0].st.remaining, FP(3));
+    /* back to pro: the bucket's state was replaced, it starts full */
+    BOTH(ck_assert_int_eq(rl_quota_set(L, "k", "pro", NULL, &err), RL_OK));
+    BOTH(ck_assert_int_eq(acquire(L, "user=k", FP(1), S(5), 0, 0, D), RL_OK));
+    compare(&x, &y, "pro again");
+    ck_assert_int_eq(x.applied[0].st.remaining, FP(4));
+#undef BOTH
+    pair_free(&p);
+}
+END_TEST
+
 /* ---- shards -------------------------------------------------------------------------------- */
 
 START_TEST(sharded_level_splits_the_quota)
@@ -1126,6 +1194,7 @@ Suite *redis_store_suite(void)
     tcase_set_timeout(tc, 300);
     tcase_add_loop_test(tc, differential_replay, 0, TRACES);
     tcase_add_test(tc, charges_saturate_alike);
+    tcase_add_test(tc, tier_changes_alike);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("keys");

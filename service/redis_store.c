@@ -278,6 +278,12 @@ static void ab_params(abuf *a, const rl_rule *r, unsigned n)
     }
 }
 
+/* TTL of reservations and of held slots, in ms: never below the floor. */
+static long hold_ms(const redis_store *rs)
+{
+    return rs->hold_ms > rs->floor_ms ? rs->hold_ms : rs->floor_ms;
+}
+
 static const type_info *info_of(const redis_store *rs, const rl_rule *r)
 {
     return r->type_id < rs->ntypes ? &rs->types[r->type_id] : NULL;
@@ -387,7 +393,7 @@ static int build_decide(redis_store *rs, const rl_plan *plan, const rl_decision 
     ab_i64(a, plan->cost);
     ab_i64(a, rs->cfg->reservation_ttl);
     ab_i64(a, rs->floor_ms);
-    ab_i64(a, rs->hold_ms);
+    ab_i64(a, hold_ms(rs));
     ab_str(a, id);
     ab_i64(a, (int64_t)plan->n);
     for (size_t i = 0; i < plan->n; i++) {
@@ -460,6 +466,8 @@ static int rs_decide(void *cls, const rl_plan *plan, rl_decision *d, rl_err *err
         if (reserve)
             new_id(rs, id);
         rc = build_decide(rs, plan, d, id, shard, &k, &a, &nstate, err);
+        if (rc == RL_OK && (k.oom || a.oom))
+            rc = fail(err, RL_ENOMEM, "out of memory");
         if (rc == RL_OK && nstate == 0 && !reserve) {
             /* nothing kept in Redis: the waits are final */
             for (size_t i = 0; i < plan->n; i++)
@@ -654,7 +662,7 @@ static int rs_settle(void *cls, const char *id, rl_fp actual, rl_ns now, rl_sett
         ab_str(&a, "");
     ab_i64(&a, actual);
     ab_i64(&a, rs->floor_ms);
-    ab_i64(&a, rs->hold_ms);
+    ab_i64(&a, hold_ms(rs));
     for (size_t i = 0; i < rv.n; i++) {
         const ritem *it = &rv.item[i];
         const type_info *ti;
@@ -709,7 +717,7 @@ static int end_resv(redis_store *rs, const char *id, const char *now_arg, int ex
     ab_str(&a, expire ? "expire" : "release");
     ab_str(&a, id);
     ab_i64(&a, rs->floor_ms);
-    ab_i64(&a, rs->hold_ms);
+    ab_i64(&a, hold_ms(rs));
     *holds = 0;
     for (size_t i = 0; i < rv.n; i++) {
         const ritem *it = &rv.item[i];

@@ -582,8 +582,15 @@ START_TEST(lua_arithmetic_matches_c)
             do
                 b[i] = rnd_value(&s);
             while (b[i] == 0);
-            if (rng_next(&s) % 3 == 0) /* 128-bit dividends, as the rules make them */
+            uint64_t shape = rng_next(&s) % 6;
+            if (shape < 2) /* 128-bit dividends, as the rules make them */
                 a[i] = (a[i] % ((i128)1 << 62)) * (b[i] % ((i128)1 << 62));
+            else if (shape == 2) {
+                /* exact multiples beyond 2^53 and their neighbours: the double estimate of the
+                 * quotient may fall one short */
+                b[i] = ((i128)1 << 40) + (i128)(rng_next(&s) % (((uint64_t)1 << 50) - (1u << 30)));
+                a[i] = (i128)(1 + rng_next(&s) % (1u << 20)) * b[i] + (i128)(rng_next(&s) % 3) - 1;
+            }
             if (a[i] > (i128)INT64_MAX * 4 || a[i] < -(i128)INT64_MAX * 4)
                 a[i] = a[i] % ((i128)1 << 100);
             argv[3 + 2 * i] = i128_str(a[i], bufs[2 * i]);

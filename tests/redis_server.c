@@ -2,6 +2,7 @@
  * redis_server.c - see redis_server.h.
  */
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -12,6 +13,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -115,11 +117,58 @@ static int spawn(rt_redis *r)
     return -1;
 }
 
+static void remove_dir(const char *dir)
+{
+    static const char *const files[] = {"redis.log", "dump.rdb", "owner"};
+    char path[400];
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, files[i]);
+        unlink(path);
+    }
+    rmdir(dir);
+}
+
+/* A test that fails leaves through _exit, past any clean-up: its directory stays behind (its
+ * server died with it). Directories whose owning process is gone are removed here. */
+static void sweep_stale(void)
+{
+    DIR *d = opendir("/tmp");
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+        char dir[300], path[320];
+        struct stat st;
+        if (strncmp(e->d_name, "rl-redis-", 9) != 0)
+            continue;
+        snprintf(dir, sizeof dir, "/tmp/%s", e->d_name);
+        snprintf(path, sizeof path, "%s/owner", dir);
+        FILE *f = fopen(path, "r");
+        long pid = 0;
+        if (f) {
+            if (fscanf(f, "%ld", &pid) != 1)
+                pid = 0;
+            fclose(f);
+        }
+        int gone = pid > 0 ? kill((pid_t)pid, 0) != 0 && errno == ESRCH
+                           : stat(dir, &st) == 0 && st.st_mtime < time(NULL) - 600;
+        if (gone)
+            remove_dir(dir);
+    }
+    if (d)
+        closedir(d);
+}
+
 void rt_redis_start(rt_redis *r)
 {
     memset(r, 0, sizeof *r);
+    sweep_stale();
     snprintf(r->dir, sizeof r->dir, "/tmp/rl-redis-XXXXXX");
     ck_assert_ptr_nonnull(mkdtemp(r->dir));
+    char owner[96];
+    snprintf(owner, sizeof owner, "%s/owner", r->dir);
+    FILE *f = fopen(owner, "w");
+    ck_assert_ptr_nonnull(f);
+    fprintf(f, "%ld\n", (long)getpid());
+    fclose(f);
     track(r, 1);
     for (int attempt = 0; attempt < 5; attempt++) {
         r->port = free_port();
@@ -174,12 +223,7 @@ void rt_redis_stop(rt_redis *r)
         r->pid = 0;
     }
     if (r->dir[0]) {
-        char path[128];
-        snprintf(path, sizeof path, "%s/redis.log", r->dir);
-        unlink(path);
-        snprintf(path, sizeof path, "%s/dump.rdb", r->dir);
-        unlink(path);
-        rmdir(r->dir);
+        remove_dir(r->dir);
         r->dir[0] = '\0';
     }
     track(r, 0);

@@ -4,7 +4,8 @@
  *
  * A test that needs Redis fails (never skips) when redis-server is missing: `make deps` installs
  * it. Servers die with the process that started them (PR_SET_PDEATHSIG) and are stopped at
- * exit, so a failing test leaves nothing behind.
+ * exit; the directory of a test that failed (Check leaves it through _exit) is removed by the
+ * next start, once its owning process is gone.
  */
 #ifndef RL_REDIS_SERVER_H
 #define RL_REDIS_SERVER_H

@@ -351,6 +351,66 @@ START_TEST(local_mode_divides_by_live_instances)
 }
 END_TEST
 
+/* A tiered level in local mode: a tier's rules and a key's own rules are both divided. */
+START_TEST(local_mode_with_tiers_and_custom_quotas)
+{
+    char json[2048];
+    snprintf(json, sizeof json,
+             "{\"store\": {\"type\": \"redis\", \"url\": \"%s\", \"timeout_ms\": %d, "
+             "\"fleet_size\": 2}, \"levels\": [{\"name\": \"user\", \"tiered\": true, "
+             "\"on_store_error\": \"local\"}], \"tiers\": {\"free\": [{\"type\": "
+             "\"token_bucket\", \"capacity\": 4, \"per_second\": 0.001}]}, "
+             "\"default_tier\": \"free\", \"quotas\": {\"vip\": {\"rules\": [{\"type\": "
+             "\"token_bucket\", \"capacity\": 6, \"per_second\": 0.001}]}}}",
+             srv.url, TIMEOUT_MS);
+    inst in;
+    rld_settings set;
+    rl_config *cfg;
+    rl_err err = {{0}};
+    in.reg = rl_registry_new();
+    ck_assert_int_eq(rld_config_parse(json, strlen(json), in.reg, &set, &cfg, &err), RL_OK);
+    ck_assert_int_eq(rld_redis_store_open(&set, 0, &in.top, &in.redis, &err), RL_OK);
+    rld_settings_clear(&set);
+    ck_assert_int_eq(rl_limiter_new(cfg, in.top, &in.lim, &err), RL_OK);
+    rt_redis_kill(&srv);
+
+    rl_decision d;
+    int free_allowed = 0, vip_allowed = 0;
+    for (int i = 0; i < 5; i++) {
+        decide(&in, "user=joe", 1, &d);
+        ck_assert_int_eq(d.applied[0].fallback, RL_FALLBACK_LOCAL);
+        free_allowed += d.allowed;
+        decide(&in, "user=vip", 1, &d);
+        vip_allowed += d.allowed;
+    }
+    ck_assert_int_eq(free_allowed, 2); /* 4 / 2 */
+    ck_assert_int_eq(vip_allowed, 3);  /* 6 / 2 */
+
+    /* a reservation on the custom rules is settled through the local store's resolver */
+    rl_descriptor ds[1] = {{"user", 4, "ann", 3}};
+    json_t *arr = json_loads(
+        "[{\"type\": \"token_bucket\", \"capacity\": 10, \"per_second\": 0.001}]", 0, NULL);
+    rl_rules *rs;
+    ck_assert_int_eq(rld_rules_from_json(arr, in.reg, &rs, &err), RL_OK);
+    json_decref(arr);
+    ck_assert_int_eq(rl_quota_set(in.lim, "ann", NULL, rs, &err), RL_OK);
+    rl_request req = {.desc = ds, .ndesc = 1, .cost = FP(5), .flags = RL_RESERVE, .now = wall()};
+    ck_assert_int_eq(rl_acquire(in.lim, &req, &d, &err), RL_OK);
+    rl_decision_done(&d);
+    ck_assert(d.allowed);
+    ck_assert_int_eq(d.applied[0].st.limit, FP(5)); /* 10 / 2 */
+    ck_assert_int_eq(d.applied[0].st.remaining, 0);
+    rl_settlement st;
+    ck_assert_int_eq(rl_settle(in.lim, d.reservation, FP(2), wall(), &st, &err), RL_OK);
+    req.flags = RL_DRY_RUN;
+    req.cost = FP(3);
+    ck_assert_int_eq(rl_acquire(in.lim, &req, &d, &err), RL_OK);
+    rl_decision_done(&d);
+    ck_assert(d.allowed); /* 3 given back */
+    inst_free(&in);
+}
+END_TEST
+
 /* A reservation made while falling back is settled and released where it was made. */
 START_TEST(reservations_made_while_down)
 {
@@ -393,6 +453,7 @@ Suite *redis_failover_suite(void)
     tcase_add_test(tc, stale_connections_are_reopened);
     tcase_add_test(tc, local_mode_divides_by_live_instances);
     tcase_add_test(tc, reservations_made_while_down);
+    tcase_add_test(tc, local_mode_with_tiers_and_custom_quotas);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -24,7 +24,7 @@ ifneq ($(SANITIZE),)
 endif
 
 # Libraries come from pkg-config; the core library uses none of them.
-PKG_SVC  := jansson libmicrohttpd
+PKG_SVC  := jansson libmicrohttpd hiredis
 PKG_TEST := check libcurl
 PKG_ALL  := $(PKG_SVC) $(PKG_TEST)
 pc_cflags = $(shell pkg-config --cflags $(1) 2>/dev/null)
@@ -65,6 +65,28 @@ $(BUILD)/service/%.o: service/%.c
 	$(call say,CC,$<)
 	$(Q)$(CC) $(BASE_CPPFLAGS) -Iservice $(SVC_CFLAGS) $(ALL_CFLAGS) -c $< -o $@
 
+# The Redis store's Lua scripts, embedded as C arrays (an array, not a string literal: ISO C
+# only promises string literals of 4095 bytes). Each script is lib.lua followed by its own file.
+LUA_WITH_LIB := decide settle release due
+LUA_PLAIN    := heartbeat quota
+$(BUILD)/gen/redis_scripts.c: $(wildcard service/redis/*.lua) Makefile
+	@mkdir -p $(dir $@)
+	$(call say,GEN,$@)
+	$(Q){ echo '/* generated from the files in service/redis by the Makefile: do not edit */'; \
+	  echo '#include "redis_scripts.h"'; \
+	  for s in $(LUA_WITH_LIB) $(LUA_PLAIN); do \
+	    case " $(LUA_WITH_LIB) " in *" $$s "*) lib=service/redis/lib.lua ;; *) lib= ;; esac; \
+	    echo "const char rld_lua_$$s[] = {"; \
+	    cat $$lib service/redis/$$s.lua | od -An -v -tx1 | sed -e 's/ \([0-9a-f][0-9a-f]\)/0x\1,/g'; \
+	    echo '0};'; \
+	  done; } > $@.tmp && mv $@.tmp $@
+
+$(BUILD)/gen/redis_scripts.o: $(BUILD)/gen/redis_scripts.c
+	$(call say,CC,$<)
+	$(Q)$(CC) $(BASE_CPPFLAGS) -Iservice $(ALL_CFLAGS) -c $< -o $@
+
+SVC_LIB_OBJ += $(BUILD)/gen/redis_scripts.o
+
 # config/default.json is built into the daemon (used when --config is not given).
 $(BUILD)/gen/default_config.c: config/default.json
 	@mkdir -p $(dir $@)
@@ -94,7 +116,6 @@ TEST_BIN  := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 TEST_CFLAGS := $(call pc_cflags,$(PKG_ALL))
 TEST_LIBS := $(call pc_libs,$(PKG_ALL)) $(SVC_LIBS)
 # Helpers every test links: tests/*util.c (testutil.c, srvutil.c, ...).
-TEST_UTIL_OBJ := $(patsubst tests/%.c,$(BUILD)/tests/%.o,$(wildcard tests/*util.c))
 PLUGIN_SRC := $(wildcard tests/plugins/*.c)
 PLUGINS := $(PLUGIN_SRC:tests/plugins/%.c=$(BUILD)/plugins/lib%.so)
 
@@ -103,7 +124,10 @@ $(BUILD)/tests/%.o: tests/%.c
 	$(call say,CC,$<)
 	$(Q)$(CC) $(BASE_CPPFLAGS) -Iservice -Itests $(TEST_CFLAGS) $(ALL_CFLAGS) -c $< -o $@
 
-$(BUILD)/tests/test_%: $(BUILD)/tests/test_%.o $(TEST_UTIL_OBJ) $(SVC_LIB_OBJ) $(BUILD)/librl.a
+# Every tests/*.c that is not a test (testutil.c, redis_server.c) is linked into each test.
+TEST_HELP_OBJ := $(patsubst tests/%.c,$(BUILD)/tests/%.o,$(filter-out $(TEST_SRC),$(wildcard tests/*.c)))
+
+$(BUILD)/tests/test_%: $(BUILD)/tests/test_%.o $(TEST_HELP_OBJ) $(SVC_LIB_OBJ) $(BUILD)/librl.a
 	$(call say,LD,$@)
 	$(Q)$(CC) $^ -o $@ $(LDFLAGS_ALL) $(TEST_LIBS)
 
@@ -137,7 +161,7 @@ test: deps-quiet
 build-test: $(BUILD)/ratelimitd $(TEST_BIN) $(PLUGINS)
 
 # Test objects are kept (not removed as intermediates), so a second make rebuilds nothing.
-.SECONDARY: $(TEST_UTIL_OBJ) $(TEST_SRC:tests/%.c=$(BUILD)/tests/%.o)
+.SECONDARY: $(TEST_HELP_OBJ) $(TEST_SRC:tests/%.c=$(BUILD)/tests/%.o)
 
 # The core must compile with nothing but include/ and the C library on its include path: a
 # copy of the system include directory without the HTTP, JSON, Redis and test libraries.

@@ -223,6 +223,14 @@ typedef struct rl_request {
     rl_ns now;
 } rl_request;
 
+/* How a store that could not reach its shared state stood in for a rule (rl_applied.fallback). */
+typedef enum rl_fallback {
+    RL_FALLBACK_NONE = 0, /* the store decided */
+    RL_FALLBACK_OPEN,     /* allowed without the store */
+    RL_FALLBACK_CLOSED,   /* denied because the store was unavailable */
+    RL_FALLBACK_LOCAL     /* decided in process with a share of the rule's quota */
+} rl_fallback;
+
 /* One rule that a decision applied. */
 typedef struct rl_applied {
     uint16_t level;
@@ -233,6 +241,7 @@ typedef struct rl_applied {
                           key): valid while both the request and the decision are */
     uint32_t keylen;
     int has_status;    /* the rule reports a status (a deny list does not) */
+    uint8_t fallback;  /* rl_fallback: RL_FALLBACK_NONE unless the store failed */
     rl_rule_status st; /* after the decision */
     rl_ns wait;        /* phase 1's answer */
 } rl_applied;

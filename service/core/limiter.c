@@ -458,6 +458,7 @@ int rl_acquire(rl_limiter *lim, const rl_request *req, rl_decision *d, rl_err *e
             a->key = key;
             a->keylen = (uint32_t)klen;
             a->has_status = 0;
+            a->fallback = RL_FALLBACK_NONE;
             a->wait = 0;
             it->cost = r->unit == RL_UNIT_REQUESTS ? RL_FP_ONE : req->cost;
             it->need = it->cost;

@@ -1,0 +1,30 @@
+-- settle.lua - settles a reservation with its actual cost: gives reserved - actual back to (or
+-- charges it to) every item the caller names, with the rule now in force there.
+--
+-- KEYS: the reservation, then the state keys of the items to settle.
+-- ARGV: now ('' = Redis TIME), actual cost, least TTL (ms), TTL of held slots (ms), then 3
+--       fields per state key: type tag and 2 parameters.
+-- Returns {'ok', reserved cost}, {'notfound'} (unknown or expired) or {'settled'}.
+
+local now = clock(ARGV[1])
+local h = redis.call('HMGET', KEYS[1], 'exp', 'settled', 'cost', 'at')
+if not h[1] or cmp(N(h[1]), now) <= 0 then return {'notfound'} end
+if h[2] == '1' then return {'settled'} end
+redis.call('HSET', KEYS[1], 'settled', '1')
+local amount = sub(N(h[3]), N(ARGV[2]))
+if not iszero(amount) then
+    local at = N(h[4])
+    local floor_ms, hold_ms = tonumber(ARGV[3]), tonumber(ARGV[4])
+    for i = 2, #KEYS do
+        local o = 4 + (i - 2) * 3
+        local tag = ARGV[o + 1]
+        local T = R[tag]
+        local st = load_state(T, tag, KEYS[i])
+        if st then
+            local p = T.params(N(ARGV[o + 2]), N(ARGV[o + 3]))
+            T.refund(p, st, now, at, amount)
+            save_state(T, p, st, now, KEYS[i], floor_ms, hold_ms)
+        end
+    end
+end
+return {'ok', h[3]}

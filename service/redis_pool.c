@@ -1,0 +1,546 @@
+/*
+ * redis_pool.c - see redis_pool.h.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "redis_pool.h"
+#include "redis_scripts.h"
+
+#define BACKOFF_MIN (50 * 1000000LL)
+#define BACKOFF_MAX (2000 * 1000000LL)
+
+typedef struct pconn {
+    redisContext *c;
+    unsigned gen; /* the link generation it was opened in */
+    int busy;
+} pconn;
+
+struct rld_pool {
+    rld_redis_addr addr;
+    rl_ns timeout;
+    pthread_mutex_t mu;
+    pthread_cond_t cv; /* a connection was checked in */
+    size_t n, nfree;
+    pconn *conns;
+    /* health, under mu */
+    int up;
+    unsigned gen; /* bumped each time the link goes down: older connections are reopened */
+    rl_ns retry_at, backoff;
+    int probing;
+    uint64_t errors;
+    char last_error[256];
+    char sha[RLD_NSCRIPTS][41];
+};
+
+static const char *const script_text[RLD_NSCRIPTS] = {
+    [RLD_SCRIPT_DECIDE] = rld_lua_decide,       [RLD_SCRIPT_SETTLE] = rld_lua_settle,
+    [RLD_SCRIPT_RELEASE] = rld_lua_release,     [RLD_SCRIPT_DUE] = rld_lua_due,
+    [RLD_SCRIPT_HEARTBEAT] = rld_lua_heartbeat, [RLD_SCRIPT_QUOTA] = rld_lua_quota,
+};
+
+rl_ns rld_mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (rl_ns)ts.tv_sec * RL_NS_PER_SEC + ts.tv_nsec;
+}
+
+static int fail(rl_err *err, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int fail(rl_err *err, int code, const char *fmt, ...)
+{
+    if (err) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+        va_end(ap);
+    }
+    return code;
+}
+
+/* ---- URLs ---------------------------------------------------------------------------------- */
+
+static int copy_part(char *dst, size_t cap, const char *s, size_t n)
+{
+    if (n >= cap)
+        return -1;
+    memcpy(dst, s, n);
+    dst[n] = '\0';
+    return 0;
+}
+
+static int parse_int(const char *s, size_t n, long lo, long hi, int *out)
+{
+    long v = 0;
+    if (n == 0 || n > 9)
+        return -1;
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] < '0' || s[i] > '9')
+            return -1;
+        v = v * 10 + (s[i] - '0');
+    }
+    if (v < lo || v > hi)
+        return -1;
+    *out = (int)v;
+    return 0;
+}
+
+int rld_redis_parse_url(const char *url, rld_redis_addr *out, rl_err *err)
+{
+    memset(out, 0, sizeof *out);
+    out->port = 6379;
+    if (strncmp(url, "redis://", 8) != 0)
+        return fail(err, RL_EINVAL, "store.url: must start with redis://");
+    const char *s = url + 8, *end = s + strlen(s);
+    const char *slash = strchr(s, '/');
+    const char *hostpart_end = slash ? slash : end;
+    const char *at = NULL;
+    for (const char *q = s; q < hostpart_end; q++)
+        if (*q == '@')
+            at = q;
+    if (at) {
+        const char *colon = memchr(s, ':', (size_t)(at - s));
+        if (!colon)
+            return fail(err, RL_EINVAL, "store.url: credentials must be [user]:password@");
+        if (copy_part(out->user, sizeof out->user, s, (size_t)(colon - s)) != 0 ||
+            copy_part(out->pass, sizeof out->pass, colon + 1, (size_t)(at - colon - 1)) != 0)
+            return fail(err, RL_EINVAL, "store.url: user or password too long");
+        s = at + 1;
+    }
+    const char *hend = hostpart_end;
+    if (*s == '[') { /* [v6 address] */
+        const char *rb = memchr(s, ']', (size_t)(hostpart_end - s));
+        if (!rb)
+            return fail(err, RL_EINVAL, "store.url: unterminated [address]");
+        if (copy_part(out->host, sizeof out->host, s + 1, (size_t)(rb - s - 1)) != 0)
+            return fail(err, RL_EINVAL, "store.url: host too long");
+        s = rb + 1;
+    } else {
+        const char *colon = memchr(s, ':', (size_t)(hostpart_end - s));
+        hend = colon ? colon : hostpart_end;
+        if (copy_part(out->host, sizeof out->host, s, (size_t)(hend - s)) != 0)
+            return fail(err, RL_EINVAL, "store.url: host too long");
+        s = hend;
+    }
+    if (!out->host[0])
+        return fail(err, RL_EINVAL, "store.url: no host");
+    if (*s == ':' && parse_int(s + 1, (size_t)(hostpart_end - s - 1), 1, 65535, &out->port) != 0)
+        return fail(err, RL_EINVAL, "store.url: port must be a number from 1 to 65535");
+    if (*s != ':' && s != hostpart_end)
+        return fail(err, RL_EINVAL, "store.url: unexpected text after the host");
+    if (slash && slash + 1 < end &&
+        parse_int(slash + 1, (size_t)(end - slash - 1), 0, 1000000, &out->db) != 0)
+        return fail(err, RL_EINVAL, "store.url: the database must be a number");
+    return RL_OK;
+}
+
+/* ---- the pool ------------------------------------------------------------------------------ */
+
+int rld_pool_new(const rld_redis_addr *addr, int timeout_ms, int size, rld_pool **out, rl_err *err)
+{
+    *out = NULL;
+    if (size < 1 || size > 1024 || timeout_ms < 1)
+        return fail(err, RL_EINVAL, "store: pool must be 1 to 1024 and timeout_ms positive");
+    rld_pool *p = calloc(1, sizeof *p);
+    if (!p || !(p->conns = calloc((size_t)size, sizeof *p->conns))) {
+        free(p);
+        return fail(err, RL_ENOMEM, "out of memory");
+    }
+    p->addr = *addr;
+    p->timeout = (rl_ns)timeout_ms * 1000000;
+    p->n = p->nfree = (size_t)size;
+    p->up = 1; /* until a call says otherwise */
+    pthread_mutex_init(&p->mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&p->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    *out = p;
+    return RL_OK;
+}
+
+void rld_pool_free(rld_pool *p)
+{
+    if (!p)
+        return;
+    for (size_t i = 0; i < p->n; i++)
+        if (p->conns[i].c)
+            redisFree(p->conns[i].c);
+    free(p->conns);
+    pthread_mutex_destroy(&p->mu);
+    pthread_cond_destroy(&p->cv);
+    free(p);
+}
+
+int rld_pool_up(rld_pool *p)
+{
+    pthread_mutex_lock(&p->mu);
+    int up = p->up;
+    pthread_mutex_unlock(&p->mu);
+    return up;
+}
+
+void rld_pool_last_error(rld_pool *p, char *buf, size_t len)
+{
+    pthread_mutex_lock(&p->mu);
+    snprintf(buf, len, "%s", p->last_error);
+    pthread_mutex_unlock(&p->mu);
+}
+
+uint64_t rld_pool_errors(rld_pool *p)
+{
+    pthread_mutex_lock(&p->mu);
+    uint64_t n = p->errors;
+    pthread_mutex_unlock(&p->mu);
+    return n;
+}
+
+static struct timeval tv_of(rl_ns ns)
+{
+    if (ns < 1000000)
+        ns = 1000000; /* a zero timeout would mean none at all */
+    struct timeval tv = {.tv_sec = ns / RL_NS_PER_SEC, .tv_usec = (ns % RL_NS_PER_SEC) / 1000};
+    return tv;
+}
+
+/* Takes a free connection, waiting until deadline. While the link is down only one probe at a
+ * time goes through, once its backoff has passed; *probe says this call is it. */
+static int checkout(rld_pool *p, rl_ns deadline, pconn **out, int *probe, rl_err *err)
+{
+    *probe = 0;
+    pthread_mutex_lock(&p->mu);
+    if (!p->up) {
+        rl_ns now = rld_mono_ns();
+        if (p->probing || now < p->retry_at) {
+            long long ms = (p->retry_at - now) / 1000000;
+            p->errors++;
+            pthread_mutex_unlock(&p->mu);
+            return fail(err, RL_ESTORE, "redis: unreachable (next attempt in %lld ms)",
+                        ms > 0 ? ms : 0);
+        }
+        p->probing = 1;
+        *probe = 1;
+    }
+    while (p->nfree == 0) {
+        struct timespec ts = {.tv_sec = deadline / RL_NS_PER_SEC,
+                              .tv_nsec = deadline % RL_NS_PER_SEC};
+        if (pthread_cond_timedwait(&p->cv, &p->mu, &ts) == ETIMEDOUT && p->nfree == 0) {
+            if (*probe)
+                p->probing = 0;
+            p->errors++;
+            fail(err, RL_ESTORE, "redis: no free connection within the timeout");
+            if (err)
+                snprintf(p->last_error, sizeof p->last_error, "%.255s", err->msg);
+            pthread_mutex_unlock(&p->mu);
+            return RL_ESTORE;
+        }
+    }
+    pconn *pc = NULL;
+    for (size_t i = 0; i < p->n && !pc; i++)
+        if (!p->conns[i].busy)
+            pc = &p->conns[i];
+    pc->busy = 1;
+    p->nfree--;
+    pthread_mutex_unlock(&p->mu);
+    *out = pc;
+    return RL_OK;
+}
+
+/* Returns a connection. link_failed: Redis could not be reached through it (it is closed);
+ * otherwise Redis answered (even with an error reply). */
+static void checkin(rld_pool *p, pconn *pc, int probe, int link_failed, int failed,
+                    const rl_err *err)
+{
+    if (link_failed && pc->c) {
+        redisFree(pc->c);
+        pc->c = NULL;
+    }
+    pthread_mutex_lock(&p->mu);
+    pc->busy = 0;
+    p->nfree++;
+    pthread_cond_signal(&p->cv);
+    if (failed) {
+        p->errors++;
+        if (err)
+            snprintf(p->last_error, sizeof p->last_error, "%.255s", err->msg);
+    }
+    if (link_failed) {
+        rl_ns now = rld_mono_ns();
+        if (p->up) {
+            p->up = 0;
+            p->gen++;
+            p->backoff = 0;
+            p->retry_at = now;
+        } else if (probe) {
+            p->backoff = p->backoff ? p->backoff * 2 : BACKOFF_MIN;
+            if (p->backoff > BACKOFF_MAX)
+                p->backoff = BACKOFF_MAX;
+            p->retry_at = now + p->backoff;
+        }
+    } else if (!p->up) {
+        p->up = 1;
+        p->backoff = 0;
+    }
+    if (probe)
+        p->probing = 0;
+    pthread_mutex_unlock(&p->mu);
+}
+
+/* Sends a command on c with what is left until deadline. NULL: the link failed (c->err). */
+static redisReply *send_argv(redisContext *c, rl_ns deadline, int argc, const char **argv,
+                             const size_t *len)
+{
+    redisSetTimeout(c, tv_of(deadline - rld_mono_ns()));
+    return redisCommandArgv(c, argc, argv, len);
+}
+
+static int link_error(redisContext *c, rl_err *err)
+{
+    int timeout = c->err == REDIS_ERR_IO && (errno == EAGAIN || errno == EWOULDBLOCK);
+    return fail(err, RL_ESTORE, "redis: %s", timeout ? "timed out" : c->errstr);
+}
+
+/* Opens a connection within deadline, with AUTH and SELECT. NULL with err set on failure. */
+static redisContext *open_conn(const rld_redis_addr *a, rl_ns deadline, rl_err *err)
+{
+    rl_ns left = deadline - rld_mono_ns();
+    if (left <= 0) {
+        fail(err, RL_ESTORE, "redis: timed out");
+        return NULL;
+    }
+    redisContext *c = redisConnectWithTimeout(a->host, a->port, tv_of(left));
+    if (!c) {
+        fail(err, RL_ESTORE, "redis: out of memory");
+        return NULL;
+    }
+    if (c->err) {
+        fail(err, RL_ESTORE, "redis: %s:%d: %s", a->host, a->port, c->errstr);
+        redisFree(c);
+        return NULL;
+    }
+    char db[16];
+    snprintf(db, sizeof db, "%d", a->db);
+    const char *auth[3] = {"AUTH", a->user[0] ? a->user : a->pass, a->pass};
+    const char *sel[2] = {"SELECT", db};
+    int steps[2] = {a->pass[0] != 0, a->db != 0};
+    for (int i = 0; i < 2; i++) {
+        if (!steps[i])
+            continue;
+        redisReply *r = i == 0 ? send_argv(c, deadline, a->user[0] ? 3 : 2, auth, NULL)
+                               : send_argv(c, deadline, 2, sel, NULL);
+        if (!r) {
+            link_error(c, err);
+            redisFree(c);
+            return NULL;
+        }
+        int bad = r->type == REDIS_REPLY_ERROR;
+        if (bad)
+            fail(err, RL_ESTORE, "redis: %s: %.200s", i == 0 ? "AUTH" : "SELECT", r->str);
+        freeReplyObject(r);
+        if (bad) {
+            redisFree(c);
+            return NULL;
+        }
+    }
+    return c;
+}
+
+redisContext *rld_pool_connect(rld_pool *p, int timeout_ms, rl_err *err)
+{
+    return open_conn(&p->addr, rld_mono_ns() + (rl_ns)timeout_ms * 1000000, err);
+}
+
+/* Makes sure pc is open in the current link generation; *opened says it was opened now. */
+static int ensure_open(rld_pool *p, pconn *pc, rl_ns deadline, int *opened, rl_err *err)
+{
+    pthread_mutex_lock(&p->mu);
+    unsigned gen = p->gen;
+    pthread_mutex_unlock(&p->mu);
+    *opened = 0;
+    if (pc->c && pc->gen == gen && !pc->c->err)
+        return RL_OK;
+    if (pc->c)
+        redisFree(pc->c);
+    pc->c = open_conn(&p->addr, deadline, err);
+    pc->gen = gen;
+    *opened = 1;
+    return pc->c ? RL_OK : RL_ESTORE;
+}
+
+static void sha_get(rld_pool *p, rld_script s, char out[41])
+{
+    pthread_mutex_lock(&p->mu);
+    memcpy(out, p->sha[s], 41);
+    pthread_mutex_unlock(&p->mu);
+}
+
+/* SCRIPT LOAD; 0, or -1 with link failure when r is NULL. */
+static int load_script(rld_pool *p, redisContext *c, rld_script s, rl_ns deadline, char sha[41],
+                       int *link_failed, rl_err *err)
+{
+    const char *argv[3] = {"SCRIPT", "LOAD", script_text[s]};
+    redisReply *r = send_argv(c, deadline, 3, argv, NULL);
+    if (!r) {
+        *link_failed = 1;
+        return link_error(c, err);
+    }
+    int ok = r->type == REDIS_REPLY_STRING && r->len == 40;
+    if (ok) {
+        memcpy(sha, r->str, 40);
+        sha[40] = '\0';
+        pthread_mutex_lock(&p->mu);
+        memcpy(p->sha[s], sha, 41);
+        pthread_mutex_unlock(&p->mu);
+    } else {
+        fail(err, RL_ESTORE, "redis: SCRIPT LOAD: %.200s",
+             r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
+    }
+    freeReplyObject(r);
+    return ok ? RL_OK : RL_ESTORE;
+}
+
+/* Sends one command or script (s >= 0; av then holds EVALSHA <sha> <nkeys> and the arguments)
+ * on pc, loading the script when needed and again after NOSCRIPT. *link_failed: Redis could
+ * not be reached; *reset: the connection was found closed (EOF or reset) rather than slow. */
+static int run(rld_pool *p, pconn *pc, int s, int argc, const char **av, const size_t *al,
+               rl_ns deadline, redisReply **reply, int *link_failed, int *reset, rl_err *err)
+{
+    char sha[41] = "";
+    int rc = RL_ESTORE;
+    redisReply *r = NULL;
+    *reply = NULL;
+    *link_failed = *reset = 0;
+    if (s >= 0)
+        sha_get(p, (rld_script)s, sha);
+    for (int attempt = 0; attempt < 2; attempt++) {
+        if (s >= 0 && !sha[0] &&
+            (rc = load_script(p, pc->c, (rld_script)s, deadline, sha, link_failed, err)) != RL_OK)
+            break;
+        if (s >= 0)
+            av[1] = sha;
+        r = send_argv(pc->c, deadline, argc, av, al);
+        if (!r) {
+            int e = errno;
+            *link_failed = 1;
+            *reset = pc->c->err == REDIS_ERR_EOF ||
+                     (pc->c->err == REDIS_ERR_IO && (e == ECONNRESET || e == EPIPE));
+            rc = link_error(pc->c, err);
+            break;
+        }
+        if (r->type != REDIS_REPLY_ERROR) {
+            rc = RL_OK;
+            break;
+        }
+        if (s >= 0 && attempt == 0 && strncmp(r->str, "NOSCRIPT", 8) == 0) {
+            /* Redis restarted or its script cache was flushed */
+            freeReplyObject(r);
+            r = NULL;
+            sha[0] = '\0';
+            continue;
+        }
+        rc = fail(err, RL_ESTORE, "redis: %.400s", r->str);
+        freeReplyObject(r);
+        r = NULL;
+        break;
+    }
+    *reply = r;
+    return rc;
+}
+
+/* One call: a script (s >= 0) or a plain command. */
+static int call(rld_pool *p, int s, int nkeys, int argc, const char **argv, const size_t *len,
+                redisReply **reply, rl_err *err)
+{
+    rl_ns deadline = rld_mono_ns() + p->timeout;
+    pconn *pc = NULL;
+    const char **av = argv;
+    size_t *al = NULL;
+    char nk[16];
+    int probe, link_failed = 0, reset, opened, rc;
+    rl_err own;
+    *reply = NULL;
+    if (!err) /* the message is kept for rld_pool_last_error all the same */
+        err = &own;
+
+    if (s >= 0 || !len) { /* EVALSHA <sha> <nkeys> in front, and lengths for every argument */
+        int extra = s >= 0 ? 3 : 0;
+        av = malloc((size_t)(argc + extra) * sizeof *av);
+        al = malloc((size_t)(argc + extra) * sizeof *al);
+        if (!av || !al) {
+            free(av);
+            free(al);
+            return fail(err, RL_ENOMEM, "out of memory");
+        }
+        if (s >= 0) {
+            snprintf(nk, sizeof nk, "%d", nkeys);
+            av[0] = "EVALSHA";
+            av[1] = "";
+            av[2] = nk;
+            al[0] = 7;
+            al[1] = 40;
+            al[2] = strlen(nk);
+        }
+        for (int i = 0; i < argc; i++) {
+            av[i + extra] = argv[i];
+            al[i + extra] = len ? len[i] : strlen(argv[i]);
+        }
+        argc += extra;
+    }
+    if ((rc = checkout(p, deadline, &pc, &probe, err)) != RL_OK) {
+        if (av != argv)
+            free(av);
+        free(al);
+        return rc;
+    }
+    for (int round = 0; round < 2; round++) {
+        if ((rc = ensure_open(p, pc, deadline, &opened, err)) != RL_OK) {
+            link_failed = 1;
+            break;
+        }
+        rc = run(p, pc, s, argc, av, al ? al : len, deadline, reply, &link_failed, &reset, err);
+        if (rc == RL_OK || !link_failed || !reset || opened || rld_mono_ns() >= deadline)
+            break;
+        /* a connection opened earlier was closed under us (Redis restarted, or dropped it as
+         * idle) before the command got through: once more on a new one */
+        redisFree(pc->c);
+        pc->c = NULL;
+        link_failed = 0;
+    }
+    if (av != argv)
+        free(av);
+    free(al);
+    checkin(p, pc, probe, link_failed, rc != RL_OK, err);
+    return rc;
+}
+
+int rld_pool_eval(rld_pool *p, rld_script s, int nkeys, int argc, const char **argv,
+                  const size_t *argvlen, redisReply **reply, rl_err *err)
+{
+    return call(p, (int)s, nkeys, argc, argv, argvlen, reply, err);
+}
+
+int rld_pool_command(rld_pool *p, int argc, const char **argv, const size_t *argvlen,
+                     redisReply **reply, rl_err *err)
+{
+    return call(p, -1, 0, argc, argv, argvlen, reply, err);
+}
+
+int rld_pool_probe(rld_pool *p)
+{
+    pthread_mutex_lock(&p->mu);
+    int due = !p->up && !p->probing && rld_mono_ns() >= p->retry_at;
+    pthread_mutex_unlock(&p->mu);
+    if (due) {
+        const char *ping[1] = {"PING"};
+        redisReply *r;
+        if (rld_pool_command(p, 1, ping, NULL, &r, NULL) == RL_OK)
+            freeReplyObject(r);
+    }
+    return rld_pool_up(p);
+}

@@ -1,0 +1,81 @@
+/*
+ * redis_pool.h - a pool of blocking hiredis connections to one Redis, with a deadline on every
+ * call, the store's Lua scripts run by their SHA1, and the health of the link.
+ *
+ * A redisContext is not thread-safe, so each call checks a connection out of the pool and back
+ * in. Every call finishes within the pool's timeout from its start: waiting for a free
+ * connection, connecting, and each read and write share that deadline.
+ *
+ * Health. A call that cannot reach Redis (refused, reset, timed out) marks the link down; every
+ * connection is then reopened before its next use. While the link is down, calls fail at once
+ * without touching the network, except one probe at a time once the backoff has passed (0 after
+ * the first failure, then 50 ms doubling up to 2 s); the first call that gets through marks the
+ * link up again. rld_pool_probe lets housekeeping drive the probes when no requests come.
+ */
+#ifndef RLD_REDIS_POOL_H
+#define RLD_REDIS_POOL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <hiredis/hiredis.h>
+
+#include "ratelimit.h"
+
+/* Where Redis is: parsed from redis://[[user]:password@]host[:port][/db]. */
+typedef struct rld_redis_addr {
+    char host[256];
+    int port; /* 6379 by default */
+    int db;   /* 0 by default */
+    char user[128];
+    char pass[256]; /* "" when no AUTH is sent */
+} rld_redis_addr;
+
+/* Parses a redis:// URL. RL_EINVAL with the reason in err. */
+int rld_redis_parse_url(const char *url, rld_redis_addr *out, rl_err *err);
+
+/* The server-side scripts, loaded on first use and again after NOSCRIPT. */
+typedef enum rld_script {
+    RLD_SCRIPT_DECIDE,
+    RLD_SCRIPT_SETTLE,
+    RLD_SCRIPT_RELEASE,
+    RLD_SCRIPT_DUE,
+    RLD_SCRIPT_HEARTBEAT,
+    RLD_SCRIPT_QUOTA,
+    RLD_NSCRIPTS
+} rld_script;
+
+typedef struct rld_pool rld_pool;
+
+/* A pool of size connections (1..1024), opened lazily; calls last at most timeout_ms. Fails only
+ * when out of memory: an unreachable Redis is a link that is down, not an error here. */
+int rld_pool_new(const rld_redis_addr *addr, int timeout_ms, int size, rld_pool **out, rl_err *err);
+/* Closes every connection and frees the pool. NULL is ok. */
+void rld_pool_free(rld_pool *p);
+
+/* Runs a script with argv[0..nkeys-1] as KEYS and the rest as ARGV. On RL_OK *reply is the
+ * reply (not an error reply), which the caller frees with freeReplyObject. On RL_ESTORE (Redis
+ * unreachable, too slow, or the script failed) err says why and nothing is returned. */
+int rld_pool_eval(rld_pool *p, rld_script s, int nkeys, int argc, const char **argv,
+                  const size_t *argvlen, redisReply **reply, rl_err *err);
+/* The same for a plain command. */
+int rld_pool_command(rld_pool *p, int argc, const char **argv, const size_t *argvlen,
+                     redisReply **reply, rl_err *err);
+
+/* 1 while the link is up (the last attempt reached Redis), 0 while it is down. */
+int rld_pool_up(rld_pool *p);
+/* Calls that failed because of the store (including those refused at once while down). */
+uint64_t rld_pool_errors(rld_pool *p);
+/* Copies the message of the last call that failed because of the store ("" if none has). */
+void rld_pool_last_error(rld_pool *p, char *buf, size_t len);
+/* When the link is down and a probe is due, sends a PING as the probe. Returns rld_pool_up. */
+int rld_pool_probe(rld_pool *p);
+
+/* A new connection outside the pool (for a subscriber), authenticated and on the right
+ * database, or NULL with the reason in err. The caller frees it with redisFree. */
+redisContext *rld_pool_connect(rld_pool *p, int timeout_ms, rl_err *err);
+
+/* The monotonic clock in nanoseconds. */
+rl_ns rld_mono_ns(void);
+
+#endif

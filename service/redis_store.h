@@ -1,0 +1,86 @@
+/*
+ * redis_store.h - the fleet store: per-key state, reservations and held concurrency slots kept
+ * in Redis, so that several ratelimitd instances behind a load balancer enforce one set of
+ * limits as a single instance would.
+ *
+ * Every decision is one Lua script run atomically by Redis (both phases, every rule of every
+ * level); settling, releasing and expiring a reservation are scripts too. The scripts port the
+ * built-in rule types' integer arithmetic exactly (service/redis/lib.lua), so a trace gives the
+ * same decisions, waits and balances as the in-memory store. Rule types without state (a deny
+ * list, stateless plug-ins) are decided here in C; a plug-in type with state cannot live in
+ * Redis and is refused (RL_EINVAL).
+ *
+ * Clock: the scripts read Redis TIME, one clock for the whole fleet, unless the store was made
+ * with manual_clock, when the caller's now is used (and must not be negative).
+ *
+ * Keys (prefix P): P"s:"<level>":"<slot>[.<shard>]":"<key> per rule state, P"r:"<id> per
+ * reservation, P"resv" (the reservations by expiry), P"fleet" (heartbeats), P"quotas" (see
+ * redis_quota.h). Each state key expires when its state is indistinguishable from a new key's;
+ * see docs/redis.md.
+ *
+ * Failure: when Redis is unreachable or slower than timeout_ms, decide, settle and release
+ * return RL_ESTORE after at most timeout_ms (a decision may or may not have been applied when
+ * a reply timed out). Wrap the store in rld_fallback_store_new (fallback_store.h) to decide per
+ * level instead. The pool reconnects by itself with backoff; tick() drives the reconnection and
+ * the heartbeat, so call it regularly (ten times a second).
+ *
+ * The process should ignore SIGPIPE (a write to a connection Redis closed would kill it);
+ * rld_redis_store_new sets SIGPIPE to SIG_IGN when it is still at its default.
+ */
+#ifndef RLD_REDIS_STORE_H
+#define RLD_REDIS_STORE_H
+
+#include <stdint.h>
+
+#include "config_json.h"
+#include "ratelimit.h"
+#include "ratelimit_store.h"
+#include "redis_pool.h"
+
+typedef struct rld_redis_options {
+    const char *url;                /* redis://[[user]:password@]host[:port][/db] */
+    const char *prefix;             /* in front of every key, "" allowed; NULL: "rl:" */
+    int timeout_ms;                 /* most a call waits on Redis (1..60000) */
+    int pool;                       /* connections (1..1024) */
+    int manual_clock;               /* 1: use the caller's now instead of Redis TIME */
+    unsigned shards[RL_MAX_LEVELS]; /* per level index: 0 or 1 is one key; N > 1 splits the
+                                       level's state into N keys of 1/N of every quota */
+    long ttl_floor_ms; /* least TTL given to any key written, 0 for none. TTLs follow the clock
+                          the store decides with; with a manual clock that is not real time, so
+                          tests that replay traces set a floor that outlasts them. */
+} rld_redis_options;
+
+/* A new Redis store for rl_limiter_new, which takes it. Connections open lazily: an unreachable
+ * Redis is not an error here (the store starts down and keeps trying). Errors: RL_EINVAL for a
+ * bad URL or option, RL_ENOMEM. The configuration is checked when the limiter attaches: a level
+ * or tier using a plug-in rule type with state is refused there. */
+int rld_redis_store_new(const rld_redis_options *opt, rl_store **out, rl_err *err);
+
+/* What the daemon reports about the store. */
+typedef struct rld_redis_health {
+    int up;          /* 1 while Redis answers */
+    uint64_t errors; /* calls that failed because of Redis, those refused while down included */
+    unsigned peers;  /* live instances counted by heartbeat, this one included; 0 before the
+                        first heartbeat got through */
+    char last_error[256]; /* why the last failed call failed, "" when none has */
+} rld_redis_health;
+
+/* Fills out for a store made by rld_redis_store_new (borrowed; alive while its limiter is). */
+void rld_redis_store_health(rl_store *st, rld_redis_health *out);
+/* The last heartbeat's count of live instances (0: not known yet). ctx is the rl_store; the
+ * signature fits rld_fallback_options.peers. */
+unsigned rld_redis_store_peers(void *ctx);
+
+/* The daemon's store for "store": {"type": "redis", ...}: a Redis store wrapped in a fallback
+ * store (fallback_store.h) that follows each level's on_store_error, dividing the local mode's
+ * rules by fleet_size or else by the live instances the heartbeat counts. *out is for
+ * rl_limiter_new; *redis (may be NULL) borrows the Redis store inside it, for
+ * rld_redis_store_health and the quota functions. manual_clock as in rld_redis_options. */
+int rld_redis_store_open(const rld_settings *set, int manual_clock, rl_store **out,
+                         rl_store **redis, rl_err *err);
+
+/* The store's pool and key prefix, for the quota functions (redis_quota.h). */
+rld_pool *rld_redis_store_pool(rl_store *st);
+const char *rld_redis_store_prefix(rl_store *st);
+
+#endif

@@ -1,0 +1,1224 @@
+/*
+ * test_redis_store.c - the Redis store against the in-memory store and against itself through
+ * several instances: a conformance table, random traces replayed through both stores, TTLs,
+ * reservations settled and released through another instance, and two instances hammering
+ * one key.
+ *
+ * Every test starts its own redis-server (tests/redis_server.h); none is skipped.
+ */
+#include <inttypes.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "fallback_store.h"
+#include "redis_quota.h"
+#include "redis_scripts.h"
+#include "redis_server.h"
+#include "redis_store.h"
+#include "testutil.h"
+
+static rt_redis srv;
+
+static void srv_up(void) { rt_redis_start(&srv); }
+
+static void srv_down(void) { rt_redis_stop(&srv); }
+
+/* ---- limiters over either store ------------------------------------------------------------ */
+
+typedef struct pair {
+    rl_registry *reg;
+    rl_limiter *mem, *red;
+} pair;
+
+static rl_config *config_of(rl_registry *reg, const char *json, rld_settings *set)
+{
+    rl_config *cfg;
+    rl_err err = {{0}};
+    int rc = rld_config_parse(json, strlen(json), reg, set, &cfg, &err);
+    ck_assert_msg(rc == RL_OK, "config refused: %s\n%s", err.msg, json);
+    return cfg;
+}
+
+/* A limiter over a Redis store with a manual clock (unless real_clock) under prefix. */
+static rl_limiter *redis_limiter(rl_registry *reg, const char *json, const char *prefix,
+                                 int real_clock, rl_store **store_out)
+{
+    rld_settings set;
+    rl_config *cfg = config_of(reg, json, &set);
+    rld_redis_options o = {.url = srv.url,
+                           .prefix = prefix,
+                           .timeout_ms = 10000, /* a loaded machine is no store failure */
+                           .pool = 4,
+                           .manual_clock = !real_clock,
+                           .ttl_floor_ms = real_clock ? 0 : 3600 * 1000};
+    for (size_t l = 0; l < RL_MAX_LEVELS; l++)
+        o.shards[l] = set.shards[l];
+    rld_settings_clear(&set);
+    rl_store *st;
+    rl_limiter *lim;
+    rl_err err = {{0}};
+    ck_assert_int_eq(rld_redis_store_new(&o, &st, &err), RL_OK);
+    int rc = rl_limiter_new(cfg, st, &lim, &err);
+    ck_assert_msg(rc == RL_OK, "limiter refused: %s", err.msg);
+    if (store_out)
+        *store_out = st;
+    return lim;
+}
+
+static rl_limiter *memory_limiter(rl_registry *reg, const char *json)
+{
+    rld_settings set;
+    rl_config *cfg = config_of(reg, json, &set);
+    rld_settings_clear(&set);
+    rl_limiter *lim;
+    rl_err err = {{0}};
+    ck_assert_int_eq(rl_limiter_new(cfg, NULL, &lim, &err), RL_OK);
+    return lim;
+}
+
+static void pair_new(pair *p, const char *json, const char *prefix)
+{
+    p->reg = rl_registry_new();
+    ck_assert_ptr_nonnull(p->reg);
+    p->mem = memory_limiter(p->reg, json);
+    p->red = redis_limiter(p->reg, json, prefix, 0, NULL);
+}
+
+static void pair_free(pair *p)
+{
+    rl_limiter_free(p->mem);
+    rl_limiter_free(p->red);
+    rl_registry_free(p->reg);
+}
+
+/* Splits "a=x,b=y" into descriptors (pointing into buf). */
+static size_t descs(const char *keys, char *buf, size_t cap, rl_descriptor *ds)
+{
+    size_t n = 0;
+    snprintf(buf, cap, "%s", keys);
+    for (char *save = NULL, *t = strtok_r(buf, ",", &save); t && n < 16;
+         t = strtok_r(NULL, ",", &save)) {
+        char *eq = strchr(t, '=');
+        ck_assert_ptr_nonnull(eq);
+        *eq = '\0';
+        ds[n] = (rl_descriptor){t, strlen(t), eq + 1, strlen(eq + 1)};
+        n++;
+    }
+    return n;
+}
+
+static int acquire(rl_limiter *lim, const char *keys, rl_fp cost, rl_ns now, unsigned flags,
+                   int64_t priority, rl_decision *d)
+{
+    char buf[512];
+    rl_descriptor ds[16];
+    rl_request req = {.desc = ds,
+                      .ndesc = descs(keys, buf, sizeof buf, ds),
+                      .cost = cost,
+                      .priority = priority,
+                      .flags = flags,
+                      .now = now};
+    rl_err err = {{0}};
+    int rc = rl_acquire(lim, &req, d, &err);
+    if (rc == RL_OK)
+        rl_decision_done(d);
+    return rc;
+}
+
+/* ---- a conformance table ------------------------------------------------------------------- */
+
+/* Worked numbers from the rule files' comments, checked by hand, run against both stores. */
+typedef struct crow {
+    double t, cost;
+    int allowed;
+    double wait;      /* seconds */
+    double remaining; /* after the decision */
+} crow;
+
+typedef struct ccase {
+    const char *rule;
+    crow rows[8];
+} ccase;
+
+static const ccase conformance[] = {
+    /* capacity 100, 10/s: emptied at 0, a cost of 1 waits 0.1 s; 50 back at t = 5 */
+    {"{\"type\": \"token_bucket\", \"capacity\": 100, \"per_second\": 10}",
+     {{0, 100, 1, 0, 0},
+      {0, 1, 0, 0.1, 0},
+      {5, 10, 1, 0, 40},
+      {5, 41, 0, 0.1, 40},
+      {-1, 0, 0, 0, 0}}},
+    /* 2/s, burst 3: three at t = 0 allowed, a fourth waits 0.5 s */
+    {"{\"type\": \"gcra\", \"per_second\": 2, \"burst\": 3}",
+     {{0, 1, 1, 0, 2},
+      {0, 1, 1, 0, 1},
+      {0, 1, 1, 0, 0},
+      {0, 1, 0, 0.5, 0},
+      {0.5, 1, 1, 0, 0},
+      {-1, 0, 0, 0, 0}}},
+    /* 2 per 60 s: a third at t = 59 waits 1 s and is allowed at t = 60 */
+    {"{\"type\": \"fixed_window\", \"limit\": 2, \"window\": 60}",
+     {{0, 1, 1, 0, 1}, {1, 1, 1, 0, 0}, {59, 1, 0, 1, 0}, {60, 1, 1, 0, 1}, {-1, 0, 0, 0, 0}}},
+    /* 2 per 10 s: requests at 0 and 4, a third at 5 waits 5 s, allowed at 10 */
+    {"{\"type\": \"sliding_window\", \"limit\": 2, \"window\": 10}",
+     {{0, 1, 1, 0, 1}, {4, 1, 1, 0, 0}, {5, 1, 0, 5, 0}, {10, 1, 1, 0, 0}, {-1, 0, 0, 0, 0}}},
+    /* 10 per 10 s, 10 taken in [0, 10): at 12.5 the estimate is 10 * 7.5 / 10 = 7.5, so a
+     * cost of 3 waits until 13, when 10 * 7 / 10 + 3 = 10 fits exactly */
+    {"{\"type\": \"sliding_window_counter\", \"limit\": 10, \"window\": 10}",
+     {{0, 10, 1, 0, 0}, {12.5, 3, 0, 0.5, 2.5}, {13, 3, 1, 0, 0}, {-1, 0, 0, 0, 0}}},
+    /* 2 slots: the third is denied with the default retry of 1 s */
+    {"{\"type\": \"concurrency\", \"limit\": 2}",
+     {{0, 1, 1, 0, 1}, {0, 1, 1, 0, 0}, {0, 1, 0, 1, 0}, {-1, 0, 0, 0, 0}}},
+};
+
+START_TEST(conformance_table)
+{
+    const ccase *c = &conformance[_i];
+    char json[512];
+    snprintf(json, sizeof json, "{\"levels\": [{\"name\": \"k\", \"rules\": [%s]}]}", c->rule);
+    for (int which = 0; which < 2; which++) {
+        rl_registry *reg = rl_registry_new();
+        char prefix[32];
+        snprintf(prefix, sizeof prefix, "conf%d:", _i);
+        rl_limiter *lim =
+            which ? redis_limiter(reg, json, prefix, 0, NULL) : memory_limiter(reg, json);
+        for (const crow *r = c->rows; r->t >= 0; r++) {
+            rl_decision d;
+            ck_assert_int_eq(acquire(lim, "k=x", FP(r->cost), S(r->t), 0, 0, &d), RL_OK);
+            ck_assert_msg(d.allowed == r->allowed, "%s store, %s, t=%g: allowed %d",
+                          which ? "redis" : "memory", c->rule, r->t, d.allowed);
+            ck_assert_int_eq(d.retry_after, S(r->wait));
+            ck_assert_int_eq(d.applied[0].st.remaining, FP(r->remaining));
+        }
+        rl_limiter_free(lim);
+        rl_registry_free(reg);
+    }
+}
+END_TEST
+
+/* ---- random traces through both stores ----------------------------------------------------- */
+
+static uint64_t rng_next(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static uint64_t rnd(uint64_t *s, uint64_t n) { return n ? rng_next(s) % n : 0; }
+
+/* A fixed point quota in [1e-6, max_units]: mostly a few units, sometimes extreme. */
+static rl_fp rnd_amount(uint64_t *s, int64_t max_units)
+{
+    rl_fp max = (rl_fp)max_units * RL_FP_ONE, v;
+    uint64_t k = rnd(s, 40);
+    if (k < 18)
+        v = (rl_fp)(1 + rnd(s, 20)) * RL_FP_ONE;
+    else if (k < 26)
+        v = RL_FP_ONE + (rl_fp)rnd(s, 20 * RL_FP_ONE);
+    else if (k < 36)
+        v = (rl_fp)(20 + rnd(s, 1000)) * RL_FP_ONE + (rl_fp)rnd(s, RL_FP_ONE);
+    else if (k < 37)
+        v = RL_FP_ONE / 2 + (rl_fp)rnd(s, RL_FP_ONE / 2);
+    else if (k < 39)
+        v = 1 + (rl_fp)rnd(s, (uint64_t)max);
+    else
+        v = 1 + (rl_fp)rnd(s, 1000);
+    return v > max ? max : v;
+}
+
+/* A rate per second: mostly 0.1 to 10000, sometimes extreme. */
+static rl_fp rnd_rate(uint64_t *s)
+{
+    uint64_t k = rnd(s, 10);
+    if (k < 5)
+        return RL_FP_ONE / 10 + (rl_fp)rnd(s, 10 * RL_FP_ONE);
+    if (k < 7)
+        return (rl_fp)(10 + rnd(s, 10000)) * RL_FP_ONE + (rl_fp)rnd(s, RL_FP_ONE);
+    if (k < 8)
+        return 1 + (rl_fp)rnd(s, RL_FP_ONE / 100);
+    if (k < 9)
+        return 1 + (rl_fp)rnd(s, (uint64_t)RL_FP_MAX);
+    return (rl_fp)(1 + rnd(s, 5)) * RL_FP_ONE;
+}
+
+/* A duration in [1 ms, max_s], with nanoseconds: mostly up to a minute. */
+static rl_ns rnd_duration(uint64_t *s, int64_t max_s)
+{
+    rl_ns v;
+    uint64_t k = rnd(s, 10);
+    if (k < 4)
+        v = RL_NS_PER_SEC / 1000 + (rl_ns)rnd(s, 10 * RL_NS_PER_SEC);
+    else if (k < 6)
+        v = (rl_ns)(1 + rnd(s, 60)) * RL_NS_PER_SEC;
+    else if (k < 8)
+        v = (rl_ns)(1 + rnd(s, 600)) * RL_NS_PER_SEC + (rl_ns)rnd(s, RL_NS_PER_SEC);
+    else
+        v = (rl_ns)rnd(s, (uint64_t)max_s) * RL_NS_PER_SEC + (rl_ns)rnd(s, RL_NS_PER_SEC);
+    if (v < RL_NS_PER_SEC / 1000)
+        v = RL_NS_PER_SEC / 1000;
+    return v > max_s * RL_NS_PER_SEC ? max_s * RL_NS_PER_SEC : v;
+}
+
+static int put_fp(char *b, size_t n, rl_fp v)
+{
+    return snprintf(b, n, "%lld.%06lld", (long long)(v / RL_FP_ONE), (long long)(v % RL_FP_ONE));
+}
+
+static int put_ns(char *b, size_t n, rl_ns v)
+{
+    return snprintf(b, n, "%lld.%09lld", (long long)(v / RL_NS_PER_SEC),
+                    (long long)(v % RL_NS_PER_SEC));
+}
+
+static const char *const type_names[] = {
+    "token_bucket",           "gcra",        "fixed_window", "sliding_window",
+    "sliding_window_counter", "concurrency", "deny_list"};
+
+/* Writes one random rule of type t as JSON into b. */
+static size_t rnd_rule(uint64_t *s, int t, int idx, char *b, size_t n)
+{
+    char x[40], y[40];
+    size_t u = (size_t)snprintf(b, n, "{\"type\": \"%s\", \"name\": \"r%d\"", type_names[t], idx);
+    switch (t) {
+    case 0:
+        put_fp(x, sizeof x, rnd_amount(s, 1000000000000));
+        put_fp(y, sizeof y, rnd_rate(s));
+        u += (size_t)snprintf(b + u, n - u, ", \"capacity\": %s, \"per_second\": %s", x, y);
+        break;
+    case 1:
+        put_fp(x, sizeof x, rnd_rate(s));
+        put_fp(y, sizeof y, rnd_amount(s, 1000000000000));
+        u += (size_t)snprintf(b + u, n - u, ", \"per_second\": %s, \"burst\": %s", x, y);
+        break;
+    case 2:
+    case 3:
+    case 4:
+        put_fp(x, sizeof x, rnd_amount(s, t == 3 ? 1000000 : 1000000000000));
+        put_ns(y, sizeof y, rnd_duration(s, 31622400));
+        u += (size_t)snprintf(b + u, n - u, ", \"limit\": %s, \"window\": %s", x, y);
+        break;
+    case 5:
+        put_fp(x, sizeof x, rnd_amount(s, 20));
+        put_ns(y, sizeof y, rnd_duration(s, 3600));
+        u += (size_t)snprintf(b + u, n - u, ", \"limit\": %s, \"retry\": %s", x, y);
+        if (rnd(s, 3) == 0)
+            u += (size_t)snprintf(b + u, n - u, ", \"unit\": \"cost\"");
+        break;
+    default:
+        u += (size_t)snprintf(b + u, n - u, ", \"keys\": [\"zz\", \"dflt\"]");
+        break;
+    }
+    if (t < 5 && rnd(s, 4) == 0)
+        u += (size_t)snprintf(b + u, n - u, ", \"unit\": \"requests\"");
+    if (t < 6 && rnd(s, 5) == 0)
+        u += (size_t)snprintf(b + u, n - u,
+                              ", \"reserved\": {\"fraction\": 0.%02d, \"min_priority\": 2}",
+                              (int)(1 + rnd(s, 98)));
+    u += (size_t)snprintf(b + u, n - u, "}");
+    return u;
+}
+
+/* A random configuration of 1 to 3 levels of 1 to 3 rules; level 0 starts with type force. */
+static void rnd_config(uint64_t *s, int force, char *b, size_t n)
+{
+    size_t u =
+        (size_t)snprintf(b, n, "{\"reservation_ttl\": %d, \"levels\": [", (int)(1 + rnd(s, 600)));
+    int nlevels = 1 + (int)rnd(s, 3);
+    for (int l = 0; l < nlevels; l++) {
+        u += (size_t)snprintf(b + u, n - u, "%s{\"name\": \"l%d\", %s\"rules\": [", l ? ", " : "",
+                              l, rnd(s, 3) == 0 ? "\"default_key\": \"dflt\", " : "");
+        int nrules = 1 + (int)rnd(s, 3);
+        for (int i = 0; i < nrules; i++) {
+            int t = l == 0 && i == 0 ? force : (int)rnd(s, 7);
+            if (i)
+                u += (size_t)snprintf(b + u, n - u, ", ");
+            u += rnd_rule(s, t, i, b + u, n - u);
+        }
+        u += (size_t)snprintf(b + u, n - u, "]}");
+    }
+    snprintf(b + u, n - u, "]}");
+}
+
+static rl_fp rnd_cost(uint64_t *s)
+{
+    uint64_t k = rnd(s, 20);
+    if (k < 12)
+        return (rl_fp)(1 + rnd(s, 3)) * RL_FP_ONE;
+    if (k < 15)
+        return 1 + (rl_fp)rnd(s, RL_FP_ONE);
+    if (k < 18)
+        return (rl_fp)(3 + rnd(s, 50)) * RL_FP_ONE + (rl_fp)rnd(s, RL_FP_ONE);
+    if (k < 19)
+        return 1 + (rl_fp)rnd(s, 1000);
+    return 1 + (rl_fp)rnd(s, (uint64_t)RL_FP_MAX);
+}
+
+/* One of n reservations, mostly a recent one. */
+static size_t pick_id(uint64_t *s, size_t n)
+{
+    if (n > 6 && rnd(s, 5) != 0)
+        return n - 1 - (size_t)rnd(s, 6);
+    return (size_t)rnd(s, n);
+}
+
+#define TRACES 28
+#define STEPS 400
+
+static void compare(const rl_decision *a, const rl_decision *b, const char *ctx)
+{
+    ck_assert_msg(a->allowed == b->allowed, "%s: allowed %d vs %d", ctx, a->allowed, b->allowed);
+    ck_assert_msg(a->retry_after == b->retry_after, "%s: retry_after %" PRId64 " vs %" PRId64, ctx,
+                  a->retry_after, b->retry_after);
+    ck_assert_msg(a->blocked == b->blocked, "%s: blocked %d vs %d", ctx, a->blocked, b->blocked);
+    ck_assert_msg(a->napplied == b->napplied, "%s: applied %zu vs %zu", ctx, a->napplied,
+                  b->napplied);
+    ck_assert_msg(!a->reservation[0] == !b->reservation[0], "%s: reservation '%s' vs '%s'", ctx,
+                  a->reservation, b->reservation);
+    for (size_t i = 0; i < a->napplied; i++) {
+        const rl_applied *x = &a->applied[i], *y = &b->applied[i];
+        ck_assert_msg(x->wait == y->wait, "%s: [%zu] %s wait %" PRId64 " vs %" PRId64, ctx, i,
+                      x->rule->name, x->wait, y->wait);
+        ck_assert_msg(x->has_status == y->has_status, "%s: [%zu] has_status", ctx, i);
+        if (!x->has_status)
+            continue;
+        ck_assert_msg(x->st.limit == y->st.limit && x->st.remaining == y->st.remaining &&
+                          x->st.reset_after == y->st.reset_after && x->st.window == y->st.window,
+                      "%s: [%zu] %s status (%" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64
+                      ") vs (%" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 ")",
+                      ctx, i, x->rule->name, x->st.limit, x->st.remaining, x->st.reset_after,
+                      x->st.window, y->st.limit, y->st.remaining, y->st.reset_after, y->st.window);
+    }
+}
+
+/* Replays a random trace through a memory limiter and a Redis limiter with a manual clock;
+ * every answer must be the same. force is the type of level 0's first rule. */
+static void replay(uint64_t seed, int force, int steps, const char *prefix)
+{
+    uint64_t s = seed;
+    char json[8192], ctx[256];
+    rnd_config(&s, force, json, sizeof json);
+    pair p;
+    pair_new(&p, json, prefix);
+    char ids[64][2][RL_RESERVATION_ID];
+    size_t nids = 0;
+    static const char *const values[] = {"a", "b", "c", "a", "b", "zz"};
+    size_t nlevels = rl_limiter_config(p.mem)->nlevels;
+    rl_ns now = rnd(&s, 2) ? 0 : (rl_ns)1700000000 * RL_NS_PER_SEC + (rl_ns)rnd(&s, 1u << 30);
+    for (int step = 0; step < steps; step++) {
+        /* time moves forward in steps of any size, and sometimes back */
+        uint64_t dt = rnd(&s, 40);
+        if (dt < 12)
+            now += (rl_ns)rnd(&s, 1000);
+        else if (dt < 24)
+            now += (rl_ns)rnd(&s, RL_NS_PER_SEC / 10);
+        else if (dt < 34)
+            now += (rl_ns)rnd(&s, 2 * RL_NS_PER_SEC);
+        else if (dt < 36)
+            now += (rl_ns)rnd(&s, 60 * RL_NS_PER_SEC);
+        else if (dt < 37)
+            now += (rl_ns)rnd(&s, 3600 * RL_NS_PER_SEC);
+        else {
+            rl_ns back = (rl_ns)rnd(&s, 5 * RL_NS_PER_SEC);
+            now = now > back ? now - back : 0;
+        }
+        snprintf(ctx, sizeof ctx, "seed 0x%" PRIx64 " step %d t=%" PRId64, seed, step, now);
+        int op = (int)rnd(&s, 10);
+        if (op < 7 || nids == 0) {
+            char keys[64] = "";
+            for (size_t l = 0, u = 0; l < nlevels; l++)
+                if (rnd(&s, 8) != 0)
+                    u += (size_t)snprintf(keys + u, sizeof keys - u, "%sl%zu=%s", u ? "," : "", l,
+                                          values[rnd(&s, 6)]);
+            rl_fp cost = rnd_cost(&s);
+            unsigned flags = rnd(&s, 10) == 0 ? RL_DRY_RUN : 0;
+            flags |= rnd(&s, 5) < 2 ? RL_RESERVE : 0;
+            int64_t prio = (int64_t)rnd(&s, 4);
+            rl_decision a, b;
+            int ra = acquire(p.mem, keys, cost, now, flags, prio, &a);
+            int rb = acquire(p.red, keys, cost, now, flags, prio, &b);
+            ck_assert_msg(ra == RL_OK && rb == RL_OK, "%s: acquire %d / %d", ctx, ra, rb);
+            compare(&a, &b, ctx);
+            if (a.reservation[0]) {
+                if (nids == 64) {
+                    memmove(ids, ids + 1, sizeof ids[0] * 63);
+                    nids--;
+                }
+                memcpy(ids[nids][0], a.reservation, RL_RESERVATION_ID);
+                memcpy(ids[nids][1], b.reservation, RL_RESERVATION_ID);
+                nids++;
+            }
+        } else if (op < 9) {
+            size_t k = pick_id(&s, nids);
+            rl_fp actual = rnd(&s, 4) == 0 ? 0 : rnd_cost(&s);
+            rl_settlement x = {0}, y = {0};
+            rl_err e1, e2;
+            int ra = rl_settle(p.mem, ids[k][0], actual, now, &x, &e1);
+            int rb = rl_settle(p.red, ids[k][1], actual, now, &y, &e2);
+            ck_assert_msg(ra == rb, "%s: settle %d vs %d (%s)", ctx, ra, rb,
+                          rb == RL_ESTORE ? e2.msg : "");
+            ck_assert_msg(memcmp(&x, &y, sizeof x) == 0, "%s: settlement differs", ctx);
+        } else {
+            size_t k = pick_id(&s, nids);
+            rl_err e1, e2;
+            int ra = rl_release(p.mem, ids[k][0], now, &e1);
+            int rb = rl_release(p.red, ids[k][1], now, &e2);
+            ck_assert_msg(ra == rb, "%s: release %d vs %d (%s)", ctx, ra, rb,
+                          rb == RL_ESTORE ? e2.msg : "");
+        }
+    }
+    pair_free(&p);
+}
+
+START_TEST(differential_replay)
+{
+    uint64_t seed = 0x5eed0000u + (uint64_t)_i;
+    const char *env = getenv("RL_SEED");
+    char prefix[40];
+    if (env)
+        seed = strtoull(env, NULL, 0);
+    snprintf(prefix, sizeof prefix, "diff%" PRIx64 ":", seed);
+    replay(seed, _i % 7, STEPS, prefix);
+}
+END_TEST
+
+/* ---- the scripts' integer arithmetic against C's ------------------------------------------- */
+
+__extension__ typedef __int128 i128;
+__extension__ typedef unsigned __int128 u128;
+
+static char *i128_str(i128 v, char *buf)
+{
+    char tmp[48];
+    int n = 0, neg = v < 0;
+    u128 u = neg ? -(u128)v : (u128)v;
+    do {
+        tmp[n++] = (char)('0' + (int)(u % 10));
+        u /= 10;
+    } while (u);
+    int k = 0;
+    if (neg)
+        buf[k++] = '-';
+    while (n)
+        buf[k++] = tmp[--n];
+    buf[k] = '\0';
+    return buf;
+}
+
+/* Applies the library's operations to pairs of values given as decimal strings. */
+static const char *arith_harness =
+    "\nlocal out = {}\n"
+    "for i = 1, #ARGV, 2 do\n"
+    "  local a, b = N(ARGV[i]), N(ARGV[i + 1])\n"
+    "  local q, r = divmod(a, b)\n"
+    "  local pos = ispos(b) and b or 1\n"
+    "  out[#out + 1] = table.concat({S(add(a, b)), S(sub(a, b)), S(mul(a, b)), S(q), S(r),\n"
+    "    tostring(cmp(a, b)), S(ceil_div(mul(a, a), pos)), S(used_add(a, b)),\n"
+    "    S(add_sat(a, ispos(b) and b or 0))}, ' ')\n"
+    "end\n"
+    "return out\n";
+
+/* A value of a magnitude picked at random, often at the edges of limbs and of 2^53. */
+static i128 rnd_value(uint64_t *s)
+{
+    static const int64_t edges[] = {0,
+                                    1,
+                                    9999999,
+                                    10000000,
+                                    10000001,
+                                    99999999999999,
+                                    100000000000000,
+                                    9007199254740991,
+                                    9007199254740992,
+                                    9007199254740993,
+                                    4503599627370496,
+                                    1125899906842624,
+                                    4000000000000000000,
+                                    INT64_MAX,
+                                    1000000000,
+                                    60000000000};
+    i128 v;
+    uint64_t k = rng_next(s) % 4;
+    if (k == 0)
+        v = edges[rng_next(s) % (sizeof edges / sizeof edges[0])] + (i128)(rng_next(s) % 3) - 1;
+    else if (k == 1)
+        v = (i128)(rng_next(s) >> (rng_next(s) % 64));
+    else if (k == 2)
+        v = (i128)(rng_next(s) >> 1) * (i128)(rng_next(s) >> (rng_next(s) % 64));
+    else
+        v = (i128)(rng_next(s) % 100000000);
+    return rng_next(s) % 4 == 0 ? -v : v;
+}
+
+START_TEST(lua_arithmetic_matches_c)
+{
+    /* the library as embedded in the binary: the part of a script before its own file */
+    static char script[65536];
+    const char *own = strstr(rld_lua_due, "-- due.lua - ");
+    ck_assert_ptr_nonnull(own);
+    size_t n = (size_t)(own - rld_lua_due);
+    ck_assert_uint_lt(n + strlen(arith_harness), sizeof script);
+    memcpy(script, rld_lua_due, n);
+    strcpy(script + n, arith_harness);
+
+    redisContext *c = rt_redis_connect(&srv);
+    uint64_t s = 0xa817;
+    for (int round = 0; round < 40; round++) {
+        enum { PAIRS = 250 };
+        static char bufs[2 * PAIRS][48];
+        const char *argv[3 + 2 * PAIRS];
+        i128 a[PAIRS], b[PAIRS];
+        argv[0] = "EVAL";
+        argv[1] = script;
+        argv[2] = "0";
+        for (int i = 0; i < PAIRS; i++) {
+            a[i] = rnd_value(&s);
+            do
+                b[i] = rnd_value(&s);
+            while (b[i] == 0);
+            uint64_t shape = rng_next(&s) % 6;
+            if (shape < 2) /* 128-bit dividends, as the rules make them */
+                a[i] = (a[i] % ((i128)1 << 62)) * (b[i] % ((i128)1 << 62));
+            else if (shape == 2) {
+                /* exact multiples beyond 2^53 and their neighbours: the double estimate of the
+                 * quotient may fall one short */
+                b[i] = ((i128)1 << 40) + (i128)(rng_next(&s) % (((uint64_t)1 << 50) - (1u << 30)));
+                a[i] = (i128)(1 + rng_next(&s) % (1u << 20)) * b[i] + (i128)(rng_next(&s) % 3) - 1;
+            }
+            if (a[i] > (i128)INT64_MAX * 4 || a[i] < -(i128)INT64_MAX * 4)
+                a[i] = a[i] % ((i128)1 << 100);
+            argv[3 + 2 * i] = i128_str(a[i], bufs[2 * i]);
+            argv[4 + 2 * i] = i128_str(b[i], bufs[2 * i + 1]);
+        }
+        redisReply *r = redisCommandArgv(c, 3 + 2 * PAIRS, argv, NULL);
+        ck_assert_ptr_nonnull(r);
+        ck_assert_msg(r->type == REDIS_REPLY_ARRAY, "%s",
+                      r->type == REDIS_REPLY_ERROR ? r->str : "?");
+        for (int i = 0; i < PAIRS; i++) {
+            i128 x = a[i], y = b[i], never = INT64_MAX, used_max = (i128)4 * RL_FP_MAX;
+            i128 pos = y > 0 ? y : 1, sq = x * x / pos + (x * x % pos != 0);
+            i128 yy = y > 0 ? y : 0;
+            char e[9][48], want[128];
+            i128_str(x + y, e[0]);
+            i128_str(x - y, e[1]);
+            /* products of values beyond 2^64 would overflow 128 bits: not compared */
+            if (x > -((i128)1 << 62) && x < ((i128)1 << 62) && y > -((i128)1 << 64) &&
+                y < ((i128)1 << 64))
+                i128_str(x * y, e[2]);
+            else
+                snprintf(e[2], sizeof e[2], "*");
+            i128_str(x / y, e[3]);
+            i128_str(x % y, e[4]);
+            snprintf(e[5], sizeof e[5], "%d", (x > y) - (x < y));
+            if (x > -((i128)1 << 62) && x < ((i128)1 << 62))
+                i128_str(sq >= never ? never : sq, e[6]);
+            else
+                snprintf(e[6], sizeof e[6], "*");
+            i128_str(x > used_max - y ? used_max : x + y, e[7]);
+            i128_str(x > never - yy ? never : x + yy, e[8]);
+            char got[9][160];
+            const char *g = r->element[i]->str;
+            for (int k = 0; k < 9; k++) {
+                size_t l = strcspn(g, " ");
+                snprintf(got[k], sizeof got[k], "%.*s", (int)l, g);
+                g += l + (g[l] == ' ');
+            }
+            snprintf(want, sizeof want, "%.48s %.48s", bufs[2 * i], bufs[2 * i + 1]);
+            for (int k = 0; k < 9; k++)
+                ck_assert_msg(e[k][0] == '*' || strcmp(got[k], e[k]) == 0, "%s op %d: lua %s, C %s",
+                              want, k, got[k], e[k]);
+        }
+        freeReplyObject(r);
+    }
+    redisFree(c);
+}
+END_TEST
+
+/* ---- TTLs ---------------------------------------------------------------------------------- */
+
+/* Milliseconds of Redis's clock. */
+static int64_t redis_ms(void)
+{
+    redisReply *r = rt_redis_cmd(&srv, "TIME");
+    ck_assert_int_eq(r->type, REDIS_REPLY_ARRAY);
+    int64_t ms =
+        strtoll(r->element[0]->str, NULL, 10) * 1000 + strtoll(r->element[1]->str, NULL, 10) / 1000;
+    freeReplyObject(r);
+    return ms;
+}
+
+static long long pttl(const char *key)
+{
+    redisReply *r = rt_redis_cmd(&srv, "PTTL %s", key);
+    ck_assert_int_eq(r->type, REDIS_REPLY_INTEGER);
+    long long v = r->integer;
+    freeReplyObject(r);
+    return v;
+}
+
+/* Every key in Redis has a TTL: -1 (none) or a key without one fails. Returns the keys seen. */
+static size_t check_all_ttls(void)
+{
+    char cursor[32] = "0";
+    size_t n = 0;
+    do {
+        redisReply *r = rt_redis_cmd(&srv, "SCAN %s COUNT 1000", cursor);
+        ck_assert_int_eq(r->type, REDIS_REPLY_ARRAY);
+        snprintf(cursor, sizeof cursor, "%s", r->element[0]->str);
+        for (size_t i = 0; i < r->element[1]->elements; i++) {
+            const char *key = r->element[1]->element[i]->str;
+            long long t = pttl(key);
+            ck_assert_msg(t > 0 || t == -2, "key %s has no TTL (%lld)", key, t);
+            n++;
+        }
+        freeReplyObject(r);
+    } while (strcmp(cursor, "0") != 0);
+    return n;
+}
+
+START_TEST(every_key_written_has_a_ttl)
+{
+    /* every kind of key a trace writes, with every rule type */
+    for (int t = 0; t < 7; t++) {
+        char prefix[32];
+        snprintf(prefix, sizeof prefix, "ttl%d:", t);
+        replay(0x77770000u + (uint64_t)t, t, 150, prefix);
+    }
+    ck_assert_uint_gt(check_all_ttls(), 20);
+}
+END_TEST
+
+/* With Redis's clock, a state key lives until its state is that of a new key. Expected values
+ * (ms) worked out by hand for a cost of 4 taken at Redis time T:
+ *   token bucket 10, 1/s     used 4, refilled after 4 s            -> 4000
+ *   gcra 2/s burst 10        TAT = T + 2 s                          -> 2000
+ *   sliding window 5 / 20 s  the entry of T expires at T + 20 s     -> 20000
+ *   sliding window counter   cur counts until its window + 2 windows: (20000, 40000]
+ *   fixed window 5 / 3600 s  until the end of T's hour
+ *   concurrency 3            held: reservation TTL 30 s + 60 s grace -> 90000
+ * A second of slack covers the time between the decision and PTTL. */
+START_TEST(ttl_follows_the_state)
+{
+    rl_registry *reg = rl_registry_new();
+    rl_limiter *lim = redis_limiter(
+        reg,
+        "{\"reservation_ttl\": 30, \"levels\": ["
+        "{\"name\": \"tb\", \"rules\": [{\"type\": \"token_bucket\", \"capacity\": 10, "
+        "\"per_second\": 1}]},"
+        "{\"name\": \"gcra\", \"rules\": [{\"type\": \"gcra\", \"per_second\": 2, \"burst\": 10}]},"
+        "{\"name\": \"sw\", \"rules\": [{\"type\": \"sliding_window\", \"limit\": 5, \"window\": "
+        "20}]},"
+        "{\"name\": \"swc\", \"rules\": [{\"type\": \"sliding_window_counter\", \"limit\": 5, "
+        "\"window\": 20}]},"
+        "{\"name\": \"fw\", \"rules\": [{\"type\": \"fixed_window\", \"limit\": 5, \"window\": "
+        "3600}]},"
+        "{\"name\": \"cc\", \"rules\": [{\"type\": \"concurrency\", \"limit\": 3}]}]}",
+        "real:", 1, NULL);
+    rl_decision d;
+    int64_t before = redis_ms();
+    ck_assert_int_eq(acquire(lim, "tb=u,gcra=u,sw=u,swc=u,fw=u,cc=u", FP(4), 0, 0, 0, &d), RL_OK);
+    ck_assert(d.allowed);
+    ck_assert(d.reservation[0]); /* the concurrency slot is held by a reservation */
+    int64_t now = redis_ms();
+    long long v;
+    v = pttl("real:s:tb:0:u");
+    ck_assert_msg(v > 3000 && v <= 4000, "token bucket TTL %lld", v);
+    v = pttl("real:s:gcra:0:u");
+    ck_assert_msg(v > 1000 && v <= 2000, "gcra TTL %lld", v);
+    v = pttl("real:s:sw:0:u");
+    ck_assert_msg(v > 19000 && v <= 20000, "sliding window TTL %lld", v);
+    v = pttl("real:s:swc:0:u");
+    ck_assert_msg(v > 19000 && v <= 40000, "sliding window counter TTL %lld", v);
+    int64_t hour_end = (now / 3600000 + 1) * 3600000;
+    v = pttl("real:s:fw:0:u");
+    ck_assert_msg(v > 0 && v <= 3600000 &&
+                      (before / 3600000 != now / 3600000 || llabs(v - (hour_end - now)) <= 1000),
+                  "fixed window TTL %lld, hour ends in %lld", v, (long long)(hour_end - now));
+    v = pttl("real:s:cc:0:u");
+    ck_assert_msg(v > 89000 && v <= 90000, "concurrency TTL %lld", v);
+    char rk[64];
+    snprintf(rk, sizeof rk, "real:r:%s", d.reservation);
+    v = pttl(rk);
+    ck_assert_msg(v > 89000 && v <= 90000, "reservation TTL %lld", v);
+    v = pttl("real:resv");
+    ck_assert_msg(v > 89000 && v <= 90000, "reservation index TTL %lld", v);
+
+    /* released, the slot's state is a new key's: it goes at once */
+    rl_err err;
+    ck_assert_int_eq(rl_release(lim, d.reservation, 0, &err), RL_OK);
+    usleep(20000);
+    redisReply *r = rt_redis_cmd(&srv, "EXISTS real:s:cc:0:u %s", rk);
+    ck_assert_int_eq(r->integer, 0);
+    freeReplyObject(r);
+
+    rl_limiter_tick(lim, 0); /* the heartbeat */
+    v = pttl("real:fleet");
+    ck_assert_msg(v > 9000 && v <= 10000, "fleet TTL %lld", v);
+    check_all_ttls();
+    rl_limiter_free(lim);
+    rl_registry_free(reg);
+}
+END_TEST
+
+/* ---- reservations across instances --------------------------------------------------------- */
+
+START_TEST(refund_and_release_through_another_instance)
+{
+    const char *json = "{\"reservation_ttl\": 5, \"levels\": [{\"name\": \"user\", \"rules\": ["
+                       "{\"type\": \"token_bucket\", \"capacity\": 10, \"per_second\": 1},"
+                       "{\"type\": \"concurrency\", \"limit\": 1}]}]}";
+    rl_registry *reg = rl_registry_new();
+    rl_limiter *a = redis_limiter(reg, json, "x:", 0, NULL);
+    rl_limiter *b = redis_limiter(reg, json, "x:", 0, NULL);
+    rl_decision d;
+    rl_settlement st;
+    rl_stats stats;
+    rl_err err;
+    char id1[RL_RESERVATION_ID], id2[RL_RESERVATION_ID];
+
+    /* A reserves 8 and holds the only slot */
+    ck_assert_int_eq(acquire(a, "user=u", FP(8), S(0), RL_RESERVE, 0, &d), RL_OK);
+    ck_assert(d.allowed);
+    ck_assert_int_eq(d.applied[0].st.remaining, FP(2));
+    ck_assert_int_eq(d.applied[1].st.remaining, 0);
+    memcpy(id1, d.reservation, sizeof id1);
+    ck_assert_int_eq(acquire(a, "user=u", FP(1), S(0), 0, 0, &d), RL_OK);
+    ck_assert(!d.allowed);
+    ck_assert_int_eq(d.blocked, 1);
+    ck_assert_int_eq(d.retry_after, S(1));
+
+    /* B settles it at 3: 5 go back to the bucket A sees */
+    ck_assert_int_eq(rl_settle(b, id1, FP(3), S(0), &st, &err), RL_OK);
+    ck_assert_int_eq(st.reserved, FP(8));
+    ck_assert_int_eq(st.refunded, FP(5));
+    ck_assert_int_eq(st.charged, 0);
+    ck_assert_int_eq(acquire(a, "user=u", FP(1), S(0), RL_DRY_RUN, 0, &d), RL_OK);
+    ck_assert_int_eq(d.applied[0].st.remaining, FP(7));
+    ck_assert(!d.allowed); /* the slot is still held */
+
+    /* B releases it: A gets the slot */
+    ck_assert_int_eq(rl_release(b, id1, S(0), &err), RL_OK);
+    ck_assert_int_eq(acquire(a, "user=u", FP(7), S(0), 0, 0, &d), RL_OK);
+    ck_assert(d.allowed);
+    ck_assert_int_eq(d.applied[0].st.remaining, 0);
+    memcpy(id2, d.reservation, sizeof id2);
+    ck_assert(id2[0]);
+    ck_assert_int_eq(rl_release(b, id1, S(0), &err), RL_ENOTFOUND);
+    ck_assert_int_eq(rl_settle(b, id1, FP(1), S(0), &st, &err), RL_ENOTFOUND);
+    ck_assert_int_eq(rl_settle(b, id2, FP(7), S(0), &st, &err), RL_OK);
+    ck_assert_int_eq(st.refunded, 0);
+    ck_assert_int_eq(rl_settle(a, id2, FP(7), S(0), &st, &err), RL_ESETTLED);
+
+    /* A dies holding the slot; B's housekeeping expires the reservation at t = 5 (not 4) */
+    rl_limiter_free(a);
+    rl_limiter_tick(b, S(4));
+    ck_assert_int_eq(acquire(b, "user=u", FP(1), S(4), 0, 0, &d), RL_OK);
+    ck_assert(!d.allowed);
+    ck_assert_int_eq(d.blocked, 1);
+    rl_limiter_tick(b, S(5));
+    rl_limiter_stats(b, &stats);
+    ck_assert_uint_eq(stats.reservations_expired, 1); /* settled, but it held a slot */
+    ck_assert_uint_eq(stats.reservations_active, 0);
+    /* used 10 at t = 0, 5 refilled by t = 5: 1 more leaves 4 */
+    ck_assert_int_eq(acquire(b, "user=u", FP(1), S(5), 0, 0, &d), RL_OK);
+    ck_assert(d.allowed);
+    ck_assert_int_eq(d.applied[0].st.remaining, FP(4));
+    ck_assert_int_eq(rl_release(b, id2, S(5), &err), RL_ENOTFOUND);
+    rl_limiter_tick(b, S(5));
+    rl_limiter_stats(b, &stats);
+    ck_assert_uint_eq(stats.reservations_active, 1);
+    rl_limiter_free(b);
+    rl_registry_free(reg);
+}
+END_TEST
+
+/* Charges saturate at the largest "used" amount (4e18 units) in both stores alike. */
+START_TEST(charges_saturate_alike)
+{
+    const char *json =
+        "{\"levels\": [{\"name\": \"k\", \"rules\": ["
+        "{\"type\": \"token_bucket\", \"capacity\": 1000000000000, \"per_second\": 0.000001},"
+        "{\"type\": \"gcra\", \"per_second\": 0.000001, \"burst\": 1000000000000},"
+        "{\"type\": \"fixed_window\", \"limit\": 1000000000000, \"window\": 60},"
+        "{\"type\": \"sliding_window_counter\", \"limit\": 1000000000000, \"window\": 60},"
+        "{\"type\": \"sliding_window\", \"limit\": 1000000, \"window\": 60}]}]}";
+    pair p;
+    pair_new(&p, json, "sat:");
+    char ids[6][2][RL_RESERVATION_ID];
+    rl_decision x, y;
+    for (int i = 0; i < 6; i++) {
+        ck_assert_int_eq(acquire(p.mem, "k=a", FP(1), S(1), RL_RESERVE, 0, &x), RL_OK);
+        ck_assert_int_eq(acquire(p.red, "k=a", FP(1), S(1), RL_RESERVE, 0, &y), RL_OK);
+        compare(&x, &y, "reserve");
+        ck_assert(x.allowed);
+        memcpy(ids[i][0], x.reservation, RL_RESERVATION_ID);
+        memcpy(ids[i][1], y.reservation, RL_RESERVATION_ID);
+    }
+    for (int i = 0; i < 6; i++) {
+        rl_settlement s1, s2;
+        rl_err e;
+        ck_assert_int_eq(rl_settle(p.mem, ids[i][0], RL_FP_MAX, S(2), &s1, &e), RL_OK);
+        ck_assert_int_eq(rl_settle(p.red, ids[i][1], RL_FP_MAX, S(2), &s2, &e), RL_OK);
+        ck_assert_int_eq(acquire(p.mem, "k=a", FP(1), S(3), RL_DRY_RUN, 0, &x), RL_OK);
+        ck_assert_int_eq(acquire(p.red, "k=a", FP(1), S(3), RL_DRY_RUN, 0, &y), RL_OK);
+        compare(&x, &y, "after a charge");
+    }
+    /* 6 charges of about 1e18 fp units each stop at 4e18; the last second refilled 1 fp unit:
+     * remaining = 1e18 - 4e18 + 1 */
+    ck_assert_int_eq(y.applied[0].st.remaining, RL_FP_MAX - 4 * RL_FP_MAX + 1);
+    pair_free(&p);
+}
+END_TEST
+
+/* A key moved between tiers keeps what it used where the type at a position stays, starts
+ * afresh where it changes, and a settlement only touches rules still of their type: the same
+ * in both stores. */
+START_TEST(tier_changes_alike)
+{
+    const char *json =
+        "{\"levels\": [{\"name\": \"user\", \"tiered\": true}], \"tiers\": {"
+        "\"free\": [{\"type\": \"token_bucket\", \"capacity\": 2, \"per_second\": 0.001}],"
+        "\"pro\": [{\"type\": \"token_bucket\", \"capacity\": 5, \"per_second\": 0.001},"
+        "{\"type\": \"concurrency\", \"limit\": 3}]},"
+        "\"default_tier\": \"free\"}";
+    pair p;
+    pair_new(&p, json, "tiers:");
+    rl_limiter *both[2] = {p.mem, p.red};
+    rl_decision x, y;
+    char ids[2][RL_RESERVATION_ID];
+    rl_err err;
+#define BOTH(call)                                                                                 \
+    do {                                                                                           \
+        for (int w_ = 0; w_ < 2; w_++) {                                                           \
+            rl_limiter *L = both[w_];                                                              \
+            rl_decision *D = w_ ? &y : &x;                                                         \
+            (void)D;                                                                               \
+            call;                                                                                  \
+        }                                                                                          \
+    } while (0)
+    /* free: take 1 of 2, reserved */
+    BOTH(ck_assert_int_eq(acquire(L, "user=k", FP(1), S(1), RL_RESERVE, 0, D), RL_OK));
+    compare(&x, &y, "free");
+    memcpy(ids[0], x.reservation, RL_RESERVATION_ID);
+    memcpy(ids[1], y.reservation, RL_RESERVATION_ID);
+    ck_assert_int_eq(x.applied[0].st.remaining, FP(1));
+    /* pro: the bucket keeps the 1 used: 5 - 1, plus 0.001 refilled in 1 s, minus 1 more */
+    BOTH(ck_assert_int_eq(rl_quota_set(L, "k", "pro", NULL, &err), RL_OK));
+    BOTH(ck_assert_int_eq(acquire(L, "user=k", FP(1), S(2), 0, 0, D), RL_OK));
+    compare(&x, &y, "pro");
+    ck_assert_int_eq(x.applied[0].st.remaining, FP(3.001));
+    /* custom: a fixed window where the bucket was starts empty */
+    rl_registry *reg = p.reg;
+    for (int w = 0; w < 2; w++) {
+        json_t *arr =
+            json_loads("[{\"type\": \"fixed_window\", \"limit\": 4, \"window\": 60}]", 0, NULL);
+        rl_rules *rs;
+        ck_assert_int_eq(rld_rules_from_json(arr, reg, &rs, &err), RL_OK);
+        json_decref(arr);
+        ck_assert_int_eq(rl_quota_set(both[w], "k", NULL, rs, &err), RL_OK);
+    }
+    BOTH(ck_assert_int_eq(acquire(L, "user=k", FP(1), S(3), 0, 0, D), RL_OK));
+    compare(&x, &y, "custom");
+    ck_assert_int_eq(x.applied[0].st.remaining, FP(3));
+    /* the free reservation's settlement finds a fixed window at its position: untouched */
+    rl_settlement s1, s2;
+    ck_assert_int_eq(rl_settle(p.mem, ids[0], 0, S(4), &s1, &err), RL_OK);
+    ck_assert_int_eq(rl_settle(p.red, ids[1], 0, S(4), &s2, &err), RL_OK);
+    ck_assert_int_eq(s1.refunded, s2.refunded);
+    BOTH(ck_assert_int_eq(acquire(L, "user=k", FP(1), S(4), RL_DRY_RUN, 0, D), RL_OK));
+    compare(&x, &y, "after the settlement");
+    ck_assert_int_eq(x.applied[0].st.remaining, FP(3));
+    /* back to pro: the bucket's state was replaced, it starts full */
+    BOTH(ck_assert_int_eq(rl_quota_set(L, "k", "pro", NULL, &err), RL_OK));
+    BOTH(ck_assert_int_eq(acquire(L, "user=k", FP(1), S(5), 0, 0, D), RL_OK));
+    compare(&x, &y, "pro again");
+    ck_assert_int_eq(x.applied[0].st.remaining, FP(4));
+#undef BOTH
+    pair_free(&p);
+}
+END_TEST
+
+/* ---- shards -------------------------------------------------------------------------------- */
+
+START_TEST(sharded_level_splits_the_quota)
+{
+    rl_registry *reg = rl_registry_new();
+    rl_limiter *lim =
+        redis_limiter(reg,
+                      "{\"levels\": [{\"name\": \"global\", \"shards\": 4, \"rules\": [{\"type\": "
+                      "\"token_bucket\", \"capacity\": 8, \"per_second\": 0.000001}]}]}",
+                      "sh:", 0, NULL);
+    rl_decision d;
+    rl_settlement st;
+    rl_err err;
+    /* a reservation refunded in full goes back to the shard it came from */
+    ck_assert_int_eq(acquire(lim, "global=all", FP(1), S(0), RL_RESERVE, 0, &d), RL_OK);
+    ck_assert(d.allowed);
+    ck_assert_int_eq(d.applied[0].st.limit, FP(2));
+    ck_assert_int_eq(rl_settle(lim, d.reservation, 0, S(0), &st, &err), RL_OK);
+    /* 4 shards of 2: exactly 8 of 100 get through, wherever they land */
+    int allowed = 0;
+    for (int i = 0; i < 100; i++) {
+        ck_assert_int_eq(acquire(lim, "global=all", FP(1), S(0), 0, 0, &d), RL_OK);
+        allowed += d.allowed;
+    }
+    ck_assert_int_eq(allowed, 8);
+    for (int k = 0; k < 4; k++) {
+        redisReply *r = rt_redis_cmd(&srv, "EXISTS sh:s:global:0.%d:all", k);
+        ck_assert_int_eq(r->integer, 1);
+        freeReplyObject(r);
+    }
+    /* the trade-off: a cost above a shard's share never fits, though the level's would */
+    ck_assert_int_eq(acquire(lim, "global=all", FP(3), S(1000), 0, 0, &d), RL_OK);
+    ck_assert_int_eq(d.retry_after, RL_WAIT_NEVER);
+    rl_limiter_free(lim);
+    rl_registry_free(reg);
+}
+END_TEST
+
+/* ---- many clients of several instances on one key ----------------------------------------- */
+
+/* An instance of the service as the hammer sees it: something that decides one request. Two
+ * limiters in this process now; two daemons over HTTP later. */
+typedef struct instance {
+    int (*acquire)(void *ctx); /* 1 allowed, 0 denied, -1 error */
+    void *ctx;
+} instance;
+
+typedef struct hammer_run {
+    const instance *inst;
+    volatile int go, stop;
+    uint64_t allowed, denied, errors;
+} hammer_run;
+
+static void *hammer_thread(void *arg)
+{
+    hammer_run *h = arg;
+    while (!__atomic_load_n(&h->go, __ATOMIC_ACQUIRE))
+        usleep(100);
+    while (!__atomic_load_n(&h->stop, __ATOMIC_ACQUIRE)) {
+        int r = h->inst->acquire(h->inst->ctx);
+        __atomic_add_fetch(r > 0    ? &h->allowed
+                           : r == 0 ? &h->denied
+                                    : &h->errors,
+                           1, __ATOMIC_RELAXED);
+    }
+    return NULL;
+}
+
+/* Runs threads clients on each of n instances for ms milliseconds of Redis time, after
+ * calling first (may be NULL) once. Returns the Redis time elapsed from before first to after
+ * the last request, in ns. */
+static rl_ns hammer(const instance *inst, size_t n, int threads, int ms, void (*first)(void),
+                    uint64_t *allowed, uint64_t *denied, uint64_t *errors)
+{
+    hammer_run runs[8];
+    pthread_t th[64];
+    size_t nth = 0;
+    ck_assert_uint_le(n, 8);
+    for (size_t i = 0; i < n; i++) {
+        runs[i] = (hammer_run){.inst = &inst[i]};
+        for (int t = 0; t < threads; t++)
+            ck_assert_int_eq(pthread_create(&th[nth++], NULL, hammer_thread, &runs[i]), 0);
+    }
+    int64_t t0 = redis_ms();
+    if (first)
+        first();
+    for (size_t i = 0; i < n; i++)
+        __atomic_store_n(&runs[i].go, 1, __ATOMIC_RELEASE);
+    usleep((useconds_t)ms * 1000);
+    for (size_t i = 0; i < n; i++)
+        __atomic_store_n(&runs[i].stop, 1, __ATOMIC_RELEASE);
+    for (size_t i = 0; i < nth; i++)
+        pthread_join(th[i], NULL);
+    int64_t t1 = redis_ms();
+    *allowed = *denied = *errors = 0;
+    for (size_t i = 0; i < n; i++) {
+        *allowed += runs[i].allowed;
+        *denied += runs[i].denied;
+        *errors += runs[i].errors;
+    }
+    /* TIME has microseconds; the millisecond reads round the span up by at most 2 ms */
+    return (rl_ns)(t1 - t0 + 2) * 1000000;
+}
+
+static int limiter_acquire(void *ctx)
+{
+    rl_decision d;
+    int rc = acquire(ctx, "global=all", RL_FP_ONE, 0, 0, 0, &d);
+    return rc != RL_OK ? -1 : d.allowed;
+}
+
+static rl_limiter *drained;
+
+/* Takes the whole capacity at once: from then on the bucket is empty and every token it
+ * refills goes to a client, unless every client stalls for the 4 s it takes to refill. */
+static void drain(void)
+{
+    rl_decision d;
+    ck_assert_int_eq(acquire(drained, "global=all", FP(400), 0, 0, 0, &d), RL_OK);
+    ck_assert(d.allowed);
+}
+
+START_TEST(two_instances_share_one_bucket)
+{
+    /* capacity 400, 100/s: over the run no more than 400 + 100 x elapsed may pass, and since
+     * the clients ask far faster than that, at least 99% of it (400 of it at once). */
+    const char *json = "{\"levels\": [{\"name\": \"global\", \"rules\": [{\"type\": "
+                       "\"token_bucket\", \"capacity\": 400, \"per_second\": 100}]}]}";
+    rl_registry *reg = rl_registry_new();
+    rl_limiter *a = redis_limiter(reg, json, "hammer:", 1, NULL);
+    rl_limiter *b = redis_limiter(reg, json, "hammer:", 1, NULL);
+    instance inst[2] = {{limiter_acquire, a}, {limiter_acquire, b}};
+    uint64_t allowed, denied, errors;
+    drained = a;
+    rl_ns elapsed = hammer(inst, 2, 3, 3000, drain, &allowed, &denied, &errors);
+    double bound = 400 + 100 * rl_ns_to_seconds(elapsed);
+    allowed += 400;
+    ck_assert_uint_eq(errors, 0);
+    ck_assert_msg(denied > allowed,
+                  "the clients did not outpace the bucket: %" PRIu64 " allowed, %" PRIu64 " denied",
+                  allowed, denied);
+    ck_assert_msg((double)allowed <= bound, "%" PRIu64 " allowed > %.1f", allowed, bound);
+    ck_assert_msg((double)allowed >= 0.99 * bound, "%" PRIu64 " allowed < 99%% of %.1f", allowed,
+                  bound);
+    rl_limiter_free(a);
+    rl_limiter_free(b);
+    rl_registry_free(reg);
+}
+END_TEST
+
+/* ---- quotas -------------------------------------------------------------------------------- */
+
+/* The tier of key on lim, or "custom". */
+static const char *tier_of(rl_limiter *lim, const char *key)
+{
+    const char *tier;
+    rl_rules *rules;
+    ck_assert_int_eq(rl_quota_get(lim, key, &tier, &rules), RL_OK);
+    rl_rules_unref(rules);
+    return tier ? tier : "custom";
+}
+
+/* Polls until key's tier on lim is want; fails after 10 s. */
+static void wait_tier(rl_limiter *lim, const char *key, const char *want)
+{
+    for (int i = 0; i < 1000 && strcmp(tier_of(lim, key), want) != 0; i++)
+        usleep(10000);
+    ck_assert_str_eq(tier_of(lim, key), want);
+}
+
+START_TEST(quotas_reach_every_instance)
+{
+    const char *json =
+        "{\"levels\": [{\"name\": \"user\", \"tiered\": true}], \"tiers\": {"
+        "\"free\": [{\"type\": \"token_bucket\", \"capacity\": 2, \"per_second\": 1}],"
+        "\"pro\": [{\"type\": \"token_bucket\", \"capacity\": 5, \"per_second\": 1}]},"
+        "\"default_tier\": \"free\", \"quotas\": {\"vip\": \"pro\"}}";
+    rl_registry *reg = rl_registry_new();
+    rl_store *ra, *rb;
+    rl_limiter *a = redis_limiter(reg, json, "q:", 0, &ra);
+    rl_limiter *b = redis_limiter(reg, json, "q:", 0, &rb);
+    rld_quota_follower *f;
+    rl_err err;
+    rl_decision d;
+    ck_assert_int_eq(rld_redis_quota_follow(rb, b, &f, &err), RL_OK);
+    for (int i = 0; i < 500 && rld_redis_quota_applied(f) == 0; i++)
+        usleep(10000);
+    ck_assert_uint_gt(rld_redis_quota_applied(f), 0);
+
+    /* a tier, then custom rules, set through A, applied by B */
+    ck_assert_int_eq(rld_redis_quota_put(ra, "alice", "pro", NULL, &err), RL_OK);
+    wait_tier(b, "alice", "pro");
+    json_t *rules =
+        json_loads("[{\"type\": \"token_bucket\", \"capacity\": 7, \"per_second\": 1}]", 0, NULL);
+    ck_assert_int_eq(rld_redis_quota_put(ra, "bob", NULL, rules, &err), RL_OK);
+    json_decref(rules);
+    wait_tier(b, "bob", "custom");
+    ck_assert_int_eq(acquire(b, "user=bob", FP(1), S(0), RL_DRY_RUN, 0, &d), RL_OK);
+    ck_assert_int_eq(d.applied[0].st.limit, FP(7));
+
+    /* deleted: back to the default tier, or to the configuration's quota for that key */
+    int existed;
+    ck_assert_int_eq(rld_redis_quota_delete(ra, "alice", &existed, &err), RL_OK);
+    ck_assert(existed);
+    wait_tier(b, "alice", "free");
+    ck_assert_int_eq(rld_redis_quota_put(ra, "vip", "free", NULL, &err), RL_OK);
+    wait_tier(b, "vip", "free");
+    ck_assert_int_eq(rld_redis_quota_delete(ra, "vip", &existed, &err), RL_OK);
+    wait_tier(b, "vip", "pro");
+    ck_assert_int_eq(rld_redis_quota_delete(ra, "nobody", &existed, &err), RL_OK);
+    ck_assert(!existed);
+
+    /* an instance that starts later loads what is stored */
+    rl_limiter *c = redis_limiter(reg, json, "q:", 0, NULL);
+    size_t skipped = 1;
+    ck_assert_int_eq(rld_redis_quota_sync(ra, c, &skipped, &err), RL_OK);
+    ck_assert_uint_eq(skipped, 0);
+    ck_assert_str_eq(tier_of(c, "bob"), "custom");
+    ck_assert_str_eq(tier_of(c, "vip"), "pro");
+    ck_assert_str_eq(tier_of(c, "alice"), "free");
+    /* configuration, not state: the only key without a TTL */
+    ck_assert_int_eq(pttl("q:quotas"), -1);
+
+    /* Redis restarted (empty, as the test runs it without persistence): B subscribes again,
+     * synchronises, and follows new changes */
+    rt_redis_kill(&srv);
+    rt_redis_restart(&srv);
+    wait_tier(b, "bob", "free");
+    ck_assert_int_eq(rld_redis_quota_put(ra, "carol", "pro", NULL, &err), RL_OK);
+    wait_tier(b, "carol", "pro");
+
+    rld_redis_quota_unfollow(f);
+    rl_limiter_free(a);
+    rl_limiter_free(b);
+    rl_limiter_free(c);
+    rl_registry_free(reg);
+}
+END_TEST
+
+Suite *redis_store_suite(void);
+Suite *redis_store_suite(void)
+{
+    Suite *s = suite_create("redis_store");
+    TCase *tc = tcase_create("conformance");
+    tcase_add_checked_fixture(tc, srv_up, srv_down);
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, lua_arithmetic_matches_c);
+    tcase_add_loop_test(tc, conformance_table, 0,
+                        (int)(sizeof conformance / sizeof conformance[0]));
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("differential");
+    tcase_add_checked_fixture(tc, srv_up, srv_down);
+    tcase_set_timeout(tc, 300);
+    tcase_add_loop_test(tc, differential_replay, 0, TRACES);
+    tcase_add_test(tc, charges_saturate_alike);
+    tcase_add_test(tc, tier_changes_alike);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("keys");
+    tcase_add_checked_fixture(tc, srv_up, srv_down);
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, every_key_written_has_a_ttl);
+    tcase_add_test(tc, ttl_follows_the_state);
+    tcase_add_test(tc, sharded_level_splits_the_quota);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("instances");
+    tcase_add_checked_fixture(tc, srv_up, srv_down);
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, refund_and_release_through_another_instance);
+    tcase_add_test(tc, two_instances_share_one_bucket);
+    tcase_add_test(tc, quotas_reach_every_instance);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void) { return tu_run(redis_store_suite()) ? 1 : 0; }

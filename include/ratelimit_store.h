@@ -72,6 +72,12 @@ struct rl_store {
     void *cls;
 };
 
+/* Fills st->next from the status the rule just gave for state at now: 0 when the rule is full,
+ * else the rule's wait for one whole unit more than remains (whole units of remaining, 0 when
+ * negative, plus one, at most the limit). Stores call it after a rule's status function. */
+void rl_status_next(const rl_rule *rule, const void *state, const char *key, size_t keylen,
+                    rl_ns now, rl_rule_status *st);
+
 /* A new in-memory store, or NULL when out of memory. */
 rl_store *rl_memory_store_new(void);
 

@@ -487,7 +487,7 @@ static int rs_decide(void *cls, const rl_plan *plan, rl_decision *d, rl_err *err
             r = NULL;
             continue;
         }
-        if (!reply_is(r, "ok") || r->elements != 1 + 5 * plan->n) {
+        if (!reply_is(r, "ok") || r->elements != 1 + 6 * plan->n) {
             freeReplyObject(r);
             return fail(err, RL_ESTORE, "redis: unexpected reply to a decision");
         }
@@ -502,19 +502,21 @@ static int rs_decide(void *cls, const rl_plan *plan, rl_decision *d, rl_err *err
         const rl_rule *rule = ap->rule;
         const type_info *ti = info_of(rs, rule);
         if (r)
-            ap->wait = parse_i64(r->element[1 + 5 * i]);
+            ap->wait = parse_i64(r->element[1 + 6 * i]);
         allowed &= ap->wait == 0;
         ap->has_status = rule->type->status != NULL;
         if (!ap->has_status)
             continue;
         if (ti && ti->stateless) {
             rule->type->status(rule->params, zero_state, plan->now, &ap->st);
+            rl_status_next(rule, zero_state, ap->key, ap->keylen, plan->now, &ap->st);
         } else {
-            redisReply **e = &r->element[2 + 5 * i];
+            redisReply **e = &r->element[2 + 6 * i];
             ap->st.limit = parse_i64(e[0]);
             ap->st.remaining = parse_i64(e[1]);
             ap->st.reset_after = parse_i64(e[2]);
             ap->st.window = parse_i64(e[3]);
+            ap->st.next = parse_i64(e[4]);
         }
     }
     if (reserve && allowed)

@@ -389,11 +389,14 @@ static void compare(const rl_decision *a, const rl_decision *b, const char *ctx)
         if (!x->has_status)
             continue;
         ck_assert_msg(x->st.limit == y->st.limit && x->st.remaining == y->st.remaining &&
-                          x->st.reset_after == y->st.reset_after && x->st.window == y->st.window,
+                          x->st.reset_after == y->st.reset_after &&
+                          x->st.window == y->st.window && x->st.next == y->st.next,
                       "%s: [%zu] %s status (%" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64
-                      ") vs (%" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 ")",
+                      ", %" PRId64 ") vs (%" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64
+                      ", %" PRId64 ")",
                       ctx, i, x->rule->name, x->st.limit, x->st.remaining, x->st.reset_after,
-                      x->st.window, y->st.limit, y->st.remaining, y->st.reset_after, y->st.window);
+                      x->st.window, x->st.next, y->st.limit, y->st.remaining, y->st.reset_after,
+                      y->st.window, y->st.next);
     }
 }
 

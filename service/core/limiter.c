@@ -486,6 +486,17 @@ int rl_acquire(rl_limiter *lim, const rl_request *req, rl_decision *d, rl_err *e
     return RL_OK;
 }
 
+void rl_status_next(const rl_rule *rule, const void *state, const char *key, size_t keylen,
+                    rl_ns now, rl_rule_status *st)
+{
+    st->next = 0;
+    if (st->remaining >= st->limit)
+        return;
+    rl_fp whole = st->remaining > 0 ? st->remaining / RL_FP_ONE * RL_FP_ONE : 0;
+    rl_fp want = whole + RL_FP_ONE < st->limit ? whole + RL_FP_ONE : st->limit;
+    st->next = rule->type->wait(rule->params, state, key, keylen, now, want);
+}
+
 void rl_decision_done(rl_decision *d)
 {
     rl_rules_unref(d->held);

@@ -345,14 +345,8 @@ static int ms_decide(void *cls, const rl_plan *plan, rl_decision *d, rl_err *err
         const void *st = zero_state;
         if (idx[i] != RL__NONE && segof[i]->r[idx[i]].type == r->type_id + 1)
             st = rec_state(&segof[i]->r[idx[i]], r->type);
-        a->st.next = 0;
         r->type->status(r->params, st, plan->now, &a->st);
-        if (a->st.remaining < a->st.limit) {
-            /* "more quota": the wait for one whole unit more than is left now */
-            rl_fp whole = a->st.remaining > 0 ? a->st.remaining / RL_FP_ONE * RL_FP_ONE : 0;
-            rl_fp want = whole + RL_FP_ONE < a->st.limit ? whole + RL_FP_ONE : a->st.limit;
-            a->st.next = r->type->wait(r->params, st, a->key, a->keylen, plan->now, want);
-        }
+        rl_status_next(r, st, a->key, a->keylen, plan->now, &a->st);
     }
 
     while (nlocked > 0)

@@ -9,8 +9,9 @@
 --       ('' = none), the number of items, then 8 fields an item: type tag ('' for a rule decided
 --       by the caller), key index (0 for none), need, cost, 2 parameters, the caller's wait
 --       (for a rule without state), the item's reservation record ('' when it keeps none).
--- Returns {'ok', then per item: wait, limit, remaining, reset_after, window} (statuses are ''
--- for rules decided by the caller), or {'dup'} when the reservation id is taken.
+-- Returns {'ok', then per item: wait, limit, remaining, reset_after, window, next} (statuses
+-- are '' for rules decided by the caller), or {'dup'} when the reservation id is taken. next is
+-- rl_status_next: the wait for one whole unit more than remains (0 when full).
 
 local now = clock(ARGV[1])
 local dry = ARGV[2] == '1'
@@ -74,15 +75,19 @@ for i = 1, n do
     out[#out + 1] = S(it.wait)
     if it.T then
         local limit, remaining, reset, window = it.T.status(it.p, it.st, now)
+        local nxt = 0
+        if cmp(remaining, limit) < 0 then
+            local whole = 0
+            if ispos(remaining) then whole = mul((divmod(remaining, ONE)), ONE) end
+            nxt = it.T.wait(it.p, it.st, now, min(add(whole, ONE), limit))
+        end
         out[#out + 1] = S(limit)
         out[#out + 1] = S(remaining)
         out[#out + 1] = S(reset)
         out[#out + 1] = S(window)
+        out[#out + 1] = S(nxt)
     else
-        out[#out + 1] = ''
-        out[#out + 1] = ''
-        out[#out + 1] = ''
-        out[#out + 1] = ''
+        for _ = 1, 5 do out[#out + 1] = '' end
     end
 end
 return out

@@ -500,6 +500,7 @@ local function min(a, b) return cmp(a, b) < 0 and a or b end
 
 local NS = 1000000000
 local MS = 1000000
+local ONE = 1000000 -- RL_FP_ONE
 local NEVER = N('9223372036854775807')
 local USED_MAX = N('4000000000000000000')
 

@@ -14,7 +14,6 @@
 #include "config_json.h"
 #include "quotas.h"
 
-#define fail(err, rc, ...) rl_errf(err, rc, __VA_ARGS__)
 
 const char *rld_user_problem(const char *user)
 {
@@ -48,12 +47,12 @@ static int save(rld_quotas *q, rl_err *err)
         return RL_OK;
     char *dir = dir_of(q->path), tmp[4200];
     if (!dir)
-        return fail(err, RL_ENOMEM, "out of memory");
+        return rl_errf(err, RL_ENOMEM, "out of memory");
     snprintf(tmp, sizeof tmp, "%s.tmp.XXXXXX", q->path);
     int fd = mkstemp(tmp), rc = RL_OK;
     char *text = json_dumps(q->overrides, JSON_INDENT(2) | JSON_SORT_KEYS);
     if (fd < 0) {
-        rc = fail(err, RL_EIO, "quota_file: cannot create %s: %s", tmp, strerror(errno));
+        rc = rl_errf(err, RL_EIO, "quota_file: cannot create %s: %s", tmp, strerror(errno));
     } else {
         size_t n = text ? strlen(text) : 0, off = 0;
         while (text && off < n) {
@@ -65,11 +64,11 @@ static int save(rld_quotas *q, rl_err *err)
             off += (size_t)w;
         }
         if (!text || off < n || write(fd, "\n", 1) != 1 || fsync(fd) != 0)
-            rc = fail(err, RL_EIO, "quota_file: cannot write %s: %s", tmp, strerror(errno));
+            rc = rl_errf(err, RL_EIO, "quota_file: cannot write %s: %s", tmp, strerror(errno));
         if (close(fd) != 0 && rc == RL_OK)
-            rc = fail(err, RL_EIO, "quota_file: cannot write %s: %s", tmp, strerror(errno));
+            rc = rl_errf(err, RL_EIO, "quota_file: cannot write %s: %s", tmp, strerror(errno));
         if (rc == RL_OK && rename(tmp, q->path) != 0)
-            rc = fail(err, RL_EIO, "quota_file: cannot rename %s to %s: %s", tmp, q->path,
+            rc = rl_errf(err, RL_EIO, "quota_file: cannot rename %s to %s: %s", tmp, q->path,
                       strerror(errno));
         if (rc != RL_OK)
             unlink(tmp);
@@ -96,7 +95,7 @@ static int parse_override(const json_t *v, rl_limiter *lim, rl_registry *reg, co
     *rules = NULL;
     if (json_is_string(v)) {
         if (rl_config_tier(cfg, json_string_value(v)) < 0)
-            return fail(err, RL_EINVAL, "unknown tier \"%.64s\"", json_string_value(v));
+            return rl_errf(err, RL_EINVAL, "unknown tier \"%.64s\"", json_string_value(v));
         *tier = json_string_value(v);
         return RL_OK;
     }
@@ -104,12 +103,12 @@ static int parse_override(const json_t *v, rl_limiter *lim, rl_registry *reg, co
                            ? json_object_get(v, "rules")
                            : NULL;
     if (!rs)
-        return fail(err, RL_EINVAL, "must be a tier name, {\"rules\": [...]} or null");
+        return rl_errf(err, RL_EINVAL, "must be a tier name, {\"rules\": [...]} or null");
     int rc = rld_rules_from_json(rs, reg, rules, err);
     if (rc != RL_OK) {
         char rest[sizeof err->msg];
         snprintf(rest, sizeof rest, "%s", err->msg);
-        fail(err, rc, "rules%s", rest);
+        rl_errf(err, rc, "rules%s", rest);
     }
     return rc;
 }
@@ -124,23 +123,23 @@ int rld_quotas_open(rld_quotas *q, const char *path, rl_limiter *lim, rl_registr
     pthread_mutex_init(&q->mu, NULL);
     q->overrides = json_object();
     if (!q->overrides)
-        return fail(err, RL_ENOMEM, "out of memory");
+        return rl_errf(err, RL_ENOMEM, "out of memory");
     if (!path)
         return RL_OK;
     if (!(q->path = strdup(path)))
-        return fail(err, RL_ENOMEM, "out of memory");
+        return rl_errf(err, RL_ENOMEM, "out of memory");
     if (rld_make_parent_dir(path) != 0)
-        return fail(err, RL_EIO, "quota_file %s: cannot create its directory: %s", path,
+        return rl_errf(err, RL_EIO, "quota_file %s: cannot create its directory: %s", path,
                     strerror(errno));
     if (access(path, F_OK) != 0 && errno == ENOENT)
         return RL_OK;
     json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
     if (!root)
-        return fail(err, RL_EINVAL, "quota_file %s: line %d, column %d: %s", path, jerr.line,
+        return rl_errf(err, RL_EINVAL, "quota_file %s: line %d, column %d: %s", path, jerr.line,
                     jerr.column, jerr.text);
     if (!json_is_object(root)) {
         json_decref(root);
-        return fail(err, RL_EINVAL, "quota_file %s: must be a JSON object of users", path);
+        return rl_errf(err, RL_EINVAL, "quota_file %s: must be a JSON object of users", path);
     }
     int rc = RL_OK;
     json_object_foreach(root, user, v)
@@ -148,7 +147,7 @@ int rld_quotas_open(rld_quotas *q, const char *path, rl_limiter *lim, rl_registr
         const char *tier, *why = rld_user_problem(user);
         rl_rules *rules;
         if (why) {
-            rc = fail(err, RL_EINVAL, "quota_file %s: \"%.64s\": %s", path, user, why);
+            rc = rl_errf(err, RL_EINVAL, "quota_file %s: \"%.64s\": %s", path, user, why);
             break;
         }
         if (json_is_null(v)) {
@@ -160,7 +159,7 @@ int rld_quotas_open(rld_quotas *q, const char *path, rl_limiter *lim, rl_registr
         if (rc != RL_OK) {
             char rest[sizeof err->msg];
             snprintf(rest, sizeof rest, "%s", err->msg);
-            fail(err, rc, "quota_file %s: %.256s: %s", path, user, rest);
+            rl_errf(err, rc, "quota_file %s: %.256s: %s", path, user, rest);
             break;
         }
     }
@@ -206,9 +205,9 @@ static int check_user(rl_limiter *lim, const char *user, rl_err *err)
 {
     const char *why = rld_user_problem(user);
     if (why)
-        return fail(err, RL_EINVAL, "user: %s", why);
+        return rl_errf(err, RL_EINVAL, "user: %s", why);
     if (rl_config_tiered_level(rl_limiter_config(lim)) < 0)
-        return fail(err, RL_EINVAL, "user: no level is tiered, so there are no quotas");
+        return rl_errf(err, RL_EINVAL, "user: no level is tiered, so there are no quotas");
     return RL_OK;
 }
 
@@ -224,13 +223,13 @@ int rld_quotas_put(rld_quotas *q, rl_limiter *lim, rl_registry *reg, const char 
     if ((rc = check_user(lim, user, err)) != RL_OK)
         return rc;
     if (len == 0)
-        return fail(err, RL_EINVAL, "body: required, {\"tier\": ...} or {\"rules\": [...]}");
+        return rl_errf(err, RL_EINVAL, "body: required, {\"tier\": ...} or {\"rules\": [...]}");
     json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &jerr);
     if (!root)
-        return fail(err, RL_EINVAL, "body: malformed JSON at line %d, column %d: %s",
+        return rl_errf(err, RL_EINVAL, "body: malformed JSON at line %d, column %d: %s",
                     jerr.line, jerr.column, jerr.text);
     if (!json_is_object(root)) {
-        rc = fail(err, RL_EINVAL, "body: must be a JSON object");
+        rc = rl_errf(err, RL_EINVAL, "body: must be a JSON object");
         goto out;
     }
     json_object_foreach(root, k, v)
@@ -240,22 +239,22 @@ int rld_quotas_put(rld_quotas *q, rl_limiter *lim, rl_registry *reg, const char 
         else if (strcmp(k, "rules") == 0)
             rules_json = v;
         else {
-            rc = fail(err, RL_EINVAL, "%.64s: unknown field (known: tier, rules)", k);
+            rc = rl_errf(err, RL_EINVAL, "%.64s: unknown field (known: tier, rules)", k);
             goto out;
         }
     }
     if (!tier_json == !rules_json) {
-        rc = fail(err, RL_EINVAL, "body: give either \"tier\" or \"rules\"");
+        rc = rl_errf(err, RL_EINVAL, "body: give either \"tier\" or \"rules\"");
         goto out;
     }
     if (tier_json) {
         if (!json_is_string(tier_json)) {
-            rc = fail(err, RL_EINVAL, "tier: must be a string");
+            rc = rl_errf(err, RL_EINVAL, "tier: must be a string");
             goto out;
         }
         tier = json_string_value(tier_json);
         if (rl_config_tier(rl_limiter_config(lim), tier) < 0) {
-            rc = fail(err, RL_EINVAL, "tier: unknown tier \"%.64s\"", tier);
+            rc = rl_errf(err, RL_EINVAL, "tier: unknown tier \"%.64s\"", tier);
             goto out;
         }
         v = json_string(tier);
@@ -263,14 +262,14 @@ int rld_quotas_put(rld_quotas *q, rl_limiter *lim, rl_registry *reg, const char 
         if ((rc = rld_rules_from_json(rules_json, reg, &rules, err)) != RL_OK) {
             char rest[sizeof err->msg];
             snprintf(rest, sizeof rest, "%s", err->msg);
-            fail(err, rc, "rules%s", rest);
+            rl_errf(err, rc, "rules%s", rest);
             goto out;
         }
         v = json_pack("{s:o}", "rules", rld_rules_to_json(rules));
     }
     pthread_mutex_lock(&q->mu);
     json_t *prev = json_incref(json_object_get(q->overrides, user));
-    rc = v ? record(q, user, v, err) : fail(err, RL_ENOMEM, "out of memory");
+    rc = v ? record(q, user, v, err) : rl_errf(err, RL_ENOMEM, "out of memory");
     if (rc == RL_OK) {
         rc = rl_quota_set(lim, user, tier, rules, err);
         rules = NULL; /* stolen */

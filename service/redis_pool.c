@@ -51,17 +51,6 @@ rl_ns rld_mono_ns(void)
     return (rl_ns)ts.tv_sec * RL_NS_PER_SEC + ts.tv_nsec;
 }
 
-static int fail(rl_err *err, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int fail(rl_err *err, int code, const char *fmt, ...)
-{
-    if (err) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err->msg, sizeof err->msg, fmt, ap);
-        va_end(ap);
-    }
-    return code;
-}
 
 /* ---- URLs ---------------------------------------------------------------------------------- */
 
@@ -95,7 +84,7 @@ int rld_redis_parse_url(const char *url, rld_redis_addr *out, rl_err *err)
     memset(out, 0, sizeof *out);
     out->port = 6379;
     if (strncmp(url, "redis://", 8) != 0)
-        return fail(err, RL_EINVAL, "store.url: must start with redis://");
+        return rl_errf(err, RL_EINVAL, "store.url: must start with redis://");
     const char *s = url + 8, *end = s + strlen(s);
     const char *slash = strchr(s, '/');
     const char *hostpart_end = slash ? slash : end;
@@ -106,36 +95,36 @@ int rld_redis_parse_url(const char *url, rld_redis_addr *out, rl_err *err)
     if (at) {
         const char *colon = memchr(s, ':', (size_t)(at - s));
         if (!colon)
-            return fail(err, RL_EINVAL, "store.url: credentials must be [user]:password@");
+            return rl_errf(err, RL_EINVAL, "store.url: credentials must be [user]:password@");
         if (copy_part(out->user, sizeof out->user, s, (size_t)(colon - s)) != 0 ||
             copy_part(out->pass, sizeof out->pass, colon + 1, (size_t)(at - colon - 1)) != 0)
-            return fail(err, RL_EINVAL, "store.url: user or password too long");
+            return rl_errf(err, RL_EINVAL, "store.url: user or password too long");
         s = at + 1;
     }
     const char *hend = hostpart_end;
     if (*s == '[') { /* [v6 address] */
         const char *rb = memchr(s, ']', (size_t)(hostpart_end - s));
         if (!rb)
-            return fail(err, RL_EINVAL, "store.url: unterminated [address]");
+            return rl_errf(err, RL_EINVAL, "store.url: unterminated [address]");
         if (copy_part(out->host, sizeof out->host, s + 1, (size_t)(rb - s - 1)) != 0)
-            return fail(err, RL_EINVAL, "store.url: host too long");
+            return rl_errf(err, RL_EINVAL, "store.url: host too long");
         s = rb + 1;
     } else {
         const char *colon = memchr(s, ':', (size_t)(hostpart_end - s));
         hend = colon ? colon : hostpart_end;
         if (copy_part(out->host, sizeof out->host, s, (size_t)(hend - s)) != 0)
-            return fail(err, RL_EINVAL, "store.url: host too long");
+            return rl_errf(err, RL_EINVAL, "store.url: host too long");
         s = hend;
     }
     if (!out->host[0])
-        return fail(err, RL_EINVAL, "store.url: no host");
+        return rl_errf(err, RL_EINVAL, "store.url: no host");
     if (*s == ':' && parse_int(s + 1, (size_t)(hostpart_end - s - 1), 1, 65535, &out->port) != 0)
-        return fail(err, RL_EINVAL, "store.url: port must be a number from 1 to 65535");
+        return rl_errf(err, RL_EINVAL, "store.url: port must be a number from 1 to 65535");
     if (*s != ':' && s != hostpart_end)
-        return fail(err, RL_EINVAL, "store.url: unexpected text after the host");
+        return rl_errf(err, RL_EINVAL, "store.url: unexpected text after the host");
     if (slash && slash + 1 < end &&
         parse_int(slash + 1, (size_t)(end - slash - 1), 0, 1000000, &out->db) != 0)
-        return fail(err, RL_EINVAL, "store.url: the database must be a number");
+        return rl_errf(err, RL_EINVAL, "store.url: the database must be a number");
     return RL_OK;
 }
 
@@ -145,11 +134,11 @@ int rld_pool_new(const rld_redis_addr *addr, int timeout_ms, int size, rld_pool 
 {
     *out = NULL;
     if (size < 1 || size > 1024 || timeout_ms < 1)
-        return fail(err, RL_EINVAL, "store: pool must be 1 to 1024 and timeout_ms positive");
+        return rl_errf(err, RL_EINVAL, "store: pool must be 1 to 1024 and timeout_ms positive");
     rld_pool *p = calloc(1, sizeof *p);
     if (!p || !(p->conns = calloc((size_t)size, sizeof *p->conns))) {
         free(p);
-        return fail(err, RL_ENOMEM, "out of memory");
+        return rl_errf(err, RL_ENOMEM, "out of memory");
     }
     p->addr = *addr;
     p->timeout = (rl_ns)timeout_ms * 1000000;
@@ -221,7 +210,7 @@ static int checkout(rld_pool *p, rl_ns deadline, pconn **out, int *probe, rl_err
             long long ms = (p->retry_at - now) / 1000000;
             p->errors++;
             pthread_mutex_unlock(&p->mu);
-            return fail(err, RL_ESTORE, "redis: unreachable (next attempt in %lld ms)",
+            return rl_errf(err, RL_ESTORE, "redis: unreachable (next attempt in %lld ms)",
                         ms > 0 ? ms : 0);
         }
         p->probing = 1;
@@ -234,7 +223,7 @@ static int checkout(rld_pool *p, rl_ns deadline, pconn **out, int *probe, rl_err
             if (*probe)
                 p->probing = 0;
             p->errors++;
-            fail(err, RL_ESTORE, "redis: no free connection within the timeout");
+            rl_errf(err, RL_ESTORE, "redis: no free connection within the timeout");
             if (err)
                 snprintf(p->last_error, sizeof p->last_error, "%.255s", err->msg);
             pthread_mutex_unlock(&p->mu);
@@ -303,7 +292,7 @@ static redisReply *send_argv(redisContext *c, rl_ns deadline, int argc, const ch
 static int link_error(redisContext *c, rl_err *err)
 {
     int timeout = c->err == REDIS_ERR_IO && (errno == EAGAIN || errno == EWOULDBLOCK);
-    return fail(err, RL_ESTORE, "redis: %s", timeout ? "timed out" : c->errstr);
+    return rl_errf(err, RL_ESTORE, "redis: %s", timeout ? "timed out" : c->errstr);
 }
 
 /* Opens a connection within deadline, with AUTH and SELECT. NULL with err set on failure. */
@@ -311,16 +300,16 @@ static redisContext *open_conn(const rld_redis_addr *a, rl_ns deadline, rl_err *
 {
     rl_ns left = deadline - rld_mono_ns();
     if (left <= 0) {
-        fail(err, RL_ESTORE, "redis: timed out");
+        rl_errf(err, RL_ESTORE, "redis: timed out");
         return NULL;
     }
     redisContext *c = redisConnectWithTimeout(a->host, a->port, tv_of(left));
     if (!c) {
-        fail(err, RL_ESTORE, "redis: out of memory");
+        rl_errf(err, RL_ESTORE, "redis: out of memory");
         return NULL;
     }
     if (c->err) {
-        fail(err, RL_ESTORE, "redis: %s:%d: %s", a->host, a->port, c->errstr);
+        rl_errf(err, RL_ESTORE, "redis: %s:%d: %s", a->host, a->port, c->errstr);
         redisFree(c);
         return NULL;
     }
@@ -341,7 +330,7 @@ static redisContext *open_conn(const rld_redis_addr *a, rl_ns deadline, rl_err *
         }
         int bad = r->type == REDIS_REPLY_ERROR;
         if (bad)
-            fail(err, RL_ESTORE, "redis: %s: %.200s", i == 0 ? "AUTH" : "SELECT", r->str);
+            rl_errf(err, RL_ESTORE, "redis: %s: %.200s", i == 0 ? "AUTH" : "SELECT", r->str);
         freeReplyObject(r);
         if (bad) {
             redisFree(c);
@@ -398,7 +387,7 @@ static int load_script(rld_pool *p, redisContext *c, rld_script s, rl_ns deadlin
         memcpy(p->sha[s], sha, 41);
         pthread_mutex_unlock(&p->mu);
     } else {
-        fail(err, RL_ESTORE, "redis: SCRIPT LOAD: %.200s",
+        rl_errf(err, RL_ESTORE, "redis: SCRIPT LOAD: %.200s",
              r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
     }
     freeReplyObject(r);
@@ -444,7 +433,7 @@ static int run(rld_pool *p, pconn *pc, int s, int argc, const char **av, const s
             sha[0] = '\0';
             continue;
         }
-        rc = fail(err, RL_ESTORE, "redis: %.400s", r->str);
+        rc = rl_errf(err, RL_ESTORE, "redis: %.400s", r->str);
         freeReplyObject(r);
         r = NULL;
         break;
@@ -475,7 +464,7 @@ static int call(rld_pool *p, int s, int nkeys, int argc, const char **argv, cons
         if (!av || !al) {
             free(av);
             free(al);
-            return fail(err, RL_ENOMEM, "out of memory");
+            return rl_errf(err, RL_ENOMEM, "out of memory");
         }
         if (s >= 0) {
             snprintf(nk, sizeof nk, "%d", nkeys);

@@ -18,17 +18,6 @@
 #define RETRY_MIN_MS 100
 #define RETRY_MAX_MS 5000
 
-static int fail(rl_err *err, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int fail(rl_err *err, int code, const char *fmt, ...)
-{
-    if (err) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err->msg, sizeof err->msg, fmt, ap);
-        va_end(ap);
-    }
-    return code;
-}
 
 /* P"quotas" into buf. */
 static const char *hash_name(rl_store *redis, char *buf, size_t len)
@@ -57,12 +46,12 @@ int rld_redis_quota_put(rl_store *redis, const char *key, const char *tier, cons
                         rl_err *err)
 {
     if (!key[0] || (tier == NULL) == (rules == NULL) || (rules && !json_is_array(rules)))
-        return fail(err, RL_EINVAL, "give a key and either a tier or a list of rules");
+        return rl_errf(err, RL_EINVAL, "give a key and either a tier or a list of rules");
     json_t *o = tier ? json_pack("{s:s}", "tier", tier) : json_pack("{s:O}", "rules", rules);
     char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
     json_decref(o);
     if (!text)
-        return fail(err, RL_ENOMEM, "out of memory");
+        return rl_errf(err, RL_ENOMEM, "out of memory");
     int rc = change(redis, key, text, NULL, err);
     free(text);
     return rc;
@@ -116,7 +105,7 @@ static int apply(rl_limiter *lim, const char *key, const char *json, size_t len,
         if (rc == RL_OK)
             rc = rl_quota_set(lim, key, NULL, rs, err);
     } else {
-        rc = fail(err, RL_EINVAL, "quota of %.64s: neither a tier nor rules", key);
+        rc = rl_errf(err, RL_EINVAL, "quota of %.64s: neither a tier nor rules", key);
     }
     json_decref(o);
     return rc;
@@ -155,7 +144,7 @@ int rld_redis_quota_sync(rl_store *redis, rl_limiter *lim, size_t *skipped, rl_e
         return rc;
     if (r->type != REDIS_REPLY_ARRAY) {
         freeReplyObject(r);
-        return fail(err, RL_ESTORE, "redis: %s is not a hash", hash);
+        return rl_errf(err, RL_ESTORE, "redis: %s is not a hash", hash);
     }
     for (size_t i = 0; i + 1 < r->elements; i += 2) {
         rl_err e;
@@ -283,18 +272,18 @@ int rld_redis_quota_follow(rl_store *redis, rl_limiter *lim, rld_quota_follower 
     *out = NULL;
     rld_quota_follower *f = calloc(1, sizeof *f);
     if (!f)
-        return fail(err, RL_ENOMEM, "out of memory");
+        return rl_errf(err, RL_ENOMEM, "out of memory");
     f->redis = redis;
     f->lim = lim;
     if (pipe(f->wake) != 0) {
         free(f);
-        return fail(err, RL_EIO, "pipe: %s", strerror(errno));
+        return rl_errf(err, RL_EIO, "pipe: %s", strerror(errno));
     }
     if (pthread_create(&f->th, NULL, follow_loop, f) != 0) {
         close(f->wake[0]);
         close(f->wake[1]);
         free(f);
-        return fail(err, RL_ENOMEM, "cannot start the quota follower");
+        return rl_errf(err, RL_ENOMEM, "cannot start the quota follower");
     }
     *out = f;
     return RL_OK;

@@ -61,17 +61,6 @@ typedef struct redis_store {
 
 static const int64_t zero_state[RL_STATE_MAX / 8];
 
-static int fail(rl_err *err, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int fail(rl_err *err, int code, const char *fmt, ...)
-{
-    if (err) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err->msg, sizeof err->msg, fmt, ap);
-        va_end(ap);
-    }
-    return code;
-}
 
 static uint64_t random64(void)
 {
@@ -232,7 +221,7 @@ static int eval(redis_store *rs, rld_script s, const abuf *k, const abuf *a, red
     const char **argv;
     size_t *len;
     if (ab_join(k, a, &argv, &len) != 0)
-        return fail(err, RL_ENOMEM, "out of memory");
+        return rl_errf(err, RL_ENOMEM, "out of memory");
     int rc = rld_pool_eval(rs->pool, s, (int)k->n, (int)(k->n + a->n), argv, len, r, err);
     free(argv);
     return rc;
@@ -320,7 +309,7 @@ static int check_rules(const redis_store *rs, const rl_rules *rs_, const char *w
     for (size_t i = 0; rs_ && i < rs_->n; i++) {
         const type_info *ti = info_of(rs, &rs_->v[i]);
         if (!ti || (!ti->stateless && !ti->tag))
-            return fail(err, RL_EINVAL,
+            return rl_errf(err, RL_EINVAL,
                         "%s[%zu]: rule type %s keeps state that the Redis store cannot hold "
                         "(only the built-in types and types without state can)",
                         where, i, rs_->v[i].type->name);
@@ -337,7 +326,7 @@ static int rs_attach(void *cls, const rl_config *cfg, const rl_resolver *res, rl
     rs->ntypes = rl_registry_count(cfg->reg);
     rs->types = calloc(rs->ntypes ? rs->ntypes : 1, sizeof *rs->types);
     if (!rs->types)
-        return fail(err, RL_ENOMEM, "out of memory");
+        return rl_errf(err, RL_ENOMEM, "out of memory");
     for (size_t i = 0; i < rs->ntypes; i++)
         describe_type(rl_registry_at(cfg->reg, i), &rs->types[i]);
     for (size_t l = 0; l < cfg->nlevels; l++) {
@@ -411,7 +400,7 @@ static int build_decide(redis_store *rs, const rl_plan *plan, const rl_decision 
             continue;
         }
         if (!ti || !ti->tag)
-            return fail(err, RL_EINVAL, "rule type %s keeps state that the Redis store cannot hold",
+            return rl_errf(err, RL_EINVAL, "rule type %s keeps state that the Redis store cannot hold",
                         r->type->name);
         unsigned n = rs->shards[ap->level] > 1 ? rs->shards[ap->level] : 1;
         ab_state_key(rs, k, ap->level, ap->slot, shard[ap->level], ap->key, ap->keylen);
@@ -451,7 +440,7 @@ static int rs_decide(void *cls, const rl_plan *plan, rl_decision *d, rl_err *err
     redisReply *r = NULL;
 
     if (rs->manual && plan->now < 0)
-        return fail(err, RL_EINVAL, "now: must not be negative with the Redis store");
+        return rl_errf(err, RL_EINVAL, "now: must not be negative with the Redis store");
     for (size_t i = 0; i < plan->n; i++) {
         const type_info *ti = info_of(rs, d->applied[i].rule);
         holds |= ti && ti->holds;
@@ -467,7 +456,7 @@ static int rs_decide(void *cls, const rl_plan *plan, rl_decision *d, rl_err *err
             new_id(rs, id);
         rc = build_decide(rs, plan, d, id, shard, &k, &a, &nstate, err);
         if (rc == RL_OK && (k.oom || a.oom))
-            rc = fail(err, RL_ENOMEM, "out of memory");
+            rc = rl_errf(err, RL_ENOMEM, "out of memory");
         if (rc == RL_OK && nstate == 0 && !reserve) {
             /* nothing kept in Redis: the waits are final */
             for (size_t i = 0; i < plan->n; i++)
@@ -489,12 +478,12 @@ static int rs_decide(void *cls, const rl_plan *plan, rl_decision *d, rl_err *err
         }
         if (!reply_is(r, "ok") || r->elements != 1 + 6 * plan->n) {
             freeReplyObject(r);
-            return fail(err, RL_ESTORE, "redis: unexpected reply to a decision");
+            return rl_errf(err, RL_ESTORE, "redis: unexpected reply to a decision");
         }
         break;
     }
     if (rc == RL_OK && !r && reserve)
-        return fail(err, RL_ESTORE, "redis: no free reservation id");
+        return rl_errf(err, RL_ESTORE, "redis: no free reservation id");
 
     int allowed = 1;
     for (size_t i = 0; i < plan->n; i++) {
@@ -592,7 +581,7 @@ static int read_resv(redis_store *rs, const char *id, resv *out, rl_err *err)
     ab_key(rs, &k, "r:", id);
     if (k.oom) {
         ab_free(&k);
-        return fail(err, RL_ENOMEM, "out of memory");
+        return rl_errf(err, RL_ENOMEM, "out of memory");
     }
     for (int i = 0; i < 2; i++) {
         argv[i] = k.buf + k.off[i];
@@ -649,12 +638,12 @@ static int rs_settle(void *cls, const char *id, rl_fp actual, rl_ns now, rl_sett
     redisReply *r = NULL;
 
     if (!valid_id(id))
-        return fail(err, RL_ENOTFOUND, "reservation: unknown or expired");
+        return rl_errf(err, RL_ENOTFOUND, "reservation: unknown or expired");
     if (rs->manual && now < 0)
-        return fail(err, RL_EINVAL, "now: must not be negative with the Redis store");
+        return rl_errf(err, RL_EINVAL, "now: must not be negative with the Redis store");
     int rc = read_resv(rs, id, &rv, err);
     if (rc == RL_ENOTFOUND)
-        return fail(err, RL_ENOTFOUND, "reservation: unknown or expired");
+        return rl_errf(err, RL_ENOTFOUND, "reservation: unknown or expired");
     if (rc != RL_OK)
         return rc;
     ab_key(rs, &k, "r:", id);
@@ -690,11 +679,11 @@ static int rs_settle(void *cls, const char *id, rl_fp actual, rl_ns now, rl_sett
         out->refunded = actual < cost ? cost - actual : 0;
         out->charged = actual > cost ? actual - cost : 0;
     } else if (reply_is(r, "settled")) {
-        rc = fail(err, RL_ESETTLED, "reservation: already settled");
+        rc = rl_errf(err, RL_ESETTLED, "reservation: already settled");
     } else if (reply_is(r, "notfound")) {
-        rc = fail(err, RL_ENOTFOUND, "reservation: unknown or expired");
+        rc = rl_errf(err, RL_ENOTFOUND, "reservation: unknown or expired");
     } else {
-        rc = fail(err, RL_ESTORE, "redis: unexpected reply to a settlement");
+        rc = rl_errf(err, RL_ESTORE, "redis: unexpected reply to a settlement");
     }
     freeReplyObject(r);
     return rc;
@@ -748,7 +737,7 @@ static int end_resv(redis_store *rs, const char *id, const char *now_arg, int ex
     } else if (reply_is(r, "notfound") || reply_is(r, "early")) {
         rc = RL_ENOTFOUND;
     } else {
-        rc = fail(err, RL_ESTORE, "redis: unexpected reply to a release");
+        rc = rl_errf(err, RL_ESTORE, "redis: unexpected reply to a release");
     }
     freeReplyObject(r);
     return rc;
@@ -760,14 +749,14 @@ static int rs_release(void *cls, const char *id, rl_ns now, rl_err *err)
     char nowbuf[24] = "";
     int settled, holds;
     if (!valid_id(id))
-        return fail(err, RL_ENOTFOUND, "reservation: unknown, expired or released");
+        return rl_errf(err, RL_ENOTFOUND, "reservation: unknown, expired or released");
     if (rs->manual && now < 0)
-        return fail(err, RL_EINVAL, "now: must not be negative with the Redis store");
+        return rl_errf(err, RL_EINVAL, "now: must not be negative with the Redis store");
     if (rs->manual)
         snprintf(nowbuf, sizeof nowbuf, "%lld", (long long)now);
     int rc = end_resv(rs, id, nowbuf, 0, &settled, &holds, err);
     if (rc == RL_ENOTFOUND)
-        return fail(err, RL_ENOTFOUND, "reservation: unknown, expired or released");
+        return rl_errf(err, RL_ENOTFOUND, "reservation: unknown, expired or released");
     return rc;
 }
 
@@ -953,12 +942,12 @@ int rld_redis_store_new(const rld_redis_options *opt, rl_store **out, rl_err *er
     if (rc != RL_OK)
         return rc;
     if (opt->ttl_floor_ms < 0)
-        return fail(err, RL_EINVAL, "ttl_floor_ms: must not be negative");
+        return rl_errf(err, RL_EINVAL, "ttl_floor_ms: must not be negative");
     redis_store *rs = calloc(1, sizeof *rs);
     const char *prefix = opt->prefix ? opt->prefix : "rl:";
     if (!rs || !(rs->prefix = strdup(prefix))) {
         free(rs);
-        return fail(err, RL_ENOMEM, "out of memory");
+        return rl_errf(err, RL_ENOMEM, "out of memory");
     }
     if ((rc = rld_pool_new(&addr, opt->timeout_ms, opt->pool, &rs->pool, err)) != RL_OK) {
         free(rs->prefix);

@@ -422,12 +422,31 @@ END_TEST
 
 /* ---- quotas for the fleet ------------------------------------------------------------------- */
 
-static const char *quota_rest =
-    "\"quota_file\": \"var/quotas.json\", \"levels\": [{\"name\": \"user\", \"tiered\": true}],"
-    " \"tiers\": {\"free\": [{\"type\": \"token_bucket\", \"name\": \"free\", \"capacity\": 2, "
-    "\"per_second\": 1}], \"gold\": [{\"type\": \"token_bucket\", \"name\": \"gold\", "
-    "\"capacity\": 100, \"per_second\": 10}]},"
-    " \"default_tier\": \"free\", \"quotas\": {\"dave\": \"gold\"}";
+/* The absolute path of the test plug-in (a rule type with state, which Redis cannot hold). */
+static const char *max_keys_plugin(void)
+{
+    static char path[400];
+    char rel[400];
+    const char *b = getenv("RL_BUILD");
+    snprintf(rel, sizeof rel, "%s/plugins/librule_max_keys.so", b && *b ? b : "build");
+    ck_assert_msg(realpath(rel, path) != NULL, "no %s", rel);
+    return path;
+}
+
+/* The rest of the quota tests' configuration (static buffer). */
+static const char *quota_rest(void)
+{
+    static char buf[2048];
+    snprintf(buf, sizeof buf,
+             "\"plugins\": [\"%s\"], \"quota_file\": \"var/quotas.json\", \"levels\": "
+             "[{\"name\": \"user\", \"tiered\": true}], \"tiers\": {\"free\": [{\"type\": "
+             "\"token_bucket\", \"name\": \"free\", \"capacity\": 2, \"per_second\": 1}], "
+             "\"gold\": [{\"type\": \"token_bucket\", \"name\": \"gold\", \"capacity\": 100, "
+             "\"per_second\": 10}]}, \"default_tier\": \"free\", \"quotas\": {\"dave\": "
+             "\"gold\"}",
+             max_keys_plugin());
+    return buf;
+}
 
 static const char *carol_rules =
     "{\"rules\": [{\"type\": \"token_bucket\", \"name\": \"carol\", \"capacity\": 7, "
@@ -473,7 +492,7 @@ START_TEST(quotas_apply_to_the_fleet_and_outlive_it)
     rt_redis r;
     rt_redis_start(&r);
     su_server s[2];
-    start_all(s, 2, fleet_config(&r, ", \"prefix\": \"t:\"", quota_rest), NULL);
+    start_all(s, 2, fleet_config(&r, ", \"prefix\": \"t:\"", quota_rest()), NULL);
     char *log = su_read(s[0].log);
     char want[200];
     snprintf(want, sizeof want, "redis store 127.0.0.1:%d/0, prefix \"t:\"", r.port);
@@ -517,6 +536,12 @@ START_TEST(quotas_apply_to_the_fleet_and_outlive_it)
     a = su_req(&s[0], "PUT", "/quota/bob", "{\"tier\": \"gold\", \"rules\": []}", NULL);
     check_error(&a, 400, "body: give either");
     su_resp_free(&a);
+    /* a rule type with state of a plug-in: fine in memory, but Redis cannot hold it */
+    a = su_req(&s[0], "PUT", "/quota/bob", "{\"rules\": [{\"type\": \"max_keys\", \"limit\": 2}]}",
+               NULL);
+    check_error(&a, 400,
+                "rules[0]: rule type max_keys keeps state that the Redis store cannot hold");
+    su_resp_free(&a);
     ck_assert_int_eq(hlen(&r), 2);
     ck_assert_str_eq(stored(&r, "bob"), "{\"tier\":\"gold\"}");
     for (int i = 0; i < 2; i++) {
@@ -556,7 +581,7 @@ START_TEST(quotas_apply_to_the_fleet_and_outlive_it)
         struct stat st;
         snprintf(path, sizeof path, "%s/var/quotas.json", s[i].dir);
         ck_assert_msg(stat(path, &st) != 0, "%s was written", path);
-        su_start(&s[i], fleet_config(&r, ", \"prefix\": \"t:\"", quota_rest), NULL);
+        su_start(&s[i], fleet_config(&r, ", \"prefix\": \"t:\"", quota_rest()), NULL);
     }
     for (int i = 0; i < 2; i++) {
         check_quotas_in_force(&s[i]);
@@ -783,7 +808,7 @@ START_TEST(starts_without_redis_and_catches_up)
     rt_redis_kill(&r);
     su_server s;
     su_tmpdir(&s);
-    su_start(&s, fleet_config(&r, ", \"prefix\": \"t:\", \"timeout_ms\": 100", quota_rest), NULL);
+    su_start(&s, fleet_config(&r, ", \"prefix\": \"t:\", \"timeout_ms\": 100", quota_rest()), NULL);
     su_resp h = wait_health(&s, "degraded", 0, 5);
     ck_assert(json_is_false(json_object_get(h.json, "store_up")));
     su_resp_free(&h);
@@ -848,12 +873,9 @@ START_TEST(check_config_redis)
          "levels[0].rules[0]: rule type max_keys keeps state that the Redis store cannot hold", 1},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        char cfg[2048], path[400], plugin[400], *out;
-        const char *b = getenv("RL_BUILD");
-        snprintf(plugin, sizeof plugin, "%s/plugins/librule_max_keys.so", b && *b ? b : "build");
-        ck_assert_ptr_nonnull(realpath(plugin, path));
-        snprintf(cfg, sizeof cfg, "{\"plugins\": [\"%s\"], \"store\": %s, \"levels\": [%s]}", path,
-                 cases[i].store, cases[i].levels);
+        char cfg[2048], path[400], *out;
+        snprintf(cfg, sizeof cfg, "{\"plugins\": [\"%s\"], \"store\": %s, \"levels\": [%s]}",
+                 max_keys_plugin(), cases[i].store, cases[i].levels);
         snprintf(path, sizeof path, "%s", su_write(s.dir, "c.json", cfg));
         const char *argv[] = {su_binary(), "--check-config", path, NULL};
         int rc = su_run(argv, &out);

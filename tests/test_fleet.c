@@ -133,21 +133,21 @@ static su_resp wait_health(const su_server *s, const char *want, unsigned peers,
     }
 }
 
-/* Polls GET /quota/<user> on s until its tier is want (NULL: a custom list), at most 2 s.
- * Returns the answer (the caller frees it). */
-static su_resp wait_tier(const su_server *s, const char *user, const char *want)
+/* Polls GET /quota/<user> on s until its tier is want (NULL: a custom list), at most limit_s
+ * seconds. Returns the answer (the caller frees it). */
+static su_resp wait_tier(const su_server *s, const char *user, const char *want, double limit_s)
 {
     char path[128];
     snprintf(path, sizeof path, "/quota/%s", user);
-    double until = mono_s() + 2;
+    double until = mono_s() + limit_s;
     for (;;) {
         su_resp r = su_req(s, "GET", path, NULL, NULL);
         ck_assert_int_eq(r.status, 200);
         json_t *t = json_object_get(r.json, "tier");
         if (want ? json_is_string(t) && strcmp(json_string_value(t), want) == 0 : json_is_null(t))
             return r;
-        ck_assert_msg(mono_s() < until, "%s: tier did not become %s within 2 s: %s", path,
-                      want ? want : "null", r.body);
+        ck_assert_msg(mono_s() < until, "%s: tier did not become %s within %g s: %s", path,
+                      want ? want : "null", limit_s, r.body);
         su_resp_free(&r);
         sleep_ms(10);
     }
@@ -509,7 +509,7 @@ START_TEST(quotas_apply_to_the_fleet_and_outlive_it)
     ck_assert_int_eq(a.status, 200);
     ck_assert_str_eq(su_str(&a, "tier"), "gold");
     su_resp_free(&a);
-    su_resp b = wait_tier(&s[1], "bob", "gold");
+    su_resp b = wait_tier(&s[1], "bob", "gold", 2);
     su_resp_free(&b);
     b = post(&s[1], "/acquire", "{\"keys\": {\"user\": \"bob\"}}");
     check_decision(&b, 200, NULL);
@@ -522,7 +522,7 @@ START_TEST(quotas_apply_to_the_fleet_and_outlive_it)
     b = su_req(&s[1], "PUT", "/quota/carol", carol_rules, NULL);
     ck_assert_int_eq(b.status, 200);
     su_resp_free(&b);
-    a = wait_tier(&s[0], "carol", NULL);
+    a = wait_tier(&s[0], "carol", NULL, 2);
     ck_assert_double_eq(json_number_value(json_object_get(
                             json_array_get(json_object_get(a.json, "rules"), 0), "capacity")),
                         7);
@@ -560,7 +560,7 @@ START_TEST(quotas_apply_to_the_fleet_and_outlive_it)
     ck_assert_int_eq(a.status, 200);
     ck_assert_str_eq(su_str(&a, "tier"), "free");
     su_resp_free(&a);
-    b = wait_tier(&s[1], "dave", "free");
+    b = wait_tier(&s[1], "dave", "free", 2);
     su_resp_free(&b);
     ck_assert_str_eq(stored(&r, "dave"), "{\"tier\":\"free\"}");
     /* bob deleted through B: gone from Redis, free on A; then gold again */
@@ -568,13 +568,13 @@ START_TEST(quotas_apply_to_the_fleet_and_outlive_it)
     ck_assert_int_eq(b.status, 200);
     ck_assert_str_eq(su_str(&b, "tier"), "free");
     su_resp_free(&b);
-    a = wait_tier(&s[0], "bob", "free");
+    a = wait_tier(&s[0], "bob", "free", 2);
     su_resp_free(&a);
     ck_assert_str_eq(stored(&r, "bob"), "");
     b = su_req(&s[1], "PUT", "/quota/bob", "{\"tier\": \"gold\"}", NULL);
     ck_assert_int_eq(b.status, 200);
     su_resp_free(&b);
-    a = wait_tier(&s[0], "bob", "gold");
+    a = wait_tier(&s[0], "bob", "gold", 2);
     su_resp_free(&a);
 
     /* both restart (Redis, without persistence, kept running): the quotas come from Redis at
@@ -837,7 +837,8 @@ START_TEST(starts_without_redis_and_catches_up)
     freeReplyObject(rep);
     h = wait_health(&s, "ok", 1, 15);
     su_resp_free(&h);
-    q = wait_tier(&s, "carol", "gold");
+    /* the follower retries with a backoff of up to 5 s */
+    q = wait_tier(&s, "carol", "gold", 10);
     su_resp_free(&q);
     q = su_req(&s, "PUT", "/quota/bob", "{\"tier\": \"gold\"}", NULL);
     ck_assert_int_eq(q.status, 200);

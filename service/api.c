@@ -35,9 +35,11 @@ static int status_of(int rc)
 static void reply_rc(rld_req *r, int rc, const rl_err *err)
 {
     int status = status_of(rc);
+    /* the store's own messages name Redis; the answer names the field, as every error does */
+    const char *field = rc == RL_ESTORE && strncmp(err->msg, "store: ", 7) != 0 ? "store: " : "";
     if (status >= 500)
-        rld_log("error: %s", err->msg);
-    rld_reply_error(r, status, "%s", err->msg);
+        rld_log("error: %s%s", field, err->msg);
+    rld_reply_error(r, status, "%s%s", field, err->msg);
 }
 
 /* ---- the clock ------------------------------------------------------------------------- */
@@ -260,13 +262,21 @@ static void h_metrics(void *ctx, rld_req *r)
 {
     rld_app *app = ctx;
     rld_metrics_render(app->metrics, app->lim, rld_req_out(r));
+    if (app->fleet)
+        rld_fleet_metrics(app->fleet, rld_req_out(r));
     rld_reply(r, 200, "text/plain; version=0.0.4; charset=utf-8", NULL, 0);
 }
 
 static void h_healthz(void *ctx, rld_req *r)
 {
-    (void)ctx;
+    rld_app *app = ctx;
     int stopping = rld_http_stopping(rld_req_http(r));
+    if (app->fleet && !stopping) {
+        /* 200 while the levels' fallbacks answer for a store that is down: still serving */
+        rld_fleet_health(app->fleet, rld_req_out(r));
+        rld_reply_json(r, 200);
+        return;
+    }
     rld_buf_puts(rld_req_out(r), stopping ? "{\"status\":\"stopping\"}" : "{\"status\":\"ok\"}");
     rld_reply_json(r, stopping ? 503 : 200);
 }
@@ -306,7 +316,8 @@ static void h_quota_put(void *ctx, rld_req *r)
     const char *body = rld_req_body(r, &len);
     if (user_or_reply(app, r, &user) != 0)
         return;
-    int rc = rld_quotas_put(&app->quotas, app->lim, app->reg, user, body, len, &err);
+    int rc = app->fleet ? rld_fleet_quota_put(app->fleet, app->reg, user, body, len, &err)
+                        : rld_quotas_put(&app->quotas, app->lim, app->reg, user, body, len, &err);
     if (rc != RL_OK)
         reply_rc(r, rc, &err);
     else
@@ -320,7 +331,8 @@ static void h_quota_delete(void *ctx, rld_req *r)
     rl_err err;
     if (user_or_reply(app, r, &user) != 0)
         return;
-    int rc = rld_quotas_delete(&app->quotas, app->lim, user, &err);
+    int rc = app->fleet ? rld_fleet_quota_delete(app->fleet, user, &err)
+                        : rld_quotas_delete(&app->quotas, app->lim, user, &err);
     if (rc != RL_OK)
         reply_rc(r, rc, &err);
     else
@@ -369,9 +381,10 @@ static void load_state(rld_app *app)
 }
 
 int rld_app_init(rld_app *app, rl_registry *reg, rl_limiter *lim, const rld_settings *set,
-                 int manual_clock, rl_err *err)
+                 rld_fleet *fleet, int manual_clock, rl_err *err)
 {
     memset(app, 0, sizeof *app);
+    app->fleet = fleet;
     app->reg = reg;
     app->lim = lim;
     app->set = set;
@@ -392,7 +405,7 @@ int rld_app_init(rld_app *app, rl_registry *reg, rl_limiter *lim, const rld_sett
         return RL_ENOMEM;
     }
     app->rules_len = strlen(app->rules_json);
-    int rc = rld_quotas_open(&app->quotas, set->quota_file, lim, reg, err);
+    int rc = rld_quotas_open(&app->quotas, fleet ? NULL : set->quota_file, lim, reg, err);
     if (rc != RL_OK) {
         rld_quotas_close(&app->quotas);
         rld_metrics_free(app->metrics);
@@ -400,7 +413,8 @@ int rld_app_init(rld_app *app, rl_registry *reg, rl_limiter *lim, const rld_sett
         pthread_mutex_destroy(&app->tick_mu);
         return rc;
     }
-    load_state(app); /* after the quotas, so that keys find their tiers */
+    if (!fleet)
+        load_state(app); /* after the quotas, so that keys find their tiers */
     return RL_OK;
 }
 

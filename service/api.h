@@ -15,6 +15,7 @@
 #include <pthread.h>
 
 #include "config_json.h"
+#include "fleet.h"
 #include "http.h"
 #include "metrics.h"
 #include "quotas.h"
@@ -29,7 +30,8 @@ typedef struct rld_app {
     rl_ns ticked;            /* atomic, written under tick_mu: the latest time ticked */
     pthread_mutex_t tick_mu; /* rl_limiter_tick is called by one thread at a time */
     rld_metrics *metrics;
-    rld_quotas quotas;
+    rld_quotas quotas;       /* the quota file (memory store) */
+    rld_fleet *fleet;        /* borrowed; NULL with the memory store */
     char *rules_json; /* GET /rules, fixed for the configuration's life */
     size_t rules_len;
     rld_http *http; /* set once serving */
@@ -41,9 +43,12 @@ extern const size_t rld_nroutes;
 
 /* Sets up the app over a limiter: metrics, the cached configuration, the quota file (read
  * and applied now) and the state file's snapshot (loaded now; one that cannot be read is
- * moved aside to <state_file>.corrupt, logged, and the service starts without it). On failure returns an error with err set and app needs no freeing. */
+ * moved aside to <state_file>.corrupt, logged, and the service starts without it). With a
+ * fleet (the Redis store; NULL for the memory store) neither file is used: Redis keeps the
+ * quotas and the state, and /quota, /healthz and /metrics go through the fleet. On failure
+ * returns an error with err set and app needs no freeing. */
 int rld_app_init(rld_app *app, rl_registry *reg, rl_limiter *lim, const rld_settings *set,
-                 int manual_clock, rl_err *err);
+                 rld_fleet *fleet, int manual_clock, rl_err *err);
 /* Frees what rld_app_init made (not the limiter, registry or settings). */
 void rld_app_free(rld_app *app);
 /* Housekeeping, about ten times a second: rl_limiter_tick at the current time (the last

@@ -16,8 +16,11 @@
 
 #include "api.h"
 #include "config_json.h"
+#include "fleet.h"
 #include "http.h"
 #include "log.h"
+#include "redis_pool.h"
+#include "redis_store.h"
 
 /* config/default.json, embedded by the Makefile. */
 extern const char rld_default_config[];
@@ -102,6 +105,8 @@ static int parse_flags(int argc, char **argv, opts *o)
     return -1;
 }
 
+/* Checks what starting would check, without binding or connecting: with the Redis store its
+ * URL and whether it can hold every rule type the configuration uses. */
 static int check_config(const char *path)
 {
     rl_registry *reg = rl_registry_new();
@@ -109,12 +114,24 @@ static int check_config(const char *path)
     rl_config *cfg = NULL;
     rl_err err = {{0}};
     int rc = reg ? rld_config_load(path, reg, &set, &cfg, &err) : RL_ENOMEM;
+    if (rc == RL_OK && set.store == RLD_STORE_REDIS) {
+        rld_redis_addr addr;
+        char why[sizeof err.msg];
+        if ((rc = rld_redis_parse_url(set.redis_url, &addr, &err)) != RL_OK) {
+            snprintf(why, sizeof why, "%s", err.msg);
+            rl_errf(&err, rc, "store.url: %s", why);
+        } else {
+            rc = rld_redis_store_check_config(cfg, &err);
+        }
+    }
     if (rc == RL_OK) {
         printf("ok\n");
-        rl_config_free(cfg);
-        rld_settings_clear(&set);
     } else {
         printf("%s: %s\n", path, reg ? err.msg : "out of memory");
+    }
+    if (cfg) {
+        rl_config_free(cfg);
+        rld_settings_clear(&set);
     }
     rl_registry_free(reg);
     return rc == RL_OK ? 0 : 1;
@@ -141,7 +158,7 @@ static double monotonic_s(void)
 static void *housekeeping(void *arg)
 {
     housekeeper *hk = arg;
-    int interval = hk->app->set->state_file ? hk->app->set->state_interval : 0;
+    int interval = hk->app->set->state_file && !hk->app->fleet ? hk->app->set->state_interval : 0;
     double next_save = monotonic_s() + interval;
     pthread_mutex_lock(&hk->mu);
     while (!hk->stop) {
@@ -207,11 +224,23 @@ static int serve(const opts *o)
     rld_settings set;
     rl_config *cfg = NULL;
     rl_limiter *lim = NULL;
+    rl_store *store = NULL; /* NULL: the memory store */
+    rld_fleet *fleet = NULL;
     rl_err err = {{0}};
+    char store_name[400] = "memory store";
     rld_app app;
     housekeeper hk;
     const char *source = o->config ? o->config : "built-in config/default.json";
     int rc;
+
+    /* signals are taken by sigwait below: block them before any thread starts (the quota
+     * follower is the first) */
+    sigset_t stop_signals;
+    sigemptyset(&stop_signals);
+    sigaddset(&stop_signals, SIGTERM);
+    sigaddset(&stop_signals, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &stop_signals, NULL);
+    signal(SIGPIPE, SIG_IGN);
 
     if (!reg) {
         rld_log("error: out of memory");
@@ -227,28 +256,33 @@ static int serve(const opts *o)
     }
     if (o->port >= 0)
         set.port = o->port;
-    if (set.store != RLD_STORE_MEMORY) {
-        rld_log("error: configuration %s: store: only \"memory\" is available in this build",
-                source);
-        rl_config_free(cfg);
-        goto fail_settings;
+    if (set.store == RLD_STORE_REDIS) {
+        if ((rc = rld_fleet_open(&set, o->manual_clock, &store, &fleet, &err)) != RL_OK) {
+            rld_log("error: configuration %s: %s", source, err.msg);
+            rl_config_free(cfg);
+            goto fail_settings;
+        }
+        rld_fleet_describe(fleet, store_name, sizeof store_name);
+        if (set.quota_file || set.state_file)
+            rld_log("note: %s%s%s not used with the Redis store, which keeps quotas and state "
+                    "for the whole fleet",
+                    set.quota_file ? "quota_file" : "",
+                    set.quota_file && set.state_file ? " and " : "",
+                    set.state_file ? "state_file" : "");
     }
-    if ((rc = rl_limiter_new(cfg, NULL, &lim, &err)) != RL_OK) {
+    if ((rc = rl_limiter_new(cfg, store, &lim, &err)) != RL_OK) {
         rld_log("error: configuration %s: %s", source, err.msg);
+        rld_fleet_free(fleet);
         goto fail_settings;
     }
-    if ((rc = rld_app_init(&app, reg, lim, &set, o->manual_clock, &err)) != RL_OK) {
+    if (fleet && (rc = rld_fleet_start(fleet, lim, &err)) != RL_OK) {
         rld_log("error: %s", err.msg);
         goto fail_limiter;
     }
-
-    /* signals are taken by sigwait below: block them before any thread starts */
-    sigset_t stop_signals;
-    sigemptyset(&stop_signals);
-    sigaddset(&stop_signals, SIGTERM);
-    sigaddset(&stop_signals, SIGINT);
-    pthread_sigmask(SIG_BLOCK, &stop_signals, NULL);
-    signal(SIGPIPE, SIG_IGN);
+    if ((rc = rld_app_init(&app, reg, lim, &set, fleet, o->manual_clock, &err)) != RL_OK) {
+        rld_log("error: %s", err.msg);
+        goto fail_limiter;
+    }
 
     rld_http_config hc = {.address = set.address,
                           .port = set.port,
@@ -271,9 +305,8 @@ static int serve(const opts *o)
     int v6 = strchr(set.address, ':') != NULL;
     printf("listening on %s%s%s:%d\n", v6 ? "[" : "", set.address, v6 ? "]" : "", port);
     fflush(stdout);
-    rld_log("started: listening on %s%s%s:%d, %d threads, memory store, %s clock, "
-            "configuration %s",
-            v6 ? "[" : "", set.address, v6 ? "]" : "", port, hc.threads,
+    rld_log("started: listening on %s%s%s:%d, %d threads, %s, %s clock, configuration %s",
+            v6 ? "[" : "", set.address, v6 ? "]" : "", port, hc.threads, store_name,
             o->manual_clock ? "manual" : "real", source);
 
     int sig = 0;
@@ -286,8 +319,9 @@ static int serve(const opts *o)
     if (left)
         rld_log("error: %u requests were still in flight after %d ms and were cut", left,
                 DRAIN_MS);
-    if (set.state_file && rld_app_save_state(&app) == 0)
+    if (set.state_file && !fleet && rld_app_save_state(&app) == 0)
         rld_log("state saved to %s", set.state_file);
+    rld_fleet_free(fleet); /* its follower applies quotas to the limiter */
     rld_app_free(&app);
     rl_limiter_free(lim);
     rld_settings_clear(&set);
@@ -298,6 +332,7 @@ static int serve(const opts *o)
 fail_app:
     rld_app_free(&app);
 fail_limiter:
+    rld_fleet_free(fleet);
     rl_limiter_free(lim);
 fail_settings:
     rld_settings_clear(&set);

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "metrics.h"
+#include "render.h"
 
 /* Status codes the service answers with; anything else is counted as code="other". */
 static const int codes[] = {200, 400, 401, 404, 405, 409, 413, 429, 500, 503};
@@ -173,7 +174,8 @@ void rld_metrics_decision(rld_metrics *m, const rl_decision *d, int dry_run, rl_
     add(&s->denied, 1);
     if (d->blocked >= 0) {
         const rl_applied *a = &d->applied[d->blocked];
-        count_denial(m, a->level, a->rule->name);
+        count_denial(m, a->level,
+                     a->fallback == RL_FALLBACK_CLOSED ? RLD_STORE_UNAVAILABLE : a->rule->name);
     }
 }
 

@@ -211,15 +211,22 @@ static int check_user(rl_limiter *lim, const char *user, rl_err *err)
     return RL_OK;
 }
 
-int rld_quotas_put(rld_quotas *q, rl_limiter *lim, rl_registry *reg, const char *user,
-                   const char *body, size_t len, rl_err *err)
+void rld_quota_body_clear(rld_quota_body *b)
+{
+    json_decref(b->value);
+    rl_rules_unref(b->rules);
+    memset(b, 0, sizeof *b);
+}
+
+int rld_quota_body_parse(rl_limiter *lim, rl_registry *reg, const char *user, const char *body,
+                         size_t len, rld_quota_body *out, rl_err *err)
 {
     json_error_t jerr;
-    const char *k, *tier = NULL;
+    const char *k;
     json_t *v, *tier_json = NULL, *rules_json = NULL;
-    rl_rules *rules = NULL;
     int rc;
 
+    memset(out, 0, sizeof *out);
     if ((rc = check_user(lim, user, err)) != RL_OK)
         return rc;
     if (len == 0)
@@ -252,27 +259,44 @@ int rld_quotas_put(rld_quotas *q, rl_limiter *lim, rl_registry *reg, const char 
             rc = rl_errf(err, RL_EINVAL, "tier: must be a string");
             goto out;
         }
-        tier = json_string_value(tier_json);
+        const char *tier = json_string_value(tier_json);
         if (rl_config_tier(rl_limiter_config(lim), tier) < 0) {
             rc = rl_errf(err, RL_EINVAL, "tier: unknown tier \"%.64s\"", tier);
             goto out;
         }
-        v = json_string(tier);
+        out->value = json_string(tier);
+        out->tier = json_string_value(out->value);
     } else {
-        if ((rc = rld_rules_from_json(rules_json, reg, &rules, err)) != RL_OK) {
+        if ((rc = rld_rules_from_json(rules_json, reg, &out->rules, err)) != RL_OK) {
             char rest[sizeof err->msg];
             snprintf(rest, sizeof rest, "%s", err->msg);
             rl_errf(err, rc, "rules%s", rest);
             goto out;
         }
-        v = json_pack("{s:o}", "rules", rld_rules_to_json(rules));
+        out->value = json_pack("{s:o}", "rules", rld_rules_to_json(out->rules));
     }
+    if (!out->value)
+        rc = rl_errf(err, RL_ENOMEM, "out of memory");
+out:
+    if (rc != RL_OK)
+        rld_quota_body_clear(out);
+    json_decref(root);
+    return rc;
+}
+
+int rld_quotas_put(rld_quotas *q, rl_limiter *lim, rl_registry *reg, const char *user,
+                   const char *body, size_t len, rl_err *err)
+{
+    rld_quota_body b;
+    int rc = rld_quota_body_parse(lim, reg, user, body, len, &b, err);
+    if (rc != RL_OK)
+        return rc;
     pthread_mutex_lock(&q->mu);
     json_t *prev = json_incref(json_object_get(q->overrides, user));
-    rc = v ? record(q, user, v, err) : rl_errf(err, RL_ENOMEM, "out of memory");
+    rc = record(q, user, json_incref(b.value), err);
     if (rc == RL_OK) {
-        rc = rl_quota_set(lim, user, tier, rules, err);
-        rules = NULL; /* stolen */
+        rc = rl_quota_set(lim, user, b.tier, b.rules, err);
+        b.rules = NULL; /* stolen */
         if (rc != RL_OK) {
             rl_err ignored;
             record(q, user, prev, &ignored); /* the file follows the limiter back */
@@ -281,9 +305,7 @@ int rld_quotas_put(rld_quotas *q, rl_limiter *lim, rl_registry *reg, const char 
     }
     json_decref(prev);
     pthread_mutex_unlock(&q->mu);
-out:
-    rl_rules_unref(rules);
-    json_decref(root);
+    rld_quota_body_clear(&b);
     return rc;
 }
 

@@ -34,6 +34,23 @@ void rld_quotas_close(rld_quotas *q);
 /* Why user cannot be a key (NULL when it can): "must not be empty", ... */
 const char *rld_user_problem(const char *user);
 
+/* A PUT /quota/<user> body ({"tier": name} or {"rules": [...]}) checked against lim's
+ * configuration. */
+typedef struct rld_quota_body {
+    json_t *value;    /* new reference: the tier name as a JSON string, or {"rules": [...]}
+                         with the rules as configured (every parameter written out) */
+    const char *tier; /* borrowed from value; NULL for rules */
+    rl_rules *rules;  /* one reference; NULL for a tier */
+} rld_quota_body;
+
+/* Parses and checks a PUT body for user; changes nothing. RL_EINVAL with err naming the field
+ * ("tier: unknown tier ...", "rules[0].capacity: ...", "user: ..."); out then holds nothing.
+ * On success free out with rld_quota_body_clear. */
+int rld_quota_body_parse(rl_limiter *lim, rl_registry *reg, const char *user, const char *body,
+                         size_t len, rld_quota_body *out, rl_err *err);
+/* Drops what b holds and empties it. */
+void rld_quota_body_clear(rld_quota_body *b);
+
 /* Sets user's quota from a PUT body ({"tier": name} or {"rules": [...]}). RL_EINVAL with
  * err naming the field for a bad body or user, RL_EIO when the file could not be written;
  * nothing changes then. */

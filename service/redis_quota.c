@@ -179,6 +179,7 @@ struct rld_quota_follower {
     pthread_t th;
     int wake[2]; /* written to stop the thread */
     uint64_t applied;
+    pthread_mutex_t mu; /* one read-and-apply at a time: the thread's and rld_redis_quota_refresh */
 };
 
 /* Waits ms or until stopped; returns 1 when stopped. */
@@ -194,11 +195,33 @@ static void apply_key(rld_quota_follower *f, const char *key)
     const char *argv[3] = {"HGET", hash_name(f->redis, hash, sizeof hash), key};
     redisReply *r;
     rl_err err;
-    if (rld_pool_command(rld_redis_store_pool(f->redis), 3, argv, NULL, &r, &err) != RL_OK)
-        return; /* the next subscription synchronises in full */
-    if (apply(f->lim, key, r->type == REDIS_REPLY_STRING ? r->str : NULL, r->len, &err) == RL_OK)
-        __atomic_add_fetch(&f->applied, 1, __ATOMIC_RELAXED);
-    freeReplyObject(r);
+    pthread_mutex_lock(&f->mu);
+    if (rld_pool_command(rld_redis_store_pool(f->redis), 3, argv, NULL, &r, &err) == RL_OK) {
+        if (apply(f->lim, key, r->type == REDIS_REPLY_STRING ? r->str : NULL, r->len, &err) ==
+            RL_OK)
+            __atomic_add_fetch(&f->applied, 1, __ATOMIC_RELAXED);
+        freeReplyObject(r);
+    } /* else the next subscription synchronises in full */
+    pthread_mutex_unlock(&f->mu);
+}
+
+int rld_redis_quota_refresh(rld_quota_follower *f, const char *key, const char *written,
+                            rl_err *err)
+{
+    char hash[128];
+    const char *argv[3] = {"HGET", hash_name(f->redis, hash, sizeof hash), key};
+    redisReply *r;
+    rl_err ignored;
+    int rc;
+    pthread_mutex_lock(&f->mu);
+    if (rld_pool_command(rld_redis_store_pool(f->redis), 3, argv, NULL, &r, &ignored) == RL_OK) {
+        rc = apply(f->lim, key, r->type == REDIS_REPLY_STRING ? r->str : NULL, r->len, err);
+        freeReplyObject(r);
+    } else {
+        rc = apply(f->lim, key, written, written ? strlen(written) : 0, err);
+    }
+    pthread_mutex_unlock(&f->mu);
+    return rc;
 }
 
 /* One subscription: returns when the connection fails (0) or the follower stops (1). */
@@ -216,8 +239,13 @@ static int follow_once(rld_quota_follower *f, redisContext *c, const char *chann
     int synced = 0;
     for (;;) {
         /* in full after every subscription, until it gets through */
-        if (!synced && (synced = rld_redis_quota_sync(f->redis, f->lim, NULL, NULL) == RL_OK))
-            __atomic_add_fetch(&f->applied, 1, __ATOMIC_RELAXED);
+        if (!synced) {
+            pthread_mutex_lock(&f->mu);
+            synced = rld_redis_quota_sync(f->redis, f->lim, NULL, NULL) == RL_OK;
+            pthread_mutex_unlock(&f->mu);
+            if (synced)
+                __atomic_add_fetch(&f->applied, 1, __ATOMIC_RELAXED);
+        }
         struct pollfd p[2] = {{.fd = c->fd, .events = POLLIN},
                               {.fd = f->wake[0], .events = POLLIN}};
         int n = poll(p, 2, synced ? 1000 : 100);
@@ -279,7 +307,9 @@ int rld_redis_quota_follow(rl_store *redis, rl_limiter *lim, rld_quota_follower 
         free(f);
         return rl_errf(err, RL_EIO, "pipe: %s", strerror(errno));
     }
+    pthread_mutex_init(&f->mu, NULL);
     if (pthread_create(&f->th, NULL, follow_loop, f) != 0) {
+        pthread_mutex_destroy(&f->mu);
         close(f->wake[0]);
         close(f->wake[1]);
         free(f);
@@ -298,6 +328,7 @@ void rld_redis_quota_unfollow(rld_quota_follower *f)
     pthread_join(f->th, NULL);
     close(f->wake[0]);
     close(f->wake[1]);
+    pthread_mutex_destroy(&f->mu);
     free(f);
 }
 

@@ -37,6 +37,15 @@ typedef struct rld_quota_follower rld_quota_follower;
  * full at every (re)subscription; reconnecting with backoff). Stop it with
  * rld_redis_quota_unfollow before freeing lim. */
 int rld_redis_quota_follow(rl_store *redis, rl_limiter *lim, rld_quota_follower **out, rl_err *err);
+/* Applies key's quota as Redis holds it now to the follower's limiter, one at a time with the
+ * follower's own updates, so that changes racing through several instances end, everywhere, in
+ * the value Redis kept last. For the instance that just stored a change (rld_redis_quota_put or
+ * _delete) to have it in force before it answers. When Redis cannot be read, written (the
+ * value just stored, as the hash holds it: {"tier": ...} or {"rules": [...]}; NULL when it was
+ * deleted) is applied instead; the next full synchronisation corrects it if needed. Returns
+ * the result of applying (RL_EINVAL when the quota cannot be applied). */
+int rld_redis_quota_refresh(rld_quota_follower *f, const char *key, const char *written,
+                            rl_err *err);
 /* Stops and frees the follower. NULL is ok. */
 void rld_redis_quota_unfollow(rld_quota_follower *f);
 /* Changes the follower has applied so far (messages and full synchronisations). */

@@ -317,12 +317,10 @@ static int check_rules(const redis_store *rs, const rl_rules *rs_, const char *w
     return RL_OK;
 }
 
-static int rs_attach(void *cls, const rl_config *cfg, const rl_resolver *res, rl_err *err)
+/* Describes the registry's types and checks that every rule of cfg can live in Redis. */
+static int check_config(redis_store *rs, const rl_config *cfg, rl_err *err)
 {
-    redis_store *rs = cls;
     char where[128];
-    rs->cfg = cfg;
-    rs->res = res;
     rs->ntypes = rl_registry_count(cfg->reg);
     rs->types = calloc(rs->ntypes ? rs->ntypes : 1, sizeof *rs->types);
     if (!rs->types)
@@ -347,6 +345,28 @@ static int rs_attach(void *cls, const rl_config *cfg, const rl_resolver *res, rl
         if (rc != RL_OK)
             return rc;
     }
+    return RL_OK;
+}
+
+int rld_redis_store_check_config(const rl_config *cfg, rl_err *err)
+{
+    redis_store *rs = calloc(1, sizeof *rs);
+    if (!rs)
+        return rl_errf(err, RL_ENOMEM, "out of memory");
+    int rc = check_config(rs, cfg, err);
+    free(rs->types);
+    free(rs);
+    return rc;
+}
+
+static int rs_attach(void *cls, const rl_config *cfg, const rl_resolver *res, rl_err *err)
+{
+    redis_store *rs = cls;
+    rs->cfg = cfg;
+    rs->res = res;
+    int rc = check_config(rs, cfg, err);
+    if (rc != RL_OK)
+        return rc;
     rl_ns ms = (cfg->reservation_ttl + 999999) / 1000000;
     rs->hold_ms = (long)(ms > 86400000 ? 86400000 : ms) + GRACE_MS;
     return RL_OK;
@@ -1013,6 +1033,12 @@ unsigned rld_redis_store_peers(void *ctx)
 {
     redis_store *rs = ((rl_store *)ctx)->cls;
     return __atomic_load_n(&rs->peers, __ATOMIC_RELAXED);
+}
+
+int rld_redis_store_check_rules(rl_store *st, const rl_rules *rules, const char *where,
+                                rl_err *err)
+{
+    return check_rules(st->cls, rules, where, err);
 }
 
 rld_pool *rld_redis_store_pool(rl_store *st) { return ((redis_store *)st->cls)->pool; }

@@ -79,6 +79,15 @@ unsigned rld_redis_store_peers(void *ctx);
 int rld_redis_store_open(const rld_settings *set, int manual_clock, rl_store **out,
                          rl_store **redis, rl_err *err);
 
+/* The checks attaching to a limiter makes, without a store or a connection: RL_EINVAL naming
+ * the rule when cfg uses a rule type whose state this store cannot hold. For --check-config. */
+int rld_redis_store_check_config(const rl_config *cfg, rl_err *err);
+/* RL_EINVAL, err naming where[i], when a rule of rules has a type whose state this store cannot
+ * hold (a plug-in type with state); RL_OK otherwise. st is attached (its limiter exists). For
+ * checking a custom quota before it is stored. */
+int rld_redis_store_check_rules(rl_store *st, const rl_rules *rules, const char *where,
+                                rl_err *err);
+
 /* The store's pool and key prefix, for the quota functions (redis_quota.h). */
 rld_pool *rld_redis_store_pool(rl_store *st);
 const char *rld_redis_store_prefix(rl_store *st);

@@ -18,7 +18,8 @@ void rld_render_decision(rld_buf *o, const rl_config *cfg, const rl_decision *d)
     if (d->blocked >= 0) {
         const rl_applied *a = &d->applied[d->blocked];
         char by[256];
-        int n = snprintf(by, sizeof by, "%s: %s", cfg->levels[a->level].name, a->rule->name);
+        int n = snprintf(by, sizeof by, "%s: %s", cfg->levels[a->level].name,
+                         a->fallback == RL_FALLBACK_CLOSED ? RLD_STORE_UNAVAILABLE : a->rule->name);
         rld_buf_json_str(o, by, n < 0 ? 0 : (size_t)n < sizeof by ? (size_t)n : sizeof by - 1);
     } else {
         rld_buf_puts(o, "null");

@@ -16,6 +16,10 @@
 #include "buf.h"
 #include "ratelimit.h"
 
+/* The rule part of blocked_by ("global: store unavailable") and of ratelimit_denied_total's
+ * rule label when a level with "on_store_error": "closed" denied because the store failed. */
+#define RLD_STORE_UNAVAILABLE "store unavailable"
+
 /* Appends {"allowed", "retry_after", "blocked_by", "reservation"?, "limits": [...]} for d. */
 void rld_render_decision(rld_buf *o, const rl_config *cfg, const rl_decision *d);
 /* Appends the values of RateLimit-Policy to policy and RateLimit to state; returns the number

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -105,6 +106,8 @@ void su_start(su_server *s, const char *config, const char *const *extra)
     s->pid = fork();
     ck_assert_int_ge(s->pid, 0);
     if (s->pid == 0) {
+        /* a test that fails leaves through _exit: its servers stop with it */
+        prctl(PR_SET_PDEATHSIG, SIGTERM);
         int err = open(s->log, O_WRONLY | O_CREAT | O_APPEND, 0644);
         if (chdir(s->dir) != 0 || err < 0)
             _exit(127);

@@ -20,6 +20,12 @@
 /* A body that passed the cap is read and dropped (to answer 413 on a chunked upload) only up
  * to this much; past it the connection is closed. */
 #define DISCARD_MAX (16 * RLD_MAX_BODY)
+/* libmicrohttpd's memory pool per connection: the request line and headers must fit in it,
+ * along with the response's headers. libmicrohttpd zeroes the whole pool between two requests
+ * of a keep-alive connection, so its default of 32 KiB cost more than any other user-space
+ * step of a decision; 16 KiB still takes request headers up to about 12 KiB (nginx's default
+ * limit for a header line is 8 KiB). The body does not live there: it comes in pieces. */
+#define CONN_MEMORY (16 * 1024)
 
 struct rld_req {
     rld_http *h;
@@ -465,7 +471,8 @@ rld_http *rld_http_start(const rld_http_config *cfg, rl_err *err)
         MHD_OPTION_THREAD_POOL_SIZE, (unsigned)(cfg->threads > 1 ? cfg->threads : 0),
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, h, MHD_OPTION_NOTIFY_CONNECTION,
         on_connection, h, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120,
-        MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)1024, MHD_OPTION_END);
+        MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)1024, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
+        (size_t)CONN_MEMORY, MHD_OPTION_END);
     if (!h->d) {
         snprintf(err->msg, sizeof err->msg, "cannot listen on %s port %d (in use?)",
                  cfg->address, cfg->port);

@@ -393,6 +393,34 @@ START_TEST(body_size_cap)
 }
 END_TEST
 
+/* libmicrohttpd's per-connection memory is kept small (it is zeroed between two requests of a
+ * connection): request headers of several KiB, as gateways with long tokens send, still fit,
+ * and so do the headers of an answer with many rules. */
+START_TEST(large_request_headers_fit)
+{
+    su_server s;
+    su_tmpdir(&s);
+    su_start(&s, three_levels, NULL);
+    size_t n = 10 * 1024;
+    char *h = malloc(n + 16);
+    memcpy(h, "X-Padding: ", 11);
+    memset(h + 11, 'a', n);
+    h[11 + n] = '\0';
+    const char *headers[] = {h, "X-Other: 1", NULL};
+    CURL *c = curl_easy_init();
+    for (int i = 0; i < 3; i++) { /* one keep-alive connection: its pool is reset in between */
+        su_resp r =
+            su_req_on(c, &s, "POST", "/acquire", "{\"keys\": {\"user\": \"hdr\"}}", headers);
+        ck_assert_msg(r.status == 200, "%ld %.200s", r.status, r.body);
+        ck_assert_ptr_nonnull(strstr(r.headers, "RateLimit-Policy: "));
+        su_resp_free(&r);
+    }
+    curl_easy_cleanup(c);
+    free(h);
+    ck_assert_int_eq(su_stop(&s), 0);
+}
+END_TEST
+
 /* ---- reservations ------------------------------------------------------------------------- */
 
 static char *reserve(const su_server *s, const char *body, double remaining)
@@ -1228,6 +1256,7 @@ static Suite *http_suite(void)
     tcase_add_test(tc, acquire_bad_requests);
     tcase_add_test(tc, unknown_paths_and_methods);
     tcase_add_test(tc, body_size_cap);
+    tcase_add_test(tc, large_request_headers_fit);
     tcase_add_test(tc, reserve_refund_charge_release);
     tcase_add_test(tc, settle_bad_requests);
     tcase_add_test(tc, concurrency_release_and_expiry);

@@ -519,11 +519,13 @@ static int ms_release(void *cls, const char *id, rl_ns now, rl_err *err)
 }
 
 /* Drops idle records in up to SWEEP_BATCH slots of s; returns the slots visited, plus one
- * when the pass over the segment is complete. */
-static uint32_t sweep_seg(mem_store *ms, size_t level, rl__seg *s, rl_ns now)
+ * when the pass over the segment is complete. *next says whether the sweep should move on to
+ * the next segment (the pass ended, or this batch did not move the sweep's position); it is
+ * decided under the lock, since an insert elsewhere may reset the position. */
+static uint32_t sweep_seg(mem_store *ms, size_t level, rl__seg *s, rl_ns now, int *next)
 {
     rl__spin_lock(&s->lock);
-    uint32_t visited = 0;
+    uint32_t visited = 0, before = s->sweep;
     while (visited < SWEEP_BATCH && s->sweep < s->cap) {
         rl__rec *r = &s->r[s->sweep];
         visited++;
@@ -550,6 +552,7 @@ static uint32_t sweep_seg(mem_store *ms, size_t level, rl__seg *s, rl_ns now)
         s->sweep = 0;
         rl__seg_shrink(s);
     }
+    *next = s->sweep == 0 || s->sweep == before;
     rl__spin_unlock(&s->lock);
     return done ? visited + 1 : visited;
 }
@@ -579,10 +582,10 @@ static void ms_tick(void *cls, rl_ns now)
     size_t budget = 64 * SWEEP_BATCH;
     for (size_t steps = 0; steps < ms->cfg->nlevels * RL__NSEG && budget > 0; steps++) {
         rl__seg *s = &ms->tables[ms->sweep_level].s[ms->sweep_seg];
-        uint32_t before = s->sweep;
-        uint32_t v = sweep_seg(ms, ms->sweep_level, s, now);
+        int next;
+        uint32_t v = sweep_seg(ms, ms->sweep_level, s, now, &next);
         budget -= v < budget ? v : budget;
-        if (s->sweep == 0 || s->sweep == before) {
+        if (next) {
             if (++ms->sweep_seg == RL__NSEG) {
                 ms->sweep_seg = 0;
                 ms->sweep_level = (ms->sweep_level + 1) % ms->cfg->nlevels;

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/keytable.h" /* white-box: a segment's growth and shrinking */
 #include "ratelimit_store.h"
 #include "testutil.h"
 
@@ -629,6 +630,44 @@ START_TEST(plugin_loaded_from_config)
 }
 END_TEST
 
+/* ---- segments ------------------------------------------------------------------------------ */
+
+static uint32_t seg_hash(int i, char *key, size_t *klen)
+{
+    *klen = (size_t)snprintf(key, 16, "k%d", i);
+    return rl__rec_hash(rl__hash(key, *klen, 1), 0);
+}
+
+/* Keys that go idle while as many new ones arrive must not make a segment shrink at the end of
+ * one sweep and grow back during the next: it shrinks only a pass after it stopped growing. */
+START_TEST(segment_shrinks_a_pass_after_it_stops_growing)
+{
+    rl__seg s;
+    char key[16];
+    size_t klen;
+    memset(&s, 0, sizeof s);
+    for (int i = 0; i < 1000; i++) {
+        uint32_t h = seg_hash(i, key, &klen);
+        ck_assert_uint_ne(rl__seg_insert(&s, h, 0, key, klen, 1, 0), RL__NONE);
+    }
+    uint32_t grown = s.cap;
+    for (int i = 10; i < 1000; i++) {
+        uint32_t h = seg_hash(i, key, &klen), at = rl__seg_find(&s, h, 0, key, klen);
+        ck_assert_uint_ne(at, RL__NONE);
+        rl__seg_remove(&s, at);
+    }
+    ck_assert_int_eq(rl__seg_shrink(&s), 0); /* grew during this pass */
+    ck_assert_uint_eq(s.cap, grown);
+    ck_assert_int_eq(rl__seg_shrink(&s), 1); /* no growth since: mostly empty, so smaller */
+    ck_assert_uint_lt(s.cap, grown / 8);
+    for (int i = 0; i < 10; i++) {
+        uint32_t h = seg_hash(i, key, &klen);
+        ck_assert_uint_ne(rl__seg_find(&s, h, 0, key, klen), RL__NONE);
+    }
+    rl__seg_free(&s);
+}
+END_TEST
+
 /* ---- the store's prefetch hint ---------------------------------------------------------- */
 
 /* A store that hands every call to a memory store but offers no prefetch: its decide then
@@ -844,6 +883,7 @@ Suite *limiter_suite(void)
     suite_add_tcase(s, tc);
 
     tc = tcase_create("stores");
+    tcase_add_test(tc, segment_shrinks_a_pass_after_it_stops_growing);
     tcase_add_test(tc, store_without_prefetch_decides_the_same);
     suite_add_tcase(s, tc);
 

@@ -58,8 +58,17 @@ typedef struct conn_ctx {
     rld_req req;
 } conn_ctx;
 
+/* A worker: one libmicrohttpd daemon with its one thread. Its callbacks get the worker, so that
+ * the count of requests in flight is kept per worker, on a cache line of its own (one counter
+ * for all made the workers pass its line back and forth twice a request). */
+typedef struct worker {
+    _Alignas(64) rld_http *h;
+    long active; /* atomic: requests between their first call and their completion */
+} worker;
+
 struct rld_http {
-    struct MHD_Daemon *d[RLD_MAX_WORKERS]; /* one libmicrohttpd daemon, one thread, a worker */
+    struct MHD_Daemon *d[RLD_MAX_WORKERS];
+    worker w[RLD_MAX_WORKERS];
     unsigned nd;
     int lfd;        /* the listening socket, -1 once closed */
     int wake[2];    /* a pipe: a byte in it stops the acceptor */
@@ -68,8 +77,7 @@ struct rld_http {
     rld_http_config cfg;
     char *auth; /* "Bearer <token>", or NULL */
     int port;
-    int stopping;    /* atomic */
-    unsigned active; /* atomic: requests between their first call and their completion */
+    int stopping; /* atomic */
 };
 
 static rl_ns mono_now(void)
@@ -81,8 +89,9 @@ static rl_ns mono_now(void)
 
 /* ---- requests --------------------------------------------------------------------------- */
 
-static rld_req *req_begin(rld_http *h, struct MHD_Connection *c)
+static rld_req *req_begin(worker *w, struct MHD_Connection *c)
 {
+    rld_http *h = w->h;
     const union MHD_ConnectionInfo *ci =
         MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
     conn_ctx *cc = ci ? ci->socket_context : NULL;
@@ -111,7 +120,7 @@ static rld_req *req_begin(rld_http *h, struct MHD_Connection *c)
     r->queued = MHD_NO;
     rld_buf_init(&r->out, r->out_inl, sizeof r->out_inl);
     r->t0 = mono_now();
-    __atomic_add_fetch(&h->active, 1, __ATOMIC_SEQ_CST);
+    __atomic_add_fetch(&w->active, 1, __ATOMIC_RELAXED);
     return r;
 }
 
@@ -358,11 +367,12 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char
                                  const char *method, const char *version,
                                  const char *upload_data, size_t *upload_size, void **con_cls)
 {
-    rld_http *h = cls;
+    worker *w = cls;
+    rld_http *h = w->h;
     rld_req *r = *con_cls;
     (void)version;
     if (!r) {
-        if (!(r = req_begin(h, c)))
+        if (!(r = req_begin(w, c)))
             return MHD_NO;
         *con_cls = r;
         return first_call(h, r, url, method);
@@ -392,7 +402,7 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
                          enum MHD_RequestTerminationCode toe)
 {
-    rld_http *h = cls;
+    worker *w = cls;
     rld_req *r = *con_cls;
     (void)c;
     (void)toe;
@@ -400,7 +410,8 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
         return;
     *con_cls = NULL;
     req_end(r);
-    __atomic_sub_fetch(&h->active, 1, __ATOMIC_SEQ_CST);
+    /* release: the request's memory is done with before the drain sees the count fall */
+    __atomic_sub_fetch(&w->active, 1, __ATOMIC_RELEASE);
 }
 
 static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
@@ -568,10 +579,12 @@ rld_http *rld_http_start(const rld_http_config *cfg, rl_err *err)
     unsigned nd = cfg->threads < 1 ? 1 : cfg->threads > RLD_MAX_WORKERS ? RLD_MAX_WORKERS
                                                                         : (unsigned)cfg->threads;
     for (; h->nd < nd; h->nd++) {
+        worker *w = &h->w[h->nd];
+        w->h = h;
         h->d[h->nd] = MHD_start_daemon(
-            flags, 0, NULL, NULL, on_access, h, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, h,
-            MHD_OPTION_NOTIFY_COMPLETED, on_completed, h, MHD_OPTION_NOTIFY_CONNECTION,
-            on_connection, h, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120,
+            flags, 0, NULL, NULL, on_access, w, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, h,
+            MHD_OPTION_NOTIFY_COMPLETED, on_completed, w, MHD_OPTION_NOTIFY_CONNECTION,
+            on_connection, w, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120,
             MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)CONN_MEMORY, MHD_OPTION_END);
         if (!h->d[h->nd]) {
             snprintf(err->msg, sizeof err->msg, "cannot start the HTTP workers");
@@ -593,6 +606,15 @@ fail:
     free(h->auth);
     free(h);
     return NULL;
+}
+
+/* Requests in flight, over all workers. */
+static long in_flight(const rld_http *h)
+{
+    long n = 0;
+    for (unsigned i = 0; i < h->nd; i++)
+        n += __atomic_load_n(&h->w[i].active, __ATOMIC_ACQUIRE);
+    return n;
 }
 
 int rld_http_port(const rld_http *h)
@@ -619,10 +641,9 @@ unsigned rld_http_stop(rld_http *h, unsigned drain_ms)
     close(h->lfd);
     h->lfd = -1;
     const struct timespec step = {0, 5000000};
-    for (unsigned waited = 0;
-         __atomic_load_n(&h->active, __ATOMIC_SEQ_CST) > 0 && waited < drain_ms; waited += 5)
+    for (unsigned waited = 0; in_flight(h) > 0 && waited < drain_ms; waited += 5)
         nanosleep(&step, NULL);
-    unsigned left = __atomic_load_n(&h->active, __ATOMIC_SEQ_CST);
+    unsigned left = (unsigned)in_flight(h);
     teardown(h);
     close(h->wake[0]);
     close(h->wake[1]);

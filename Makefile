@@ -201,7 +201,8 @@ deps-quiet:
 	@pkg-config --exists $(PKG_ALL) hiredis 2>/dev/null && command -v redis-server >/dev/null \
 	    || $(MAKE) --no-print-directory deps
 
-bench: deps-quiet
+# (deps, not deps-quiet: wrk and nginx are checked too)
+bench: deps
 	@$(MAKE) --no-print-directory BUILD=$(BENCH_BUILD) CFLAGS='$(BENCH_CFLAGS)' build-bench
 	@bench/run.sh $(BENCH_BUILD)
 

@@ -9,7 +9,7 @@
 # figures, so `make bench > results.txt` keeps them. Nothing here asserts a figure.
 #
 # Environment:
-#   BENCH_ROUNDS=3        rounds of the HTTP comparison (each server once per round, in turn);
+#   BENCH_ROUNDS=5        rounds of the HTTP comparison (each server once per round, in turn);
 #                         the figures are the medians of the rounds
 #   BENCH_DURATION=10     seconds per wrk run
 #   BENCH_CORE_RUNS=3     runs of the in-process benchmark (medians)
@@ -27,7 +27,7 @@ BUILD=$(cd "$ROOT" && cd "$BUILD" && pwd)
 RLD=$BUILD/ratelimitd
 LOADGEN=$BUILD/bench/loadgen
 CORE=$BUILD/bench/bench_core
-ROUNDS=${BENCH_ROUNDS:-3}
+ROUNDS=${BENCH_ROUNDS:-5}
 DURATION=${BENCH_DURATION:-10}
 CORE_RUNS=${BENCH_CORE_RUNS:-3}
 CORE_MAX=${BENCH_CORE_MAX:-10000000}
@@ -248,7 +248,7 @@ section_core() {
         log "core run $i: $(tr '\n' ' ' <"$f")"
     done
     local names
-    names=$(awk -F: '$2 ~ /^ *[0-9.]+ *$/ { print $1 }' "$TMP/core.1")
+    names=$(awk -F: '$2 ~ /^ *-?[0-9.]+ *$/ { print $1 }' "$TMP/core.1")
     for n in $names; do
         # shellcheck disable=SC2046
         v=$(median $(cat "$TMP"/core.[0-9]* | awk -v k="$n:" '$1 == k { print $2 }'))

@@ -203,7 +203,7 @@ deps-quiet:
 
 # (deps, not deps-quiet: wrk and nginx are checked too)
 bench: deps
-	@$(MAKE) --no-print-directory BUILD=$(BENCH_BUILD) CFLAGS='$(BENCH_CFLAGS)' build-bench
+	@$(MAKE) -s --no-print-directory BUILD=$(BENCH_BUILD) CFLAGS='$(BENCH_CFLAGS)' build-bench >&2
 	@bench/run.sh $(BENCH_BUILD)
 
 install: $(BUILD)/ratelimitd

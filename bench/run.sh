@@ -77,9 +77,12 @@ done
 emit() { printf '%s: %s\n' "$1" "$2"; }
 
 # median of the arguments (numbers)
-median() { printf '%s\n' "$@" | sort -g | awk '{v[NR] = $1} END {
-    if (NR == 0) print "n/a"; else if (NR % 2) print v[(NR + 1) / 2];
-    else printf "%.4g\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+median() {
+    [ $# -gt 0 ] || { echo n/a; return; }
+    printf '%s\n' "$@" | sort -g | awk '{v[NR] = $1} END {
+        if (NR % 2) print v[(NR + 1) / 2];
+        else printf "%.10g\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
+}
 
 # ratio a / b with 2 decimals ("n/a" when either is missing)
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "n/a" || b == "n/a" || b + 0 == 0)
@@ -375,15 +378,22 @@ done
 # ---- ratios (ratelimitd / nginx; core figures against the targets) --------------------------
 echo "# ratios"
 if [[ " $SECTIONS " == *" http "* ]]; then
-    emit ratio_acquire_rps_vs_nginx "$(ratio "$HTTP_acquire_rps" "$HTTP_nginx_rps")"
-    emit ratio_acquire_cpu_per_request_vs_nginx \
-        "$(ratio "$HTTP_acquire_cpu_us_per_request" "$HTTP_nginx_cpu_us_per_request")"
-    emit ratio_acquire_p99_vs_nginx "$(ratio "$HTTP_acquire_p99_ms" "$HTTP_nginx_p99_ms")"
-    emit ratio_acquire_p50_vs_nginx "$(ratio "$HTTP_acquire_p50_ms" "$HTTP_nginx_p50_ms")"
-    emit ratio_check_rps_vs_nginx "$(ratio "$HTTP_check_rps" "$HTTP_nginx_rps")"
-    emit ratio_check_cpu_per_request_vs_nginx \
-        "$(ratio "$HTTP_check_cpu_us_per_request" "$HTTP_nginx_cpu_us_per_request")"
-    emit ratio_check_p99_vs_nginx "$(ratio "$HTTP_check_p99_ms" "$HTTP_nginx_p99_ms")"
+    # Each round runs nginx and then ratelimitd, a few seconds apart: a ratio within a round
+    # sees nearly the same machine on both sides, so the HTTP ratios are the medians of the
+    # rounds' ratios (steadier than a ratio of medians when something else runs too).
+    for name in acquire check; do
+        for m in rps cpu_us_per_request p99_ms p50_ms; do
+            # shellcheck disable=SC2046
+            v=$(median $(awk -v a="${name}_$m" -v b="nginx_$m" '
+                $1 == a { x[++na] = $2 } $1 == b { y[++nb] = $2 }
+                END { for (i = 1; i <= na && i <= nb; i++) if (y[i] > 0) print x[i] / y[i] }' \
+                "$TMP/http.rounds"))
+            [ "$v" = n/a ] || v=$(awk -v v="$v" 'BEGIN { printf "%.2f", v }')
+            label=${m%_ms}
+            [ "$m" = cpu_us_per_request ] && label=cpu_per_request
+            emit "ratio_${name}_${label}_vs_nginx" "$v"
+        done
+    done
 fi
 if [[ " $SECTIONS " == *" core "* ]]; then
     c1k=${CORE_core_ns_per_decision_1000_keys:-n/a}

@@ -408,6 +408,9 @@ if [[ " $SECTIONS " == *" memory "* ]]; then
     emit ratio_memory_per_key_vs_64_bytes "$(ratio "$MEM_per_key" 64)"
     emit ratio_memory_per_key_vs_nginx_128_bytes "$(ratio "$MEM_per_key" 128)"
 fi
+if [ -n "${REDIS_ratio:-}" ]; then
+    emit ratio_redis_acquire_vs_redis_benchmark_evalsha "$REDIS_ratio"
+fi
 if [[ " $SECTIONS " == *" idle "* ]]; then
     emit ratio_idle_rss_growth_after_vs_before \
         "$(ratio "$IDLE_growth_after" "$IDLE_growth_before")"

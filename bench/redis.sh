@@ -1,6 +1,7 @@
 # shellcheck shell=bash
-# bench/redis.sh - section 5 of `make bench`, sourced by bench/run.sh once the daemon accepts
-# "store": "redis" (it uses run.sh's helpers: emit, fail, log, free_port, start_rld, load...).
+# bench/redis.sh - section 5 of `make bench`, sourced by bench/run.sh (it uses run.sh's
+# helpers: emit, fail, log, free_port, try_start_rld, load, wrk_round...). Until the daemon
+# accepts "store": "redis" it reports n/a.
 #
 # On one redis-server of its own: ratelimitd's POST /acquire (wrk, as in section 1) against
 # redis-benchmark running the store's own decision script with EVALSHA at the same
@@ -56,7 +57,12 @@ redis_bench() {
     sed -e "s|@THREADS@|$THREADS|g" \
         -e "s|\"store\": \"memory\"|\"store\": {\"type\": \"redis\", \"url\": \"redis://127.0.0.1:$port/0\"}|" \
         "$HERE/http.json.in" >"$cfg"
-    start_rld "$cfg"
+    if ! try_start_rld "$cfg"; then
+        emit redis "n/a (this ratelimitd has no Redis store: ${RLD_ERROR#*error: })"
+        kill "$REDIS_PID" 2>/dev/null || true
+        wait "$REDIS_PID" 2>/dev/null || true
+        return 0
+    fi
     log "redis: redis-server (pid $REDIS_PID, port $port), ratelimitd (pid $RLD_PID)"
 
     # used_memory per active key: one request each for MEM_USERS users (one state key each)

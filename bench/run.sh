@@ -108,7 +108,8 @@ rss_kib() { awk '$1 == "VmRSS:" { print $2 }' "/proc/$1/status"; }
 free_port() { "$LOADGEN" --free-port; }
 
 # Starts ratelimitd with a config (and extra flags) on a free port; sets RLD_PID and RLD_PORT.
-start_rld() {
+# Returns 1 (with the reason in RLD_ERROR) when it does not come up.
+try_start_rld() {
     local cfg=$1 dir=$TMP/rld.$RANDOM
     shift
     mkdir -p "$dir"
@@ -116,13 +117,22 @@ start_rld() {
     RLD_PID=$!
     PIDS+=("$RLD_PID")
     RLD_PORT=
+    RLD_ERROR=
     for _ in $(seq 100); do
         RLD_PORT=$(sed -n 's/^listening on .*:\([0-9]*\)$/\1/p' "$dir/stdout" 2>/dev/null)
-        [ -n "$RLD_PORT" ] && break
-        kill -0 "$RLD_PID" 2>/dev/null || fail "ratelimitd did not start: $(cat "$dir/stderr")"
+        [ -n "$RLD_PORT" ] && return 0
+        if ! kill -0 "$RLD_PID" 2>/dev/null; then
+            RLD_ERROR=$(tail -n 1 "$dir/stderr")
+            return 1
+        fi
         sleep 0.05
     done
-    [ -n "$RLD_PORT" ] || fail "ratelimitd did not print its port"
+    RLD_ERROR="ratelimitd did not print its port"
+    return 1
+}
+
+start_rld() {
+    try_start_rld "$@" || fail "ratelimitd did not start: $RLD_ERROR"
 }
 
 stop_rld() {
@@ -340,20 +350,12 @@ EOF
 
 # ---- 5. Redis -------------------------------------------------------------------------------
 
-# Slots in once the Redis store is merged: ratelimitd on one redis-server against
-# redis-benchmark running the store's decision script with EVALSHA at the same concurrency,
-# and used_memory per active key. Until the daemon accepts "store": "redis" it reports n/a.
+# bench/redis.sh: ratelimitd on one redis-server against redis-benchmark running the store's
+# decision script with EVALSHA at the same concurrency, and used_memory per active key. It
+# reports n/a while the daemon refuses "store": "redis" (before the Redis store is merged).
 section_redis() {
-    local cfg=$TMP/redis-check.json
-    printf '{"store": "redis", "levels": [{"name": "user", "rules": [{"type": "token_bucket",%s' \
-        ' "capacity": 10, "per_second": 10}]}]}' >"$cfg"
-    if ! command -v redis-server >/dev/null || ! "$RLD" --check-config "$cfg" >/dev/null 2>&1 ||
-        [ ! -f "$ROOT/bench/redis.sh" ]; then
-        emit redis "n/a (the Redis store is not in this build yet)"
-        return 0
-    fi
-    # shellcheck source=/dev/null
-    . "$ROOT/bench/redis.sh"
+    # shellcheck source=bench/redis.sh
+    . "$HERE/redis.sh"
     redis_bench
 }
 

@@ -113,7 +113,11 @@ try_start_rld() {
     local cfg=$1 dir=$TMP/rld.$RANDOM
     shift
     mkdir -p "$dir"
-    (cd "$dir" && exec "$RLD" --config "$cfg" --port 0 "$@" >"$dir/stdout" 2>"$dir/stderr") &
+    # In a session of its own, as nginx (which daemonises) is: with the kernel's autogroup
+    # scheduling a session is a scheduling group, and a server sharing the group of wrk (or of
+    # this script) would get a different share of the CPU than one in its own.
+    (cd "$dir" && exec setsid "$RLD" --config "$cfg" --port 0 "$@" >"$dir/stdout" \
+        2>"$dir/stderr") &
     RLD_PID=$!
     PIDS+=("$RLD_PID")
     RLD_PORT=

@@ -137,10 +137,35 @@ $(BUILD)/plugins/lib%.so: tests/plugins/%.c include/ratelimit_rule.h
 	$(call say,SO,$@)
 	$(Q)$(CC) -Iinclude $(WARN) $(CFLAGS) $(SAN) -fPIC -shared $< -o $@
 
+# ---- benchmarks -------------------------------------------------------------------------
+# make bench builds in its own directory with optimisation (portable: no -march=native) and
+# runs bench/run.sh, which starts what it needs on free loopback ports and stops it again.
+BENCH_BUILD  := build-bench
+BENCH_CFLAGS := -O2 -g -DNDEBUG
+BENCH_BIN    := $(BUILD)/bench/bench_core $(BUILD)/bench/loadgen
+
+$(BUILD)/bench/bench_core.o: bench/bench_core.c
+	@mkdir -p $(dir $@)
+	$(call say,CC,$<)
+	$(Q)$(CC) $(BASE_CPPFLAGS) -Iservice $(SVC_CFLAGS) $(ALL_CFLAGS) -c $< -o $@
+
+$(BUILD)/bench/bench_core: $(BUILD)/bench/bench_core.o $(BUILD)/service/config_json.o \
+                           $(BUILD)/librl.a
+	$(call say,LD,$@)
+	$(Q)$(CC) $^ -o $@ $(LDFLAGS_ALL) $(SVC_LIBS)
+
+$(BUILD)/bench/loadgen: bench/loadgen.c
+	@mkdir -p $(dir $@)
+	$(call say,CC,$<)
+	$(Q)$(CC) $(WARN) $(CFLAGS) $(SAN) -pthread $< -o $@ $(LDFLAGS) $(SAN) -pthread
+
+build-bench: $(BUILD)/ratelimitd $(BENCH_BIN)
+
 # ---- targets ----------------------------------------------------------------------------
 # The public targets first install what is missing, then build in a second make, so that
 # pkg-config is asked after the packages are there.
-.PHONY: all run test check-core deps deps-quiet install clean format bench build-all build-test
+.PHONY: all run test check-core deps deps-quiet install clean format bench build-all build-test \
+        build-bench
 .DEFAULT_GOAL := all
 
 all: deps-quiet
@@ -199,6 +224,11 @@ deps:
 deps-quiet:
 	@pkg-config --exists $(PKG_ALL) hiredis 2>/dev/null && command -v redis-server >/dev/null \
 	    || $(MAKE) --no-print-directory deps
+
+# (deps, not deps-quiet: wrk and nginx are checked too)
+bench: deps
+	@$(MAKE) -s --no-print-directory BUILD=$(BENCH_BUILD) CFLAGS='$(BENCH_CFLAGS)' build-bench >&2
+	@bench/run.sh $(BENCH_BUILD)
 
 install: $(BUILD)/ratelimitd
 	install -D -m 0755 $(BUILD)/ratelimitd $(DESTDIR)$(PREFIX)/bin/ratelimitd

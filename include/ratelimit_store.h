@@ -20,7 +20,7 @@ extern "C" {
 
 /* What the store needs of one applied rule besides d->applied[i] (level, slot, rule, key). */
 typedef struct rl_plan_item {
-    uint64_t hash; /* of the key, seeded per limiter */
+    uint64_t hash; /* what the store's prefetch returned for this level (0 without one) */
     rl_fp cost;    /* taken in phase 2 (1 unit for a rule counting requests) */
     rl_fp need;    /* checked in phase 1: cost plus any reserved headroom */
 } rl_plan_item;
@@ -65,6 +65,13 @@ typedef struct rl_store_ops {
     int (*save)(void *cls, FILE *f, rl_err *err);
     int (*load)(void *cls, FILE *f, rl_ns now, size_t *loaded, rl_err *err);
     void (*destroy)(void *cls);
+    /* Optional (NULL: nothing to gain). Called before decide as soon as the limiter knows a
+     * level's key and the rules rs that apply there: the store may start loading that state
+     * into the cache while the limiter makes the rest of the plan. Returns a value the plan
+     * hands back to decide in the level's items (rl_plan_item.hash), such as the key's hash,
+     * so that decide need not compute it again. Must not fail, block or change state. */
+    uint64_t (*prefetch)(void *cls, size_t level, const rl_rules *rs, const char *key,
+                         size_t keylen);
 } rl_store_ops;
 
 struct rl_store {

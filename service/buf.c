@@ -29,7 +29,7 @@ void rld_buf_reset(rld_buf *b)
     rld_buf_init(b, b->inl, b->inlcap);
 }
 
-int rld_buf_reserve(rld_buf *b, size_t n)
+int rld__buf_grow(rld_buf *b, size_t n)
 {
     if (b->oom)
         return -1;
@@ -74,26 +74,6 @@ const char *rld_buf_cstr(rld_buf *b)
         return "";
     b->p[b->len] = '\0';
     return b->p;
-}
-
-void rld_buf_put(rld_buf *b, const char *s, size_t n)
-{
-    if (rld_buf_reserve(b, n) != 0)
-        return;
-    memcpy(b->p + b->len, s, n);
-    b->len += n;
-}
-
-void rld_buf_puts(rld_buf *b, const char *s)
-{
-    rld_buf_put(b, s, strlen(s));
-}
-
-void rld_buf_putc(rld_buf *b, char c)
-{
-    if (rld_buf_reserve(b, 1) != 0)
-        return;
-    b->p[b->len++] = c;
 }
 
 void rld_buf_vprintf(rld_buf *b, const char *fmt, va_list ap)

@@ -11,6 +11,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "ratelimit.h"
 
@@ -26,8 +27,14 @@ typedef struct rld_buf {
 void rld_buf_init(rld_buf *b, char *storage, size_t cap);
 /* Frees what the buffer allocated and empties it (the storage is kept for reuse). */
 void rld_buf_reset(rld_buf *b);
-/* Makes room for n more bytes (plus a NUL). Returns 0, or -1 (and sets oom) when out of memory. */
-int rld_buf_reserve(rld_buf *b, size_t n);
+/* rld_buf_reserve's slow path: grows the buffer. */
+int rld__buf_grow(rld_buf *b, size_t n);
+/* Makes room for n more bytes (plus a NUL). Returns 0, or -1 (and sets oom) when out of memory.
+ * Inline: the appenders below run a few dozen times per response. */
+static inline int rld_buf_reserve(rld_buf *b, size_t n)
+{
+    return !b->oom && b->len + n + 1 <= b->cap ? 0 : rld__buf_grow(b, n);
+}
 /* 1 when the text lives in allocated memory rather than in the caller's storage. */
 int rld_buf_on_heap(const rld_buf *b);
 /* Hands over the allocated text (malloc'd, NUL-terminated, the caller frees it) and empties
@@ -36,9 +43,25 @@ char *rld_buf_steal(rld_buf *b);
 /* The text so far, NUL-terminated. */
 const char *rld_buf_cstr(rld_buf *b);
 
-void rld_buf_put(rld_buf *b, const char *s, size_t n);
-void rld_buf_puts(rld_buf *b, const char *s);
-void rld_buf_putc(rld_buf *b, char c);
+static inline void rld_buf_put(rld_buf *b, const char *s, size_t n)
+{
+    if (rld_buf_reserve(b, n) != 0)
+        return;
+    memcpy(b->p + b->len, s, n);
+    b->len += n;
+}
+
+static inline void rld_buf_puts(rld_buf *b, const char *s)
+{
+    rld_buf_put(b, s, strlen(s));
+}
+
+static inline void rld_buf_putc(rld_buf *b, char c)
+{
+    if (rld_buf_reserve(b, 1) != 0)
+        return;
+    b->p[b->len++] = c;
+}
 void rld_buf_printf(rld_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void rld_buf_vprintf(rld_buf *b, const char *fmt, va_list ap) __attribute__((format(printf, 2, 0)));
 /* A JSON string literal with its quotes; escapes '"', '\\' and control characters. Bytes of

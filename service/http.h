@@ -1,7 +1,9 @@
 /*
- * http.h - the HTTP layer: libmicrohttpd in its epoll thread-pool mode, a route table that
- * answers 404 for an unknown path and 405 (with Allow) for a wrong method, request bodies
- * buffered up to a cap (413 beyond it), the admin token (401), and replies.
+ * http.h - the HTTP layer: one libmicrohttpd epoll daemon per worker thread, fed new
+ * connections round-robin by an accepting thread (so that workers share the connections
+ * evenly), a route table that answers 404 for an unknown path and 405 (with Allow) for a
+ * wrong method, request bodies buffered up to a cap (413 beyond it), the admin token (401),
+ * and replies.
  *
  * A handler runs once per request, after the whole body has arrived, on a worker thread. It
  * must answer exactly once with one of the rld_reply* functions (each queues the response; a
@@ -20,6 +22,8 @@
 
 /* Largest request body accepted. */
 #define RLD_MAX_BODY 65536
+/* Most worker threads. */
+#define RLD_MAX_WORKERS 64
 
 typedef struct rld_req rld_req;
 typedef void (*rld_handler)(void *app, rld_req *r);
@@ -44,7 +48,7 @@ typedef struct rld_route {
 typedef struct rld_http_config {
     const char *address; /* IPv4 or IPv6 literal */
     int port;            /* 0: any free port */
-    int threads;         /* worker threads (>= 1) */
+    int threads;         /* worker threads (1 to RLD_MAX_WORKERS) */
     const char *admin_token; /* NULL: admin routes are open */
     const rld_route *routes;
     size_t nroutes;

@@ -56,9 +56,35 @@ void rld_render_decision(rld_buf *o, const rl_config *cfg, const rl_decision *d)
     rld_buf_puts(o, "]}");
 }
 
+/* 1 when s goes into an sf-string as it is: printable ASCII without '"' or '\\'. */
+static int sf_plain(const char *s, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c < 0x20 || c >= 0x7f || c == '"' || c == '\\')
+            return 0;
+    }
+    return 1;
+}
+
 /* An sf-string: printable ASCII, with '"' and '\\' escaped; anything else becomes '?'. */
 static void sf_string(rld_buf *o, const char *a, const char *b)
 {
+    size_t na = strlen(a), nb = strlen(b);
+    if (sf_plain(a, na) && sf_plain(b, nb)) { /* names are nearly always plain */
+        if (rld_buf_reserve(o, na + nb + 3) != 0)
+            return;
+        char *p = o->p + o->len;
+        *p++ = '"';
+        memcpy(p, a, na);
+        p += na;
+        *p++ = '.';
+        memcpy(p, b, nb);
+        p += nb;
+        *p++ = '"';
+        o->len = (size_t)(p - o->p);
+        return;
+    }
     rld_buf_putc(o, '"');
     for (const char *part[2] = {a, b}, **p = part; p < part + 2; p++) {
         for (const char *s = *p; *s; s++) {

@@ -393,6 +393,34 @@ START_TEST(body_size_cap)
 }
 END_TEST
 
+/* libmicrohttpd's per-connection memory is kept small (it is zeroed between two requests of a
+ * connection): request headers of several KiB, as gateways with long tokens send, still fit,
+ * and so do the headers of an answer with many rules. */
+START_TEST(large_request_headers_fit)
+{
+    su_server s;
+    su_tmpdir(&s);
+    su_start(&s, three_levels, NULL);
+    size_t n = 10 * 1024;
+    char *h = malloc(n + 16);
+    memcpy(h, "X-Padding: ", 11);
+    memset(h + 11, 'a', n);
+    h[11 + n] = '\0';
+    const char *headers[] = {h, "X-Other: 1", NULL};
+    CURL *c = curl_easy_init();
+    for (int i = 0; i < 3; i++) { /* one keep-alive connection: its pool is reset in between */
+        su_resp r =
+            su_req_on(c, &s, "POST", "/acquire", "{\"keys\": {\"user\": \"hdr\"}}", headers);
+        ck_assert_msg(r.status == 200, "%ld %.200s", r.status, r.body);
+        ck_assert_ptr_nonnull(strstr(r.headers, "RateLimit-Policy: "));
+        su_resp_free(&r);
+    }
+    curl_easy_cleanup(c);
+    free(h);
+    ck_assert_int_eq(su_stop(&s), 0);
+}
+END_TEST
+
 /* ---- reservations ------------------------------------------------------------------------- */
 
 static char *reserve(const su_server *s, const char *body, double remaining)
@@ -1133,6 +1161,67 @@ static void *client_run(void *arg)
     return NULL;
 }
 
+/* The sockets each worker's epoll watches, from /proc (one epoll per worker); returns how many
+ * workers were found. */
+static int watched_per_worker(pid_t pid, int *count, int max)
+{
+    char path[64], link[64], line[256];
+    int n = 0;
+    snprintf(path, sizeof path, "/proc/%d/fd", (int)pid);
+    DIR *dir = opendir(path);
+    ck_assert_ptr_nonnull(dir);
+    for (struct dirent *e; (e = readdir(dir)) != NULL && n < max;) {
+        char fd[600];
+        snprintf(fd, sizeof fd, "%s/%s", path, e->d_name);
+        ssize_t l = readlink(fd, link, sizeof link - 1);
+        if (l < 0)
+            continue;
+        link[l] = '\0';
+        if (strcmp(link, "anon_inode:[eventpoll]") != 0)
+            continue;
+        snprintf(fd, sizeof fd, "/proc/%d/fdinfo/%s", (int)pid, e->d_name);
+        FILE *f = fopen(fd, "r");
+        ck_assert_ptr_nonnull(f);
+        count[n] = 0;
+        while (fgets(line, sizeof line, f))
+            count[n] += strncmp(line, "tfd:", 4) == 0;
+        fclose(f);
+        n++;
+    }
+    closedir(dir);
+    return n;
+}
+
+/* New connections go round-robin to the workers: a client that opens its whole pool at once
+ * (as load balancers and wrk do) gets it spread evenly, not piled on one worker. */
+START_TEST(connections_are_spread_over_the_workers)
+{
+    enum { CONNS = 12 };
+    su_server s;
+    su_tmpdir(&s);
+    su_start(&s, "{\"threads\": 3, \"levels\": [{\"name\": \"user\", \"rules\": [{\"type\": "
+                 "\"token_bucket\", \"capacity\": 100, \"per_second\": 1}]}]}",
+             NULL);
+    CURL *h[CONNS];
+    for (int i = 0; i < CONNS; i++) {
+        h[i] = curl_easy_init();
+        su_resp r = su_req_on(h[i], &s, "GET", "/healthz", NULL, NULL);
+        ck_assert_int_eq(r.status, 200);
+        su_resp_free(&r);
+    }
+    int count[8];
+    ck_assert_int_eq(watched_per_worker(s.pid, count, 8), 3);
+    /* each worker watches its share of the connections (and its own wake-up descriptor) */
+    for (int i = 0; i < 3; i++)
+        ck_assert_msg(count[i] == count[0], "worker %d watches %d, worker 0 %d", i, count[i],
+                      count[0]);
+    ck_assert_int_ge(count[0], CONNS / 3);
+    for (int i = 0; i < CONNS; i++)
+        curl_easy_cleanup(h[i]);
+    ck_assert_int_eq(su_stop(&s), 0);
+}
+END_TEST
+
 START_TEST(concurrent_clients_get_exactly_the_limit)
 {
     su_server s;
@@ -1294,6 +1383,7 @@ static Suite *http_suite(void)
     tcase_add_test(tc, acquire_bad_requests);
     tcase_add_test(tc, unknown_paths_and_methods);
     tcase_add_test(tc, body_size_cap);
+    tcase_add_test(tc, large_request_headers_fit);
     tcase_add_test(tc, reserve_refund_charge_release);
     tcase_add_test(tc, settle_bad_requests);
     tcase_add_test(tc, concurrency_release_and_expiry);
@@ -1309,6 +1399,7 @@ static Suite *http_suite(void)
     tcase_add_test(tc, sigterm_finishes_requests_in_flight);
     tcase_add_test(tc, sigint_exits_zero);
     tcase_add_test(tc, concurrent_clients_get_exactly_the_limit);
+    tcase_add_test(tc, connections_are_spread_over_the_workers);
     tcase_add_test(tc, metrics_exposition);
     suite_add_tcase(s, tc);
     return s;

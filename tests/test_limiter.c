@@ -9,6 +9,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/keytable.h" /* white-box: a segment's growth and shrinking */
+#include "ratelimit_store.h"
 #include "testutil.h"
 
 /* ---- worked numbers --------------------------------------------------------------------- */
@@ -629,6 +631,168 @@ START_TEST(plugin_loaded_from_config)
 }
 END_TEST
 
+/* ---- segments ------------------------------------------------------------------------------ */
+
+static uint32_t seg_hash(int i, char *key, size_t *klen)
+{
+    *klen = (size_t)snprintf(key, 16, "k%d", i);
+    return rl__rec_hash(rl__hash(key, *klen, 1), 0);
+}
+
+/* Keys that go idle while as many new ones arrive must not make a segment shrink at the end of
+ * one sweep and grow back during the next: it shrinks only a pass after it stopped growing. */
+START_TEST(segment_shrinks_a_pass_after_it_stops_growing)
+{
+    rl__seg s;
+    char key[16];
+    size_t klen;
+    memset(&s, 0, sizeof s);
+    for (int i = 0; i < 1000; i++) {
+        uint32_t h = seg_hash(i, key, &klen);
+        ck_assert_uint_ne(rl__seg_insert(&s, h, 0, key, klen, 1, 0), RL__NONE);
+    }
+    uint32_t grown = s.cap;
+    for (int i = 10; i < 1000; i++) {
+        uint32_t h = seg_hash(i, key, &klen), at = rl__seg_find(&s, h, 0, key, klen);
+        ck_assert_uint_ne(at, RL__NONE);
+        rl__seg_remove(&s, at);
+    }
+    ck_assert_int_eq(rl__seg_shrink(&s), 0); /* grew during this pass */
+    ck_assert_uint_eq(s.cap, grown);
+    ck_assert_int_eq(rl__seg_shrink(&s), 1); /* no growth since: mostly empty, so smaller */
+    ck_assert_uint_lt(s.cap, grown / 8);
+    for (int i = 0; i < 10; i++) {
+        uint32_t h = seg_hash(i, key, &klen);
+        ck_assert_uint_ne(rl__seg_find(&s, h, 0, key, klen), RL__NONE);
+    }
+    rl__seg_free(&s);
+}
+END_TEST
+
+/* ---- the store's prefetch hint ---------------------------------------------------------- */
+
+/* A store that hands every call to a memory store but offers no prefetch: its decide then
+ * hashes the keys itself, and must decide exactly as with the hint. */
+typedef struct plain_store {
+    rl_store base;
+    rl_store *inner;
+} plain_store;
+
+static int ps_attach(void *cls, const rl_config *cfg, const rl_resolver *res, rl_err *err)
+{
+    plain_store *p = cls;
+    return p->inner->ops->attach(p->inner->cls, cfg, res, err);
+}
+
+static int ps_decide(void *cls, const rl_plan *plan, rl_decision *d, rl_err *err)
+{
+    plain_store *p = cls;
+    for (size_t i = 0; i < plan->n; i++)
+        ck_assert_uint_eq(plan->items[i].hash, 0); /* no prefetch, no hint */
+    return p->inner->ops->decide(p->inner->cls, plan, d, err);
+}
+
+static int ps_settle(void *cls, const char *id, rl_fp actual, rl_ns now, rl_settlement *out,
+                     rl_err *err)
+{
+    plain_store *p = cls;
+    return p->inner->ops->settle(p->inner->cls, id, actual, now, out, err);
+}
+
+static int ps_release(void *cls, const char *id, rl_ns now, rl_err *err)
+{
+    plain_store *p = cls;
+    return p->inner->ops->release(p->inner->cls, id, now, err);
+}
+
+static void ps_tick(void *cls, rl_ns now)
+{
+    plain_store *p = cls;
+    p->inner->ops->tick(p->inner->cls, now);
+}
+
+static size_t ps_keys(void *cls, size_t level)
+{
+    plain_store *p = cls;
+    return p->inner->ops->keys(p->inner->cls, level);
+}
+
+static void ps_stats(void *cls, rl_stats *out)
+{
+    plain_store *p = cls;
+    p->inner->ops->stats(p->inner->cls, out);
+}
+
+static void ps_destroy(void *cls)
+{
+    plain_store *p = cls;
+    p->inner->ops->destroy(p->inner->cls);
+    free(p);
+}
+
+static const rl_store_ops plain_ops = {
+    .name = "plain",
+    .attach = ps_attach,
+    .decide = ps_decide,
+    .settle = ps_settle,
+    .release = ps_release,
+    .tick = ps_tick,
+    .keys = ps_keys,
+    .stats = ps_stats,
+    .destroy = ps_destroy,
+};
+
+START_TEST(store_without_prefetch_decides_the_same)
+{
+    const char *json =
+        "{\"levels\": ["
+        "{\"name\": \"user\", \"rules\": [{\"type\": \"token_bucket\", \"capacity\": 3, "
+        "\"per_second\": 1}, {\"type\": \"fixed_window\", \"limit\": 5, \"window\": 10}]},"
+        "{\"name\": \"team\", \"rules\": [{\"type\": \"token_bucket\", \"capacity\": 4, "
+        "\"per_second\": 0.5}]},"
+        "{\"name\": \"global\", \"default_key\": \"*\", \"rules\": [{\"type\": "
+        "\"concurrency\", \"limit\": 1000}]}]}";
+    rl_limiter *hinted = tu_limiter(json);
+    rl_registry *reg = rl_registry_new();
+    rld_settings set;
+    rl_config *cfg;
+    rl_limiter *plain;
+    rl_err err = {{0}};
+    plain_store *ps = calloc(1, sizeof *ps);
+    ps->base.ops = &plain_ops;
+    ps->base.cls = ps;
+    ps->inner = rl_memory_store_new();
+    ck_assert_int_eq(rld_config_parse(json, strlen(json), reg, &set, &cfg, &err), RL_OK);
+    rld_settings_clear(&set);
+    ck_assert_int_eq(rl_limiter_new(cfg, &ps->base, &plain, &err), RL_OK);
+
+    /* every answer, status included, is the same: allowed, waits, balances, next */
+    static const char *const keys[] = {"user=ann,team=t1", "user=bob,team=t1",
+                                       "user=a-key-longer-than-sixteen,team=t2"};
+    for (int step = 0; step < 60; step++) {
+        rl_decision a, b;
+        const char *k = keys[step % 3];
+        rl_ns now = S(0.25) * (step / 2);
+        int ra = tu_acquire(hinted, k, 1, now, &a), rb = tu_acquire(plain, k, 1, now, &b);
+        ck_assert_int_eq(ra, rb);
+        ck_assert_int_eq(a.retry_after, b.retry_after);
+        ck_assert_int_eq(a.blocked, b.blocked);
+        ck_assert_uint_eq(a.napplied, b.napplied);
+        for (size_t i = 0; i < a.napplied; i++) {
+            ck_assert_int_eq(a.applied[i].wait, b.applied[i].wait);
+            ck_assert_int_eq(a.applied[i].has_status, b.applied[i].has_status);
+            ck_assert_int_eq(a.applied[i].st.remaining, b.applied[i].st.remaining);
+            ck_assert_int_eq(a.applied[i].st.reset_after, b.applied[i].st.reset_after);
+            ck_assert_int_eq(a.applied[i].st.next, b.applied[i].st.next);
+        }
+    }
+    ck_assert_uint_eq(rl_limiter_keys(hinted, 0), rl_limiter_keys(plain, 0));
+    tu_free(hinted);
+    rl_limiter_free(plain);
+    rl_registry_free(reg);
+}
+END_TEST
+
 /* ---- concurrent callers ------------------------------------------------------------------- */
 
 typedef struct worker {
@@ -888,6 +1052,11 @@ Suite *limiter_suite(void)
     tcase_add_test(tc, tiers_and_tier_changes);
     tcase_add_test(tc, custom_rules_for_one_key);
     tcase_add_test(tc, stale_state_is_dropped);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("stores");
+    tcase_add_test(tc, segment_shrinks_a_pass_after_it_stops_growing);
+    tcase_add_test(tc, store_without_prefetch_decides_the_same);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("store");

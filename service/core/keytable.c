@@ -4,8 +4,8 @@
  * Robin Hood probing: a record never sits further from its home slot than the record it
  * displaced, so a lookup stops as soon as it meets a record closer to home than itself, and
  * removal shifts the following records back by one. Segments grow by a fifth when 90% full
- * and shrink when below 3/8, so a growing segment stays between 75% and 90% full: 53 to 64
- * bytes per key with 48-byte records.
+ * and shrink when below 3/8 (and not grown since the sweep's last pass), so a growing segment
+ * stays between 75% and 90% full: 53 to 64 bytes per key with 48-byte records.
  */
 #include <sched.h>
 #include <stdlib.h>
@@ -157,6 +157,7 @@ uint32_t rl__seg_insert(rl__seg *s, uint32_t h, unsigned slot, const char *key, 
         uint32_t cap = s->cap + s->cap / 5;
         if (resize(s, cap < MIN_CAP ? MIN_CAP : cap) != 0)
             return RL__NONE;
+        s->grew = 1;
     }
     rl__rec e;
     memset(&e, 0, sizeof e);
@@ -198,7 +199,9 @@ void rl__seg_remove(rl__seg *s, uint32_t i)
 
 int rl__seg_shrink(rl__seg *s)
 {
-    if (s->cap <= 64 || (uint64_t)s->count * 8 >= (uint64_t)s->cap * 3)
+    int grew = s->grew;
+    s->grew = 0;
+    if (s->cap <= 64 || (uint64_t)s->count * 8 >= (uint64_t)s->cap * 3 || (grew && s->count))
         return 0;
     uint32_t cap = s->count + s->count / 3 + 1;
     if (s->count == 0) {

@@ -55,6 +55,7 @@ typedef struct rl__seg {
     uint32_t cap;   /* slots in r (0 before the first insert) */
     uint32_t count; /* records in use; read without the lock for statistics */
     uint32_t sweep; /* next slot the idle sweep looks at */
+    uint32_t grew;  /* the array grew since the sweep's last pass ended */
     rl__rec *r;
 } rl__seg;
 
@@ -99,7 +100,9 @@ uint32_t rl__seg_insert(rl__seg *s, uint32_t h, unsigned slot, const char *key, 
                         uint8_t type, size_t ext_size);
 /* Removes record i (the caller has released what its state holds). Moves later records. */
 void rl__seg_remove(rl__seg *s, uint32_t i);
-/* Shrinks a segment that has become mostly empty; returns 1 when it did. */
+/* Called when a sweep's pass over the segment ends: shrinks a segment that has become mostly
+ * empty and did not grow since the previous pass (keys that go idle while as many new ones
+ * come would otherwise make it shrink and grow back at every pass). Returns 1 when it did. */
 int rl__seg_shrink(rl__seg *s);
 /* Frees a segment's array and keys (states must have been released). */
 void rl__seg_free(rl__seg *s);

@@ -448,6 +448,9 @@ int rl_acquire(rl_limiter *lim, const rl_request *req, rl_decision *d, rl_err *e
             rs = quota_rules(lim, key, (size_t)klen, &ref);
             d->held = ref;
         }
+        uint64_t hint = 0;
+        if (lim->store->ops->prefetch)
+            hint = lim->store->ops->prefetch(lim->store->cls, li, rs, key, (size_t)klen);
         for (size_t si = 0; si < rs->n; si++) {
             const rl_rule *r = &rs->v[si];
             rl_applied *a = &d->applied[d->napplied];
@@ -460,6 +463,7 @@ int rl_acquire(rl_limiter *lim, const rl_request *req, rl_decision *d, rl_err *e
             a->has_status = 0;
             a->fallback = RL_FALLBACK_NONE;
             a->wait = 0;
+            it->hash = hint;
             it->cost = r->unit == RL_UNIT_REQUESTS ? RL_FP_ONE : req->cost;
             it->need = it->cost;
             if (r->reserved > 0 && req->priority < r->reserved_min_priority)

@@ -239,50 +239,89 @@ static int ms_attach(void *cls, const rl_config *cfg, const rl_resolver *res, rl
     return RL_OK;
 }
 
+/* Fills a->st from the rule's state st after the decision. */
+static void rule_status(const rl_plan *plan, rl_applied *a, const void *st)
+{
+    const rl_rule *r = a->rule;
+    r->type->status(r->params, st, plan->now, &a->st);
+    rl_status_next(r, st, a->key, a->keylen, plan->now, &a->st);
+}
+
+/* Starts loading the records a decision on key at level will read: called by the limiter as
+ * soon as the key is known, so that the cache miss of a per-user record overlaps with the rest
+ * of the plan's making (the segment may still change before the decision locks it: this only
+ * loads the cache). Returns the key's hash, which ms_decide then takes from the plan. */
+static uint64_t ms_prefetch(void *cls, size_t level, const rl_rules *rs, const char *key,
+                            size_t keylen)
+{
+    mem_store *ms = cls;
+    uint64_t kh = rl__hash(key, keylen, ms->seed);
+    const rl__seg *s = rl__table_seg(&ms->tables[level], kh);
+    for (size_t i = 0; i < rs->n && i < 4; i++)
+        if (rs->v[i].type->state_size)
+            rl__seg_prefetch(s, rl__rec_hash(kh, (unsigned)i));
+    return kh;
+}
+
+/* Whether a rule's status can be read from a copy of its state after the locks are released:
+ * an inline state that holds no pointers. */
+static int status_from_copy(const rl_rule_type *t)
+{
+    return t->state_size <= RL_STATE_INLINE && !t->state_free;
+}
+
 static int ms_decide(void *cls, const rl_plan *plan, rl_decision *d, rl_err *err)
 {
     mem_store *ms = cls;
     rl__seg *locked[RL_MAX_LEVELS];
     rl__seg *segof[RL_MAX_APPLIED];
     uint32_t h[RL_MAX_APPLIED], idx[RL_MAX_APPLIED];
+    int64_t copy[RL_MAX_APPLIED][RL_STATE_INLINE / 8];
+    const void *later[RL_MAX_APPLIED]; /* the state a status is read from after unlocking */
     size_t nlocked = 0;
     int allowed = 1, holds = 0, moved = 0, rc = RL_OK;
     resv *rv = NULL;
 
     /* Items of one level are consecutive and share its key: one hash and one lock a level.
-     * Every record is prefetched before any is read, and phase 1 runs from the last level to
-     * the first: the records of broad levels (team, global) are usually in cache, so the
-     * cache miss of a per-user record overlaps with their work instead of adding to it. */
+     * Every record is prefetched before any is read (by ms_prefetch, as the plan was made,
+     * for the first four rules of a level). */
     uint64_t kh = 0;
     for (size_t i = 0; i < plan->n; i++) {
         const rl_applied *a = &d->applied[i];
         if (i == 0 || d->applied[i - 1].level != a->level) {
-            kh = rl__hash(a->key, a->keylen, ms->seed);
+            /* ms_prefetch hashed the key already, unless the limiter did not call it */
+            kh = plan->items[i].hash ? plan->items[i].hash
+                                     : rl__hash(a->key, a->keylen, ms->seed);
             segof[i] = rl__table_seg(&ms->tables[a->level], kh);
         } else {
             segof[i] = segof[i - 1];
         }
         h[i] = rl__rec_hash(kh, a->slot);
-        if (a->rule->type->state_size)
+        if (a->rule->type->state_size && (!plan->items[i].hash || a->slot >= 4))
             rl__seg_prefetch(segof[i], h[i]);
     }
-    for (size_t i = 0; i < plan->n; i++)
+    /* Segments are locked in level order (two decisions never deadlock), and each level's
+     * records are found as soon as its segment is locked: the cache miss of a per-user record
+     * is then paid while only that user's segment is locked, not while a broad level's
+     * (team, global), which every decision needs, is held. */
+    for (size_t i = 0; i < plan->n; i++) {
+        const rl_applied *a = &d->applied[i];
         if (i == 0 || segof[i] != segof[i - 1]) {
             rl__spin_lock(&segof[i]->lock);
             locked[nlocked++] = segof[i];
         }
+        idx[i] = a->rule->type->state_size
+                     ? rl__seg_find(segof[i], h[i], a->slot, a->key, a->keylen)
+                     : RL__NONE;
+    }
 
     /* phase 1: how long until the cost fits, for every rule */
-    for (size_t i = plan->n; i-- > 0;) {
+    for (size_t i = 0; i < plan->n; i++) {
         rl_applied *a = &d->applied[i];
         const rl_rule *r = a->rule;
         const void *st = zero_state;
-        idx[i] = RL__NONE;
-        if (r->type->state_size) {
-            idx[i] = rl__seg_find(segof[i], h[i], a->slot, a->key, a->keylen);
-            if (idx[i] != RL__NONE && segof[i]->r[idx[i]].type == r->type_id + 1)
-                st = rec_state(&segof[i]->r[idx[i]], r->type);
-        }
+        if (idx[i] != RL__NONE && segof[i]->r[idx[i]].type == r->type_id + 1)
+            st = rec_state(&segof[i]->r[idx[i]], r->type);
         a->wait = r->type->wait(r->params, st, a->key, a->keylen, plan->now, plan->items[i].need);
         allowed &= a->wait == 0;
         holds |= (r->type->flags & RL_RULE_HOLDS) != 0;
@@ -335,7 +374,9 @@ static int ms_decide(void *cls, const rl_plan *plan, rl_decision *d, rl_err *err
         }
     }
 
-    /* what every rule has left after the decision */
+    /* What every rule has left after the decision. States are copied under the locks and
+     * read after them (except those holding pointers), so the locks are held only for the
+     * decision itself. */
     for (size_t i = 0; i < plan->n && rc == RL_OK; i++) {
         rl_applied *a = &d->applied[i];
         const rl_rule *r = a->rule;
@@ -345,12 +386,20 @@ static int ms_decide(void *cls, const rl_plan *plan, rl_decision *d, rl_err *err
         const void *st = zero_state;
         if (idx[i] != RL__NONE && segof[i]->r[idx[i]].type == r->type_id + 1)
             st = rec_state(&segof[i]->r[idx[i]], r->type);
-        r->type->status(r->params, st, plan->now, &a->st);
-        rl_status_next(r, st, a->key, a->keylen, plan->now, &a->st);
+        if (status_from_copy(r->type)) {
+            if (st != zero_state) /* the whole inline area: a fixed-size copy is three moves */
+                st = memcpy(copy[i], st, sizeof copy[i]);
+            later[i] = st;
+            continue;
+        }
+        later[i] = NULL;
+        rule_status(plan, a, st);
     }
-
     while (nlocked > 0)
         rl__spin_unlock(&locked[--nlocked]->lock);
+    for (size_t i = 0; i < plan->n && rc == RL_OK; i++)
+        if (d->applied[i].has_status && later[i])
+            rule_status(plan, &d->applied[i], later[i]);
     return rc;
 }
 
@@ -543,6 +592,7 @@ static const rl_store_ops memory_ops = {
     .save = rl__ms_save,
     .load = rl__ms_load,
     .destroy = ms_destroy,
+    .prefetch = ms_prefetch,
 };
 
 rl_store *rl_memory_store_new(void)

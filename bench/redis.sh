@@ -1,0 +1,109 @@
+# shellcheck shell=bash
+# bench/redis.sh - section 5 of `make bench`, sourced by bench/run.sh (it uses run.sh's
+# helpers: emit, fail, log, free_port, try_start_rld, load, wrk_round...). Until the daemon
+# accepts "store": "redis" it reports n/a.
+#
+# On one redis-server of its own: ratelimitd's POST /acquire (wrk, as in section 1) against
+# redis-benchmark running the store's own decision script with EVALSHA at the same
+# concurrency, and Redis's used_memory per active key. The EVALSHA is not written out here: it
+# is taken from the daemon itself (redis-cli MONITOR while it decides one request), so the
+# comparison follows the store's script and arguments as they are. In it the user's and the
+# team's keys are replaced by redis-benchmark's __rand_int__, to spread the calls over keys.
+
+# Prints the arguments of the first EVALSHA in a MONITOR capture, one per line (MONITOR quotes
+# each argument and escapes '"', '\' and other bytes as \xHH; the arguments are text).
+monitor_args() {
+    awk 'index(toupper($0), "] \"EVALSHA\"") {
+        s = substr($0, index($0, "] ") + 2)
+        out = ""; inq = 0
+        for (i = 1; i <= length(s); i++) {
+            c = substr(s, i, 1)
+            if (!inq) { if (c == "\"") { inq = 1; out = "" } continue }
+            if (c == "\\") {
+                d = substr(s, ++i, 1)
+                if (d == "x") { out = out sprintf("%c", hex(substr(s, i + 1, 2))); i += 2 }
+                else if (d == "n") out = out "\n"
+                else out = out d
+                continue
+            }
+            if (c == "\"") { print out; inq = 0; continue }
+            out = out c
+        }
+        exit
+    }
+    function hex(h,   v, k) {
+        v = 0
+        for (k = 1; k <= 2; k++) v = v * 16 + index("0123456789abcdef", tolower(substr(h, k, 1))) - 1
+        return v
+    }' "$1"
+}
+
+redis_bench() {
+    local dir=$TMP/redis port cfg n=200000 f
+    for tool in redis-server redis-cli redis-benchmark; do
+        command -v "$tool" >/dev/null || fail "$tool is missing: run make deps (as root)"
+    done
+    mkdir -p "$dir"
+    port=$(free_port)
+    redis-server --port "$port" --bind 127.0.0.1 --dir "$dir" --save '' --appendonly no \
+        >"$dir/log" 2>&1 &
+    REDIS_PID=$!
+    PIDS+=("$REDIS_PID")
+    for _ in $(seq 100); do
+        [ "$(redis-cli -p "$port" ping 2>/dev/null)" = PONG ] && break
+        sleep 0.05
+    done
+    cfg=$TMP/redis.json
+    sed -e "s|@THREADS@|$THREADS|g" \
+        -e "s|\"store\": \"memory\"|\"store\": {\"type\": \"redis\", \"url\": \"redis://127.0.0.1:$port/0\"}|" \
+        "$HERE/http.json.in" >"$cfg"
+    if ! try_start_rld "$cfg"; then
+        emit redis "n/a (this ratelimitd has no Redis store: ${RLD_ERROR#*error: })"
+        kill "$REDIS_PID" 2>/dev/null || true
+        wait "$REDIS_PID" 2>/dev/null || true
+        return 0
+    fi
+    log "redis: redis-server (pid $REDIS_PID, port $port), ratelimitd (pid $RLD_PID)"
+
+    # used_memory per active key: one request each for MEM_USERS users (one state key each)
+    local m0 m1 k1
+    m0=$(redis-cli -p "$port" info memory | awk -F: '/^used_memory:/ { print $2 + 0 }')
+    load "$RLD_PORT" "$MEM_USERS" 0 "$MEM_USERS"
+    m1=$(redis-cli -p "$port" info memory | awk -F: '/^used_memory:/ { print $2 + 0 }')
+    k1=$(redis-cli -p "$port" dbsize)
+    emit redis_keys_after_users "$k1"
+    emit redis_used_memory_bytes_per_key "$(awk -v a="$m1" -v b="$m0" -v k="$k1" \
+        'BEGIN { if (k > 0) printf "%.1f", (a - b) / k; else print "n/a" }')"
+
+    # the EVALSHA of one decision, as the store sends it
+    redis-cli -p "$port" monitor >"$dir/monitor" 2>/dev/null &
+    local mon=$!
+    sleep 0.3
+    http_post "$RLD_PORT" /acquire '{"keys": {"user": "user-0", "team": "team-0"}}' >/dev/null
+    sleep 0.3
+    kill "$mon" 2>/dev/null || true
+    wait "$mon" 2>/dev/null || true
+    local -a args=()
+    while IFS= read -r a; do
+        a=${a//user-0/user-__rand_int__}
+        args+=("${a//team-0/team-__rand_int__}")
+    done < <(monitor_args "$dir/monitor")
+    [ "${#args[@]}" -gt 3 ] || fail "no EVALSHA seen from the Redis store"
+
+    f=$TMP/redis-benchmark.csv
+    redis-benchmark -p "$port" -c "$WRK_CONNS" -n "$n" -r 100000 --csv "${args[@]}" >"$f" 2>&1 ||
+        fail "redis-benchmark: $(cat "$f")"
+    local engine
+    engine=$(awk -F'","' 'NR == 2 { print $2 + 0 }' "$f")
+    emit redis_benchmark_evalsha_rps "$engine"
+
+    wrk_round redis_acquire "$RLD_PID" "http://127.0.0.1:$RLD_PORT/" wrk_acquire.lua \
+        "$TMP/redis.rounds"
+    local rps
+    rps=$(awk '$1 == "redis_acquire_rps" { print $2 }' "$TMP/redis.rounds")
+    emit http_acquire_redis_rps "$rps"
+    emit http_acquire_redis_p99_ms "$(awk '$1 == "redis_acquire_p99_ms" { print $2 }' \
+        "$TMP/redis.rounds")"
+    stop_rld
+    REDIS_ratio=$(ratio "$rps" "$engine")
+}

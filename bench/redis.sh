@@ -10,10 +10,11 @@
 # comparison follows the store's script and arguments as they are. In it the user's and the
 # team's keys are replaced by redis-benchmark's __rand_int__, to spread the calls over keys.
 
-# Prints the arguments of the first EVALSHA in a MONITOR capture, one per line (MONITOR quotes
-# each argument and escapes '"', '\' and other bytes as \xHH; the arguments are text).
+# Prints the arguments of the decision's EVALSHA in a MONITOR capture (the first that names
+# user-0: the housekeeping tick sends EVALSHAs of its own), one per line (MONITOR quotes each
+# argument and escapes '"', '\' and other bytes as \xHH; the arguments are text).
 monitor_args() {
-    awk 'index(toupper($0), "] \"EVALSHA\"") {
+    awk 'index(toupper($0), "] \"EVALSHA\"") && index($0, "\"rl:s:user:0:user-0\"") {
         s = substr($0, index($0, "] ") + 2)
         out = ""; inq = 0
         for (i = 1; i <= length(s); i++) {
@@ -57,7 +58,12 @@ redis_bench() {
     sed -e "s|@THREADS@|$THREADS|g" \
         -e "s|\"store\": \"memory\"|\"store\": {\"type\": \"redis\", \"url\": \"redis://127.0.0.1:$port/0\"}|" \
         "$HERE/http.json.in" >"$cfg"
-    if ! try_start_rld "$cfg"; then
+    # for used_memory per active key, buckets that stay partly empty (and their keys in
+    # Redis) for the whole measurement: a refill of one token in 1000 s
+    local memcfg=$TMP/redis-mem.json
+    sed -e 's|"capacity": 100, "per_second": 100}|"capacity": 100, "per_second": 0.001}|' \
+        "$cfg" >"$memcfg"
+    if ! try_start_rld "$memcfg"; then
         emit redis "n/a (this ratelimitd has no Redis store: ${RLD_ERROR#*error: })"
         kill "$REDIS_PID" 2>/dev/null || true
         wait "$REDIS_PID" 2>/dev/null || true
@@ -74,6 +80,9 @@ redis_bench() {
     emit redis_keys_after_users "$k1"
     emit redis_used_memory_bytes_per_key "$(awk -v a="$m1" -v b="$m0" -v k="$k1" \
         'BEGIN { if (k > 0) printf "%.1f", (a - b) / k; else print "n/a" }')"
+    stop_rld
+    redis-cli -p "$port" flushall >/dev/null
+    try_start_rld "$cfg" || fail "ratelimitd did not start again on Redis: $RLD_ERROR"
 
     # the EVALSHA of one decision, as the store sends it
     redis-cli -p "$port" monitor >"$dir/monitor" 2>/dev/null &

@@ -14,7 +14,7 @@
 # user-0: the housekeeping tick sends EVALSHAs of its own), one per line (MONITOR quotes each
 # argument and escapes '"', '\' and other bytes as \xHH; the arguments are text).
 monitor_args() {
-    awk 'index(toupper($0), "] \"EVALSHA\"") && index($0, "\"rl:s:user:0:user-0\"") {
+    awk 'index(toupper($0), "] \"EVALSHA\"") && index($0, "\"rl:user:0:user-0\"") {
         s = substr($0, index($0, "] ") + 2)
         out = ""; inq = 0
         for (i = 1; i <= length(s); i++) {

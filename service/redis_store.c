@@ -235,7 +235,6 @@ static void ab_state_key(const redis_store *rs, abuf *k, size_t level, unsigned 
     char mid[48];
     const char *name = rs->cfg->levels[level].name;
     ab_add(k, rs->prefix, rs->plen);
-    ab_cat(k, "s:", 2);
     ab_cat(k, name, strlen(name));
     int n = rs->shards[level] > 1 ? snprintf(mid, sizeof mid, ":%u.%u:", slot, shard)
                                   : snprintf(mid, sizeof mid, ":%u:", slot);
@@ -833,6 +832,24 @@ static void expire_due(redis_store *rs, rl_ns now)
     freeReplyObject(r);
 }
 
+/* The level of a state key "P<level>:<slot>[.<shard>]:<key>", or -1 for any other key under
+ * the prefix (r:<id> has no digit after its colon, resv, fleet and quotas have no colon). */
+static long state_key_level(const redis_store *rs, const char *s, size_t len)
+{
+    if (len < rs->plen + 4)
+        return -1;
+    const char *name = s + rs->plen, *end = s + len;
+    const char *colon = memchr(name, ':', (size_t)(end - name));
+    if (!colon || colon + 1 >= end || colon[1] < '0' || colon[1] > '9')
+        return -1;
+    const char *p = colon + 1;
+    while (p < end && ((*p >= '0' && *p <= '9') || *p == '.'))
+        p++;
+    if (p >= end || *p != ':')
+        return -1;
+    return level_index(rs, name, (size_t)(colon - name));
+}
+
 /* One SCAN step counting state keys per level; a full pass publishes the counts. */
 static void scan_step(redis_store *rs)
 {
@@ -850,7 +867,7 @@ static void scan_step(redis_store *rs)
             ab_cat(&k, "\\", 1);
         ab_cat(&k, &c, 1);
     }
-    ab_cat(&k, "s:*", 3);
+    ab_cat(&k, "*", 1);
     ab_str(&k, "COUNT");
     ab_str(&k, "1000");
     if (k.oom) {
@@ -870,11 +887,7 @@ static void scan_step(redis_store *rs)
         const redisReply *keys = r->element[1];
         for (size_t i = 0; i < keys->elements; i++) {
             const redisReply *e = keys->element[i];
-            if (e->type != REDIS_REPLY_STRING || e->len < rs->plen + 2)
-                continue;
-            const char *name = e->str + rs->plen + 2;
-            const char *colon = memchr(name, ':', e->len - rs->plen - 2);
-            long l = colon ? level_index(rs, name, (size_t)(colon - name)) : -1;
+            long l = e->type == REDIS_REPLY_STRING ? state_key_level(rs, e->str, e->len) : -1;
             if (l >= 0)
                 rs->counting[l]++;
         }

@@ -13,7 +13,7 @@
  * Clock: the scripts read Redis TIME, one clock for the whole fleet, unless the store was made
  * with manual_clock, when the caller's now is used (and must not be negative).
  *
- * Keys (prefix P): P"s:"<level>":"<slot>[.<shard>]":"<key> per rule state, P"r:"<id> per
+ * Keys (prefix P): P<level>":"<slot>[.<shard>]":"<key> per rule state, P"r:"<id> per
  * reservation, P"resv" (the reservations by expiry), P"fleet" (heartbeats), P"quotas" (see
  * redis_quota.h). Each state key expires when its state is indistinguishable from a new key's;
  * see docs/redis.md.

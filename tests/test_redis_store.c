@@ -730,20 +730,20 @@ START_TEST(ttl_follows_the_state)
     ck_assert(d.reservation[0]); /* the concurrency slot is held by a reservation */
     int64_t now = redis_ms();
     long long v;
-    v = pttl("real:s:tb:0:u");
+    v = pttl("real:tb:0:u");
     ck_assert_msg(v > 3000 && v <= 4000, "token bucket TTL %lld", v);
-    v = pttl("real:s:gcra:0:u");
+    v = pttl("real:gcra:0:u");
     ck_assert_msg(v > 1000 && v <= 2000, "gcra TTL %lld", v);
-    v = pttl("real:s:sw:0:u");
+    v = pttl("real:sw:0:u");
     ck_assert_msg(v > 19000 && v <= 20000, "sliding window TTL %lld", v);
-    v = pttl("real:s:swc:0:u");
+    v = pttl("real:swc:0:u");
     ck_assert_msg(v > 19000 && v <= 40000, "sliding window counter TTL %lld", v);
     int64_t hour_end = (now / 3600000 + 1) * 3600000;
-    v = pttl("real:s:fw:0:u");
+    v = pttl("real:fw:0:u");
     ck_assert_msg(v > 0 && v <= 3600000 &&
                       (before / 3600000 != now / 3600000 || llabs(v - (hour_end - now)) <= 1000),
                   "fixed window TTL %lld, hour ends in %lld", v, (long long)(hour_end - now));
-    v = pttl("real:s:cc:0:u");
+    v = pttl("real:cc:0:u");
     ck_assert_msg(v > 89000 && v <= 90000, "concurrency TTL %lld", v);
     char rk[64];
     snprintf(rk, sizeof rk, "real:r:%s", d.reservation);
@@ -756,7 +756,7 @@ START_TEST(ttl_follows_the_state)
     rl_err err;
     ck_assert_int_eq(rl_release(lim, d.reservation, 0, &err), RL_OK);
     usleep(20000);
-    redisReply *r = rt_redis_cmd(&srv, "EXISTS real:s:cc:0:u %s", rk);
+    redisReply *r = rt_redis_cmd(&srv, "EXISTS real:cc:0:u %s", rk);
     ck_assert_int_eq(r->integer, 0);
     freeReplyObject(r);
 
@@ -973,7 +973,7 @@ START_TEST(sharded_level_splits_the_quota)
     }
     ck_assert_int_eq(allowed, 8);
     for (int k = 0; k < 4; k++) {
-        redisReply *r = rt_redis_cmd(&srv, "EXISTS sh:s:global:0.%d:all", k);
+        redisReply *r = rt_redis_cmd(&srv, "EXISTS sh:global:0.%d:all", k);
         ck_assert_int_eq(r->integer, 1);
         freeReplyObject(r);
     }

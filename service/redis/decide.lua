@@ -12,8 +12,11 @@
 -- Returns {'ok', then per item: wait, limit, remaining, reset_after, window, next} (statuses
 -- are '' for rules decided by the caller), or {'dup'} when the reservation id is taken. next is
 -- rl_status_next: the wait for one whole unit more than remains (0 when full).
+--
+-- Each state is read and prepared (refilled, rolled) once; wait, take, status and next all
+-- start from it, as each of them would in C from the same state at the same now.
 
-local now = clock(ARGV[1])
+clock(ARGV[1])
 local dry = ARGV[2] == '1'
 local floor_ms, hold_ms = tonumber(ARGV[5]), tonumber(ARGV[6])
 local id = ARGV[7]
@@ -23,19 +26,20 @@ local allowed = true
 
 for i = 1, n do
     local o = 8 + (i - 1) * 8
-    local it = {tag = ARGV[o + 1], k = tonumber(ARGV[o + 2]), rec = ARGV[o + 8]}
-    if it.k > 0 then
-        local T = R[it.tag]
-        it.T = T
-        it.p = T.params(N(ARGV[o + 5]), N(ARGV[o + 6]))
+    local k = tonumber(ARGV[o + 2])
+    local it = {k = k, rec = ARGV[o + 8]}
+    if k > 0 then
+        local T = R[ARGV[o + 1]]
+        local p = T.params(N(ARGV[o + 5]), N(ARGV[o + 6]))
+        local st = load_state(T, KEYS[k]) or T.zero()
+        T.prep(p, st)
+        it.T, it.p, it.st = T, p, st
         it.cost = N(ARGV[o + 4])
-        it.st = load_state(T, it.tag, KEYS[it.k])
-        if not it.st then it.st = T.zero() end
-        it.wait = T.wait(it.p, it.st, now, N(ARGV[o + 3]))
+        it.wait = T.wait(p, st, N(ARGV[o + 3]))
     else
         it.wait = N(ARGV[o + 7])
     end
-    if not iszero(it.wait) then allowed = false end
+    if it.wait ~= 0 then allowed = false end
     items[i] = it
 end
 
@@ -45,13 +49,13 @@ if allowed and not dry then
     for i = 1, n do
         local it = items[i]
         if it.T then
-            it.T.take(it.p, it.st, now, it.cost)
-            save_state(it.T, it.p, it.st, now, KEYS[it.k], floor_ms, hold_ms)
+            it.T.take(it.p, it.st, it.cost)
+            save_state(it.T, it.p, it.st, KEYS[it.k], floor_ms, hold_ms)
         end
     end
     if id ~= '' then
-        local exp = add_sat(now, N(ARGV[4]))
-        local cmd = {'HSET', rk, 'cost', ARGV[3], 'at', S(now), 'exp', S(exp), 'settled', '0'}
+        local exp = dec_of_rel(sat_time(N(ARGV[4])))
+        local cmd = {'HSET', rk, 'cost', ARGV[3], 'at', NOW_STR, 'exp', exp, 'settled', '0'}
         local m = 0
         for i = 1, n do
             if items[i].rec ~= '' then
@@ -64,30 +68,33 @@ if allowed and not dry then
         cmd[#cmd + 1] = tostring(m)
         redis.call(unpack(cmd))
         redis.call('PEXPIRE', rk, hold_ms)
-        redis.call('ZADD', ik, S(exp), id)
+        redis.call('ZADD', ik, exp, id)
         if redis.call('PTTL', ik) < hold_ms then redis.call('PEXPIRE', ik, hold_ms) end
     end
 end
 
 local out = {'ok'}
+local j = 1
 for i = 1, n do
     local it = items[i]
-    out[#out + 1] = S(it.wait)
+    out[j + 1] = S(it.wait)
     if it.T then
-        local limit, remaining, reset, window = it.T.status(it.p, it.st, now)
+        local T, p, st = it.T, it.p, it.st
+        local limit, remaining, reset, window = T.status(p, st)
         local nxt = 0
         if cmp(remaining, limit) < 0 then
             local whole = 0
             if ispos(remaining) then whole = mul((divmod(remaining, ONE)), ONE) end
-            nxt = it.T.wait(it.p, it.st, now, min(add(whole, ONE), limit))
+            nxt = T.wait(p, st, min(add(whole, ONE), limit))
         end
-        out[#out + 1] = S(limit)
-        out[#out + 1] = S(remaining)
-        out[#out + 1] = S(reset)
-        out[#out + 1] = S(window)
-        out[#out + 1] = S(nxt)
+        out[j + 2] = S(limit)
+        out[j + 3] = S(remaining)
+        out[j + 4] = S(reset)
+        out[j + 5] = S(window)
+        out[j + 6] = S(nxt)
     else
-        for _ = 1, 5 do out[#out + 1] = '' end
+        for f = 2, 6 do out[j + f] = '' end
     end
+    j = j + 6
 end
 return out

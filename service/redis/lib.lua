@@ -534,82 +534,387 @@ local function used_add(used, a)
     return add(used, a)
 end
 
--- The current time: the caller's when given (manual clock), else Redis's own.
-local function clock(arg)
-    if arg ~= '' then return N(arg) end
-    local t = redis.call('TIME')
-    return add(mul(N(t[1]), NS), mul(N(t[2]), 1000))
+-- ---- exact products and quotients in doubles ------------------------------------------------
+-- The rules multiply values below 2^53 into products of up to 2^106 and divide those. Where
+-- the operands are numbers, the helpers below do that exactly in doubles, without tables, and
+-- leave the rest (operands or quotients out of their ranges) to the big integers above.
+
+local P32 = 4294967296 -- 2^32
+local P50 = 1125899906842624 -- 2^50
+local P51 = 2251799813685248 -- 2^51
+local P52 = 4503599627370496 -- 2^52
+local P99 = 2 ^ 99
+local SPLIT = 134217729 -- 2^27 + 1
+
+-- a * b = p + e exactly, p being the double nearest a * b: Dekker's TwoProduct with Veltkamp's
+-- split, exact in IEEE doubles rounding to nearest (Lua's numbers; Redis builds Lua for SSE2,
+-- and every Lua operation rounds on its own) for any a, b whose product does not overflow.
+-- For whole a, b below 2^53, p and e are whole too.
+local function two_prod(a, b)
+    local p = a * b
+    local c = SPLIT * a
+    local ah = c - (c - a)
+    local al = a - ah
+    c = SPLIT * b
+    local bh = c - (c - b)
+    local bl = b - bh
+    return p, ((ah * bh - p) + ah * bl + al * bh) + al * bl
 end
 
--- t - t % window (t >= 0), remembered per time value: the same now and last recur.
-local STARTS = {}
-local function start_of(p, t)
-    local c = STARTS[t]
-    if c and c[1] == p.window then return c[2] end
-    local _, r = divmod(t, p.window)
-    local v = sub(t, r)
-    if type(t) == 'table' then STARTS[t] = {p.window, v} end
-    return v
+-- The sign of a * b - c * d (-1, 0, 1). For numbers: rounding is monotonic, so when the
+-- rounded products differ they order the exact ones; when they are equal the difference of the
+-- exact products is that of the rounding errors, e - f.
+local function cmp_prod(a, b, c, d)
+    if type(a) == 'number' and type(b) == 'number' and type(c) == 'number' and
+        type(d) == 'number' then
+        local p, q = a * b, c * d
+        if p ~= q then return p < q and -1 or 1 end
+        local _, e = two_prod(a, b)
+        local _, f = two_prod(c, d)
+        if e == f then return 0 end
+        return e < f and -1 or 1
+    end
+    return cmp(mul(a, b), mul(c, d))
 end
+
+-- floor((a * b + c) / d) and the remainder, for a, b >= 0, d > 0 and a * b + c >= 0.
+--
+-- Numbers with d < 2^50, |c| < 2^50: when p = a * b and p + c stay below 2^53 they are exact,
+-- and so is floor(x / d) for any whole 0 <= x < 2^53 (a quotient that is not whole is at least
+-- 1/d from the next whole number, more than half its ulp, which is below 2/d). Otherwise, with
+-- p < 2^99 (so |e| <= 2^46 in a * b = p + e) and p >= 2^53 - 2^50 (p is below 2^53 only when
+-- p + c is not), X = a * b + c: the estimate q of floor(X / d), taken from doubles with a
+-- relative error below 2^-51.3, is off by at most 1 while below 2^51; then r = X - q * d is in
+-- (-d, 2d), and with q * d = p3 + e3: p3 is within 2^52 of p, so p - p3 is exact (Sterbenz:
+-- p3 is in [p / 2, 2p]), e + c is exact (both below 2^50 + 2^46), their sum r + e3 is below
+-- 2^53, and so r = (p - p3) + (e + c) - e3 is exact; one step of d at most corrects q.
+local function mdm(a, b, c, d)
+    if type(a) == 'number' and type(b) == 'number' and type(c) == 'number' and
+        type(d) == 'number' and d < P50 and c < P50 and c > -P50 then
+        local p = a * b
+        local x = p + c
+        if p < LIM and x < LIM then
+            local q = floor(x / d)
+            return q, x - q * d
+        end
+        if p < P99 then
+            local q = floor(x / d)
+            if q < P51 then
+                local _, e = two_prod(a, b)
+                local p3, e3 = two_prod(q, d)
+                local r = ((p - p3) + (e + c)) - e3
+                if r < 0 then
+                    q, r = q - 1, r + d
+                elseif r >= d then
+                    q, r = q + 1, r - d
+                end
+                return q, r
+            end
+        end
+    end
+    return divmod(add(mul(a, b), c), d)
+end
+
+-- ceil((a * b + c) / d) saturated at NEVER, likewise.
+local function ceil_mdm(a, b, c, d)
+    local q, r = mdm(a, b, c, d)
+    if r ~= 0 then q = add(q, 1) end
+    if type(q) ~= 'number' and cmp(q, NEVER) >= 0 then return NEVER end
+    return q
+end
+
+-- ---- the clock, and times relative to it ------------------------------------------------------
+-- A script reads the time once (clock). Inside it, every time is held relative to that now, as
+-- t - now in ns: a number for any time within 2^53 ns (104 days) of now, which is nearly every
+-- time a script meets, so that times cost no tables; a big integer beyond. now itself is held as
+-- a decimal string (NOW_STR), as seconds and nanoseconds (NOW_S, NOW_F), and, while below
+-- 4e18 ns (the year 2096: FASTNOW), as two 32-bit halves (NOW_HI, NOW_LO) for the binary state
+-- values. Before 2096, NEVER - now > 5e18 > 2^53, so a time that is a number is below NEVER.
+
+local NOW_STR, NOW_S, NOW_F, NOW_HI, NOW_LO, NOW_BIG, NEVER_REL, FASTNOW, MODS
+
+local function now_big()
+    if not NOW_BIG then NOW_BIG = N(NOW_STR) end
+    return NOW_BIG
+end
+
+-- NEVER as a relative time.
+local function never_rel()
+    if not NEVER_REL then NEVER_REL = sub(NEVER, now_big()) end
+    return NEVER_REL
+end
+
+-- Reads the time: the caller's when given (manual clock, a canonical decimal >= 0), else
+-- Redis's own.
+local function clock(arg)
+    if arg ~= '' then
+        NOW_STR = arg
+        if #arg <= 9 then
+            NOW_S, NOW_F = 0, tonumber(arg)
+        else
+            NOW_S, NOW_F = tonumber(string.sub(arg, 1, -10)), tonumber(string.sub(arg, -9))
+        end
+    else
+        local t = redis.call('TIME')
+        NOW_S, NOW_F = tonumber(t[1]), tonumber(t[2]) * 1000
+        NOW_STR = NOW_S > 0 and string.format('%d%09d', NOW_S, NOW_F) or tostring(NOW_F)
+    end
+    NOW_BIG, NEVER_REL, MODS = nil, nil, nil
+    FASTNOW = NOW_S < 4000000000
+    if FASTNOW then
+        -- now = m * 2^9 + NOW_F with m = NOW_S * 1953125 < 2^53
+        local m = NOW_S * 1953125
+        local hi = floor(m / 8388608)
+        local lo = (m - hi * 8388608) * 512 + NOW_F
+        if lo >= P32 then hi, lo = hi + 1, lo - P32 end
+        NOW_HI, NOW_LO = hi, lo
+    end
+end
+
+-- A time given as its absolute value's two 32-bit halves, relative to now. With the halves
+-- less than 2^20 apart the result is below 2^52 + 2^32 and every step exact.
+local function rel_of_halves(hi, lo)
+    if FASTNOW then
+        local dh = hi - NOW_HI
+        if dh < 1048576 and dh > -1048576 then return dh * P32 + (lo - NOW_LO) end
+    end
+    return sub(add(mul(hi, P32), lo), now_big())
+end
+
+-- The two 32-bit halves of the absolute value of a relative time t (>= -now).
+local function halves_of_rel(t)
+    if FASTNOW and type(t) == 'number' and t < P52 and t > -P52 then
+        local lo = NOW_LO + t
+        local c = floor(lo / P32)
+        return NOW_HI + c, lo - c * P32
+    end
+    return divmod(add(now_big(), t), P32)
+end
+
+-- The absolute value of a relative time t (>= -now) as a decimal.
+local function dec_of_rel(t)
+    if t == 0 then return NOW_STR end
+    if FASTNOW and type(t) == 'number' and t < P52 and t > -P52 then
+        local f = NOW_F + t
+        local c = floor(f / NS)
+        local s = NOW_S + c
+        f = f - c * NS
+        if s > 0 then return string.format('%d%09d', s, f) end
+        return string.format('%d', f)
+    end
+    return S(add(now_big(), t))
+end
+
+-- A time given as a decimal (>= 0), relative to now.
+local function rel_of_dec(str)
+    if FASTNOW and #str <= 19 then
+        local s, f
+        if #str <= 9 then
+            s, f = 0, tonumber(str)
+        else
+            s, f = tonumber(string.sub(str, 1, -10)), tonumber(string.sub(str, -9))
+        end
+        local ds = s - NOW_S
+        if ds < 4000000 and ds > -4000000 then return ds * NS + (f - NOW_F) end
+    end
+    return sub(N(str), now_big())
+end
+
+-- min(t, NEVER) for a relative time t.
+local function sat_time(t)
+    if FASTNOW and type(t) == 'number' then return t end
+    local nr = never_rel()
+    if cmp(t, nr) > 0 then return nr end
+    return t
+end
+
+-- rl__add_sat for a relative time t and a duration d >= 0: the absolute t + d saturated at NEVER.
+local function add_sat_t(t, d) return sat_time(add(t, d)) end
+
+-- now % w for a window w (ns), or nil when w is out of the range below (remembered per call).
+-- now = P + NOW_F with P = NOW_S * 1e9 exact (NOW_S * 1953125 < 2^53). Below 2^53 that is the
+-- remainder of a number. Beyond, with 1e6 <= w < 2^50: q, from doubles, is within 1 of now / w
+-- (the error of P + NOW_F, below 2^9, is under 1/1000 of w, and q < 2^43 is off by less than
+-- 1/1000 from rounding), so r = now - q * w is in (-w, 2w); with q * w = p3 + e3, p3 is within
+-- 2^52 of P (>= 2^53 - 1e9), so P - p3 is exact (Sterbenz), and so are the sums after it.
+local function now_mod(w)
+    if not FASTNOW or type(w) ~= 'number' or w >= P50 or w < MS then return nil end
+    if not MODS then MODS = {} end
+    local m = MODS[w]
+    if m then return m end
+    local P = NOW_S * NS
+    local x = P + NOW_F
+    if x < LIM then
+        m = x % w
+    else
+        local q = floor(x / w)
+        local p3, e3 = two_prod(q, w)
+        m = ((P - p3) + NOW_F) - e3
+        if m < 0 then
+            m = m + w
+        elseif m >= w then
+            m = m - w
+        end
+    end
+    MODS[w] = m
+    return m
+end
+
+-- The start of the window of length w holding the relative time t, relative too: t - t % w
+-- for the absolute t (>= 0), as in C. With m = now % w, (m + t) % w is that remainder; for
+-- |m + t| < 2^52 Lua's % (a - floor(a / b) * b) is exact and lands in [0, w).
+local function start_of(w, t)
+    local m = now_mod(w)
+    if m and type(t) == 'number' then
+        local x = m + t
+        if x < P52 and x > -P52 then return t - x % w end
+    end
+    local _, r = divmod(add(now_big(), t), w)
+    return sub(t, r)
+end
+
+-- ---- binary state values ------------------------------------------------------------------------
+-- A state is stored as a type byte followed by big-endian unsigned integers: times as their
+-- absolute values in 8 bytes, other fields in 8 bytes, or in as few bytes as they take (none
+-- for 0) when the field is the value's last. See docs/redis.md.
+
+local byte, char = string.byte, string.char
+
+-- Bytes i..j (at most 8) of v as an unsigned big-endian integer.
+local function uint(v, i, j)
+    if j - i >= 6 then
+        local hi = 0
+        for k = i, j - 4 do hi = hi * 256 + byte(v, k) end
+        local b1, b2, b3, b4 = byte(v, j - 3, j)
+        local lo = ((b1 * 256 + b2) * 256 + b3) * 256 + b4
+        if hi < 2097152 then return hi * P32 + lo end
+        return add(mul(hi, P32), lo)
+    end
+    local x = 0
+    for k = i, j do x = x * 256 + byte(v, k) end
+    return x
+end
+
+-- The time stored in bytes i..i+7 of v, relative to now.
+local function dec_time(v, i)
+    local b1, b2, b3, b4, b5, b6, b7, b8 = byte(v, i, i + 7)
+    return rel_of_halves(((b1 * 256 + b2) * 256 + b3) * 256 + b4,
+        ((b5 * 256 + b6) * 256 + b7) * 256 + b8)
+end
+
+local function bytes4(x)
+    local b1 = floor(x / 16777216)
+    x = x - b1 * 16777216
+    local b2 = floor(x / 65536)
+    x = x - b2 * 65536
+    local b3 = floor(x / 256)
+    return b1, b2, b3, x - b3 * 256
+end
+
+local function enc_halves(hi, lo)
+    local a1, a2, a3, a4 = bytes4(hi)
+    local c1, c2, c3, c4 = bytes4(lo)
+    return char(a1, a2, a3, a4, c1, c2, c3, c4)
+end
+
+-- x >= 0 (below 2^64) in 8 bytes.
+local function enc_u8(x)
+    if type(x) == 'number' then
+        local hi = floor(x / P32)
+        return enc_halves(hi, x - hi * P32)
+    end
+    return enc_halves(divmod(x, P32))
+end
+
+-- x >= 0 in as few bytes as it takes.
+local function enc_var(x)
+    if x == 0 then return '' end
+    if type(x) == 'number' and x < P32 then
+        local b1, b2, b3, b4 = bytes4(x)
+        if b1 > 0 then return char(b1, b2, b3, b4) end
+        if b2 > 0 then return char(b2, b3, b4) end
+        if b3 > 0 then return char(b3, b4) end
+        return char(b4)
+    end
+    local s = enc_u8(x)
+    local k = 1
+    while byte(s, k) == 0 do k = k + 1 end
+    return string.sub(s, k)
+end
+
+-- A relative time in 8 bytes, as its absolute value.
+local function enc_time(t) return enc_halves(halves_of_rel(t)) end
 
 -- ---- rule types -----------------------------------------------------------------------------
--- Each type: params(p1, p2) -> table; zero() -> a new key's state; load(words) -> state from
--- the words after the type tag; dump(state) -> string; wait, take, refund, release, idle_at,
--- status as in C (status returns limit, remaining, reset_after, window). A type is defined on
--- first use (R.tb, ...), since a script's top level runs on every call.
-
-local function split(raw)
-    local w = {}
-    for x in string.gmatch(raw, '%S+') do w[#w + 1] = x end
-    return w
-end
+-- Ported from service/core/rules/*.c with every time relative to now. Each type:
+-- params(p1, p2) -> table; zero() -> a new key's state; load(value) -> the state, or nil when
+-- the value is not of this type; dump(state) -> value; prep(p, s) brings s to now where every C
+-- function starts by doing so (a token bucket's refill, a window's roll: doing it once lets
+-- wait, take, status and refund all start from it, which in C each redo on a copy); then
+-- wait(p, s, cost), take(p, s, cost), refund(p, s, taken_at, amount), release(p, s, amount) as
+-- in C; idle(p, s) -> C's idle_at relative to now (false: a new key's already; true: never, for
+-- a state holding slots); status(p, s) -> limit, remaining, reset_after, window. A type is
+-- defined on first use (R.tb, ...), since a script's top level runs on every call. A zero()
+-- state holds times of 0 relative to now for the absolute 0 of C's zeroed state: each type below
+-- treats both alike once prepared (nothing is used, nothing counted: only max(now, last) = now
+-- matters).
 
 local DEF = {}
+local function noop() end
 
--- token_bucket {capacity, per_second}: state used, last, frac
+-- token_bucket {capacity, per_second}: used, last, frac
+-- 'T' last used (frac 0), or 'U' last frac(4 bytes) used
 function DEF.tb()
-    local T = {refundable = true}
+    local T = {refundable = true, prep = noop}
     function T.params(a, b) return {cap = a, rate = b} end
     function T.zero() return {used = 0, last = 0, frac = 0} end
-    function T.load(w) return {used = N(w[2]), last = N(w[3]), frac = N(w[4])} end
-    function T.dump(s) return 'tb ' .. S(s.used) .. ' ' .. S(s.last) .. ' ' .. S(s.frac) end
-    local function copy(s) return {used = s.used, last = s.last, frac = s.frac} end
-    local function refill(p, s, now)
-        if cmp(now, s.last) <= 0 then return end
+    function T.load(v)
+        local k, n = byte(v, 1), #v
+        if k == 84 and n >= 9 and n <= 17 then
+            return {used = uint(v, 10, n), last = dec_time(v, 2), frac = 0}
+        elseif k == 85 and n >= 13 and n <= 21 then
+            return {used = uint(v, 14, n), last = dec_time(v, 2), frac = uint(v, 10, 13)}
+        end
+    end
+    function T.dump(s)
+        if s.frac == 0 then return 'T' .. enc_time(s.last) .. enc_var(s.used) end
+        return 'U' .. enc_time(s.last) .. char(bytes4(s.frac)) .. enc_var(s.used)
+    end
+    -- refill: gain = floor(((now - last) * rate + frac) / 1e9); at least used when already
+    -- (now - last) * rate >= used * 1e9 (frac >= 0), which settles most refills without dividing
+    function T.prep(p, s)
+        local last = s.last
+        if not isneg(last) then return end
         if ispos(s.used) then
-            local num = add(mul(sub(now, s.last), p.rate), s.frac)
-            local gain, rem = divmod(num, NS)
-            if cmp(gain, s.used) >= 0 then
-                s.used = 0
-                s.frac = 0
+            local dt = sub(0, last)
+            if cmp_prod(dt, p.rate, s.used, NS) >= 0 then
+                s.used, s.frac = 0, 0
             else
-                s.used = sub(s.used, gain)
-                s.frac = rem
+                local gain, rem = mdm(dt, p.rate, s.frac, NS)
+                if cmp(gain, s.used) >= 0 then
+                    s.used, s.frac = 0, 0
+                else
+                    s.used, s.frac = sub(s.used, gain), rem
+                end
             end
         else
             s.frac = 0
         end
-        s.last = now
+        s.last = 0
     end
+    -- ceil(((used - target) * 1e9 - frac) / rate)
     local function time_to(p, s, target)
         if cmp(s.used, target) <= 0 then return 0 end
-        local need = sub(mul(sub(s.used, target), NS), s.frac)
-        return ceil_div(need, p.rate)
+        return ceil_mdm(sub(s.used, target), NS, 0 - s.frac, p.rate)
     end
-    function T.wait(p, st, now, cost)
+    function T.wait(p, s, cost)
         if cmp(cost, p.cap) > 0 then return NEVER end
-        local s = copy(st)
-        refill(p, s, now)
         local dt = time_to(p, s, sub(p.cap, cost))
         if iszero(dt) then return 0 end
-        return add_sat(sub(s.last, now), dt)
+        return add_sat(s.last, dt)
     end
-    function T.take(p, s, now, cost)
-        refill(p, s, now)
-        s.used = used_add(s.used, cost)
-    end
-    function T.refund(p, s, now, taken_at, amount)
-        refill(p, s, now)
+    function T.take(p, s, cost) s.used = used_add(s.used, cost) end
+    function T.refund(p, s, taken_at, amount)
         if isneg(amount) then
             s.used = used_add(s.used, sub(0, amount))
         elseif cmp(amount, s.used) >= 0 then
@@ -619,77 +924,87 @@ function DEF.tb()
             s.used = sub(s.used, amount)
         end
     end
-    function T.idle_at(p, s)
-        if iszero(s.used) then return 0 end
-        return add_sat(s.last, time_to(p, s, 0))
+    function T.idle(p, s)
+        if iszero(s.used) then return false end
+        return add_sat_t(s.last, time_to(p, s, 0))
     end
-    function T.status(p, st, now)
-        local s = copy(st)
-        refill(p, s, now)
+    function T.status(p, s)
         local full = time_to(p, s, 0)
         local reset = 0
-        if not iszero(full) then reset = add_sat(sub(s.last, now), full) end
-        return p.cap, sub(p.cap, s.used), reset, ceil_div(mul(p.cap, NS), p.rate)
+        if not iszero(full) then reset = add_sat(s.last, full) end
+        return p.cap, sub(p.cap, s.used), reset, ceil_mdm(p.cap, NS, 0, p.rate)
     end
     return T
 end
 
--- gcra {per_second, burst}: state tat, rem, last
+-- gcra {per_second, burst}: tat, rem, last
+-- 'G' tat last rem
 function DEF.gcra()
-    local T = {refundable = true}
+    local T = {refundable = true, prep = noop}
     function T.params(a, b) return {rate = a, burst = b} end
     function T.zero() return {tat = 0, rem = 0, last = 0} end
-    function T.load(w) return {tat = N(w[2]), rem = N(w[3]), last = N(w[4])} end
-    function T.dump(s) return 'gcra ' .. S(s.tat) .. ' ' .. S(s.rem) .. ' ' .. S(s.last) end
-    local function ahead(p, s, t)
-        local c = cmp(s.tat, t)
-        if c < 0 or (c == 0 and iszero(s.rem)) then return 0 end
-        return add(mul(sub(s.tat, t), p.rate), s.rem)
-    end
-    local function set_ahead(p, s, t, scaled)
-        local q, r = divmod(scaled, p.rate)
-        s.rem = r
-        if cmp(q, sub(NEVER, t)) >= 0 then
-            s.tat = NEVER
-        else
-            s.tat = add(t, q)
+    function T.load(v)
+        local n = #v
+        if byte(v, 1) == 71 and n >= 17 and n <= 25 then
+            return {tat = dec_time(v, 2), last = dec_time(v, 10), rem = uint(v, 18, n)}
         end
     end
-    local function scaled(amount) return mul(amount, NS) end
-    function T.wait(p, s, now, cost)
-        if cmp(cost, p.burst) > 0 then return NEVER end
-        local t = max(now, s.last)
-        local d, b = add(ahead(p, s, t), scaled(cost)), scaled(p.burst)
-        if cmp(d, b) <= 0 then return 0 end
-        return add_sat(sub(t, now), ceil_div(sub(d, b), p.rate))
+    function T.dump(s) return 'G' .. enc_time(s.tat) .. enc_time(s.last) .. enc_var(s.rem) end
+    -- C's ahead(t), the scaled (TAT - t) * rate + rem, as d * rate + r: (TAT - t, rem) when TAT
+    -- is ahead of t, else (0, 0)
+    local function ahead(s, t)
+        local c = cmp(s.tat, t)
+        if c < 0 or (c == 0 and iszero(s.rem)) then return 0, 0 end
+        return sub(s.tat, t), s.rem
     end
-    function T.take(p, s, now, cost)
-        local t = max(now, s.last)
-        set_ahead(p, s, t, add(ahead(p, s, t), scaled(cost)))
+    -- C's set_ahead(t, d * rate + r + extra * 1e9): q = floor(scaled / rate) = d + floor((r +
+    -- extra * 1e9) / rate), since d is whole
+    function T.wait(p, s, cost)
+        if cmp(cost, p.burst) > 0 then return NEVER end
+        local t = max(0, s.last)
+        local d, r = ahead(s, t)
+        -- fits when A + cost * 1e9 <= burst * 1e9, A = qa * 1e9 + ra: A <= k * 1e9 with
+        -- k = burst - cost >= 0 holds iff qa < k, or qa = k and ra = 0
+        local k = sub(p.burst, cost)
+        local qa, ra = mdm(d, p.rate, r, NS)
+        local c = cmp(qa, k)
+        if c < 0 or (c == 0 and ra == 0) then return 0 end
+        -- ceil((A - k * 1e9) / rate)
+        return add_sat(t, ceil_mdm(sub(qa, k), NS, ra, p.rate))
+    end
+    function T.take(p, s, cost)
+        local t = max(0, s.last)
+        local d, r = ahead(s, t)
+        local q, rem = mdm(cost, NS, r, p.rate)
+        s.rem = rem
+        s.tat = sat_time(add(t, add(d, q)))
         s.last = t
     end
-    function T.refund(p, s, now, taken_at, amount)
-        local t = max(now, s.last)
-        local a = ahead(p, s, t)
+    function T.refund(p, s, taken_at, amount)
+        local t = max(0, s.last)
+        local d, r = ahead(s, t)
+        local a = add(mul(d, p.rate), r)
         if isneg(amount) then
-            a = add(a, scaled(sub(0, amount)))
-        elseif cmp(a, scaled(amount)) > 0 then
-            a = sub(a, scaled(amount))
+            a = add(a, mul(sub(0, amount), NS))
+        elseif cmp(a, mul(amount, NS)) > 0 then
+            a = sub(a, mul(amount, NS))
         else
             a = 0
         end
-        set_ahead(p, s, t, a)
+        local q, rem = divmod(a, p.rate)
+        s.rem = rem
+        s.tat = sat_time(add(t, q))
         s.last = t
     end
-    function T.idle_at(p, s)
-        if not iszero(s.rem) then return add_sat(s.tat, 1) end
+    function T.idle(p, s)
+        if not iszero(s.rem) then return add_sat_t(s.tat, 1) end
         return s.tat
     end
-    function T.status(p, s, now)
-        local t = max(now, s.last)
-        local a = ahead(p, s, t)
-        local used, r = divmod(a, NS)
-        if r ~= 0 then used = add(used, 1) end
+    function T.status(p, s)
+        local t = max(0, s.last)
+        local d, r = ahead(s, t)
+        local used, part = mdm(d, p.rate, r, NS)
+        if part ~= 0 then used = add(used, 1) end
         local remaining
         if cmp(used, USED_MAX) >= 0 then
             remaining = sub(p.burst, USED_MAX)
@@ -697,41 +1012,47 @@ function DEF.gcra()
             remaining = sub(p.burst, used)
         end
         local reset = 0
-        if not iszero(a) then reset = add_sat(sub(t, now), ceil_div(a, p.rate)) end
-        return p.burst, remaining, reset, ceil_div(scaled(p.burst), p.rate)
+        if not (iszero(d) and iszero(r)) then
+            -- ceil(A / rate) = d + ceil(r / rate), saturated
+            local c = add(d, ceil_div(r, p.rate))
+            if type(c) ~= 'number' and cmp(c, NEVER) > 0 then c = NEVER end
+            reset = add_sat(t, c)
+        end
+        return p.burst, remaining, reset, ceil_mdm(p.burst, NS, 0, p.rate)
     end
     return T
 end
 
--- fixed_window {limit, window}: state last, count
+-- fixed_window {limit, window}: last, count
+-- 'F' last count
 function DEF.fw()
     local T = {refundable = true}
     function T.params(a, b) return {limit = a, window = b} end
     function T.zero() return {last = 0, count = 0} end
-    function T.load(w) return {last = N(w[2]), count = N(w[3])} end
-    function T.dump(s) return 'fw ' .. S(s.last) .. ' ' .. S(s.count) end
-    local function count_at(p, s, t)
-        if cmp(start_of(p, t), start_of(p, s.last)) == 0 then return s.count end
-        return 0
+    function T.load(v)
+        local n = #v
+        if byte(v, 1) == 70 and n >= 9 and n <= 17 then
+            return {last = dec_time(v, 2), count = uint(v, 10, n)}
+        end
     end
-    function T.wait(p, s, now, cost)
+    function T.dump(s) return 'F' .. enc_time(s.last) .. enc_var(s.count) end
+    -- count_at(t) with t = max(now, last), which becomes last
+    function T.prep(p, s)
+        if isneg(s.last) then
+            if cmp(start_of(p.window, 0), start_of(p.window, s.last)) ~= 0 then s.count = 0 end
+            s.last = 0
+        end
+    end
+    function T.wait(p, s, cost)
         if cmp(cost, p.limit) > 0 then return NEVER end
-        local t = max(now, s.last)
-        if cmp(count_at(p, s, t), sub(p.limit, cost)) <= 0 then return 0 end
-        return add_sat(sub(start_of(p, t), now), p.window)
+        if cmp(s.count, sub(p.limit, cost)) <= 0 then return 0 end
+        return add_sat(start_of(p.window, s.last), p.window)
     end
-    function T.take(p, s, now, cost)
-        local t = max(now, s.last)
-        s.count = used_add(count_at(p, s, t), cost)
-        s.last = t
-    end
-    function T.refund(p, s, now, taken_at, amount)
-        local t = max(now, s.last)
-        s.count = count_at(p, s, t)
-        s.last = t
+    function T.take(p, s, cost) s.count = used_add(s.count, cost) end
+    function T.refund(p, s, taken_at, amount)
         if isneg(amount) then
             s.count = used_add(s.count, sub(0, amount))
-        elseif cmp(start_of(p, taken_at), start_of(p, t)) == 0 then
+        elseif cmp(start_of(p.window, taken_at), start_of(p.window, s.last)) == 0 then
             if cmp(amount, s.count) >= 0 then
                 s.count = 0
             else
@@ -739,44 +1060,48 @@ function DEF.fw()
             end
         end
     end
-    function T.idle_at(p, s)
-        if iszero(s.count) then return 0 end
-        return add_sat(start_of(p, s.last), p.window)
+    function T.idle(p, s)
+        if iszero(s.count) then return false end
+        return add_sat_t(start_of(p.window, s.last), p.window)
     end
-    function T.status(p, s, now)
-        local t = max(now, s.last)
-        local c = count_at(p, s, t)
+    function T.status(p, s)
+        local c = s.count
         local reset = 0
-        if not iszero(c) then reset = add_sat(sub(start_of(p, t), now), p.window) end
+        if not iszero(c) then reset = add_sat(start_of(p.window, s.last), p.window) end
         return p.limit, sub(p.limit, c), reset, p.window
     end
     return T
 end
 
--- sliding_window {limit, window}: state sum, last, then the log as pairs ts, cost (oldest first)
+-- sliding_window {limit, window}: sum, last, and the log as pairs ts, cost (oldest first)
+-- 'S' last sum, then ts cost per entry
 function DEF.sw()
-    local T = {refundable = true}
+    local T = {refundable = true, prep = noop}
     function T.params(a, b) return {limit = a, window = b} end
     function T.zero() return {sum = 0, last = 0, ts = {}, c = {}} end
-    function T.load(w)
-        local s = {sum = N(w[2]), last = N(w[3]), ts = {}, c = {}}
-        for i = 4, #w - 1, 2 do
-            s.ts[#s.ts + 1] = N(w[i])
-            s.c[#s.c + 1] = N(w[i + 1])
+    function T.load(v)
+        local n = #v
+        if byte(v, 1) ~= 83 or n < 17 or (n - 17) % 16 ~= 0 then return nil end
+        local s = {last = dec_time(v, 2), sum = uint(v, 10, 17), ts = {}, c = {}}
+        local k = 0
+        for i = 18, n, 16 do
+            k = k + 1
+            s.ts[k] = dec_time(v, i)
+            s.c[k] = uint(v, i + 8, i + 15)
         end
         return s
     end
     function T.dump(s)
-        local out = {'sw', S(s.sum), S(s.last)}
+        local out = {'S', enc_time(s.last), enc_u8(s.sum)}
         for i = 1, #s.ts do
-            out[#out + 1] = S(s.ts[i])
-            out[#out + 1] = S(s.c[i])
+            out[#out + 1] = enc_time(s.ts[i])
+            out[#out + 1] = enc_u8(s.c[i])
         end
-        return table.concat(out, ' ')
+        return table.concat(out)
     end
-    function T.wait(p, s, now, cost)
+    function T.wait(p, s, cost)
         if cmp(cost, p.limit) > 0 then return NEVER end
-        local t = max(now, s.last)
+        local t = max(0, s.last)
         local live, room = s.sum, sub(p.limit, cost)
         local edge = sub(t, p.window)
         local i, n = 1, #s.ts
@@ -787,7 +1112,7 @@ function DEF.sw()
         if cmp(live, room) <= 0 then return 0 end
         while i <= n do
             live = sub(live, s.c[i])
-            if cmp(live, room) <= 0 then return add_sat(sub(s.ts[i], now), p.window) end
+            if cmp(live, room) <= 0 then return add_sat(s.ts[i], p.window) end
             i = i + 1
         end
         return NEVER
@@ -818,14 +1143,14 @@ function DEF.sw()
         end
         s.sum = used_add(s.sum, amount)
     end
-    function T.take(p, s, now, cost)
-        local t = max(now, s.last)
+    function T.take(p, s, cost)
+        local t = max(0, s.last)
         expire(p, s, t)
         append(s, t, cost)
         s.last = t
     end
-    function T.refund(p, s, now, taken_at, amount)
-        local t = max(now, s.last)
+    function T.refund(p, s, taken_at, amount)
+        local t = max(0, s.last)
         expire(p, s, t)
         s.last = t
         if isneg(amount) then
@@ -843,12 +1168,12 @@ function DEF.sw()
             end
         end
     end
-    function T.idle_at(p, s)
-        if #s.ts == 0 then return 0 end
-        return add_sat(s.last, p.window)
+    function T.idle(p, s)
+        if #s.ts == 0 then return false end
+        return add_sat_t(s.last, p.window)
     end
-    function T.status(p, s, now)
-        local t = max(now, s.last)
+    function T.status(p, s)
+        local t = max(0, s.last)
         local live = s.sum
         local edge = sub(t, p.window)
         local i = 1
@@ -857,71 +1182,73 @@ function DEF.sw()
             i = i + 1
         end
         local reset = 0
-        if ispos(live) then reset = add_sat(sub(s.last, now), p.window) end
+        if ispos(live) then reset = add_sat(s.last, p.window) end
         return p.limit, sub(p.limit, live), reset, p.window
     end
     return T
 end
 
--- sliding_window_counter {limit, window}: state last, cur, prev
+-- sliding_window_counter {limit, window}: last, cur, prev
+-- 'W' last cur(8 bytes) prev
 function DEF.swc()
     local T = {refundable = true}
     function T.params(a, b) return {limit = a, window = b} end
     function T.zero() return {last = 0, cur = 0, prev = 0} end
-    function T.load(w) return {last = N(w[2]), cur = N(w[3]), prev = N(w[4])} end
-    function T.dump(s) return 'swc ' .. S(s.last) .. ' ' .. S(s.cur) .. ' ' .. S(s.prev) end
-    local function copy(s) return {last = s.last, cur = s.cur, prev = s.prev} end
-    local function roll(p, s, t)
-        local ws, ls = start_of(p, t), start_of(p, s.last)
-        if cmp(ws, ls) == 0 then return end
-        if cmp(sub(ws, ls), p.window) == 0 then
-            s.prev = s.cur
-        else
-            s.prev = 0
+    function T.load(v)
+        local n = #v
+        if byte(v, 1) == 87 and n >= 17 and n <= 25 then
+            return {last = dec_time(v, 2), cur = uint(v, 10, 17), prev = uint(v, 18, n)}
         end
-        s.cur = 0
     end
-    local function fits(p, s, t, cost)
+    function T.dump(s) return 'W' .. enc_time(s.last) .. enc_u8(s.cur) .. enc_var(s.prev) end
+    -- roll(t) with t = max(now, last), which becomes last (a roll needs t in a later window)
+    function T.prep(p, s)
+        if not isneg(s.last) then return end
         local w = p.window
-        local e = sub(t, start_of(p, t))
-        local lhs = add(mul(s.prev, sub(w, e)), mul(add(s.cur, cost), w))
-        return cmp(lhs, mul(p.limit, w)) <= 0
+        local ws, ls = start_of(w, 0), start_of(w, s.last)
+        if cmp(ws, ls) ~= 0 then
+            if cmp(sub(ws, ls), w) == 0 then
+                s.prev = s.cur
+            else
+                s.prev = 0
+            end
+            s.cur = 0
+        end
+        s.last = 0
     end
+    -- prev * (w - e) + (cur + cost) * w <= limit * w, i.e. with room = limit - cur - cost:
+    -- room >= 0 and prev * (w - e) <= room * w
+    local function fits(p, s, cost)
+        local w = p.window
+        local room = sub(sub(p.limit, s.cur), cost)
+        if isneg(room) then return false end
+        local e = sub(s.last, start_of(w, s.last))
+        return cmp_prod(s.prev, sub(w, e), room, w) <= 0
+    end
+    -- k = floor(room * w / prev) >= w iff room >= prev
     local function first_fit(p, prev, cur, cost)
-        if cmp(cur, sub(p.limit, cost)) > 0 then return p.window end
+        local room = sub(sub(p.limit, cost), cur)
+        if isneg(room) then return p.window end
         if iszero(prev) then return 0 end
-        local room = mul(sub(sub(p.limit, cost), cur), p.window)
-        local k = divmod(room, prev)
-        if cmp(k, p.window) >= 0 then return 0 end
-        return sub(p.window, k)
+        if cmp(room, prev) >= 0 then return 0 end
+        return sub(p.window, (mdm(room, p.window, 0, prev)))
     end
-    function T.wait(p, st, now, cost)
+    function T.wait(p, s, cost)
         if cmp(cost, p.limit) > 0 then return NEVER end
-        local s = copy(st)
-        local t = max(now, s.last)
-        roll(p, s, t)
-        if fits(p, s, t, cost) then return 0 end
-        local ws = start_of(p, t)
+        if fits(p, s, cost) then return 0 end
+        local ws = start_of(p.window, s.last)
         local e = first_fit(p, s.prev, s.cur, cost)
-        if cmp(e, p.window) < 0 then return add_sat(sub(ws, now), e) end
+        if cmp(e, p.window) < 0 then return add_sat(ws, e) end
         e = first_fit(p, s.cur, 0, cost)
-        return add_sat(add_sat(sub(ws, now), p.window), e)
+        return add_sat(add_sat(ws, p.window), e)
     end
-    function T.take(p, s, now, cost)
-        local t = max(now, s.last)
-        roll(p, s, t)
-        s.cur = used_add(s.cur, cost)
-        s.last = t
-    end
-    function T.refund(p, s, now, taken_at, amount)
-        local t = max(now, s.last)
-        roll(p, s, t)
-        s.last = t
+    function T.take(p, s, cost) s.cur = used_add(s.cur, cost) end
+    function T.refund(p, s, taken_at, amount)
         if isneg(amount) then
             s.cur = used_add(s.cur, sub(0, amount))
             return
         end
-        local ws, ts = start_of(p, t), start_of(p, taken_at)
+        local ws, ts = start_of(p.window, s.last), start_of(p.window, taken_at)
         local field
         if cmp(ts, ws) == 0 then
             field = 'cur'
@@ -936,59 +1263,56 @@ function DEF.swc()
             end
         end
     end
-    function T.idle_at(p, s)
-        local ls = start_of(p, s.last)
-        if not iszero(s.cur) then return add_sat(ls, mul(2, p.window)) end
-        if not iszero(s.prev) then return add_sat(ls, p.window) end
-        return 0
+    function T.idle(p, s)
+        local ls = start_of(p.window, s.last)
+        if not iszero(s.cur) then return add_sat_t(ls, mul(2, p.window)) end
+        if not iszero(s.prev) then return add_sat_t(ls, p.window) end
+        return false
     end
-    function T.status(p, st, now)
-        local s = copy(st)
-        local t = max(now, s.last)
-        roll(p, s, t)
+    function T.status(p, s)
         local w = p.window
-        local e = sub(t, start_of(p, t))
-        local weighted = mul(s.prev, sub(w, e))
-        local q, r = divmod(weighted, w)
+        local ws = start_of(w, s.last)
+        local e = sub(s.last, ws)
+        local q, r = mdm(s.prev, sub(w, e), 0, w)
         if r ~= 0 then q = add(q, 1) end
         local est = add(s.cur, q)
-        local ws = start_of(p, t)
         local reset = 0
         if not iszero(s.cur) then
-            reset = sub(add(ws, mul(2, w)), now)
+            reset = add(ws, mul(2, w))
         elseif not iszero(s.prev) then
-            reset = sub(add(ws, w), now)
+            reset = add(ws, w)
         end
         return p.limit, sub(p.limit, est), reset, w
     end
     return T
 end
 
--- concurrency {limit, retry}: state held
+-- concurrency {limit, retry}: held
+-- the decimal held (which Redis keeps as an integer)
 function DEF.cc()
-    local T = {holds = true}
+    local T = {holds = true, prep = noop}
     function T.params(a, b) return {limit = a, retry = b} end
     function T.zero() return {held = 0} end
-    function T.load(w) return {held = N(w[2])} end
-    function T.dump(s) return 'cc ' .. S(s.held) end
-    function T.wait(p, s, now, cost)
+    function T.load(v)
+        local k = byte(v, 1)
+        if k >= 48 and k <= 57 and #v <= 19 then return {held = N(v)} end
+    end
+    function T.dump(s) return S(s.held) end
+    function T.wait(p, s, cost)
         if cmp(cost, p.limit) > 0 then return NEVER end
         if cmp(s.held, sub(p.limit, cost)) <= 0 then return 0 end
         return p.retry
     end
-    function T.take(p, s, now, cost) s.held = used_add(s.held, cost) end
-    function T.release(p, s, now, amount)
+    function T.take(p, s, cost) s.held = used_add(s.held, cost) end
+    function T.release(p, s, amount)
         if cmp(amount, s.held) >= 0 then
             s.held = 0
         else
             s.held = sub(s.held, amount)
         end
     end
-    function T.idle_at(p, s)
-        if iszero(s.held) then return 0 end
-        return NEVER
-    end
-    function T.status(p, s, now) return p.limit, sub(p.limit, s.held), 0, 0 end
+    function T.idle(p, s) return not iszero(s.held) end
+    function T.status(p, s) return p.limit, sub(p.limit, s.held), 0, 0 end
     return T
 end
 
@@ -1002,28 +1326,27 @@ end})
 
 -- ---- state keys -------------------------------------------------------------------------------
 
--- The state of type T stored at key, or nil when the key is missing or holds another type.
-local function load_state(T, tag, key)
+-- The state of type T stored at key, or nil when the key is missing or holds another type (or a
+-- value of an earlier format).
+local function load_state(T, key)
     local raw = redis.call('GET', key)
     if not raw then return nil end
-    local w = split(raw)
-    if w[1] ~= tag then return nil end
-    return T.load(w)
+    return T.load(raw)
 end
 
--- TTL in ms for a state written at now: until it is idle (no sooner than floor_ms); a state that
+-- TTL in ms for a state written now: until it is idle (no sooner than floor_ms); a state that
 -- holds slots lives as long as a reservation can (hold_ms) and never shorter than it already
 -- had to, since earlier holders may still be waiting for their release.
 local TTL_CAP = 10000000000000
-local function ttl_ms(T, p, s, now, key, floor_ms, hold_ms)
-    local idle = T.idle_at(p, s)
+local function ttl_ms(T, p, s, key, floor_ms, hold_ms)
+    local idle = T.idle(p, s)
     local ms
-    if T.holds and cmp(idle, NEVER) >= 0 then
+    if idle == true then
         ms = hold_ms
         local cur = redis.call('PTTL', key)
         if cur > ms then ms = cur end
-    elseif cmp(idle, now) > 0 then
-        ms = ceil_div(sub(idle, now), MS)
+    elseif idle and ispos(idle) then
+        ms = ceil_mdm(idle, 1, 0, MS)
         if cmp(ms, TTL_CAP) > 0 then ms = TTL_CAP end
     else
         ms = 1
@@ -1032,6 +1355,6 @@ local function ttl_ms(T, p, s, now, key, floor_ms, hold_ms)
     return S(ms)
 end
 
-local function save_state(T, p, s, now, key, floor_ms, hold_ms)
-    redis.call('SET', key, T.dump(s), 'PX', ttl_ms(T, p, s, now, key, floor_ms, hold_ms))
+local function save_state(T, p, s, key, floor_ms, hold_ms)
+    redis.call('SET', key, T.dump(s), 'PX', ttl_ms(T, p, s, key, floor_ms, hold_ms))
 end

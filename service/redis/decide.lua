@@ -9,8 +9,8 @@
 --       ('' = none), the number of items, then 8 fields an item: type tag ('' for a rule decided
 --       by the caller), key index (0 for none), need, cost, 2 parameters, the caller's wait
 --       (for a rule without state), the item's reservation record ('' when it keeps none).
--- Returns {'ok', then per item: wait, limit, remaining, reset_after, window, next} (statuses
--- are '' for rules decided by the caller), or {'dup'} when the reservation id is taken. next is
+-- Returns {'ok', then per item: wait, limit, remaining, reset_after, window, next} (integers,
+-- or decimals beyond 2^53; statuses are '' for rules decided by the caller), or {'dup'} when the reservation id is taken. next is
 -- rl_status_next: the wait for one whole unit more than remains (0 when full).
 --
 -- Each state is read and prepared (refilled, rolled) once; wait, take, status and next all
@@ -24,21 +24,23 @@ local n = tonumber(ARGV[8])
 local items = {}
 local allowed = true
 
+-- An item is one table: its state, its rule's parameters (the field names never collide, so the
+-- table is both the p and the s of the rule functions), and T, k, rec, cost and wait.
 for i = 1, n do
     local o = 8 + (i - 1) * 8
     local k = tonumber(ARGV[o + 2])
-    local it = {k = k, rec = ARGV[o + 8]}
+    local it
     if k > 0 then
-        local T = R[ARGV[o + 1]]
-        local p = T.params(N(ARGV[o + 5]), N(ARGV[o + 6]))
-        local st = load_state(T, KEYS[k]) or T.zero()
-        T.prep(p, st)
-        it.T, it.p, it.st = T, p, st
-        it.cost = N(ARGV[o + 4])
-        it.wait = T.wait(p, st, N(ARGV[o + 3]))
+        local T = rule_type(ARGV[o + 1])
+        it = load_state(T, KEYS[k])
+        T.params(N(ARGV[o + 5]), N(ARGV[o + 6]), it)
+        T.prep(it, it)
+        it.T, it.cost = T, N(ARGV[o + 4])
+        it.wait = T.wait(it, it, N(ARGV[o + 3]))
     else
-        it.wait = N(ARGV[o + 7])
+        it = {wait = N(ARGV[o + 7])}
     end
+    it.k, it.rec = k, ARGV[o + 8]
     if it.wait ~= 0 then allowed = false end
     items[i] = it
 end
@@ -49,13 +51,13 @@ if allowed and not dry then
     for i = 1, n do
         local it = items[i]
         if it.T then
-            it.T.take(it.p, it.st, it.cost)
-            save_state(it.T, it.p, it.st, KEYS[it.k], floor_ms, hold_ms)
+            it.T.take(it, it, it.cost)
+            save_state(it.T, it, it, KEYS[it.k], floor_ms, hold_ms)
         end
     end
     if id ~= '' then
         local exp = dec_of_rel(sat_time(N(ARGV[4])))
-        local cmd = {'HSET', rk, 'cost', ARGV[3], 'at', NOW_STR, 'exp', exp, 'settled', '0'}
+        local cmd = {'HSET', rk, 'cost', ARGV[3], 'at', now_str(), 'exp', exp, 'settled', '0'}
         local m = 0
         for i = 1, n do
             if items[i].rec ~= '' then
@@ -77,21 +79,26 @@ local out = {'ok'}
 local j = 1
 for i = 1, n do
     local it = items[i]
-    out[j + 1] = S(it.wait)
+    out[j + 1] = reply(it.wait)
     if it.T then
-        local T, p, st = it.T, it.p, it.st
-        local limit, remaining, reset, window = T.status(p, st)
+        local T = it.T
+        local limit, remaining, reset, window = T.status(it, it)
         local nxt = 0
-        if cmp(remaining, limit) < 0 then
+        if type(remaining) == 'number' and type(limit) == 'number' then
+            if remaining < limit then
+                local want = (remaining > 0 and remaining - remaining % ONE or 0) + ONE
+                nxt = T.wait(it, it, want < limit and want or limit)
+            end
+        elseif cmp(remaining, limit) < 0 then
             local whole = 0
             if ispos(remaining) then whole = mul((divmod(remaining, ONE)), ONE) end
-            nxt = T.wait(p, st, min(add(whole, ONE), limit))
+            nxt = T.wait(it, it, min(add(whole, ONE), limit))
         end
-        out[j + 2] = S(limit)
-        out[j + 3] = S(remaining)
-        out[j + 4] = S(reset)
-        out[j + 5] = S(window)
-        out[j + 6] = S(nxt)
+        out[j + 2] = reply(limit)
+        out[j + 3] = reply(remaining)
+        out[j + 4] = reply(reset)
+        out[j + 5] = reply(window)
+        out[j + 6] = reply(nxt)
     else
         for f = 2, 6 do out[j + f] = '' end
     end

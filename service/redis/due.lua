@@ -4,7 +4,8 @@
 -- Returns {now, reservations in the index, ids...}.
 
 clock(ARGV[1])
-local out = {NOW_STR, tostring(redis.call('ZCARD', KEYS[1]))}
-local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', NOW_STR, 'LIMIT', 0, tonumber(ARGV[2]))
+local now = now_str()
+local out = {now, tostring(redis.call('ZCARD', KEYS[1]))}
+local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[2]))
 for i = 1, #ids do out[#out + 1] = ids[i] end
 return out

@@ -18,373 +18,509 @@ local BASE = 10000000
 local LIM = 9007199254740992 -- 2^53
 
 -- ---- big integers (tables) ------------------------------------------------------------------
+-- Made on first use: a script's top level runs on every call, and creating these closures costs
+-- more than most decisions (which never meet a big integer).
 
--- A table for a number below 2^53 in magnitude.
-local function I(x)
-    local t = {s = 1}
-    if x < 0 then
-        t.s = -1
-        x = -x
-    end
-    local i = 0
-    while x > 0 do
-        local q = floor(x / BASE)
-        local r = x - q * BASE
-        if r < 0 then
-            q, r = q - 1, r + BASE
-        elseif r >= BASE then
-            q, r = q + 1, r - BASE
+local N, S, add, sub, mul, cmp, divmod, trunc
+local BIG
+
+local function make_big()
+    -- ---- big integers (tables) ------------------------------------------------------------------
+
+    -- A table for a number below 2^53 in magnitude.
+    local function I(x)
+        local t = {s = 1}
+        if x < 0 then
+            t.s = -1
+            x = -x
         end
-        i = i + 1
-        t[i] = r
-        x = q
-    end
-    return t
-end
-
-local function cmpmag(a, b)
-    local na, nb = #a, #b
-    if na ~= nb then return na < nb and -1 or 1 end
-    for i = na, 1, -1 do
-        local x, y = a[i], b[i]
-        if x ~= y then return x < y and -1 or 1 end
-    end
-    return 0
-end
-
-local function addmag(a, b)
-    local r = {s = 1}
-    local na, nb = #a, #b
-    local n = na > nb and na or nb
-    local c = 0
-    for i = 1, n do
-        local v = (a[i] or 0) + (b[i] or 0) + c
-        if v >= BASE then
-            r[i] = v - BASE
-            c = 1
-        else
-            r[i] = v
-            c = 0
-        end
-    end
-    if c > 0 then r[n + 1] = c end
-    return r
-end
-
--- |a| - |b| for |a| >= |b|.
-local function submag(a, b)
-    local r = {s = 1}
-    local n = #a
-    local c = 0
-    for i = 1, n do
-        local v = a[i] - (b[i] or 0) - c
-        if v < 0 then
-            r[i] = v + BASE
-            c = 1
-        else
-            r[i] = v
-            c = 0
-        end
-    end
-    while n > 0 and r[n] == 0 do
-        r[n] = nil
-        n = n - 1
-    end
-    return r
-end
-
--- a + sb * b, sb being 1 or -1.
-local function baddsigned(a, b, sb)
-    local bs = b.s * sb
-    local r
-    if a.s == bs then
-        r = addmag(a, b)
-        r.s = a.s
-    elseif cmpmag(a, b) >= 0 then
-        r = submag(a, b)
-        r.s = a.s
-    else
-        r = submag(b, a)
-        r.s = bs
-    end
-    if #r == 0 then r.s = 1 end
-    return r
-end
-
-local function bmul(a, b)
-    local na, nb = #a, #b
-    local r = {s = 1}
-    if na == 0 or nb == 0 then return r end
-    for i = 1, na + nb do r[i] = 0 end
-    for i = 1, na do
-        local ai = a[i]
-        if ai ~= 0 then
-            local c = 0
-            for j = 1, nb do
-                local v = r[i + j - 1] + ai * b[j] + c
-                c = floor(v / BASE)
-                r[i + j - 1] = v - c * BASE
+        local i = 0
+        while x > 0 do
+            local q = floor(x / BASE)
+            local r = x - q * BASE
+            if r < 0 then
+                q, r = q - 1, r + BASE
+            elseif r >= BASE then
+                q, r = q + 1, r - BASE
             end
-            local k = i + nb
-            while c > 0 do
-                local v = r[k] + c
-                c = floor(v / BASE)
-                r[k] = v - c * BASE
-                k = k + 1
+            i = i + 1
+            t[i] = r
+            x = q
+        end
+        return t
+    end
+
+    local function cmpmag(a, b)
+        local na, nb = #a, #b
+        if na ~= nb then return na < nb and -1 or 1 end
+        for i = na, 1, -1 do
+            local x, y = a[i], b[i]
+            if x ~= y then return x < y and -1 or 1 end
+        end
+        return 0
+    end
+
+    local function addmag(a, b)
+        local r = {s = 1}
+        local na, nb = #a, #b
+        local n = na > nb and na or nb
+        local c = 0
+        for i = 1, n do
+            local v = (a[i] or 0) + (b[i] or 0) + c
+            if v >= BASE then
+                r[i] = v - BASE
+                c = 1
+            else
+                r[i] = v
+                c = 0
             end
         end
+        if c > 0 then r[n + 1] = c end
+        return r
     end
-    local n = na + nb
-    while n > 0 and r[n] == 0 do
-        r[n] = nil
-        n = n - 1
-    end
-    if n > 0 then r.s = a.s * b.s end
-    return r
-end
 
-local BONE = I(1)
-
--- |a| / d for a divisor d below BASE: quotient magnitude and remainder (a number).
-local function divsmall(a, d)
-    local q = {s = 1}
-    local r = 0
-    local n = #a
-    for i = n, 1, -1 do
-        local cur = r * BASE + a[i]
-        local qi = floor(cur / d)
-        q[i] = qi
-        r = cur - qi * d
-    end
-    while n > 0 and q[n] == 0 do
-        q[n] = nil
-        n = n - 1
-    end
-    return q, r
-end
-
-local function todouble(a)
-    local x = 0
-    for i = #a, 1, -1 do x = x * BASE + a[i] end
-    return x
-end
-
-local POW10 = {[0] = BONE}
-local function pow10(k)
-    if not POW10[k] then POW10[k] = bmul(pow10(k - 1), I(10)) end
-    return POW10[k]
-end
-
--- A table no larger than x (x >= 0, whole), within a relative 1e-14 of it.
-local function fromdouble(x)
-    local k = 0
-    while x >= 1e15 do
-        x = x / 10
-        k = k + 1
-    end
-    local t = I(floor(x))
-    if k > 0 then t = bmul(t, pow10(k)) end
-    return t
-end
-
--- |a| / |b| (b not zero): quotient and remainder magnitudes. Quotients are estimated from
--- doubles a little low, so that the remainder never goes negative, and refined until exact.
-local function divmag(a, b)
-    if cmpmag(a, b) < 0 then return {s = 1}, addmag(a, {}) end
-    if #b == 1 then
-        local q, r = divsmall(a, b[1])
-        return q, I(r)
-    end
-    local q, r = {s = 1}, addmag(a, {})
-    local db = todouble(b)
-    while cmpmag(r, b) >= 0 do
-        local est = floor(todouble(r) / db * (1 - 1e-12))
-        local e, p
-        while true do
-            e = est >= 1 and fromdouble(est) or BONE
-            p = bmul(e, b)
-            p.s = 1
-            if cmpmag(p, r) <= 0 then break end
-            est = floor(est / 2)
+    -- |a| - |b| for |a| >= |b|.
+    local function submag(a, b)
+        local r = {s = 1}
+        local n = #a
+        local c = 0
+        for i = 1, n do
+            local v = a[i] - (b[i] or 0) - c
+            if v < 0 then
+                r[i] = v + BASE
+                c = 1
+            else
+                r[i] = v
+                c = 0
+            end
         end
-        q = addmag(q, e)
-        r = submag(r, p)
-    end
-    return q, r
-end
-
-local BLIM = I(LIM)
-
--- A table result as a number when it is below 2^53 in magnitude.
-local function norm(t)
-    if #t <= 3 and cmpmag(t, BLIM) < 0 then
-        local v = (t[1] or 0) + (t[2] or 0) * BASE + (t[3] or 0) * BASE * BASE
-        return t.s < 0 and -v or v
-    end
-    return t
-end
-
-local function big(x)
-    if type(x) == 'number' then return I(x) end
-    return x
-end
-
-local function isneg_t(t) return t.s < 0 end
-
--- Splits a number x (0 <= x < 2^53) into three limbs.
-local function limbs3(x)
-    local x3 = floor(x / 100000000000000)
-    local x2r = x - x3 * 100000000000000
-    local x2 = floor(x2r / BASE)
-    return x2r - x2 * BASE, x2, x3
-end
-
--- A table of sign ts * t.s and magnitude |t| + sx * x, for a number 0 <= x < 2^53 (so at most
--- |t|), with its limbs carried in place; normalised.
-local function addnum(t, ts, x, sx)
-    local x1, x2, x3 = limbs3(x)
-    local r = {s = ts * t.s}
-    local n = #t
-    local c = 0
-    for i = 1, n do
-        local xi = 0
-        if i == 1 then
-            xi = x1
-        elseif i == 2 then
-            xi = x2
-        elseif i == 3 then
-            xi = x3
+        while n > 0 and r[n] == 0 do
+            r[n] = nil
+            n = n - 1
         end
-        local v = t[i] + sx * xi + c
-        if v >= BASE then
-            r[i], c = v - BASE, 1
-        elseif v < 0 then
-            r[i], c = v + BASE, -1
+        return r
+    end
+
+    -- a + sb * b, sb being 1 or -1.
+    local function baddsigned(a, b, sb)
+        local bs = b.s * sb
+        local r
+        if a.s == bs then
+            r = addmag(a, b)
+            r.s = a.s
+        elseif cmpmag(a, b) >= 0 then
+            r = submag(a, b)
+            r.s = a.s
         else
-            r[i], c = v, 0
+            r = submag(b, a)
+            r.s = bs
         end
+        if #r == 0 then r.s = 1 end
+        return r
     end
-    if c > 0 then
-        n = n + 1
-        r[n] = c
+
+    local function bmul(a, b)
+        local na, nb = #a, #b
+        local r = {s = 1}
+        if na == 0 or nb == 0 then return r end
+        for i = 1, na + nb do r[i] = 0 end
+        for i = 1, na do
+            local ai = a[i]
+            if ai ~= 0 then
+                local c = 0
+                for j = 1, nb do
+                    local v = r[i + j - 1] + ai * b[j] + c
+                    c = floor(v / BASE)
+                    r[i + j - 1] = v - c * BASE
+                end
+                local k = i + nb
+                while c > 0 do
+                    local v = r[k] + c
+                    c = floor(v / BASE)
+                    r[k] = v - c * BASE
+                    k = k + 1
+                end
+            end
+        end
+        local n = na + nb
+        while n > 0 and r[n] == 0 do
+            r[n] = nil
+            n = n - 1
+        end
+        if n > 0 then r.s = a.s * b.s end
+        return r
     end
-    while n > 0 and r[n] == 0 do
-        r[n] = nil
-        n = n - 1
+
+    local BONE = I(1)
+
+    -- |a| / d for a divisor d below BASE: quotient magnitude and remainder (a number).
+    local function divsmall(a, d)
+        local q = {s = 1}
+        local r = 0
+        local n = #a
+        for i = n, 1, -1 do
+            local cur = r * BASE + a[i]
+            local qi = floor(cur / d)
+            q[i] = qi
+            r = cur - qi * d
+        end
+        while n > 0 and q[n] == 0 do
+            q[n] = nil
+            n = n - 1
+        end
+        return q, r
     end
-    return norm(r)
+
+    local function todouble(a)
+        local x = 0
+        for i = #a, 1, -1 do x = x * BASE + a[i] end
+        return x
+    end
+
+    local POW10 = {[0] = BONE}
+    local function pow10(k)
+        if not POW10[k] then POW10[k] = bmul(pow10(k - 1), I(10)) end
+        return POW10[k]
+    end
+
+    -- A table no larger than x (x >= 0, whole), within a relative 1e-14 of it.
+    local function fromdouble(x)
+        local k = 0
+        while x >= 1e15 do
+            x = x / 10
+            k = k + 1
+        end
+        local t = I(floor(x))
+        if k > 0 then t = bmul(t, pow10(k)) end
+        return t
+    end
+
+    -- |a| / |b| (b not zero): quotient and remainder magnitudes. Quotients are estimated from
+    -- doubles a little low, so that the remainder never goes negative, and refined until exact.
+    local function divmag(a, b)
+        if cmpmag(a, b) < 0 then return {s = 1}, addmag(a, {}) end
+        if #b == 1 then
+            local q, r = divsmall(a, b[1])
+            return q, I(r)
+        end
+        local q, r = {s = 1}, addmag(a, {})
+        local db = todouble(b)
+        while cmpmag(r, b) >= 0 do
+            local est = floor(todouble(r) / db * (1 - 1e-12))
+            local e, p
+            while true do
+                e = est >= 1 and fromdouble(est) or BONE
+                p = bmul(e, b)
+                p.s = 1
+                if cmpmag(p, r) <= 0 then break end
+                est = floor(est / 2)
+            end
+            q = addmag(q, e)
+            r = submag(r, p)
+        end
+        return q, r
+    end
+
+    local BLIM = I(LIM)
+
+    -- A table result as a number when it is below 2^53 in magnitude.
+    local function norm(t)
+        if #t <= 3 and cmpmag(t, BLIM) < 0 then
+            local v = (t[1] or 0) + (t[2] or 0) * BASE + (t[3] or 0) * BASE * BASE
+            return t.s < 0 and -v or v
+        end
+        return t
+    end
+
+    local function big(x)
+        if type(x) == 'number' then return I(x) end
+        return x
+    end
+
+    local function isneg_t(t) return t.s < 0 end
+
+    -- Splits a number x (0 <= x < 2^53) into three limbs.
+    local function limbs3(x)
+        local x3 = floor(x / 100000000000000)
+        local x2r = x - x3 * 100000000000000
+        local x2 = floor(x2r / BASE)
+        return x2r - x2 * BASE, x2, x3
+    end
+
+    -- A table of sign ts * t.s and magnitude |t| + sx * x, for a number 0 <= x < 2^53 (so at most
+    -- |t|), with its limbs carried in place; normalised.
+    local function addnum(t, ts, x, sx)
+        local x1, x2, x3 = limbs3(x)
+        local r = {s = ts * t.s}
+        local n = #t
+        local c = 0
+        for i = 1, n do
+            local xi = 0
+            if i == 1 then
+                xi = x1
+            elseif i == 2 then
+                xi = x2
+            elseif i == 3 then
+                xi = x3
+            end
+            local v = t[i] + sx * xi + c
+            if v >= BASE then
+                r[i], c = v - BASE, 1
+            elseif v < 0 then
+                r[i], c = v + BASE, -1
+            else
+                r[i], c = v, 0
+            end
+        end
+        if c > 0 then
+            n = n + 1
+            r[n] = c
+        end
+        while n > 0 and r[n] == 0 do
+            r[n] = nil
+            n = n - 1
+        end
+        return norm(r)
+    end
+
+    -- The product of two numbers as a table (it is 2^53 or more in magnitude).
+    local function mulnum(a, b)
+        local a1, a2, a3 = limbs3(a < 0 and -a or a)
+        local b1, b2, b3 = limbs3(b < 0 and -b or b)
+        local p = {a1 * b1, a1 * b2 + a2 * b1, a1 * b3 + a2 * b2 + a3 * b1, a2 * b3 + a3 * b2, a3 * b3}
+        local c = 0
+        for i = 1, 5 do
+            local v = p[i] + c
+            c = floor(v / BASE)
+            p[i] = v - c * BASE
+        end
+        local n = 5
+        while c > 0 do
+            n = n + 1
+            local v = c
+            c = floor(v / BASE)
+            p[n] = v - c * BASE
+        end
+        while n > 0 and p[n] == 0 do
+            p[n] = nil
+            n = n - 1
+        end
+        p.s = (a < 0) ~= (b < 0) and -1 or 1
+        return p
+    end
+
+    -- A value as a double (signed, inexact beyond 2^53).
+    local function todouble_s(x)
+        if type(x) == 'number' then return x end
+        local v = todouble(x)
+        return x.s < 0 and -v or v
+    end
+
+    -- ---- values (numbers or tables) -------------------------------------------------------------
+
+    local function parse(str)
+        local t = {s = 1}
+        local first = 1
+        if string.byte(str, 1) == 45 then -- '-'
+            t.s = -1
+            first = 2
+        end
+        local e, i = #str, 0
+        while e >= first do
+            local b = e - 6
+            if b < first then b = first end
+            i = i + 1
+            t[i] = tonumber(string.sub(str, b, e))
+            e = b - 1
+        end
+        while i > 0 and t[i] == 0 do
+            t[i] = nil
+            i = i - 1
+        end
+        if i == 0 then t.s = 1 end
+        return norm(t)
+    end
+
+    local function str(a)
+        local n = #a
+        local out = {a.s < 0 and '-' or '', string.format('%d', a[n])}
+        for i = n - 1, 1, -1 do out[#out + 1] = string.format('%07d', a[i]) end
+        return table.concat(out)
+    end
+
+    -- A sum, difference or product of numbers is exact when it is below 2^53 in magnitude, and
+    -- otherwise lands at or beyond 2^53 itself, so the range check tells which case it is.
+    local function addsub(a, b, sb)
+        local na, nb = type(a) == 'number', type(b) == 'number'
+        if na and nb then
+            local r = a + sb * b
+            if r < LIM and r > -LIM then return r end
+        elseif sb < 0 and not na and not nb and a.s == b.s and #a == #b and #a >= 3 then
+            -- two close times: equal above their two lowest limbs, the difference is a number
+            local same = true
+            for i = #a, 3, -1 do
+                if a[i] ~= b[i] then
+                    same = false
+                    break
+                end
+            end
+            if same then return a.s * ((a[2] - b[2]) * BASE + (a[1] - b[1])) end
+        elseif nb then -- table + sb * number
+            local bs = b < 0 and -1 or 1
+            return addnum(a, 1, b * bs, sb * bs * a.s)
+        elseif na then -- number + sb * table = sb * table + number
+            local as = a < 0 and -1 or 1
+            return addnum(b, sb, a * as, as * sb * b.s)
+        end
+        return norm(baddsigned(big(a), big(b), sb))
+    end
+
+    local function bigmul(a, b)
+        if type(a) == 'number' and type(b) == 'number' then return mulnum(a, b) end
+        return norm(bmul(big(a), big(b)))
+    end
+
+    -- Two tables.
+    local function bigcmp(a, b)
+        if a.s ~= b.s then return a.s < b.s and -1 or 1 end
+        local c = cmpmag(a, b)
+        if a.s < 0 then return 0 - c end
+        return c
+    end
+
+    -- A table no larger than x in magnitude (x whole), within a relative 1e-14 of it.
+    local function approx(x)
+        if x < LIM and x > -LIM then return x end
+        local t = fromdouble(x < 0 and -x or x)
+        if x < 0 then t.s = -1 end
+        return t
+    end
+
+    -- |a| / d for a table a of at most 4 limbs and a number 0 < d < 2^50, when the quotient is
+    -- below 2^52: quotient and remainder as numbers, or nil outside those bounds. The quotient is
+    -- estimated in doubles (off by at most a few units), the remainder a - q * d is worked out
+    -- exactly in limbs (every product and carry stays below 2^53), then both are corrected.
+    local function divnum(a, d)
+        if #a > 4 or d >= 1125899906842624 then return nil end
+        local a1, a2, a3, a4 = a[1] or 0, a[2] or 0, a[3] or 0, a[4] or 0
+        local q = floor(todouble(a) / d)
+        if q >= 4503599627370496 then return nil end
+        local q1, q2, q3 = limbs3(q)
+        local d1, d2, d3 = limbs3(d)
+        local r1 = a1 - q1 * d1
+        local r2 = a2 - (q1 * d2 + q2 * d1)
+        local r3 = a3 - (q1 * d3 + q2 * d2 + q3 * d1)
+        local r4 = a4 - (q2 * d3 + q3 * d2)
+        local r5 = 0 - q3 * d3
+        local c = floor(r1 / BASE)
+        r1, r2 = r1 - c * BASE, r2 + c
+        c = floor(r2 / BASE)
+        r2, r3 = r2 - c * BASE, r3 + c
+        c = floor(r3 / BASE)
+        r3, r4 = r3 - c * BASE, r4 + c
+        c = floor(r4 / BASE)
+        r4, r5 = r4 - c * BASE, r5 + c
+        -- |a - q * d| < 5 d < 2^53, so Horner's rule from the top stays exact
+        local r = r1 + BASE * (r2 + BASE * (r3 + BASE * (r4 + BASE * r5)))
+        while r < 0 do
+            r, q = r + d, q - 1
+        end
+        while r >= d do
+            r, q = r - d, q + 1
+        end
+        return q, r
+    end
+
+    -- divmod (below) beyond numbers. A table divided by a number: quotients estimated in doubles
+    -- are taken off until what is left is a number, and the rest is divided exactly.
+    local function bigdivmod(a, b)
+        if type(b) == 'number' then
+            local neg = isneg_t(a)
+            local d = b < 0 and -b or b
+            local q, r = divnum(a, d)
+            if not q then
+                q, r = 0, neg and baddsigned({s = 1}, a, -1) or a -- |a|
+            end
+            while type(r) ~= 'number' do
+                local e = approx(trunc(todouble_s(r) / d))
+                q = add(q, e)
+                r = sub(r, mul(e, d))
+            end
+            local q2 = trunc(r / d)
+            q, r = add(q, q2), r - q2 * d
+            if r < 0 then
+                q, r = sub(q, 1), r + d
+            end
+            -- |a| = q * d + r with 0 <= r < d; now the signs, as C has them
+            if (b < 0) ~= neg then q = sub(0, q) end
+            if neg then r = -r end
+            return q, r
+        end
+        local ta, tb = big(a), big(b)
+        local q, r = divmag(ta, tb)
+        if #q > 0 then q.s = ta.s * tb.s end
+        if #r > 0 then r.s = ta.s end
+        return norm(q), norm(r)
+    end
+
+    return {parse = parse, str = str, addsub = addsub, mul = bigmul, cmp = bigcmp,
+        divmod = bigdivmod}
 end
 
--- The product of two numbers as a table (it is 2^53 or more in magnitude).
-local function mulnum(a, b)
-    local a1, a2, a3 = limbs3(a < 0 and -a or a)
-    local b1, b2, b3 = limbs3(b < 0 and -b or b)
-    local p = {a1 * b1, a1 * b2 + a2 * b1, a1 * b3 + a2 * b2 + a3 * b1, a2 * b3 + a3 * b2, a3 * b3}
-    local c = 0
-    for i = 1, 5 do
-        local v = p[i] + c
-        c = floor(v / BASE)
-        p[i] = v - c * BASE
-    end
-    local n = 5
-    while c > 0 do
-        n = n + 1
-        local v = c
-        c = floor(v / BASE)
-        p[n] = v - c * BASE
-    end
-    while n > 0 and p[n] == 0 do
-        p[n] = nil
-        n = n - 1
-    end
-    p.s = (a < 0) ~= (b < 0) and -1 or 1
-    return p
-end
-
--- A value as a double (signed, inexact beyond 2^53).
-local function todouble_s(x)
-    if type(x) == 'number' then return x end
-    local v = todouble(x)
-    return x.s < 0 and -v or v
+local function big_ops()
+    if not BIG then BIG = make_big() end
+    return BIG
 end
 
 -- ---- values (numbers or tables) -------------------------------------------------------------
 
-local function N(str)
+function N(str)
     if #str <= 15 then return tonumber(str) end
-    local t = {s = 1}
-    local first = 1
-    if string.byte(str, 1) == 45 then -- '-'
-        t.s = -1
-        first = 2
-    end
-    local e, i = #str, 0
-    while e >= first do
-        local b = e - 6
-        if b < first then b = first end
-        i = i + 1
-        t[i] = tonumber(string.sub(str, b, e))
-        e = b - 1
-    end
-    while i > 0 and t[i] == 0 do
-        t[i] = nil
-        i = i - 1
-    end
-    if i == 0 then t.s = 1 end
-    return norm(t)
+    return big_ops().parse(str)
 end
 
-local function S(a)
+function S(a)
     if type(a) == 'number' then
         if a == 0 then return '0' end
         return string.format('%.0f', a)
     end
-    local n = #a
-    local out = {a.s < 0 and '-' or '', string.format('%d', a[n])}
-    for i = n - 1, 1, -1 do out[#out + 1] = string.format('%07d', a[i]) end
-    return table.concat(out)
+    return big_ops().str(a)
+end
+
+-- A value for a script's reply: an integer (Redis turns a Lua number into one, exactly below
+-- 2^53), or its decimal beyond.
+local function reply(a)
+    if type(a) == 'number' then return a end
+    return S(a)
 end
 
 -- A sum, difference or product of numbers is exact when it is below 2^53 in magnitude, and
 -- otherwise lands at or beyond 2^53 itself, so the range check tells which case it is.
-local function addsub(a, b, sb)
-    local na, nb = type(a) == 'number', type(b) == 'number'
-    if na and nb then
-        local r = a + sb * b
+function add(a, b)
+    if type(a) == 'number' and type(b) == 'number' then
+        local r = a + b
         if r < LIM and r > -LIM then return r end
-    elseif sb < 0 and not na and not nb and a.s == b.s and #a == #b and #a >= 3 then
-        -- two close times: equal above their two lowest limbs, the difference is a number
-        local same = true
-        for i = #a, 3, -1 do
-            if a[i] ~= b[i] then
-                same = false
-                break
-            end
-        end
-        if same then return a.s * ((a[2] - b[2]) * BASE + (a[1] - b[1])) end
-    elseif nb then -- table + sb * number
-        local bs = b < 0 and -1 or 1
-        return addnum(a, 1, b * bs, sb * bs * a.s)
-    elseif na then -- number + sb * table = sb * table + number
-        local as = a < 0 and -1 or 1
-        return addnum(b, sb, a * as, as * sb * b.s)
     end
-    return norm(baddsigned(big(a), big(b), sb))
+    return big_ops().addsub(a, b, 1)
 end
 
-local function add(a, b) return addsub(a, b, 1) end
-local function sub(a, b) return addsub(a, b, -1) end
+function sub(a, b)
+    if type(a) == 'number' and type(b) == 'number' then
+        local r = a - b
+        if r < LIM and r > -LIM then return r end
+    end
+    return big_ops().addsub(a, b, -1)
+end
 
-local function mul(a, b)
+function mul(a, b)
     if type(a) == 'number' and type(b) == 'number' then
         local r = a * b
         if r < LIM and r > -LIM then return r end
-        return mulnum(a, b)
     end
-    return norm(bmul(big(a), big(b)))
+    return big_ops().mul(a, b)
 end
 
-local function cmp(a, b)
+function cmp(a, b)
     local na, nb = type(a) == 'number', type(b) == 'number'
     if na and nb then
         if a < b then return -1 end
@@ -393,97 +529,22 @@ local function cmp(a, b)
     end
     if na then return b.s > 0 and -1 or 1 end -- |b| >= 2^53 > |a|
     if nb then return a.s > 0 and 1 or -1 end
-    if a.s ~= b.s then return a.s < b.s and -1 or 1 end
-    local c = cmpmag(a, b)
-    if a.s < 0 then return 0 - c end
-    return c
+    return big_ops().cmp(a, b)
 end
 
-local function trunc(x)
+function trunc(x)
     if x >= 0 then return floor(x) end
     return -floor(-x)
 end
 
--- A table no larger than x in magnitude (x whole), within a relative 1e-14 of it.
-local function approx(x)
-    if x < LIM and x > -LIM then return x end
-    local t = fromdouble(x < 0 and -x or x)
-    if x < 0 then t.s = -1 end
-    return t
-end
-
--- |a| / d for a table a of at most 4 limbs and a number 0 < d < 2^50, when the quotient is
--- below 2^52: quotient and remainder as numbers, or nil outside those bounds. The quotient is
--- estimated in doubles (off by at most a few units), the remainder a - q * d is worked out
--- exactly in limbs (every product and carry stays below 2^53), then both are corrected.
-local function divnum(a, d)
-    if #a > 4 or d >= 1125899906842624 then return nil end
-    local a1, a2, a3, a4 = a[1] or 0, a[2] or 0, a[3] or 0, a[4] or 0
-    local q = floor(todouble(a) / d)
-    if q >= 4503599627370496 then return nil end
-    local q1, q2, q3 = limbs3(q)
-    local d1, d2, d3 = limbs3(d)
-    local r1 = a1 - q1 * d1
-    local r2 = a2 - (q1 * d2 + q2 * d1)
-    local r3 = a3 - (q1 * d3 + q2 * d2 + q3 * d1)
-    local r4 = a4 - (q2 * d3 + q3 * d2)
-    local r5 = 0 - q3 * d3
-    local c = floor(r1 / BASE)
-    r1, r2 = r1 - c * BASE, r2 + c
-    c = floor(r2 / BASE)
-    r2, r3 = r2 - c * BASE, r3 + c
-    c = floor(r3 / BASE)
-    r3, r4 = r3 - c * BASE, r4 + c
-    c = floor(r4 / BASE)
-    r4, r5 = r4 - c * BASE, r5 + c
-    -- |a - q * d| < 5 d < 2^53, so Horner's rule from the top stays exact
-    local r = r1 + BASE * (r2 + BASE * (r3 + BASE * (r4 + BASE * r5)))
-    while r < 0 do
-        r, q = r + d, q - 1
-    end
-    while r >= d do
-        r, q = r - d, q + 1
-    end
-    return q, r
-end
-
 -- C's a / b and a % b. For numbers the double quotient cannot cross an integer (its error is
 -- below 1/|b| while a non-integer quotient is at least 1/|b| from one), so truncating it is exact.
--- A table divided by a number: quotients estimated in doubles are taken off until what is left
--- is a number, and the rest is divided exactly.
-local divmod
 function divmod(a, b)
     if type(a) == 'number' and type(b) == 'number' then
         local q = trunc(a / b)
         return q, a - q * b
     end
-    if type(b) == 'number' then
-        local neg = isneg_t(a)
-        local d = b < 0 and -b or b
-        local q, r = divnum(a, d)
-        if not q then
-            q, r = 0, neg and baddsigned({s = 1}, a, -1) or a -- |a|
-        end
-        while type(r) ~= 'number' do
-            local e = approx(trunc(todouble_s(r) / d))
-            q = add(q, e)
-            r = sub(r, mul(e, d))
-        end
-        local q2 = trunc(r / d)
-        q, r = add(q, q2), r - q2 * d
-        if r < 0 then
-            q, r = sub(q, 1), r + d
-        end
-        -- |a| = q * d + r with 0 <= r < d; now the signs, as C has them
-        if (b < 0) ~= neg then q = sub(0, q) end
-        if neg then r = -r end
-        return q, r
-    end
-    local ta, tb = big(a), big(b)
-    local q, r = divmag(ta, tb)
-    if #q > 0 then q.s = ta.s * tb.s end
-    if #r > 0 then r.s = ta.s end
-    return norm(q), norm(r)
+    return big_ops().divmod(a, b)
 end
 
 local function iszero(a) return a == 0 end
@@ -501,8 +562,8 @@ local function min(a, b) return cmp(a, b) < 0 and a or b end
 local NS = 1000000000
 local MS = 1000000
 local ONE = 1000000 -- RL_FP_ONE
-local NEVER = N('9223372036854775807')
-local USED_MAX = N('4000000000000000000')
+local NEVER = {s = 1, 4775807, 7203685, 92233} -- INT64_MAX
+local USED_MAX = {s = 1, 0, 0, 40000} -- 4e18
 
 -- rl__ceil_div: ceil(a / b) saturated at NEVER; a >= 0, b > 0.
 local function ceil_div(a, b)
@@ -512,8 +573,8 @@ local function ceil_div(a, b)
     return q
 end
 
-local NEVER_SAFE = sub(NEVER, LIM)
-local USED_SAFE = sub(USED_MAX, LIM)
+local NEVER_SAFE = {s = 1, 34815, 6483760, 92143} -- NEVER - 2^53
+local USED_SAFE = {s = 1, 5259008, 9280074, 39909} -- USED_MAX - 2^53
 
 -- rl__add_sat: a + b saturated at NEVER, b >= 0. Adding a number to anything up to NEVER - 2^53
 -- cannot reach it.
@@ -633,8 +694,16 @@ end
 
 local NOW_STR, NOW_S, NOW_F, NOW_HI, NOW_LO, NOW_BIG, NEVER_REL, FASTNOW, MODS
 
+-- now as a decimal.
+local function now_str()
+    if not NOW_STR then
+        NOW_STR = NOW_S > 0 and string.format('%d%09d', NOW_S, NOW_F) or string.format('%d', NOW_F)
+    end
+    return NOW_STR
+end
+
 local function now_big()
-    if not NOW_BIG then NOW_BIG = N(NOW_STR) end
+    if not NOW_BIG then NOW_BIG = N(now_str()) end
     return NOW_BIG
 end
 
@@ -657,7 +726,7 @@ local function clock(arg)
     else
         local t = redis.call('TIME')
         NOW_S, NOW_F = tonumber(t[1]), tonumber(t[2]) * 1000
-        NOW_STR = NOW_S > 0 and string.format('%d%09d', NOW_S, NOW_F) or tostring(NOW_F)
+        NOW_STR = nil
     end
     NOW_BIG, NEVER_REL, MODS = nil, nil, nil
     FASTNOW = NOW_S < 4000000000
@@ -693,7 +762,7 @@ end
 
 -- The absolute value of a relative time t (>= -now) as a decimal.
 local function dec_of_rel(t)
-    if t == 0 then return NOW_STR end
+    if t == 0 then return now_str() end
     if FASTNOW and type(t) == 'number' and t < P52 and t > -P52 then
         local f = NOW_F + t
         local c = floor(f / NS)
@@ -779,71 +848,57 @@ end
 -- for 0) when the field is the value's last. See docs/redis.md.
 
 local byte, char = string.byte, string.char
+local pack, unpack_ = struct.pack, struct.unpack
 
 -- Bytes i..j (at most 8) of v as an unsigned big-endian integer.
 local function uint(v, i, j)
-    if j - i >= 6 then
-        local hi = 0
-        for k = i, j - 4 do hi = hi * 256 + byte(v, k) end
-        local b1, b2, b3, b4 = byte(v, j - 3, j)
-        local lo = ((b1 * 256 + b2) * 256 + b3) * 256 + b4
-        if hi < 2097152 then return hi * P32 + lo end
-        return add(mul(hi, P32), lo)
+    local n = j - i + 1
+    if n <= 6 then
+        if n <= 0 then return 0 end
+        return (unpack_('>I' .. n, v, i))
     end
-    local x = 0
-    for k = i, j do x = x * 256 + byte(v, k) end
-    return x
+    local hi = 0
+    for k = i, j - 4 do hi = hi * 256 + byte(v, k) end
+    local lo = unpack_('>I4', v, j - 3)
+    if hi < 2097152 then return hi * P32 + lo end
+    return add(mul(hi, P32), lo)
 end
 
 -- The time stored in bytes i..i+7 of v, relative to now.
 local function dec_time(v, i)
-    local b1, b2, b3, b4, b5, b6, b7, b8 = byte(v, i, i + 7)
-    return rel_of_halves(((b1 * 256 + b2) * 256 + b3) * 256 + b4,
-        ((b5 * 256 + b6) * 256 + b7) * 256 + b8)
-end
-
-local function bytes4(x)
-    local b1 = floor(x / 16777216)
-    x = x - b1 * 16777216
-    local b2 = floor(x / 65536)
-    x = x - b2 * 65536
-    local b3 = floor(x / 256)
-    return b1, b2, b3, x - b3 * 256
-end
-
-local function enc_halves(hi, lo)
-    local a1, a2, a3, a4 = bytes4(hi)
-    local c1, c2, c3, c4 = bytes4(lo)
-    return char(a1, a2, a3, a4, c1, c2, c3, c4)
+    local hi, lo = unpack_('>I4I4', v, i)
+    return rel_of_halves(hi, lo)
 end
 
 -- x >= 0 (below 2^64) in 8 bytes.
 local function enc_u8(x)
     if type(x) == 'number' then
         local hi = floor(x / P32)
-        return enc_halves(hi, x - hi * P32)
+        return pack('>I4I4', hi, x - hi * P32)
     end
-    return enc_halves(divmod(x, P32))
+    return pack('>I4I4', divmod(x, P32))
 end
 
 -- x >= 0 in as few bytes as it takes.
 local function enc_var(x)
-    if x == 0 then return '' end
-    if type(x) == 'number' and x < P32 then
-        local b1, b2, b3, b4 = bytes4(x)
-        if b1 > 0 then return char(b1, b2, b3, b4) end
-        if b2 > 0 then return char(b2, b3, b4) end
-        if b3 > 0 then return char(b3, b4) end
-        return char(b4)
+    if type(x) == 'number' then
+        if x < 65536 then
+            if x == 0 then return '' end
+            return pack(x < 256 and '>I1' or '>I2', x)
+        end
+        if x < 281474976710656 then -- 2^48
+            if x < 4294967296 then return pack(x < 16777216 and '>I3' or '>I4', x) end
+            return pack(x < 1099511627776 and '>I5' or '>I6', x)
+        end
     end
-    local s = enc_u8(x)
+    local v = enc_u8(x)
     local k = 1
-    while byte(s, k) == 0 do k = k + 1 end
-    return string.sub(s, k)
+    while byte(v, k) == 0 do k = k + 1 end
+    return string.sub(v, k)
 end
 
 -- A relative time in 8 bytes, as its absolute value.
-local function enc_time(t) return enc_halves(halves_of_rel(t)) end
+local function enc_time(t) return pack('>I4I4', halves_of_rel(t)) end
 
 -- ---- rule types -----------------------------------------------------------------------------
 -- Ported from service/core/rules/*.c with every time relative to now. Each type:
@@ -854,484 +909,584 @@ local function enc_time(t) return enc_halves(halves_of_rel(t)) end
 -- wait(p, s, cost), take(p, s, cost), refund(p, s, taken_at, amount), release(p, s, amount) as
 -- in C; idle(p, s) -> C's idle_at relative to now (false: a new key's already; true: never, for
 -- a state holding slots); status(p, s) -> limit, remaining, reset_after, window. A type is
--- defined on first use (R.tb, ...), since a script's top level runs on every call. A zero()
+-- made on first use (rule_type), since a script's top level runs on every call. A zero()
 -- state holds times of 0 relative to now for the absolute 0 of C's zeroed state: each type below
 -- treats both alike once prepared (nothing is used, nothing counted: only max(now, last) = now
 -- matters).
 
-local DEF = {}
 local function noop() end
+local R = {}
 
--- token_bucket {capacity, per_second}: used, last, frac
--- 'T' last used (frac 0), or 'U' last frac(4 bytes) used
-function DEF.tb()
-    local T = {refundable = true, prep = noop}
-    function T.params(a, b) return {cap = a, rate = b} end
-    function T.zero() return {used = 0, last = 0, frac = 0} end
-    function T.load(v)
-        local k, n = byte(v, 1), #v
-        if k == 84 and n >= 9 and n <= 17 then
-            return {used = uint(v, 10, n), last = dec_time(v, 2), frac = 0}
-        elseif k == 85 and n >= 13 and n <= 21 then
-            return {used = uint(v, 14, n), last = dec_time(v, 2), frac = uint(v, 10, 13)}
+-- The rule type of a tag (R[tag] once made), or nil for an unknown tag.
+local function rule_type(tag)
+    local T = R[tag]
+    if T then return T end
+    if tag == 'tb' then
+        -- token_bucket {capacity, per_second}: used, last, frac
+        -- 'T' last used (frac 0), or 'U' last frac(4 bytes) used
+        T = {refundable = true}
+        function T.params(a, b, t)
+            t = t or {}
+            t.cap, t.rate = a, b
+            return t
         end
-    end
-    function T.dump(s)
-        if s.frac == 0 then return 'T' .. enc_time(s.last) .. enc_var(s.used) end
-        return 'U' .. enc_time(s.last) .. char(bytes4(s.frac)) .. enc_var(s.used)
-    end
-    -- refill: gain = floor(((now - last) * rate + frac) / 1e9); at least used when already
-    -- (now - last) * rate >= used * 1e9 (frac >= 0), which settles most refills without dividing
-    function T.prep(p, s)
-        local last = s.last
-        if not isneg(last) then return end
-        if ispos(s.used) then
-            local dt = sub(0, last)
-            if cmp_prod(dt, p.rate, s.used, NS) >= 0 then
-                s.used, s.frac = 0, 0
-            else
-                local gain, rem = mdm(dt, p.rate, s.frac, NS)
-                if cmp(gain, s.used) >= 0 then
+        function T.zero(t)
+            t.used, t.last, t.frac = 0, 0, 0
+            return t
+        end
+        function T.load(v, t)
+            local k, n = byte(v, 1), #v
+            if k == 84 and n >= 9 and n <= 17 then
+                t.used, t.last, t.frac = uint(v, 10, n), dec_time(v, 2), 0
+                return t
+            elseif k == 85 and n >= 13 and n <= 21 then
+                t.used, t.last, t.frac = uint(v, 14, n), dec_time(v, 2), uint(v, 10, 13)
+                return t
+            end
+        end
+        function T.dump(s)
+            if s.frac == 0 then return 'T' .. enc_time(s.last) .. enc_var(s.used) end
+            return 'U' .. enc_time(s.last) .. pack('>I4', s.frac) .. enc_var(s.used)
+        end
+        -- refill: gain = floor(((now - last) * rate + frac) / 1e9); at least used when already
+        -- (now - last) * rate >= used * 1e9 (frac >= 0), which settles most refills without
+        -- dividing (in doubles: rounding is monotonic, so a rounded product above the other
+        -- means an exact one above it)
+        function T.prep(p, s)
+            local last, used = s.last, s.used
+            if type(last) == 'number' then
+                if last >= 0 then return end
+                if used == 0 then
+                    s.frac, s.last = 0, 0
+                    return
+                end
+                local rate = p.rate
+                if type(used) == 'number' and type(rate) == 'number' and
+                    -last * rate > used * NS then
+                    s.used, s.frac, s.last = 0, 0, 0
+                    return
+                end
+            elseif not isneg(last) then
+                return
+            end
+            if ispos(used) then
+                local dt = sub(0, last)
+                if cmp_prod(dt, p.rate, used, NS) >= 0 then
                     s.used, s.frac = 0, 0
                 else
-                    s.used, s.frac = sub(s.used, gain), rem
+                    local gain, rem = mdm(dt, p.rate, s.frac, NS)
+                    if cmp(gain, used) >= 0 then
+                        s.used, s.frac = 0, 0
+                    else
+                        s.used, s.frac = sub(used, gain), rem
+                    end
                 end
+            else
+                s.frac = 0
             end
-        else
-            s.frac = 0
-        end
-        s.last = 0
-    end
-    -- ceil(((used - target) * 1e9 - frac) / rate)
-    local function time_to(p, s, target)
-        if cmp(s.used, target) <= 0 then return 0 end
-        return ceil_mdm(sub(s.used, target), NS, 0 - s.frac, p.rate)
-    end
-    function T.wait(p, s, cost)
-        if cmp(cost, p.cap) > 0 then return NEVER end
-        local dt = time_to(p, s, sub(p.cap, cost))
-        if iszero(dt) then return 0 end
-        return add_sat(s.last, dt)
-    end
-    function T.take(p, s, cost) s.used = used_add(s.used, cost) end
-    function T.refund(p, s, taken_at, amount)
-        if isneg(amount) then
-            s.used = used_add(s.used, sub(0, amount))
-        elseif cmp(amount, s.used) >= 0 then
-            s.used = 0
-            s.frac = 0
-        else
-            s.used = sub(s.used, amount)
-        end
-    end
-    function T.idle(p, s)
-        if iszero(s.used) then return false end
-        return add_sat_t(s.last, time_to(p, s, 0))
-    end
-    function T.status(p, s)
-        local full = time_to(p, s, 0)
-        local reset = 0
-        if not iszero(full) then reset = add_sat(s.last, full) end
-        return p.cap, sub(p.cap, s.used), reset, ceil_mdm(p.cap, NS, 0, p.rate)
-    end
-    return T
-end
-
--- gcra {per_second, burst}: tat, rem, last
--- 'G' tat last rem
-function DEF.gcra()
-    local T = {refundable = true, prep = noop}
-    function T.params(a, b) return {rate = a, burst = b} end
-    function T.zero() return {tat = 0, rem = 0, last = 0} end
-    function T.load(v)
-        local n = #v
-        if byte(v, 1) == 71 and n >= 17 and n <= 25 then
-            return {tat = dec_time(v, 2), last = dec_time(v, 10), rem = uint(v, 18, n)}
-        end
-    end
-    function T.dump(s) return 'G' .. enc_time(s.tat) .. enc_time(s.last) .. enc_var(s.rem) end
-    -- C's ahead(t), the scaled (TAT - t) * rate + rem, as d * rate + r: (TAT - t, rem) when TAT
-    -- is ahead of t, else (0, 0)
-    local function ahead(s, t)
-        local c = cmp(s.tat, t)
-        if c < 0 or (c == 0 and iszero(s.rem)) then return 0, 0 end
-        return sub(s.tat, t), s.rem
-    end
-    -- C's set_ahead(t, d * rate + r + extra * 1e9): q = floor(scaled / rate) = d + floor((r +
-    -- extra * 1e9) / rate), since d is whole
-    function T.wait(p, s, cost)
-        if cmp(cost, p.burst) > 0 then return NEVER end
-        local t = max(0, s.last)
-        local d, r = ahead(s, t)
-        -- fits when A + cost * 1e9 <= burst * 1e9, A = qa * 1e9 + ra: A <= k * 1e9 with
-        -- k = burst - cost >= 0 holds iff qa < k, or qa = k and ra = 0
-        local k = sub(p.burst, cost)
-        local qa, ra = mdm(d, p.rate, r, NS)
-        local c = cmp(qa, k)
-        if c < 0 or (c == 0 and ra == 0) then return 0 end
-        -- ceil((A - k * 1e9) / rate)
-        return add_sat(t, ceil_mdm(sub(qa, k), NS, ra, p.rate))
-    end
-    function T.take(p, s, cost)
-        local t = max(0, s.last)
-        local d, r = ahead(s, t)
-        local q, rem = mdm(cost, NS, r, p.rate)
-        s.rem = rem
-        s.tat = sat_time(add(t, add(d, q)))
-        s.last = t
-    end
-    function T.refund(p, s, taken_at, amount)
-        local t = max(0, s.last)
-        local d, r = ahead(s, t)
-        local a = add(mul(d, p.rate), r)
-        if isneg(amount) then
-            a = add(a, mul(sub(0, amount), NS))
-        elseif cmp(a, mul(amount, NS)) > 0 then
-            a = sub(a, mul(amount, NS))
-        else
-            a = 0
-        end
-        local q, rem = divmod(a, p.rate)
-        s.rem = rem
-        s.tat = sat_time(add(t, q))
-        s.last = t
-    end
-    function T.idle(p, s)
-        if not iszero(s.rem) then return add_sat_t(s.tat, 1) end
-        return s.tat
-    end
-    function T.status(p, s)
-        local t = max(0, s.last)
-        local d, r = ahead(s, t)
-        local used, part = mdm(d, p.rate, r, NS)
-        if part ~= 0 then used = add(used, 1) end
-        local remaining
-        if cmp(used, USED_MAX) >= 0 then
-            remaining = sub(p.burst, USED_MAX)
-        else
-            remaining = sub(p.burst, used)
-        end
-        local reset = 0
-        if not (iszero(d) and iszero(r)) then
-            -- ceil(A / rate) = d + ceil(r / rate), saturated
-            local c = add(d, ceil_div(r, p.rate))
-            if type(c) ~= 'number' and cmp(c, NEVER) > 0 then c = NEVER end
-            reset = add_sat(t, c)
-        end
-        return p.burst, remaining, reset, ceil_mdm(p.burst, NS, 0, p.rate)
-    end
-    return T
-end
-
--- fixed_window {limit, window}: last, count
--- 'F' last count
-function DEF.fw()
-    local T = {refundable = true}
-    function T.params(a, b) return {limit = a, window = b} end
-    function T.zero() return {last = 0, count = 0} end
-    function T.load(v)
-        local n = #v
-        if byte(v, 1) == 70 and n >= 9 and n <= 17 then
-            return {last = dec_time(v, 2), count = uint(v, 10, n)}
-        end
-    end
-    function T.dump(s) return 'F' .. enc_time(s.last) .. enc_var(s.count) end
-    -- count_at(t) with t = max(now, last), which becomes last
-    function T.prep(p, s)
-        if isneg(s.last) then
-            if cmp(start_of(p.window, 0), start_of(p.window, s.last)) ~= 0 then s.count = 0 end
             s.last = 0
         end
-    end
-    function T.wait(p, s, cost)
-        if cmp(cost, p.limit) > 0 then return NEVER end
-        if cmp(s.count, sub(p.limit, cost)) <= 0 then return 0 end
-        return add_sat(start_of(p.window, s.last), p.window)
-    end
-    function T.take(p, s, cost) s.count = used_add(s.count, cost) end
-    function T.refund(p, s, taken_at, amount)
-        if isneg(amount) then
-            s.count = used_add(s.count, sub(0, amount))
-        elseif cmp(start_of(p.window, taken_at), start_of(p.window, s.last)) == 0 then
-            if cmp(amount, s.count) >= 0 then
-                s.count = 0
+        -- ceil(((used - target) * 1e9 - frac) / rate), target >= 0; in doubles while
+        -- (used - target) * 1e9 stays below 2^53 (floor(x / rate) is exact there)
+        local function time_to(p, s, target)
+            local used, rate = s.used, p.rate
+            if type(used) == 'number' and type(target) == 'number' and type(rate) == 'number' then
+                if used <= target then return 0 end
+                local d = (used - target) * NS
+                if d < LIM then
+                    local x = d - s.frac
+                    local q = floor(x / rate)
+                    if q * rate < x then q = q + 1 end
+                    return q
+                end
+            elseif cmp(used, target) <= 0 then
+                return 0
+            end
+            return ceil_mdm(sub(used, target), NS, 0 - s.frac, rate)
+        end
+        -- time_to(0), kept in the state until it changes
+        local function full(p, s)
+            local f = s.full
+            if not f then
+                f = time_to(p, s, 0)
+                s.full = f
+            end
+            return f
+        end
+        function T.wait(p, s, cost)
+            local cap = p.cap
+            local target
+            if type(cost) == 'number' and type(cap) == 'number' then
+                if cost > cap then return NEVER end
+                target = cap - cost
             else
-                s.count = sub(s.count, amount)
+                if cmp(cost, cap) > 0 then return NEVER end
+                target = sub(cap, cost)
+            end
+            local dt = target == 0 and full(p, s) or time_to(p, s, target)
+            if dt == 0 then return 0 end
+            return add_sat(s.last, dt)
+        end
+        function T.take(p, s, cost)
+            s.used = used_add(s.used, cost)
+            s.full = nil
+        end
+        function T.refund(p, s, taken_at, amount)
+            if isneg(amount) then
+                s.used = used_add(s.used, sub(0, amount))
+            elseif cmp(amount, s.used) >= 0 then
+                s.used = 0
+                s.frac = 0
+            else
+                s.used = sub(s.used, amount)
+            end
+            s.full = nil
+        end
+        function T.idle(p, s)
+            if s.used == 0 then return false end
+            return add_sat_t(s.last, full(p, s))
+        end
+        function T.status(p, s)
+            local f = full(p, s)
+            local reset = 0
+            if f ~= 0 then reset = add_sat(s.last, f) end
+            local win = p.win
+            if not win then
+                win = ceil_mdm(p.cap, NS, 0, p.rate)
+                p.win = win
+            end
+            return p.cap, sub(p.cap, s.used), reset, win
+        end
+    elseif tag == 'gcra' then
+        -- gcra {per_second, burst}: tat, rem, last
+        -- 'G' tat last rem
+        T = {refundable = true, prep = noop}
+        function T.params(a, b, t)
+            t = t or {}
+            t.rate, t.burst = a, b
+            return t
+        end
+        function T.zero(t)
+            t.tat, t.rem, t.last = 0, 0, 0
+            return t
+        end
+        function T.load(v, t)
+            local n = #v
+            if byte(v, 1) == 71 and n >= 17 and n <= 25 then
+                t.tat, t.last, t.rem = dec_time(v, 2), dec_time(v, 10), uint(v, 18, n)
+                return t
             end
         end
-    end
-    function T.idle(p, s)
-        if iszero(s.count) then return false end
-        return add_sat_t(start_of(p.window, s.last), p.window)
-    end
-    function T.status(p, s)
-        local c = s.count
-        local reset = 0
-        if not iszero(c) then reset = add_sat(start_of(p.window, s.last), p.window) end
-        return p.limit, sub(p.limit, c), reset, p.window
-    end
-    return T
-end
-
--- sliding_window {limit, window}: sum, last, and the log as pairs ts, cost (oldest first)
--- 'S' last sum, then ts cost per entry
-function DEF.sw()
-    local T = {refundable = true, prep = noop}
-    function T.params(a, b) return {limit = a, window = b} end
-    function T.zero() return {sum = 0, last = 0, ts = {}, c = {}} end
-    function T.load(v)
-        local n = #v
-        if byte(v, 1) ~= 83 or n < 17 or (n - 17) % 16 ~= 0 then return nil end
-        local s = {last = dec_time(v, 2), sum = uint(v, 10, 17), ts = {}, c = {}}
-        local k = 0
-        for i = 18, n, 16 do
-            k = k + 1
-            s.ts[k] = dec_time(v, i)
-            s.c[k] = uint(v, i + 8, i + 15)
+        function T.dump(s) return 'G' .. enc_time(s.tat) .. enc_time(s.last) .. enc_var(s.rem) end
+        -- C's ahead(t), the scaled (TAT - t) * rate + rem, as d * rate + r: (TAT - t, rem) when TAT
+        -- is ahead of t, else (0, 0)
+        local function ahead(s, t)
+            local c = cmp(s.tat, t)
+            if c < 0 or (c == 0 and iszero(s.rem)) then return 0, 0 end
+            return sub(s.tat, t), s.rem
         end
-        return s
-    end
-    function T.dump(s)
-        local out = {'S', enc_time(s.last), enc_u8(s.sum)}
-        for i = 1, #s.ts do
-            out[#out + 1] = enc_time(s.ts[i])
-            out[#out + 1] = enc_u8(s.c[i])
+        -- C's set_ahead(t, d * rate + r + extra * 1e9): q = floor(scaled / rate) = d + floor((r +
+        -- extra * 1e9) / rate), since d is whole
+        function T.wait(p, s, cost)
+            if cmp(cost, p.burst) > 0 then return NEVER end
+            local t = max(0, s.last)
+            local d, r = ahead(s, t)
+            -- fits when A + cost * 1e9 <= burst * 1e9, A = qa * 1e9 + ra: A <= k * 1e9 with
+            -- k = burst - cost >= 0 holds iff qa < k, or qa = k and ra = 0
+            local k = sub(p.burst, cost)
+            local qa, ra = mdm(d, p.rate, r, NS)
+            local c = cmp(qa, k)
+            if c < 0 or (c == 0 and ra == 0) then return 0 end
+            -- ceil((A - k * 1e9) / rate)
+            return add_sat(t, ceil_mdm(sub(qa, k), NS, ra, p.rate))
         end
-        return table.concat(out)
-    end
-    function T.wait(p, s, cost)
-        if cmp(cost, p.limit) > 0 then return NEVER end
-        local t = max(0, s.last)
-        local live, room = s.sum, sub(p.limit, cost)
-        local edge = sub(t, p.window)
-        local i, n = 1, #s.ts
-        while i <= n and cmp(s.ts[i], edge) <= 0 do
-            live = sub(live, s.c[i])
-            i = i + 1
+        function T.take(p, s, cost)
+            local t = max(0, s.last)
+            local d, r = ahead(s, t)
+            local q, rem = mdm(cost, NS, r, p.rate)
+            s.rem = rem
+            s.tat = sat_time(add(t, add(d, q)))
+            s.last = t
         end
-        if cmp(live, room) <= 0 then return 0 end
-        while i <= n do
-            live = sub(live, s.c[i])
-            if cmp(live, room) <= 0 then return add_sat(s.ts[i], p.window) end
-            i = i + 1
+        function T.refund(p, s, taken_at, amount)
+            local t = max(0, s.last)
+            local d, r = ahead(s, t)
+            local a = add(mul(d, p.rate), r)
+            if isneg(amount) then
+                a = add(a, mul(sub(0, amount), NS))
+            elseif cmp(a, mul(amount, NS)) > 0 then
+                a = sub(a, mul(amount, NS))
+            else
+                a = 0
+            end
+            local q, rem = divmod(a, p.rate)
+            s.rem = rem
+            s.tat = sat_time(add(t, q))
+            s.last = t
         end
-        return NEVER
-    end
-    local function expire(p, s, t)
-        local edge = sub(t, p.window)
-        local k = 0
-        while k < #s.ts and cmp(s.ts[k + 1], edge) <= 0 do
-            s.sum = sub(s.sum, s.c[k + 1])
-            k = k + 1
+        function T.idle(p, s)
+            if not iszero(s.rem) then return add_sat_t(s.tat, 1) end
+            return s.tat
         end
-        if k > 0 then
+        function T.status(p, s)
+            local t = max(0, s.last)
+            local d, r = ahead(s, t)
+            local used, part = mdm(d, p.rate, r, NS)
+            if part ~= 0 then used = add(used, 1) end
+            local remaining
+            if cmp(used, USED_MAX) >= 0 then
+                remaining = sub(p.burst, USED_MAX)
+            else
+                remaining = sub(p.burst, used)
+            end
+            local reset = 0
+            if not (iszero(d) and iszero(r)) then
+                -- ceil(A / rate) = d + ceil(r / rate), saturated
+                local c = add(d, ceil_div(r, p.rate))
+                if type(c) ~= 'number' and cmp(c, NEVER) > 0 then c = NEVER end
+                reset = add_sat(t, c)
+            end
+            return p.burst, remaining, reset, ceil_mdm(p.burst, NS, 0, p.rate)
+        end
+    elseif tag == 'fw' then
+        -- fixed_window {limit, window}: last, count
+        -- 'F' last count
+        T = {refundable = true}
+        function T.params(a, b, t)
+            t = t or {}
+            t.limit, t.window = a, b
+            return t
+        end
+        function T.zero(t)
+            t.last, t.count = 0, 0
+            return t
+        end
+        function T.load(v, t)
+            local n = #v
+            if byte(v, 1) == 70 and n >= 9 and n <= 17 then
+                t.last, t.count = dec_time(v, 2), uint(v, 10, n)
+                return t
+            end
+        end
+        function T.dump(s) return 'F' .. enc_time(s.last) .. enc_var(s.count) end
+        -- count_at(t) with t = max(now, last), which becomes last
+        function T.prep(p, s)
+            if isneg(s.last) then
+                if cmp(start_of(p.window, 0), start_of(p.window, s.last)) ~= 0 then s.count = 0 end
+                s.last = 0
+            end
+        end
+        function T.wait(p, s, cost)
+            if cmp(cost, p.limit) > 0 then return NEVER end
+            if cmp(s.count, sub(p.limit, cost)) <= 0 then return 0 end
+            return add_sat(start_of(p.window, s.last), p.window)
+        end
+        function T.take(p, s, cost) s.count = used_add(s.count, cost) end
+        function T.refund(p, s, taken_at, amount)
+            if isneg(amount) then
+                s.count = used_add(s.count, sub(0, amount))
+            elseif cmp(start_of(p.window, taken_at), start_of(p.window, s.last)) == 0 then
+                if cmp(amount, s.count) >= 0 then
+                    s.count = 0
+                else
+                    s.count = sub(s.count, amount)
+                end
+            end
+        end
+        function T.idle(p, s)
+            if iszero(s.count) then return false end
+            return add_sat_t(start_of(p.window, s.last), p.window)
+        end
+        function T.status(p, s)
+            local c = s.count
+            local reset = 0
+            if not iszero(c) then reset = add_sat(start_of(p.window, s.last), p.window) end
+            return p.limit, sub(p.limit, c), reset, p.window
+        end
+    elseif tag == 'sw' then
+        -- sliding_window {limit, window}: sum, last, and the log as pairs ts, cost (oldest first)
+        -- 'S' last sum, then ts cost per entry
+        T = {refundable = true, prep = noop}
+        function T.params(a, b, t)
+            t = t or {}
+            t.limit, t.window = a, b
+            return t
+        end
+        function T.zero(t)
+            t.sum, t.last, t.ts, t.c = 0, 0, {}, {}
+            return t
+        end
+        function T.load(v, s)
+            local n = #v
+            if byte(v, 1) ~= 83 or n < 17 or (n - 17) % 16 ~= 0 then return nil end
             local ts, c = {}, {}
-            for i = k + 1, #s.ts do
-                ts[#ts + 1] = s.ts[i]
-                c[#c + 1] = s.c[i]
+            s.last, s.sum, s.ts, s.c = dec_time(v, 2), uint(v, 10, 17), ts, c
+            local k = 0
+            for i = 18, n, 16 do
+                k = k + 1
+                ts[k] = dec_time(v, i)
+                c[k] = uint(v, i + 8, i + 15)
             end
-            s.ts, s.c = ts, c
+            return s
         end
-    end
-    local function append(s, t, amount)
-        local n = #s.ts
-        if n > 0 and cmp(s.ts[n], t) == 0 then
-            s.c[n] = used_add(s.c[n], amount)
-        else
-            s.ts[n + 1] = t
-            s.c[n + 1] = amount
+        function T.dump(s)
+            local out = {'S', enc_time(s.last), enc_u8(s.sum)}
+            for i = 1, #s.ts do
+                out[#out + 1] = enc_time(s.ts[i])
+                out[#out + 1] = enc_u8(s.c[i])
+            end
+            return table.concat(out)
         end
-        s.sum = used_add(s.sum, amount)
-    end
-    function T.take(p, s, cost)
-        local t = max(0, s.last)
-        expire(p, s, t)
-        append(s, t, cost)
-        s.last = t
-    end
-    function T.refund(p, s, taken_at, amount)
-        local t = max(0, s.last)
-        expire(p, s, t)
-        s.last = t
-        if isneg(amount) then
-            append(s, t, sub(0, amount))
-            return
+        function T.wait(p, s, cost)
+            if cmp(cost, p.limit) > 0 then return NEVER end
+            local t = max(0, s.last)
+            local live, room = s.sum, sub(p.limit, cost)
+            local edge = sub(t, p.window)
+            local i, n = 1, #s.ts
+            while i <= n and cmp(s.ts[i], edge) <= 0 do
+                live = sub(live, s.c[i])
+                i = i + 1
+            end
+            if cmp(live, room) <= 0 then return 0 end
+            while i <= n do
+                live = sub(live, s.c[i])
+                if cmp(live, room) <= 0 then return add_sat(s.ts[i], p.window) end
+                i = i + 1
+            end
+            return NEVER
         end
-        for i = #s.ts, 1, -1 do
-            local c = cmp(s.ts[i], taken_at)
-            if c < 0 then break end
-            if c == 0 then
-                local back = min(amount, s.c[i])
-                s.c[i] = sub(s.c[i], back)
-                s.sum = sub(s.sum, back)
-                break
+        local function expire(p, s, t)
+            local edge = sub(t, p.window)
+            local k = 0
+            while k < #s.ts and cmp(s.ts[k + 1], edge) <= 0 do
+                s.sum = sub(s.sum, s.c[k + 1])
+                k = k + 1
+            end
+            if k > 0 then
+                local ts, c = {}, {}
+                for i = k + 1, #s.ts do
+                    ts[#ts + 1] = s.ts[i]
+                    c[#c + 1] = s.c[i]
+                end
+                s.ts, s.c = ts, c
             end
         end
-    end
-    function T.idle(p, s)
-        if #s.ts == 0 then return false end
-        return add_sat_t(s.last, p.window)
-    end
-    function T.status(p, s)
-        local t = max(0, s.last)
-        local live = s.sum
-        local edge = sub(t, p.window)
-        local i = 1
-        while i <= #s.ts and cmp(s.ts[i], edge) <= 0 do
-            live = sub(live, s.c[i])
-            i = i + 1
-        end
-        local reset = 0
-        if ispos(live) then reset = add_sat(s.last, p.window) end
-        return p.limit, sub(p.limit, live), reset, p.window
-    end
-    return T
-end
-
--- sliding_window_counter {limit, window}: last, cur, prev
--- 'W' last cur(8 bytes) prev
-function DEF.swc()
-    local T = {refundable = true}
-    function T.params(a, b) return {limit = a, window = b} end
-    function T.zero() return {last = 0, cur = 0, prev = 0} end
-    function T.load(v)
-        local n = #v
-        if byte(v, 1) == 87 and n >= 17 and n <= 25 then
-            return {last = dec_time(v, 2), cur = uint(v, 10, 17), prev = uint(v, 18, n)}
-        end
-    end
-    function T.dump(s) return 'W' .. enc_time(s.last) .. enc_u8(s.cur) .. enc_var(s.prev) end
-    -- roll(t) with t = max(now, last), which becomes last (a roll needs t in a later window)
-    function T.prep(p, s)
-        if not isneg(s.last) then return end
-        local w = p.window
-        local ws, ls = start_of(w, 0), start_of(w, s.last)
-        if cmp(ws, ls) ~= 0 then
-            if cmp(sub(ws, ls), w) == 0 then
-                s.prev = s.cur
+        local function append(s, t, amount)
+            local n = #s.ts
+            if n > 0 and cmp(s.ts[n], t) == 0 then
+                s.c[n] = used_add(s.c[n], amount)
             else
-                s.prev = 0
+                s.ts[n + 1] = t
+                s.c[n + 1] = amount
             end
-            s.cur = 0
+            s.sum = used_add(s.sum, amount)
         end
-        s.last = 0
-    end
-    -- prev * (w - e) + (cur + cost) * w <= limit * w, i.e. with room = limit - cur - cost:
-    -- room >= 0 and prev * (w - e) <= room * w
-    local function fits(p, s, cost)
-        local w = p.window
-        local room = sub(sub(p.limit, s.cur), cost)
-        if isneg(room) then return false end
-        local e = sub(s.last, start_of(w, s.last))
-        return cmp_prod(s.prev, sub(w, e), room, w) <= 0
-    end
-    -- k = floor(room * w / prev) >= w iff room >= prev
-    local function first_fit(p, prev, cur, cost)
-        local room = sub(sub(p.limit, cost), cur)
-        if isneg(room) then return p.window end
-        if iszero(prev) then return 0 end
-        if cmp(room, prev) >= 0 then return 0 end
-        return sub(p.window, (mdm(room, p.window, 0, prev)))
-    end
-    function T.wait(p, s, cost)
-        if cmp(cost, p.limit) > 0 then return NEVER end
-        if fits(p, s, cost) then return 0 end
-        local ws = start_of(p.window, s.last)
-        local e = first_fit(p, s.prev, s.cur, cost)
-        if cmp(e, p.window) < 0 then return add_sat(ws, e) end
-        e = first_fit(p, s.cur, 0, cost)
-        return add_sat(add_sat(ws, p.window), e)
-    end
-    function T.take(p, s, cost) s.cur = used_add(s.cur, cost) end
-    function T.refund(p, s, taken_at, amount)
-        if isneg(amount) then
-            s.cur = used_add(s.cur, sub(0, amount))
-            return
+        function T.take(p, s, cost)
+            local t = max(0, s.last)
+            expire(p, s, t)
+            append(s, t, cost)
+            s.last = t
         end
-        local ws, ts = start_of(p.window, s.last), start_of(p.window, taken_at)
-        local field
-        if cmp(ts, ws) == 0 then
-            field = 'cur'
-        elseif cmp(ts, sub(ws, p.window)) == 0 then
-            field = 'prev'
+        function T.refund(p, s, taken_at, amount)
+            local t = max(0, s.last)
+            expire(p, s, t)
+            s.last = t
+            if isneg(amount) then
+                append(s, t, sub(0, amount))
+                return
+            end
+            for i = #s.ts, 1, -1 do
+                local c = cmp(s.ts[i], taken_at)
+                if c < 0 then break end
+                if c == 0 then
+                    local back = min(amount, s.c[i])
+                    s.c[i] = sub(s.c[i], back)
+                    s.sum = sub(s.sum, back)
+                    break
+                end
+            end
         end
-        if field then
-            if cmp(amount, s[field]) >= 0 then
-                s[field] = 0
+        function T.idle(p, s)
+            if #s.ts == 0 then return false end
+            return add_sat_t(s.last, p.window)
+        end
+        function T.status(p, s)
+            local t = max(0, s.last)
+            local live = s.sum
+            local edge = sub(t, p.window)
+            local i = 1
+            while i <= #s.ts and cmp(s.ts[i], edge) <= 0 do
+                live = sub(live, s.c[i])
+                i = i + 1
+            end
+            local reset = 0
+            if ispos(live) then reset = add_sat(s.last, p.window) end
+            return p.limit, sub(p.limit, live), reset, p.window
+        end
+    elseif tag == 'swc' then
+        -- sliding_window_counter {limit, window}: last, cur, prev
+        -- 'W' last cur(8 bytes) prev
+        T = {refundable = true}
+        function T.params(a, b, t)
+            t = t or {}
+            t.limit, t.window = a, b
+            return t
+        end
+        function T.zero(t)
+            t.last, t.cur, t.prev = 0, 0, 0
+            return t
+        end
+        function T.load(v, t)
+            local n = #v
+            if byte(v, 1) == 87 and n >= 17 and n <= 25 then
+                t.last, t.cur, t.prev = dec_time(v, 2), uint(v, 10, 17), uint(v, 18, n)
+                return t
+            end
+        end
+        function T.dump(s) return 'W' .. enc_time(s.last) .. enc_u8(s.cur) .. enc_var(s.prev) end
+        -- roll(t) with t = max(now, last), which becomes last (a roll needs t in a later window)
+        function T.prep(p, s)
+            if not isneg(s.last) then return end
+            local w = p.window
+            local ws, ls = start_of(w, 0), start_of(w, s.last)
+            if cmp(ws, ls) ~= 0 then
+                if cmp(sub(ws, ls), w) == 0 then
+                    s.prev = s.cur
+                else
+                    s.prev = 0
+                end
+                s.cur = 0
+            end
+            s.last = 0
+        end
+        -- prev * (w - e) + (cur + cost) * w <= limit * w, i.e. with room = limit - cur - cost:
+        -- room >= 0 and prev * (w - e) <= room * w
+        local function fits(p, s, cost)
+            local w = p.window
+            local room = sub(sub(p.limit, s.cur), cost)
+            if isneg(room) then return false end
+            local e = sub(s.last, start_of(w, s.last))
+            return cmp_prod(s.prev, sub(w, e), room, w) <= 0
+        end
+        -- k = floor(room * w / prev) >= w iff room >= prev
+        local function first_fit(p, prev, cur, cost)
+            local room = sub(sub(p.limit, cost), cur)
+            if isneg(room) then return p.window end
+            if iszero(prev) then return 0 end
+            if cmp(room, prev) >= 0 then return 0 end
+            return sub(p.window, (mdm(room, p.window, 0, prev)))
+        end
+        function T.wait(p, s, cost)
+            if cmp(cost, p.limit) > 0 then return NEVER end
+            if fits(p, s, cost) then return 0 end
+            local ws = start_of(p.window, s.last)
+            local e = first_fit(p, s.prev, s.cur, cost)
+            if cmp(e, p.window) < 0 then return add_sat(ws, e) end
+            e = first_fit(p, s.cur, 0, cost)
+            return add_sat(add_sat(ws, p.window), e)
+        end
+        function T.take(p, s, cost) s.cur = used_add(s.cur, cost) end
+        function T.refund(p, s, taken_at, amount)
+            if isneg(amount) then
+                s.cur = used_add(s.cur, sub(0, amount))
+                return
+            end
+            local ws, ts = start_of(p.window, s.last), start_of(p.window, taken_at)
+            local field
+            if cmp(ts, ws) == 0 then
+                field = 'cur'
+            elseif cmp(ts, sub(ws, p.window)) == 0 then
+                field = 'prev'
+            end
+            if field then
+                if cmp(amount, s[field]) >= 0 then
+                    s[field] = 0
+                else
+                    s[field] = sub(s[field], amount)
+                end
+            end
+        end
+        function T.idle(p, s)
+            local ls = start_of(p.window, s.last)
+            if not iszero(s.cur) then return add_sat_t(ls, mul(2, p.window)) end
+            if not iszero(s.prev) then return add_sat_t(ls, p.window) end
+            return false
+        end
+        function T.status(p, s)
+            local w = p.window
+            local ws = start_of(w, s.last)
+            local e = sub(s.last, ws)
+            local q, r = mdm(s.prev, sub(w, e), 0, w)
+            if r ~= 0 then q = add(q, 1) end
+            local est = add(s.cur, q)
+            local reset = 0
+            if not iszero(s.cur) then
+                reset = add(ws, mul(2, w))
+            elseif not iszero(s.prev) then
+                reset = add(ws, w)
+            end
+            return p.limit, sub(p.limit, est), reset, w
+        end
+    elseif tag == 'cc' then
+        -- concurrency {limit, retry}: held
+        -- the decimal held (which Redis keeps as an integer)
+        T = {holds = true, prep = noop}
+        function T.params(a, b, t)
+            t = t or {}
+            t.limit, t.retry = a, b
+            return t
+        end
+        function T.zero(t)
+            t.held = 0
+            return t
+        end
+        function T.load(v, t)
+            local k = byte(v, 1)
+            if k >= 48 and k <= 57 and #v <= 19 then
+                t.held = N(v)
+                return t
+            end
+        end
+        function T.dump(s) return S(s.held) end
+        function T.wait(p, s, cost)
+            if cmp(cost, p.limit) > 0 then return NEVER end
+            if cmp(s.held, sub(p.limit, cost)) <= 0 then return 0 end
+            return p.retry
+        end
+        function T.take(p, s, cost) s.held = used_add(s.held, cost) end
+        function T.release(p, s, amount)
+            if cmp(amount, s.held) >= 0 then
+                s.held = 0
             else
-                s[field] = sub(s[field], amount)
+                s.held = sub(s.held, amount)
             end
         end
+        function T.idle(p, s) return not iszero(s.held) end
+        function T.status(p, s) return p.limit, sub(p.limit, s.held), 0, 0 end
+    else
+        return nil
     end
-    function T.idle(p, s)
-        local ls = start_of(p.window, s.last)
-        if not iszero(s.cur) then return add_sat_t(ls, mul(2, p.window)) end
-        if not iszero(s.prev) then return add_sat_t(ls, p.window) end
-        return false
-    end
-    function T.status(p, s)
-        local w = p.window
-        local ws = start_of(w, s.last)
-        local e = sub(s.last, ws)
-        local q, r = mdm(s.prev, sub(w, e), 0, w)
-        if r ~= 0 then q = add(q, 1) end
-        local est = add(s.cur, q)
-        local reset = 0
-        if not iszero(s.cur) then
-            reset = add(ws, mul(2, w))
-        elseif not iszero(s.prev) then
-            reset = add(ws, w)
-        end
-        return p.limit, sub(p.limit, est), reset, w
-    end
+    R[tag] = T
     return T
 end
-
--- concurrency {limit, retry}: held
--- the decimal held (which Redis keeps as an integer)
-function DEF.cc()
-    local T = {holds = true, prep = noop}
-    function T.params(a, b) return {limit = a, retry = b} end
-    function T.zero() return {held = 0} end
-    function T.load(v)
-        local k = byte(v, 1)
-        if k >= 48 and k <= 57 and #v <= 19 then return {held = N(v)} end
-    end
-    function T.dump(s) return S(s.held) end
-    function T.wait(p, s, cost)
-        if cmp(cost, p.limit) > 0 then return NEVER end
-        if cmp(s.held, sub(p.limit, cost)) <= 0 then return 0 end
-        return p.retry
-    end
-    function T.take(p, s, cost) s.held = used_add(s.held, cost) end
-    function T.release(p, s, amount)
-        if cmp(amount, s.held) >= 0 then
-            s.held = 0
-        else
-            s.held = sub(s.held, amount)
-        end
-    end
-    function T.idle(p, s) return not iszero(s.held) end
-    function T.status(p, s) return p.limit, sub(p.limit, s.held), 0, 0 end
-    return T
-end
-
-local R = setmetatable({}, {__index = function(t, tag)
-    local def = DEF[tag]
-    if not def then return nil end
-    local T = def()
-    rawset(t, tag, T)
-    return T
-end})
 
 -- ---- state keys -------------------------------------------------------------------------------
 
--- The state of type T stored at key, or nil when the key is missing or holds another type (or a
--- value of an earlier format).
-local function load_state(T, key)
+-- A table for an item, its state and its rule's parameters: a constructor with 9 fields makes
+-- Lua size it for 16 at once (a table that grows is rehashed at each power of two).
+local function new_item()
+    return {T = false, k = 0, rec = false, cost = 0, wait = 0, full = false, win = false,
+        x1 = false, x2 = false}
+end
+
+-- The state of type T stored at key, in t (a new item when nil); a new key's state when the key
+-- is missing or holds another type (or a value of an earlier format). Returns t and whether the
+-- key held a state.
+local function load_state(T, key, t)
+    t = t or new_item()
     local raw = redis.call('GET', key)
-    if not raw then return nil end
-    return T.load(raw)
+    if raw and T.load(raw, t) then return t, true end
+    return T.zero(t), false
 end
 
 -- TTL in ms for a state written now: until it is idle (no sooner than floor_ms); a state that
@@ -1345,6 +1500,13 @@ local function ttl_ms(T, p, s, key, floor_ms, hold_ms)
         ms = hold_ms
         local cur = redis.call('PTTL', key)
         if cur > ms then ms = cur end
+    elseif type(idle) == 'number' then
+        if idle > 0 then
+            ms = floor(idle / MS)
+            if ms * MS < idle then ms = ms + 1 end
+        else
+            ms = 1
+        end
     elseif idle and ispos(idle) then
         ms = ceil_mdm(idle, 1, 0, MS)
         if cmp(ms, TTL_CAP) > 0 then ms = TTL_CAP end

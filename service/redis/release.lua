@@ -22,10 +22,10 @@ redis.call('ZREM', KEYS[2], ARGV[3])
 local floor_ms, hold_ms = tonumber(ARGV[4]), tonumber(ARGV[5])
 for i = 3, #KEYS do
     local o = 5 + (i - 3) * 4
-    local T = R[ARGV[o + 1]]
-    local st = load_state(T, KEYS[i])
-    if st and T.release then
-        local p = T.params(N(ARGV[o + 2]), N(ARGV[o + 3]))
+    local T = rule_type(ARGV[o + 1])
+    local st, found = load_state(T, KEYS[i])
+    if found and T.release then
+        local p = T.params(N(ARGV[o + 2]), N(ARGV[o + 3]), st)
         T.prep(p, st)
         T.release(p, st, N(ARGV[o + 4]))
         save_state(T, p, st, KEYS[i], floor_ms, hold_ms)

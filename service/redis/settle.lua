@@ -17,10 +17,10 @@ if not iszero(amount) then
     local floor_ms, hold_ms = tonumber(ARGV[3]), tonumber(ARGV[4])
     for i = 2, #KEYS do
         local o = 4 + (i - 2) * 3
-        local T = R[ARGV[o + 1]]
-        local st = load_state(T, KEYS[i])
-        if st then
-            local p = T.params(N(ARGV[o + 2]), N(ARGV[o + 3]))
+        local T = rule_type(ARGV[o + 1])
+        local st, found = load_state(T, KEYS[i])
+        if found then
+            local p = T.params(N(ARGV[o + 2]), N(ARGV[o + 3]), st)
             T.prep(p, st)
             T.refund(p, st, at, amount)
             save_state(T, p, st, KEYS[i], floor_ms, hold_ms)

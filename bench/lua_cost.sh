@@ -8,7 +8,9 @@
 # EVALSHA per case with redis-benchmark (keys spread over 100,000 values with __rand_int__,
 # Redis's own clock, the arguments laid out as service/redis_store.c lays them out), and prints
 # Redis's usec_per_call of EVALSHA for each case from INFO commandstats, plus used_memory per
-# state key. Also the cost of the library alone (lib.lua + "return 1"). Asserts nothing.
+# state key. Also the cost of the library alone (lib.lua + "return 1"). Each case runs with
+# EVALSHA, then (on Redis 7) as FCALL of the same scripts loaded as a Functions library, as the
+# store calls them there. Asserts nothing.
 #
 # Cases: tb3 is the decision of `make bench` (user, team and global token buckets, the global
 # key shared by every call); the others decide three rules of one type on three keys that are
@@ -39,30 +41,49 @@ for _ in $(seq 100); do
 done
 cli() { redis-cli -p "$port" "$@"; }
 
-cat "$ROOT/service/redis/lib.lua" "$ROOT/service/redis/decide.lua" >"$TMP/decide.lua"
-{ cat "$ROOT/service/redis/lib.lua"; echo "return 1"; } >"$TMP/libonly.lua"
+R=$ROOT/service/redis
+cat "$R/lib.lua" "$R/decide.lua" >"$TMP/decide.lua"
+{ cat "$R/lib.lua"; echo "return 1"; } >"$TMP/libonly.lua"
 SHA=$(cli -x script load <"$TMP/decide.lua")
 LIBSHA=$(cli -x script load <"$TMP/libonly.lua")
+# the Functions library as the Makefile builds it (when this Redis has Functions)
+FN=
+if [ -f "$R/decide.lua" ] && cli function list >/dev/null 2>&1; then
+    { echo '#!lua name=rld_lua_cost'; echo "local V = 'cost'"; echo 'local decide'
+      echo 'local function init()'; cat "$R/lib.lua"; echo 'decide = function(KEYS, ARGV)'
+      cat "$R/decide.lua"; echo 'end'; echo 'end'
+      echo "redis.register_function('rld_cost_decide', function(KEYS, ARGV)"
+      echo '    if not decide then init() end'; echo '    return decide(KEYS, ARGV)'; echo 'end)'
+    } >"$TMP/library.lua"
+    cli -x function load replace <"$TMP/library.lua" >/dev/null 2>&1 && FN=rld_cost_decide
+fi
 
-# usec_per_call of EVALSHA after replaying "$@" N times
+# usec_per_call of EVALSHA (or FCALL) after replaying "$@" N times
 run() {
     cli config resetstat >/dev/null
     redis-benchmark -p "$port" -c "$CONNS" -n "$N" -r 100000 -q "$@" >"$TMP/rb" 2>&1 ||
         { cat "$TMP/rb" >&2; exit 1; }
     grep -q 'ERR\|error' "$TMP/rb" && { cat "$TMP/rb" >&2; exit 1; }
-    cli info commandstats | tr -d '\r' | awk -F'[=,]' '/^cmdstat_evalsha:/ { print $6 }'
+    cli info commandstats | tr -d '\r' |
+        awk -F'[=,]' '/^cmdstat_(evalsha|fcall):/ { printf "%.1f", $6 }'
 }
 
 # one item: tag, key index, need, cost, p1, p2 (the rule's parameters in fixed point / ns)
 item() { printf '%s\n' "$1" "$2" 1000000 1000000 "$3" "$4" '' ''; }
 
-decide() { # keys... -- items (as from item)
+decide() { # keys... -- items (as from item): "EVALSHA µs FCALL µs"
     local -a keys=() args=()
     while [ "$1" != -- ]; do keys+=("$1"); shift; done
     shift
     mapfile -t args < <(for a in "$@"; do printf '%s\n' "$a"; done)
-    run EVALSHA "$SHA" "${#keys[@]}" "${keys[@]}" '' 0 1000000 60000000000 0 120000 '' \
-        $((${#args[@]} / 8)) "${args[@]}"
+    local tail=('' 0 1000000 60000000000 0 120000 '' $((${#args[@]} / 8)) "${args[@]}")
+    cli flushall >/dev/null
+    printf 'evalsha %s' "$(run EVALSHA "$SHA" "${#keys[@]}" "${keys[@]}" "${tail[@]}")"
+    if [ -n "$FN" ]; then
+        cli flushall >/dev/null
+        printf ' fcall %s' "$(run FCALL "$FN" "${#keys[@]}" "${keys[@]}" "${tail[@]}")"
+    fi
+    echo
 }
 
 three() { # tag p1 p2 p1 p2 p1 p2: three rules of one type on three spread keys

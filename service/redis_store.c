@@ -987,6 +987,8 @@ int rld_redis_store_new(const rld_redis_options *opt, rl_store **out, rl_err *er
         free(rs);
         return rc;
     }
+    if (opt->scripts_only)
+        rld_pool_use_functions(rs->pool, 0);
     rs->plen = strlen(prefix);
     rs->manual = opt->manual_clock != 0;
     rs->floor_ms = opt->ttl_floor_ms;

@@ -44,6 +44,9 @@ static rl_config *config_of(rl_registry *reg, const char *json, rld_settings *se
     return cfg;
 }
 
+/* 1: the stores made below call every script with EVALSHA, as with a Redis before 7. */
+static int scripts_only;
+
 /* A limiter over a Redis store with a manual clock (unless real_clock) under prefix. */
 static rl_limiter *redis_limiter(rl_registry *reg, const char *json, const char *prefix,
                                  int real_clock, rl_store **store_out)
@@ -55,7 +58,8 @@ static rl_limiter *redis_limiter(rl_registry *reg, const char *json, const char 
                            .timeout_ms = 10000, /* a loaded machine is no store failure */
                            .pool = 4,
                            .manual_clock = !real_clock,
-                           .ttl_floor_ms = real_clock ? 0 : 3600 * 1000};
+                           .ttl_floor_ms = real_clock ? 0 : 3600 * 1000,
+                           .scripts_only = scripts_only};
     for (size_t l = 0; l < RL_MAX_LEVELS; l++)
         o.shards[l] = set.shards[l];
     rld_settings_clear(&set);
@@ -488,6 +492,95 @@ START_TEST(differential_replay)
         seed = strtoull(env, NULL, 0);
     snprintf(prefix, sizeof prefix, "diff%" PRIx64 ":", seed);
     replay(seed, _i % 7, STEPS, prefix);
+}
+END_TEST
+
+/* The same with every script called by EVALSHA (the library's top level running on each
+ * call), one trace per type of the first rule. */
+START_TEST(differential_replay_evalsha)
+{
+    char prefix[40];
+    snprintf(prefix, sizeof prefix, "diffsha%d:", _i);
+    scripts_only = 1;
+    replay(0x5ba0000u + (uint64_t)_i, _i % 7, STEPS, prefix);
+    scripts_only = 0;
+}
+END_TEST
+
+/* ---- Functions or EVALSHA ------------------------------------------------------------------ */
+
+/* The calls of a command so far, from INFO commandstats (0 when never called). */
+static long long command_calls(const char *cmd)
+{
+    redisReply *r = rt_redis_cmd(&srv, "INFO commandstats");
+    ck_assert_int_eq(r->type, REDIS_REPLY_STRING);
+    char pat[64];
+    snprintf(pat, sizeof pat, "cmdstat_%s:calls=", cmd);
+    const char *p = strstr(r->str, pat);
+    long long n = p ? strtoll(p + strlen(pat), NULL, 10) : 0;
+    freeReplyObject(r);
+    return n;
+}
+
+static long long library_count(void)
+{
+    redisReply *r = rt_redis_cmd(&srv, "FUNCTION LIST LIBRARYNAME ratelimitd_*");
+    ck_assert_int_eq(r->type, REDIS_REPLY_ARRAY);
+    long long n = (long long)r->elements;
+    freeReplyObject(r);
+    return n;
+}
+
+/* With Redis 7 the decision goes as FCALL of a library loaded once, which is loaded again when
+ * Redis lost it; where Redis refuses Functions (here: not permitted to the user, as a Redis
+ * before 7 knows no FCALL) the store turns to EVALSHA by itself and decides the same. */
+START_TEST(functions_or_evalsha)
+{
+    const char *json = "{\"levels\": [{\"name\": \"k\", \"rules\": [{\"type\": "
+                       "\"token_bucket\", \"capacity\": 3, \"per_second\": 1}]}]}";
+    rl_registry *reg = rl_registry_new();
+    rl_store *st;
+    rl_decision d;
+    rl_limiter *lim = redis_limiter(reg, json, "fn:", 0, &st);
+    ck_assert_int_eq(acquire(lim, "k=a", FP(1), S(1), 0, 0, &d), RL_OK);
+    ck_assert(d.allowed);
+    ck_assert_int_eq(library_count(), 1);
+    /* the first FCALL found no function: loaded, then called again */
+    ck_assert_int_eq(command_calls("fcall"), 2);
+    ck_assert_int_eq(command_calls("evalsha"), 0);
+    ck_assert_int_eq(rld_pool_functions(rld_redis_store_pool(st)), 1);
+
+    /* the library gone (as after a restart without persistence): loaded again on the way */
+    freeReplyObject(rt_redis_cmd(&srv, "FUNCTION FLUSH"));
+    ck_assert_int_eq(acquire(lim, "k=a", FP(1), S(1), 0, 0, &d), RL_OK);
+    ck_assert(d.allowed);
+    ck_assert_int_eq(d.applied[0].st.remaining, FP(1));
+    ck_assert_int_eq(library_count(), 1);
+    rl_limiter_free(lim);
+
+    /* Functions refused (to a user not permitted them): EVALSHA, the same state and answers */
+    redisReply *r = rt_redis_cmd(&srv, "ACL SETUSER old on >pw ~* &* +@all -fcall -function");
+    ck_assert_int_eq(r->type, REDIS_REPLY_STATUS);
+    freeReplyObject(r);
+    freeReplyObject(rt_redis_cmd(&srv, "FUNCTION FLUSH"));
+    char url[sizeof srv.url];
+    memcpy(url, srv.url, sizeof url);
+    snprintf(srv.url, sizeof srv.url, "redis://old:pw@127.0.0.1:%d/0", srv.port);
+    lim = redis_limiter(reg, json, "fn:", 0, &st);
+    memcpy(srv.url, url, sizeof url);
+    long long fcalls = command_calls("fcall");
+    ck_assert_int_eq(acquire(lim, "k=a", FP(1), S(1), 0, 0, &d), RL_OK);
+    ck_assert(d.allowed);
+    ck_assert_int_eq(d.applied[0].st.remaining, 0);
+    ck_assert_int_eq(acquire(lim, "k=a", FP(1), S(1), 0, 0, &d), RL_OK);
+    ck_assert(!d.allowed);
+    ck_assert_int_eq(d.retry_after, S(1));
+    ck_assert_int_eq(rld_pool_functions(rld_redis_store_pool(st)), 0);
+    ck_assert_int_eq(command_calls("evalsha"), 2);
+    ck_assert_int_eq(command_calls("fcall"), fcalls); /* refused calls are not counted */
+    ck_assert_int_eq(library_count(), 0);
+    rl_limiter_free(lim);
+    rl_registry_free(reg);
 }
 END_TEST
 
@@ -1175,7 +1268,9 @@ START_TEST(quotas_reach_every_instance)
     rt_redis_kill(&srv);
     rt_redis_restart(&srv);
     wait_tier(b, "bob", "free");
-    ck_assert_int_eq(rld_redis_quota_put(ra, "carol", "pro", NULL, &err), RL_OK);
+    int rc_;
+    rc_ = rld_redis_quota_put(ra, "carol", "pro", NULL, &err);
+    ck_assert_msg(rc_ == RL_OK, "%s", err.msg);
     wait_tier(b, "carol", "pro");
 
     rld_redis_quota_unfollow(f);
@@ -1202,6 +1297,7 @@ Suite *redis_store_suite(void)
     tcase_add_checked_fixture(tc, srv_up, srv_down);
     tcase_set_timeout(tc, 300);
     tcase_add_loop_test(tc, differential_replay, 0, TRACES);
+    tcase_add_loop_test(tc, differential_replay_evalsha, 0, 7);
     tcase_add_test(tc, charges_saturate_alike);
     tcase_add_test(tc, tier_changes_alike);
     suite_add_tcase(s, tc);
@@ -1212,6 +1308,7 @@ Suite *redis_store_suite(void)
     tcase_add_test(tc, every_key_written_has_a_ttl);
     tcase_add_test(tc, ttl_follows_the_state);
     tcase_add_test(tc, sharded_level_splits_the_quota);
+    tcase_add_test(tc, functions_or_evalsha);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("instances");

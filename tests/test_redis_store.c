@@ -417,9 +417,16 @@ static void replay(uint64_t seed, int force, int steps, const char *prefix)
     size_t nids = 0;
     static const char *const values[] = {"a", "b", "c", "a", "b", "zz"};
     size_t nlevels = rl_limiter_config(p.mem)->nlevels;
-    rl_ns now = rnd(&s, 2) ? 0 : (rl_ns)1700000000 * RL_NS_PER_SEC + (rl_ns)rnd(&s, 1u << 30);
+    /* from 0, today, just below 2^53 ns or just below 4e18 ns (where the scripts' ways of
+     * holding now change) */
+    uint64_t start = rnd(&s, 8);
+    rl_ns now = start < 3   ? 0
+                : start < 6 ? (rl_ns)1700000000 * RL_NS_PER_SEC + (rl_ns)rnd(&s, 1u << 30)
+                : start < 7 ? ((rl_ns)1 << 53) - (rl_ns)rnd(&s, 600 * RL_NS_PER_SEC)
+                            : (rl_ns)4000000000 * RL_NS_PER_SEC - (rl_ns)rnd(&s, 600 * RL_NS_PER_SEC);
     for (int step = 0; step < steps; step++) {
-        /* time moves forward in steps of any size, and sometimes back */
+        /* time moves forward in steps of any size (up to a year: beyond 2^53 ns, 104 days, a
+         * time is no longer a number in the scripts), and sometimes back */
         uint64_t dt = rnd(&s, 40);
         if (dt < 12)
             now += (rl_ns)rnd(&s, 1000);
@@ -427,10 +434,12 @@ static void replay(uint64_t seed, int force, int steps, const char *prefix)
             now += (rl_ns)rnd(&s, RL_NS_PER_SEC / 10);
         else if (dt < 34)
             now += (rl_ns)rnd(&s, 2 * RL_NS_PER_SEC);
-        else if (dt < 36)
+        else if (dt < 35)
             now += (rl_ns)rnd(&s, 60 * RL_NS_PER_SEC);
-        else if (dt < 37)
+        else if (dt < 36)
             now += (rl_ns)rnd(&s, 3600 * RL_NS_PER_SEC);
+        else if (dt < 37)
+            now += (rl_ns)rnd(&s, 366 * 86400 * RL_NS_PER_SEC);
         else {
             rl_ns back = (rl_ns)rnd(&s, 5 * RL_NS_PER_SEC);
             now = now > back ? now - back : 0;
@@ -492,6 +501,108 @@ START_TEST(differential_replay)
         seed = strtoull(env, NULL, 0);
     snprintf(prefix, sizeof prefix, "diff%" PRIx64 ":", seed);
     replay(seed, _i % 7, STEPS, prefix);
+}
+END_TEST
+
+/* Traces aimed at the bounds of the scripts' fast paths, through both stores: every answer the
+ * same. Times are ns, amounts fp units. */
+typedef struct bstep {
+    rl_ns t;
+    rl_fp cost;
+    unsigned flags;
+} bstep;
+
+typedef struct bcase {
+    const char *what, *rules;
+    bstep steps[8];
+} bcase;
+
+#define P2(b) ((rl_ns)1 << (b))
+#define T4E18 ((rl_ns)4000000000 * 1000000000)
+
+static const bcase boundaries[] = {
+    /* emptied at 0; at 5363222357 ns, (now - last) * rate = 5363222357 * 18645507 = 1e17 - 1,
+     * which rounds to used * 1e9 = 1e17 in doubles: 99999999 units come back, not 100000000 */
+    {"refill one below the rounded product",
+     "{\"type\": \"token_bucket\", \"capacity\": 100, \"per_second\": 18.645507}",
+     {{1000, FP(100), 0}, {1000 + 5363222357, 1, RL_DRY_RUN}, {1000 + 5363222358, 1, 0}, {-1, 0, 0}}},
+    {"the same, today",
+     "{\"type\": \"token_bucket\", \"capacity\": 100, \"per_second\": 18.645507}",
+     {{(rl_ns)1700000000 * 1000000000, FP(100), 0},
+      {(rl_ns)1700000000 * 1000000000 + 5363222357, 1, RL_DRY_RUN},
+      {-1, 0, 0}}},
+    /* a bucket that takes years to refill, idle for about 2^53 ns (104 days) and beyond */
+    {"idle across 2^53 ns",
+     "{\"type\": \"token_bucket\", \"capacity\": 1000000000000, \"per_second\": 0.000001}",
+     {{(rl_ns)1700000000 * 1000000000, FP(1000000000000), 0},
+      {(rl_ns)1700000000 * 1000000000 + P2(53) - 1, 1, RL_DRY_RUN},
+      {(rl_ns)1700000000 * 1000000000 + P2(53), 1, RL_DRY_RUN},
+      {(rl_ns)1700000000 * 1000000000 + P2(53) + 1, FP(5), 0},
+      {(rl_ns)1700000000 * 1000000000 + P2(60), FP(5), 0},
+      {-1, 0, 0}}},
+    {"gcra idle across 2^53 ns", "{\"type\": \"gcra\", \"per_second\": 0.000001, \"burst\": 5}",
+     {{(rl_ns)1700000000 * 1000000000, FP(5), 0},
+      {(rl_ns)1700000000 * 1000000000 + P2(53) - 1, FP(1), 0},
+      {(rl_ns)1700000000 * 1000000000 + P2(53) + 7, FP(1), 0},
+      {-1, 0, 0}}},
+    /* now crossing 4e18 ns, where the scripts stop using 32-bit halves of now */
+    {"token bucket across 4e18 ns",
+     "{\"type\": \"token_bucket\", \"capacity\": 3, \"per_second\": 1.5}",
+     {{T4E18 - 700000000, FP(2), 0},
+      {T4E18 - 1, FP(1), 0},
+      {T4E18, FP(1), 0},
+      {T4E18 + 300000000, FP(1), 0},
+      {T4E18 + 1300000000, FP(1), 0},
+      {-1, 0, 0}}},
+    {"windows across 4e18 ns",
+     "{\"type\": \"fixed_window\", \"limit\": 2, \"window\": 0.7}, "
+     "{\"type\": \"sliding_window_counter\", \"limit\": 3, \"window\": 0.9}, "
+     "{\"type\": \"sliding_window\", \"limit\": 3, \"window\": 1.1}, "
+     "{\"type\": \"gcra\", \"per_second\": 2, \"burst\": 3}",
+     {{T4E18 - 700000000, FP(1), 0},
+      {T4E18 - 1, FP(1), 0},
+      {T4E18, FP(1), 0},
+      {T4E18 + 300000000, FP(1), 0},
+      {T4E18 + 1300000000, FP(1), 0},
+      {-1, 0, 0}}},
+    /* windows of 2^50 ns and one less, on either side of the scripts' fast remainder */
+    {"windows of about 2^50 ns",
+     "{\"type\": \"fixed_window\", \"limit\": 2, \"window\": 1125899.906842624}, "
+     "{\"type\": \"sliding_window_counter\", \"limit\": 3, \"window\": 1125899.906842623}",
+     {{(rl_ns)1700000000 * 1000000000, FP(1), 0},
+      {(rl_ns)1700000000 * 1000000000 + P2(49), FP(1), 0},
+      {(rl_ns)1700000000 * 1000000000 + P2(50), FP(2), 0},
+      {(rl_ns)1700000000 * 1000000000 + P2(51) + 5, FP(1), 0},
+      {-1, 0, 0}}},
+    /* huge quotas and rates: products far beyond 2^99 */
+    {"huge rates and amounts",
+     "{\"type\": \"token_bucket\", \"capacity\": 1000000000000, \"per_second\": 999999999999.999999}, "
+     "{\"type\": \"gcra\", \"per_second\": 1000000000000, \"burst\": 1000000000000}, "
+     "{\"type\": \"sliding_window_counter\", \"limit\": 1000000000000, \"window\": 31622400}",
+     {{(rl_ns)1700000000 * 1000000000, FP(999999999999), 0},
+      {(rl_ns)1700000000 * 1000000000 + 1, FP(999999999999), 0},
+      {(rl_ns)1700000000 * 1000000000 + 1000000, FP(3), 0},
+      {(rl_ns)1700000000 * 1000000000 + P2(53), FP(1), 0},
+      {-1, 0, 0}}},
+};
+
+START_TEST(boundaries_alike)
+{
+    const bcase *c = &boundaries[_i];
+    char json[1024], prefix[32];
+    snprintf(json, sizeof json, "{\"levels\": [{\"name\": \"k\", \"rules\": [%s]}]}", c->rules);
+    snprintf(prefix, sizeof prefix, "bound%d:", _i);
+    pair p;
+    pair_new(&p, json, prefix);
+    for (const bstep *st = c->steps; st->t >= 0; st++) {
+        rl_decision a, b;
+        char ctx[200];
+        snprintf(ctx, sizeof ctx, "%s, t=%" PRId64, c->what, st->t);
+        ck_assert_int_eq(acquire(p.mem, "k=x", st->cost, st->t, st->flags, 0, &a), RL_OK);
+        ck_assert_int_eq(acquire(p.red, "k=x", st->cost, st->t, st->flags, 0, &b), RL_OK);
+        compare(&a, &b, ctx);
+    }
+    pair_free(&p);
 }
 END_TEST
 
@@ -729,6 +840,258 @@ START_TEST(lua_arithmetic_matches_c)
             for (int k = 0; k < 9; k++)
                 ck_assert_msg(e[k][0] == '*' || strcmp(got[k], e[k]) == 0, "%s op %d: lua %s, C %s",
                               want, k, got[k], e[k]);
+        }
+        freeReplyObject(r);
+    }
+    redisFree(c);
+}
+END_TEST
+
+/* The library as embedded in the binary (the part of a script before its own file) followed by
+ * harness, in buf. */
+static void lib_with(const char *harness, char *buf, size_t cap)
+{
+    const char *own = strstr(rld_lua_due, "-- due.lua - ");
+    ck_assert_ptr_nonnull(own);
+    size_t n = (size_t)(own - rld_lua_due);
+    ck_assert_uint_lt(n + strlen(harness), cap);
+    memcpy(buf, rld_lua_due, n);
+    strcpy(buf + n, harness);
+}
+
+/* Runs script with ARGV (no keys); fails on an error reply. */
+static redisReply *eval_args(redisContext *c, const char *script, int n, const char **args)
+{
+    const char *argv[3 + 1024];
+    ck_assert_int_le(n, 1024);
+    argv[0] = "EVAL";
+    argv[1] = script;
+    argv[2] = "0";
+    memcpy(argv + 3, args, (size_t)n * sizeof *args);
+    redisReply *r = redisCommandArgv(c, 3 + n, argv, NULL);
+    ck_assert_ptr_nonnull(r);
+    ck_assert_msg(r->type == REDIS_REPLY_ARRAY, "%s", r->type == REDIS_REPLY_ERROR ? r->str : "?");
+    return r;
+}
+
+/* The products and quotients done in doubles: mdm(a, b, c, d) = floor((a * b + c) / d) and its
+ * remainder, ceil_mdm, and the sign of a * b - d * e, against __int128, around every bound of
+ * their fast paths (products near 2^53 and 2^99, quotients near 2^51, divisors near 2^50,
+ * offsets near 2^50) and beyond them, where the big integers take over. */
+static const char *mdm_harness =
+    "\nlocal out = {}\n"
+    "for i = 1, #ARGV, 5 do\n"
+    "  local a, b, c, d, e = N(ARGV[i]), N(ARGV[i + 1]), N(ARGV[i + 2]), N(ARGV[i + 3]), "
+    "N(ARGV[i + 4])\n"
+    "  local q, r = mdm(a, b, c, d)\n"
+    "  out[#out + 1] = table.concat({S(q), S(r), S(ceil_mdm(a, b, c, d)), "
+    "tostring(cmp_prod(a, b, d, e))}, ' ')\n"
+    "end\n"
+    "return out\n";
+
+/* A non-negative value below 2^63 of a random shape, often at a bound. */
+static i128 rnd_edge(uint64_t *s, int bits_max)
+{
+    static const int bounds[] = {20, 26, 30, 32, 49, 50, 51, 52, 53, 54, 60, 62};
+    uint64_t k = rng_next(s) % 5;
+    i128 v;
+    if (k == 0) { /* a power of two and its neighbours */
+        int b = bounds[rng_next(s) % (sizeof bounds / sizeof bounds[0])];
+        v = ((i128)1 << b) + (i128)(rng_next(s) % 5) - 2;
+    } else if (k == 1) {
+        v = (i128)(rng_next(s) % 100000);
+    } else if (k == 2) {
+        v = (i128)(rng_next(s) >> (rng_next(s) % 64));
+    } else if (k == 3) {
+        v = (i128)(rng_next(s) % 1000) * 1000000000; /* whole seconds, fp units */
+    } else {
+        v = (i128)(rng_next(s) >> (64 - 53)); /* below 2^53 */
+    }
+    if (v < 0)
+        v = 0;
+    i128 max = ((i128)1 << bits_max) - 1;
+    return v > max ? v % ((i128)1 << bits_max) : v;
+}
+
+START_TEST(lua_products_match_c)
+{
+    static char script[131072];
+    lib_with(mdm_harness, script, sizeof script);
+    redisContext *c = rt_redis_connect(&srv);
+    uint64_t s = 0x3d3d;
+    for (int round = 0; round < 40; round++) {
+        enum { ROWS = 200 };
+        static char bufs[5 * ROWS][48];
+        const char *args[5 * ROWS];
+        i128 v[ROWS][5];
+        for (int i = 0; i < ROWS; i++) {
+            i128 a = rnd_edge(&s, 63), b = rnd_edge(&s, 63);
+            if (rng_next(&s) % 2) { /* products around 2^53 and 2^99 */
+                int t = rng_next(&s) % 2 ? 53 : 99;
+                int ba = 1 + (int)(rng_next(&s) % (uint64_t)(t - 1));
+                a = ((i128)1 << ba) + (i128)(rng_next(&s) % 3) - 1;
+                b = (((i128)1 << (t - ba)) + (i128)(rng_next(&s) % 7) - 3);
+                if (b < 0)
+                    b = 0;
+            }
+            if (a > (i128)INT64_MAX)
+                a = INT64_MAX;
+            if (b > (i128)INT64_MAX)
+                b = INT64_MAX;
+            i128 cabs = rnd_edge(&s, 56);
+            i128 cc = rng_next(&s) % 2 ? cabs : -cabs;
+            if (a * b + cc < 0)
+                cc = -(a * b);
+            i128 d = rnd_edge(&s, 62);
+            if (d == 0)
+                d = 1;
+            i128 e = rnd_edge(&s, 63);
+            if (rng_next(&s) % 4 == 0 && d > 0) /* products equal, or one apart */
+                e = (a * b) / d + (i128)(rng_next(&s) % 3) - 1;
+            if (e < 0)
+                e = 0;
+            if (e > (i128)INT64_MAX)
+                e = INT64_MAX;
+            i128 row[5] = {a, b, cc, d, e};
+            for (int k = 0; k < 5; k++) {
+                v[i][k] = row[k];
+                args[5 * i + k] = i128_str(row[k], bufs[5 * i + k]);
+            }
+        }
+        redisReply *r = eval_args(c, script, 5 * ROWS, args);
+        ck_assert_uint_eq(r->elements, ROWS);
+        for (int i = 0; i < ROWS; i++) {
+            i128 a = v[i][0], b = v[i][1], cc = v[i][2], d = v[i][3], e = v[i][4];
+            i128 x = a * b + cc, q = x / d, rem = x % d, never = INT64_MAX;
+            i128 cq = q + (rem != 0);
+            i128 pd = d * e;
+            char want[200], qs[48], rs[48], cs[48];
+            snprintf(want, sizeof want, "%s %s %s %d", i128_str(q, qs), i128_str(rem, rs),
+                     i128_str(cq >= never ? never : cq, cs), (a * b > pd) - (a * b < pd));
+            ck_assert_msg(strcmp(r->element[i]->str, want) == 0,
+                          "mdm(%s, %s, %s, %s), cmp_prod(.., %s): lua %s, C %s", args[5 * i],
+                          args[5 * i + 1], args[5 * i + 2], args[5 * i + 3], args[5 * i + 4],
+                          r->element[i]->str, want);
+        }
+        freeReplyObject(r);
+    }
+    redisFree(c);
+}
+END_TEST
+
+/* Times relative to a now: a decimal time (T) made relative and back, its 32-bit halves and
+ * back, the start of its window of length w, and now % w; against C, for nows of every range
+ * (0, small, near 2^53, today, near 4e18 where the halves stop, up to INT64_MAX) and times
+ * near now and far from it. */
+static const char *time_harness =
+    "\nclock(ARGV[1])\n"
+    "local out = {}\n"
+    "for i = 2, #ARGV, 2 do\n"
+    "  local t, w = rel_of_dec(ARGV[i]), N(ARGV[i + 1])\n"
+    "  local hi, lo = halves_of_rel(t)\n"
+    "  local m = now_mod(w)\n"
+    "  out[#out + 1] = table.concat({S(t), dec_of_rel(t), S(hi), S(lo), "
+    "S(rel_of_halves(hi, lo)), S(start_of(w, t)), m and S(m) or '-', S(sat_time(t))}, ' ')\n"
+    "end\n"
+    "return out\n";
+
+START_TEST(lua_times_match_c)
+{
+    static char script[131072];
+    lib_with(time_harness, script, sizeof script);
+    redisContext *c = rt_redis_connect(&srv);
+    uint64_t s = 0x7173;
+    const i128 never = INT64_MAX;
+    for (int round = 0; round < 60; round++) {
+        enum { ROWS = 150 };
+        static char bufs[1 + 2 * ROWS][48];
+        const char *args[1 + 2 * ROWS];
+        i128 v[ROWS][2], now;
+        uint64_t k = rng_next(&s) % 7;
+        if (k == 0)
+            now = (i128)(rng_next(&s) % 3);
+        else if (k == 1)
+            now = (i128)(rng_next(&s) % 100000000000ull);
+        else if (k == 2)
+            now = ((i128)1 << 53) + (i128)(rng_next(&s) % 2000000000) - 1000000000;
+        else if (k == 3)
+            now = (i128)1700000000 * 1000000000 + (i128)(rng_next(&s) % 100000000000000000ull);
+        else if (k == 4)
+            now = (i128)4000000000 * 1000000000 + (i128)(rng_next(&s) % 2000000000000ull) -
+                  1000000000000;
+        else if (k == 5)
+            now = never - (i128)(rng_next(&s) % 1000000000000ull);
+        else
+            now = (i128)(rng_next(&s) >> 1);
+        /* now within a few hundred ns of a multiple of w0, where the estimate of now / w0 from
+         * doubles (now rounded by up to 256 ns) can land on the wrong side */
+        i128 w0 = 1000000 + (i128)(rng_next(&s) % (((uint64_t)1 << 50) - 1000000));
+        if (now > 1000 && rng_next(&s) % 2) {
+            i128 m = now / w0 * w0 + (i128)(rng_next(&s) % 601) - 300;
+            now = m > 0 ? m : now;
+        }
+        args[0] = i128_str(now, bufs[0]);
+        for (int i = 0; i < ROWS; i++) {
+            i128 t;
+            uint64_t kt = rng_next(&s) % 6;
+            if (kt == 0)
+                t = now + (i128)(rng_next(&s) % 20000000000ull) - 10000000000; /* seconds away */
+            else if (kt == 1) /* near 2^52 .. 2^53 away, where numbers stop */
+                t = now + (rng_next(&s) % 2 ? 1 : -1) *
+                              (((i128)1 << (52 + rng_next(&s) % 2)) +
+                               (i128)(rng_next(&s) % 2000000000000ull) - 1000000000000);
+            else if (kt == 2)
+                t = (i128)(rng_next(&s) % 3);
+            else if (kt == 3)
+                t = never - (i128)(rng_next(&s) % 3);
+            else if (kt == 4) /* days or years away */
+                t = now + (i128)(rng_next(&s) % 2 ? 1 : -1) *
+                              (i128)(rng_next(&s) % 40000000) * 1000000000;
+            else
+                t = (i128)(rng_next(&s) >> 1);
+            if (t < 0)
+                t = (i128)(rng_next(&s) % 1000);
+            if (t > never)
+                t = never;
+            i128 w = 0;
+            uint64_t kw = rng_next(&s) % 5;
+            if (kw == 4)
+                w = w0;
+            else if (kw == 0)
+                w = 1000000 + (i128)(rng_next(&s) % 1000);
+            else if (kw == 1) /* near 2^50, where now_mod stops */
+                w = ((i128)1 << 50) + (i128)(rng_next(&s) % 2001) - 1000;
+            else if (kw == 2)
+                w = (i128)(1 + rng_next(&s) % 31622400) * 1000000000;
+            else
+                w = 1000000 + (i128)(rng_next(&s) % 31622400000000000ull);
+            v[i][0] = t;
+            v[i][1] = w;
+            args[1 + 2 * i] = i128_str(t, bufs[1 + 2 * i]);
+            args[2 + 2 * i] = i128_str(w, bufs[2 + 2 * i]);
+        }
+        redisReply *r = eval_args(c, script, 1 + 2 * ROWS, args);
+        ck_assert_uint_eq(r->elements, ROWS);
+        for (int i = 0; i < ROWS; i++) {
+            i128 t = v[i][0], w = v[i][1], rel = t - now;
+            char e[8][48], want[400];
+            i128_str(rel, e[0]);
+            i128_str(t, e[1]);
+            i128_str(t >> 32, e[2]);
+            i128_str(t & 0xffffffff, e[3]);
+            i128_str(rel, e[4]);
+            i128_str(t - t % w - now, e[5]);
+            /* now_mod answers below 4e18 for 1e6 <= w < 2^50, nil otherwise */
+            if (now < (i128)4000000000 * 1000000000 && w < ((i128)1 << 50))
+                i128_str(now % w, e[6]);
+            else
+                snprintf(e[6], sizeof e[6], "-");
+            i128_str(rel > never - now ? never - now : rel, e[7]);
+            snprintf(want, sizeof want, "%s %s %s %s %s %s %s %s", e[0], e[1], e[2], e[3], e[4],
+                     e[5], e[6], e[7]);
+            ck_assert_msg(strcmp(r->element[i]->str, want) == 0,
+                          "now %s, t %s, w %s: lua %s, C %s", args[0], args[1 + 2 * i],
+                          args[2 + 2 * i], r->element[i]->str, want);
         }
         freeReplyObject(r);
     }
@@ -1289,6 +1652,8 @@ Suite *redis_store_suite(void)
     tcase_add_checked_fixture(tc, srv_up, srv_down);
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, lua_arithmetic_matches_c);
+    tcase_add_test(tc, lua_products_match_c);
+    tcase_add_test(tc, lua_times_match_c);
     tcase_add_loop_test(tc, conformance_table, 0,
                         (int)(sizeof conformance / sizeof conformance[0]));
     suite_add_tcase(s, tc);
@@ -1298,6 +1663,7 @@ Suite *redis_store_suite(void)
     tcase_set_timeout(tc, 300);
     tcase_add_loop_test(tc, differential_replay, 0, TRACES);
     tcase_add_loop_test(tc, differential_replay_evalsha, 0, 7);
+    tcase_add_loop_test(tc, boundaries_alike, 0, (int)(sizeof boundaries / sizeof boundaries[0]));
     tcase_add_test(tc, charges_saturate_alike);
     tcase_add_test(tc, tier_changes_alike);
     suite_add_tcase(s, tc);

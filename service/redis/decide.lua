@@ -10,7 +10,7 @@
 --       by the caller), key index (0 for none), need, cost, 2 parameters, the caller's wait
 --       (for a rule without state), the item's reservation record ('' when it keeps none).
 -- Returns {'ok', then per item: wait, limit, remaining, reset_after, window, next} (integers,
--- or decimals beyond 2^53; statuses are '' for rules decided by the caller), or {'dup'} when the reservation id is taken. next is
+-- which Redis makes of Lua numbers exactly below 2^53, or decimals beyond; statuses are '' for rules decided by the caller), or {'dup'} when the reservation id is taken. next is
 -- rl_status_next: the wait for one whole unit more than remains (0 when full).
 --
 -- Each state is read and prepared (refilled, rolled) once; wait, take, status and next all
@@ -33,10 +33,14 @@ for i = 1, n do
     if k > 0 then
         local T = rule_type(ARGV[o + 1])
         it = load_state(T, KEYS[k])
-        T.params(N(ARGV[o + 5]), N(ARGV[o + 6]), it)
+        -- N(x), with the usual case (up to 15 digits: a number) inline
+        local need, cost, a, b = ARGV[o + 3], ARGV[o + 4], ARGV[o + 5], ARGV[o + 6]
+        need = #need <= 15 and tonumber(need) or N(need)
+        cost = #cost <= 15 and tonumber(cost) or N(cost)
+        T.params(#a <= 15 and tonumber(a) or N(a), #b <= 15 and tonumber(b) or N(b), it)
         T.prep(it, it)
-        it.T, it.cost = T, N(ARGV[o + 4])
-        it.wait = T.wait(it, it, N(ARGV[o + 3]))
+        it.T, it.cost = T, cost
+        it.wait = T.wait(it, it, need)
     else
         it = {wait = N(ARGV[o + 7])}
     end
@@ -79,7 +83,8 @@ local out = {'ok'}
 local j = 1
 for i = 1, n do
     local it = items[i]
-    out[j + 1] = reply(it.wait)
+    local w = it.wait
+    out[j + 1] = type(w) == 'number' and w or S(w)
     if it.T then
         local T = it.T
         local limit, remaining, reset, window = T.status(it, it)
@@ -94,11 +99,11 @@ for i = 1, n do
             if ispos(remaining) then whole = mul((divmod(remaining, ONE)), ONE) end
             nxt = T.wait(it, it, min(add(whole, ONE), limit))
         end
-        out[j + 2] = reply(limit)
-        out[j + 3] = reply(remaining)
-        out[j + 4] = reply(reset)
-        out[j + 5] = reply(window)
-        out[j + 6] = reply(nxt)
+        out[j + 2] = type(limit) == 'number' and limit or S(limit)
+        out[j + 3] = type(remaining) == 'number' and remaining or S(remaining)
+        out[j + 4] = type(reset) == 'number' and reset or S(reset)
+        out[j + 5] = type(window) == 'number' and window or S(window)
+        out[j + 6] = type(nxt) == 'number' and nxt or S(nxt)
     else
         for f = 2, 6 do out[j + f] = '' end
     end

@@ -487,13 +487,6 @@ function S(a)
     return big_ops().str(a)
 end
 
--- A value for a script's reply: an integer (Redis turns a Lua number into one, exactly below
--- 2^53), or its decimal beyond.
-local function reply(a)
-    if type(a) == 'number' then return a end
-    return S(a)
-end
-
 -- A sum, difference or product of numbers is exact when it is below 2^53 in magnitude, and
 -- otherwise lands at or beyond 2^53 itself, so the range check tells which case it is.
 function add(a, b)
@@ -935,18 +928,29 @@ local function rule_type(tag)
             return t
         end
         function T.load(v, t)
-            local k, n = byte(v, 1), #v
-            if k == 84 and n >= 9 and n <= 17 then
-                t.used, t.last, t.frac = uint(v, 10, n), dec_time(v, 2), 0
+            local n = #v
+            if n < 9 then return nil end
+            local k, hi, lo = unpack_('>BI4I4', v)
+            if k == 84 and n <= 17 then
+                t.used, t.last, t.frac = uint(v, 10, n), rel_of_halves(hi, lo), 0
                 return t
             elseif k == 85 and n >= 13 and n <= 21 then
-                t.used, t.last, t.frac = uint(v, 14, n), dec_time(v, 2), uint(v, 10, 13)
+                t.used, t.last, t.frac = uint(v, 14, n), rel_of_halves(hi, lo), uint(v, 10, 13)
                 return t
             end
         end
         function T.dump(s)
-            if s.frac == 0 then return 'T' .. enc_time(s.last) .. enc_var(s.used) end
-            return 'U' .. enc_time(s.last) .. pack('>I4', s.frac) .. enc_var(s.used)
+            local used, frac = s.used, s.frac
+            if type(used) == 'number' and used < 4294967296 then
+                -- one pack: the type, last, frac when not 0, used in as few bytes as it takes
+                local hi, lo = halves_of_rel(s.last)
+                local n = used == 0 and '' or used < 256 and 'I1' or used < 65536 and 'I2' or
+                              used < 16777216 and 'I3' or 'I4'
+                if frac == 0 then return pack('>BI4I4' .. n, 84, hi, lo, used) end
+                return pack('>BI4I4I4' .. n, 85, hi, lo, frac, used)
+            end
+            if frac == 0 then return 'T' .. enc_time(s.last) .. enc_var(used) end
+            return 'U' .. enc_time(s.last) .. pack('>I4', frac) .. enc_var(used)
         end
         -- refill: gain = floor(((now - last) * rate + frac) / 1e9); at least used when already
         -- (now - last) * rate >= used * 1e9 (frac >= 0), which settles most refills without
@@ -1060,7 +1064,7 @@ local function rule_type(tag)
     elseif tag == 'gcra' then
         -- gcra {per_second, burst}: tat, rem, last
         -- 'G' tat last rem
-        T = {refundable = true, prep = noop}
+        T = {refundable = true}
         function T.params(a, b, t)
             t = t or {}
             t.rate, t.burst = a, b
@@ -1085,31 +1089,45 @@ local function rule_type(tag)
             if c < 0 or (c == 0 and iszero(s.rem)) then return 0, 0 end
             return sub(s.tat, t), s.rem
         end
-        -- C's set_ahead(t, d * rate + r + extra * 1e9): q = floor(scaled / rate) = d + floor((r +
-        -- extra * 1e9) / rate), since d is whole
-        function T.wait(p, s, cost)
-            if cmp(cost, p.burst) > 0 then return NEVER end
+        -- t = max(now, last) becomes last, and a TAT behind it becomes t with rem 0 (ahead 0
+        -- either way; take and refund set both): then ahead(last) is (tat - last, rem)
+        function T.prep(p, s)
             local t = max(0, s.last)
+            s.last = t
             local d, r = ahead(s, t)
-            -- fits when A + cost * 1e9 <= burst * 1e9, A = qa * 1e9 + ra: A <= k * 1e9 with
-            -- k = burst - cost >= 0 holds iff qa < k, or qa = k and ra = 0
-            local k = sub(p.burst, cost)
-            local qa, ra = mdm(d, p.rate, r, NS)
+            if d == 0 and r == 0 then s.tat, s.rem = t, 0 end
+        end
+        -- A = ahead * 1e9... as qa * 1e9 + ra (C's "used" and "part"), kept until take
+        local function split(p, s)
+            local qa = s.qa
+            if qa then return qa, s.ra end
+            local ra
+            qa, ra = mdm(sub(s.tat, s.last), p.rate, s.rem, NS)
+            s.qa, s.ra = qa, ra
+            return qa, ra
+        end
+        function T.wait(p, s, cost)
+            local burst = p.burst
+            if cmp(cost, burst) > 0 then return NEVER end
+            -- fits when A + cost * 1e9 <= burst * 1e9: A <= k * 1e9 with k = burst - cost >= 0
+            -- holds iff qa < k, or qa = k and ra = 0
+            local k = sub(burst, cost)
+            local qa, ra = split(p, s)
             local c = cmp(qa, k)
             if c < 0 or (c == 0 and ra == 0) then return 0 end
             -- ceil((A - k * 1e9) / rate)
-            return add_sat(t, ceil_mdm(sub(qa, k), NS, ra, p.rate))
+            return add_sat(s.last, ceil_mdm(sub(qa, k), NS, ra, p.rate))
         end
+        -- C's set_ahead(t, A + cost * 1e9): floor(scaled / rate) = (tat - t) + floor((rem +
+        -- cost * 1e9) / rate), since tat - t is whole: the new TAT is tat + that quotient
         function T.take(p, s, cost)
-            local t = max(0, s.last)
-            local d, r = ahead(s, t)
-            local q, rem = mdm(cost, NS, r, p.rate)
+            local q, rem = mdm(cost, NS, s.rem, p.rate)
             s.rem = rem
-            s.tat = sat_time(add(t, add(d, q)))
-            s.last = t
+            s.tat = sat_time(add(s.tat, q))
+            s.qa = nil
         end
         function T.refund(p, s, taken_at, amount)
-            local t = max(0, s.last)
+            local t = s.last
             local d, r = ahead(s, t)
             local a = add(mul(d, p.rate), r)
             if isneg(amount) then
@@ -1122,31 +1140,38 @@ local function rule_type(tag)
             local q, rem = divmod(a, p.rate)
             s.rem = rem
             s.tat = sat_time(add(t, q))
-            s.last = t
+            s.qa = nil
         end
         function T.idle(p, s)
-            if not iszero(s.rem) then return add_sat_t(s.tat, 1) end
+            if s.rem ~= 0 then return add_sat_t(s.tat, 1) end
             return s.tat
         end
         function T.status(p, s)
-            local t = max(0, s.last)
-            local d, r = ahead(s, t)
-            local used, part = mdm(d, p.rate, r, NS)
-            if part ~= 0 then used = add(used, 1) end
+            local qa, ra = split(p, s)
+            local used = ra ~= 0 and add(qa, 1) or qa
+            local burst = p.burst
             local remaining
-            if cmp(used, USED_MAX) >= 0 then
-                remaining = sub(p.burst, USED_MAX)
+            if type(used) == 'number' then
+                remaining = sub(burst, used)
+            elseif cmp(used, USED_MAX) >= 0 then
+                remaining = sub(burst, USED_MAX)
             else
-                remaining = sub(p.burst, used)
+                remaining = sub(burst, used)
             end
             local reset = 0
-            if not (iszero(d) and iszero(r)) then
+            local d, r = sub(s.tat, s.last), s.rem
+            if d ~= 0 or r ~= 0 then
                 -- ceil(A / rate) = d + ceil(r / rate), saturated
                 local c = add(d, ceil_div(r, p.rate))
                 if type(c) ~= 'number' and cmp(c, NEVER) > 0 then c = NEVER end
-                reset = add_sat(t, c)
+                reset = add_sat(s.last, c)
             end
-            return p.burst, remaining, reset, ceil_mdm(p.burst, NS, 0, p.rate)
+            local win = p.win
+            if not win then
+                win = ceil_mdm(burst, NS, 0, p.rate)
+                p.win = win
+            end
+            return burst, remaining, reset, win
         end
     elseif tag == 'fw' then
         -- fixed_window {limit, window}: last, count
@@ -1169,23 +1194,33 @@ local function rule_type(tag)
             end
         end
         function T.dump(s) return 'F' .. enc_time(s.last) .. enc_var(s.count) end
-        -- count_at(t) with t = max(now, last), which becomes last
+        -- count_at(t) with t = max(now, last), which becomes last; ws is the start of its
+        -- window (last does not change again before the state is saved)
         function T.prep(p, s)
             if isneg(s.last) then
-                if cmp(start_of(p.window, 0), start_of(p.window, s.last)) ~= 0 then s.count = 0 end
-                s.last = 0
+                local ws = start_of(p.window, 0)
+                if cmp(ws, start_of(p.window, s.last)) ~= 0 then s.count = 0 end
+                s.last, s.ws = 0, ws
             end
+        end
+        local function ws_of(p, s)
+            local ws = s.ws
+            if not ws then
+                ws = start_of(p.window, s.last)
+                s.ws = ws
+            end
+            return ws
         end
         function T.wait(p, s, cost)
             if cmp(cost, p.limit) > 0 then return NEVER end
             if cmp(s.count, sub(p.limit, cost)) <= 0 then return 0 end
-            return add_sat(start_of(p.window, s.last), p.window)
+            return add_sat(ws_of(p, s), p.window)
         end
         function T.take(p, s, cost) s.count = used_add(s.count, cost) end
         function T.refund(p, s, taken_at, amount)
             if isneg(amount) then
                 s.count = used_add(s.count, sub(0, amount))
-            elseif cmp(start_of(p.window, taken_at), start_of(p.window, s.last)) == 0 then
+            elseif cmp(start_of(p.window, taken_at), ws_of(p, s)) == 0 then
                 if cmp(amount, s.count) >= 0 then
                     s.count = 0
                 else
@@ -1194,13 +1229,13 @@ local function rule_type(tag)
             end
         end
         function T.idle(p, s)
-            if iszero(s.count) then return false end
-            return add_sat_t(start_of(p.window, s.last), p.window)
+            if s.count == 0 then return false end
+            return add_sat_t(ws_of(p, s), p.window)
         end
         function T.status(p, s)
             local c = s.count
             local reset = 0
-            if not iszero(c) then reset = add_sat(start_of(p.window, s.last), p.window) end
+            if c ~= 0 then reset = add_sat(ws_of(p, s), p.window) end
             return p.limit, sub(p.limit, c), reset, p.window
         end
     elseif tag == 'sw' then
@@ -1344,7 +1379,9 @@ local function rule_type(tag)
             end
         end
         function T.dump(s) return 'W' .. enc_time(s.last) .. enc_u8(s.cur) .. enc_var(s.prev) end
-        -- roll(t) with t = max(now, last), which becomes last (a roll needs t in a later window)
+        -- roll(t) with t = max(now, last), which becomes last (a roll needs t in a later
+        -- window); ws is the start of its window (last does not change again before the state
+        -- is saved)
         function T.prep(p, s)
             if not isneg(s.last) then return end
             local w = p.window
@@ -1357,7 +1394,15 @@ local function rule_type(tag)
                 end
                 s.cur = 0
             end
-            s.last = 0
+            s.last, s.ws = 0, ws
+        end
+        local function ws_of(p, s)
+            local ws = s.ws
+            if not ws then
+                ws = start_of(p.window, s.last)
+                s.ws = ws
+            end
+            return ws
         end
         -- prev * (w - e) + (cur + cost) * w <= limit * w, i.e. with room = limit - cur - cost:
         -- room >= 0 and prev * (w - e) <= room * w
@@ -1365,7 +1410,7 @@ local function rule_type(tag)
             local w = p.window
             local room = sub(sub(p.limit, s.cur), cost)
             if isneg(room) then return false end
-            local e = sub(s.last, start_of(w, s.last))
+            local e = sub(s.last, ws_of(p, s))
             return cmp_prod(s.prev, sub(w, e), room, w) <= 0
         end
         -- k = floor(room * w / prev) >= w iff room >= prev
@@ -1379,7 +1424,7 @@ local function rule_type(tag)
         function T.wait(p, s, cost)
             if cmp(cost, p.limit) > 0 then return NEVER end
             if fits(p, s, cost) then return 0 end
-            local ws = start_of(p.window, s.last)
+            local ws = ws_of(p, s)
             local e = first_fit(p, s.prev, s.cur, cost)
             if cmp(e, p.window) < 0 then return add_sat(ws, e) end
             e = first_fit(p, s.cur, 0, cost)
@@ -1391,7 +1436,7 @@ local function rule_type(tag)
                 s.cur = used_add(s.cur, sub(0, amount))
                 return
             end
-            local ws, ts = start_of(p.window, s.last), start_of(p.window, taken_at)
+            local ws, ts = ws_of(p, s), start_of(p.window, taken_at)
             local field
             if cmp(ts, ws) == 0 then
                 field = 'cur'
@@ -1407,14 +1452,13 @@ local function rule_type(tag)
             end
         end
         function T.idle(p, s)
-            local ls = start_of(p.window, s.last)
-            if not iszero(s.cur) then return add_sat_t(ls, mul(2, p.window)) end
-            if not iszero(s.prev) then return add_sat_t(ls, p.window) end
+            if s.cur ~= 0 then return add_sat_t(ws_of(p, s), mul(2, p.window)) end
+            if s.prev ~= 0 then return add_sat_t(ws_of(p, s), p.window) end
             return false
         end
         function T.status(p, s)
             local w = p.window
-            local ws = start_of(w, s.last)
+            local ws = ws_of(p, s)
             local e = sub(s.last, ws)
             local q, r = mdm(s.prev, sub(w, e), 0, w)
             if r ~= 0 then q = add(q, 1) end

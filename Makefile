@@ -220,7 +220,7 @@ check-core:
 	echo "check-core: no rule type ($$names) is named outside service/core/rules/"
 
 # Debian packages the build, the tests and the benchmarks use.
-DEB_PKGS := gcc make pkg-config libjansson-dev libmicrohttpd-dev check libsubunit-dev \
+DEB_PKGS := gcc libc6-dev make pkg-config libjansson-dev libmicrohttpd-dev check libsubunit-dev \
             libcurl4-openssl-dev libhiredis-dev redis-server nginx wrk curl
 deps:
 	@missing=$$(for p in $(DEB_PKGS); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null \

@@ -2,6 +2,7 @@
  * test_config.c - the configuration loader: bad configurations are refused as a whole with a
  * message naming the path of the bad field; rules are written back as JSON.
  */
+#include <glob.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -171,22 +172,28 @@ END_TEST
 
 START_TEST(shipped_configs_load)
 {
-    static const char *files[] = {"config/default.json"};
-    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+    /* every configuration in config/ and config/examples/ (run from the repository's top) */
+    glob_t g;
+    int rc = glob("config/*.json", 0, NULL, &g);
+    ck_assert_msg(rc == 0, "no config/*.json: run from the repository's top");
+    ck_assert_int_eq(glob("config/examples/*.json", GLOB_APPEND, NULL, &g), 0);
+    int found_default = 0, found_container = 0;
+    for (size_t i = 0; i < g.gl_pathc; i++) {
+        const char *f = g.gl_pathv[i];
         rld_settings set;
         rl_config *cfg;
         rl_err err;
-        FILE *f = fopen(files[i], "r");
-        if (!f)
-            continue; /* the service's test checks every shipped config with --check-config */
-        fclose(f);
         rl_registry *reg = rl_registry_new();
-        ck_assert_msg(rld_config_load(files[i], reg, &set, &cfg, &err) == RL_OK, "%s: %s",
-                      files[i], err.msg);
+        ck_assert_msg(rld_config_load(f, reg, &set, &cfg, &err) == RL_OK, "%s: %s", f, err.msg);
+        found_default |= strcmp(f, "config/default.json") == 0;
+        found_container |= strcmp(f, "config/container.json") == 0;
         rld_settings_clear(&set);
         rl_config_free(cfg);
         rl_registry_free(reg);
     }
+    ck_assert(found_default && found_container);
+    ck_assert_uint_ge(g.gl_pathc, 6);
+    globfree(&g);
 }
 END_TEST
 

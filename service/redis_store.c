@@ -987,8 +987,7 @@ int rld_redis_store_new(const rld_redis_options *opt, rl_store **out, rl_err *er
         free(rs);
         return rc;
     }
-    if (opt->scripts_only)
-        rld_pool_use_functions(rs->pool, 0);
+    rld_pool_use_functions(rs->pool, opt->functions);
     rs->plen = strlen(prefix);
     rs->manual = opt->manual_clock != 0;
     rs->floor_ms = opt->ttl_floor_ms;
@@ -1017,7 +1016,8 @@ int rld_redis_store_open(const rld_settings *set, int manual_clock, rl_store **o
                            .prefix = set->redis_prefix,
                            .timeout_ms = set->redis_timeout_ms,
                            .pool = set->redis_pool,
-                           .manual_clock = manual_clock};
+                           .manual_clock = manual_clock,
+                           .functions = set->redis_functions};
     rld_fallback_options f = {.fleet_size = set->fleet_size > 0 ? (unsigned)set->fleet_size : 0,
                               .peers = rld_redis_store_peers};
     rl_store *rs;

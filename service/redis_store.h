@@ -48,7 +48,9 @@ typedef struct rld_redis_options {
     long ttl_floor_ms; /* least TTL given to any key written, 0 for none. TTLs follow the clock
                           the store decides with; with a manual clock that is not real time, so
                           tests that replay traces set a floor that outlasts them. */
-    int scripts_only;  /* 1: call every script with EVALSHA, even when Redis has Functions */
+    int functions; /* 1: call the decision, settlement, release and expiry scripts as one Redis
+                      Functions library (FCALL) where Redis has Functions, EVALSHA where it
+                      refuses them; 0: EVALSHA */
 } rld_redis_options;
 
 /* A new Redis store for rl_limiter_new, which takes it. Connections open lazily: an unreachable

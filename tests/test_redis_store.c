@@ -44,8 +44,9 @@ static rl_config *config_of(rl_registry *reg, const char *json, rld_settings *se
     return cfg;
 }
 
-/* 1: the stores made below call every script with EVALSHA, as with a Redis before 7. */
-static int scripts_only;
+/* 1: the stores made below call the scripts as a Functions library (FCALL); 0: EVALSHA, the
+ * default. */
+static int functions;
 
 /* A limiter over a Redis store with a manual clock (unless real_clock) under prefix. */
 static rl_limiter *redis_limiter(rl_registry *reg, const char *json, const char *prefix,
@@ -59,7 +60,7 @@ static rl_limiter *redis_limiter(rl_registry *reg, const char *json, const char 
                            .pool = 4,
                            .manual_clock = !real_clock,
                            .ttl_floor_ms = real_clock ? 0 : 3600 * 1000,
-                           .scripts_only = scripts_only};
+                           .functions = functions};
     for (size_t l = 0; l < RL_MAX_LEVELS; l++)
         o.shards[l] = set.shards[l];
     rld_settings_clear(&set);
@@ -606,15 +607,15 @@ START_TEST(boundaries_alike)
 }
 END_TEST
 
-/* The same with every script called by EVALSHA (the library's top level running on each
- * call), one trace per type of the first rule. */
-START_TEST(differential_replay_evalsha)
+/* The same with the scripts called as a Functions library (FCALL: the library's top level
+ * run once, not on each call), one trace per type of the first rule. */
+START_TEST(differential_replay_functions)
 {
     char prefix[40];
-    snprintf(prefix, sizeof prefix, "diffsha%d:", _i);
-    scripts_only = 1;
+    snprintf(prefix, sizeof prefix, "difffn%d:", _i);
+    functions = 1;
     replay(0x5ba0000u + (uint64_t)_i, _i % 7, STEPS, prefix);
-    scripts_only = 0;
+    functions = 0;
 }
 END_TEST
 
@@ -642,9 +643,10 @@ static long long library_count(void)
     return n;
 }
 
-/* With Redis 7 the decision goes as FCALL of a library loaded once, which is loaded again when
- * Redis lost it; where Redis refuses Functions (here: not permitted to the user, as a Redis
- * before 7 knows no FCALL) the store turns to EVALSHA by itself and decides the same. */
+/* By default every script goes by EVALSHA, loaded once and loaded again after NOSCRIPT. With
+ * "functions" and Redis 7 the decision goes as FCALL of a library loaded once, which is loaded
+ * again when Redis lost it; where Redis refuses Functions (here: not permitted to the user, as
+ * a Redis before 7 knows no FCALL) the store turns to EVALSHA by itself and decides the same. */
 START_TEST(functions_or_evalsha)
 {
     const char *json = "{\"levels\": [{\"name\": \"k\", \"rules\": [{\"type\": "
@@ -652,7 +654,30 @@ START_TEST(functions_or_evalsha)
     rl_registry *reg = rl_registry_new();
     rl_store *st;
     rl_decision d;
-    rl_limiter *lim = redis_limiter(reg, json, "fn:", 0, &st);
+    freeReplyObject(rt_redis_cmd(&srv, "CONFIG RESETSTAT"));
+    freeReplyObject(rt_redis_cmd(&srv, "SCRIPT FLUSH"));
+    rl_limiter *lim = redis_limiter(reg, json, "sha:", 0, &st);
+    ck_assert_int_eq(acquire(lim, "k=a", FP(1), S(1), 0, 0, &d), RL_OK);
+    ck_assert(d.allowed);
+    /* the decision script loaded before its first call */
+    ck_assert_int_eq(command_calls("script|load"), 1);
+    ck_assert_int_eq(command_calls("evalsha"), 1);
+    ck_assert_int_eq(command_calls("fcall"), 0);
+    ck_assert_int_eq(rld_pool_functions(rld_redis_store_pool(st)), 0);
+    freeReplyObject(rt_redis_cmd(&srv, "SCRIPT FLUSH"));
+    ck_assert_int_eq(acquire(lim, "k=a", FP(1), S(1), 0, 0, &d), RL_OK);
+    ck_assert(d.allowed);
+    ck_assert_int_eq(d.applied[0].st.remaining, FP(1));
+    /* the scripts gone (as after a restart): NOSCRIPT, loaded again, called again */
+    ck_assert_int_eq(command_calls("script|load"), 2);
+    ck_assert_int_eq(command_calls("evalsha"), 3);
+    ck_assert_int_eq(command_calls("fcall"), 0);
+    ck_assert_int_eq(library_count(), 0);
+    rl_limiter_free(lim);
+
+    functions = 1;
+    freeReplyObject(rt_redis_cmd(&srv, "CONFIG RESETSTAT"));
+    lim = redis_limiter(reg, json, "fn:", 0, &st);
     ck_assert_int_eq(acquire(lim, "k=a", FP(1), S(1), 0, 0, &d), RL_OK);
     ck_assert(d.allowed);
     ck_assert_int_eq(library_count(), 1);
@@ -691,6 +716,7 @@ START_TEST(functions_or_evalsha)
     ck_assert_int_eq(command_calls("fcall"), fcalls); /* refused calls are not counted */
     ck_assert_int_eq(library_count(), 0);
     rl_limiter_free(lim);
+    functions = 0;
     rl_registry_free(reg);
 }
 END_TEST
@@ -1662,7 +1688,7 @@ Suite *redis_store_suite(void)
     tcase_add_checked_fixture(tc, srv_up, srv_down);
     tcase_set_timeout(tc, 300);
     tcase_add_loop_test(tc, differential_replay, 0, TRACES);
-    tcase_add_loop_test(tc, differential_replay_evalsha, 0, 7);
+    tcase_add_loop_test(tc, differential_replay_functions, 0, 7);
     tcase_add_loop_test(tc, boundaries_alike, 0, (int)(sizeof boundaries / sizeof boundaries[0]));
     tcase_add_test(tc, charges_saturate_alike);
     tcase_add_test(tc, tier_changes_alike);

@@ -67,6 +67,8 @@ $(BUILD)/service/%.o: service/%.c
 
 # The Redis store's Lua scripts, embedded as C arrays (an array, not a string literal: ISO C
 # only promises string literals of 4095 bytes). Each script is lib.lua followed by its own file.
+# rld_lua_library is the same as one Redis Functions library: lib.lua and the scripts that use it
+# as functions, made on their first call (redis_pool.c puts the name and version in front).
 LUA_WITH_LIB := decide settle release due
 LUA_PLAIN    := heartbeat quota
 $(BUILD)/gen/redis_scripts.c: $(wildcard service/redis/*.lua) Makefile
@@ -79,7 +81,18 @@ $(BUILD)/gen/redis_scripts.c: $(wildcard service/redis/*.lua) Makefile
 	    echo "const char rld_lua_$$s[] = {"; \
 	    cat $$lib service/redis/$$s.lua | od -An -v -tx1 | sed -e 's/ \([0-9a-f][0-9a-f]\)/0x\1,/g'; \
 	    echo '0};'; \
-	  done; } > $@.tmp && mv $@.tmp $@
+	  done; \
+	  echo 'const char rld_lua_library[] = {'; \
+	  { echo 'local $(LUA_WITH_LIB)' | sed -e 's/ \([a-z]\)/, \1/g' -e 's/local,/local/'; \
+	    echo 'local function init()'; cat service/redis/lib.lua; \
+	    for s in $(LUA_WITH_LIB); do echo "$$s = function(KEYS, ARGV)"; cat service/redis/$$s.lua; \
+	      echo 'end'; done; \
+	    echo 'end'; \
+	    for s in $(LUA_WITH_LIB); do \
+	      echo "redis.register_function('rld_' .. V .. '_$$s', function(KEYS, ARGV)"; \
+	      echo "    if not $$s then init() end"; echo "    return $$s(KEYS, ARGV)"; echo 'end)'; \
+	    done; } | od -An -v -tx1 | sed -e 's/ \([0-9a-f][0-9a-f]\)/0x\1,/g'; \
+	  echo '0};'; } > $@.tmp && mv $@.tmp $@
 
 $(BUILD)/gen/redis_scripts.o: $(BUILD)/gen/redis_scripts.c
 	$(call say,CC,$<)

@@ -4,17 +4,19 @@
 # accepts "store": "redis" it reports n/a.
 #
 # On one redis-server of its own: ratelimitd's POST /acquire (wrk, as in section 1) against
-# redis-benchmark running the store's own decision script with EVALSHA at the same
-# concurrency, and Redis's used_memory per active key. The EVALSHA is not written out here: it
-# is taken from the daemon itself (redis-cli MONITOR while it decides one request), so the
-# comparison follows the store's script and arguments as they are. In it the user's and the
-# team's keys are replaced by redis-benchmark's __rand_int__, to spread the calls over keys.
+# redis-benchmark running the store's own decision script at the same concurrency, and Redis's
+# used_memory per active key. The call is not written out here: it is taken from the daemon
+# itself (redis-cli MONITOR while it decides one request), so the comparison follows the
+# store's script, command (FCALL of its Functions library on Redis 7, EVALSHA before) and
+# arguments as they are. In it the user's and the team's keys are replaced by
+# redis-benchmark's __rand_int__, to spread the calls over keys.
 
-# Prints the arguments of the decision's EVALSHA in a MONITOR capture (the first that names
-# user-0: the housekeeping tick sends EVALSHAs of its own), one per line (MONITOR quotes each
+# Prints the arguments of the decision's FCALL or EVALSHA in a MONITOR capture (the first that
+# names user-0: the housekeeping tick sends calls of its own), one per line (MONITOR quotes each
 # argument and escapes '"', '\' and other bytes as \xHH; the arguments are text).
 monitor_args() {
-    awk 'index(toupper($0), "] \"EVALSHA\"") && index($0, "\"rl:s:user:0:user-0\"") {
+    awk '(index(toupper($0), "] \"EVALSHA\"") || index(toupper($0), "] \"FCALL\"")) &&
+         index($0, "\"rl:user:0:user-0\"") {
         s = substr($0, index($0, "] ") + 2)
         out = ""; inq = 0
         for (i = 1; i <= length(s); i++) {
@@ -37,6 +39,12 @@ monitor_args() {
         for (k = 1; k <= 2; k++) v = v * 16 + index("0123456789abcdef", tolower(substr(h, k, 1))) - 1
         return v
     }' "$1"
+}
+
+# Redis's usec_per_call of a command (INFO commandstats) since the last CONFIG RESETSTAT.
+usec_per_call() {
+    redis-cli -p "$1" info commandstats | tr -d '\r' |
+        awk -F'[=,:]' -v c="cmdstat_${2,,}" '$1 == c { print $7 }'
 }
 
 redis_bench() {
@@ -84,7 +92,7 @@ redis_bench() {
     redis-cli -p "$port" flushall >/dev/null
     try_start_rld "$cfg" || fail "ratelimitd did not start again on Redis: $RLD_ERROR"
 
-    # the EVALSHA of one decision, as the store sends it
+    # the call of one decision, as the store sends it
     redis-cli -p "$port" monitor >"$dir/monitor" 2>/dev/null &
     local mon=$!
     sleep 0.3
@@ -97,15 +105,19 @@ redis_bench() {
         a=${a//user-0/user-__rand_int__}
         args+=("${a//team-0/team-__rand_int__}")
     done < <(monitor_args "$dir/monitor")
-    [ "${#args[@]}" -gt 3 ] || fail "no EVALSHA seen from the Redis store"
+    [ "${#args[@]}" -gt 3 ] || fail "no FCALL or EVALSHA seen from the Redis store"
 
     f=$TMP/redis-benchmark.csv
+    redis-cli -p "$port" config resetstat >/dev/null
     redis-benchmark -p "$port" -c "$WRK_CONNS" -n "$n" -r 100000 --csv "${args[@]}" >"$f" 2>&1 ||
         fail "redis-benchmark: $(cat "$f")"
     local engine
     engine=$(awk -F'","' 'NR == 2 { print $2 + 0 }' "$f")
-    emit redis_benchmark_evalsha_rps "$engine"
+    emit redis_decision_command "${args[0]^^}"
+    emit redis_benchmark_decision_rps "$engine"
+    emit redis_benchmark_decision_usec_per_call "$(usec_per_call "$port" "${args[0]}")"
 
+    redis-cli -p "$port" config resetstat >/dev/null
     wrk_round redis_acquire "$RLD_PID" "http://127.0.0.1:$RLD_PORT/" wrk_acquire.lua \
         "$TMP/redis.rounds"
     local rps
@@ -113,6 +125,7 @@ redis_bench() {
     emit http_acquire_redis_rps "$rps"
     emit http_acquire_redis_p99_ms "$(awk '$1 == "redis_acquire_p99_ms" { print $2 }' \
         "$TMP/redis.rounds")"
+    emit http_acquire_redis_usec_per_call "$(usec_per_call "$port" "${args[0]}")"
     stop_rld
     REDIS_ratio=$(ratio "$rps" "$engine")
 }

@@ -355,8 +355,8 @@ EOF
 # ---- 5. Redis -------------------------------------------------------------------------------
 
 # bench/redis.sh: ratelimitd on one redis-server against redis-benchmark running the store's
-# decision script with EVALSHA at the same concurrency, and used_memory per active key. It
-# reports n/a while the daemon refuses "store": "redis" (before the Redis store is merged).
+# decision script (FCALL or EVALSHA, as the store sends it) at the same concurrency, and
+# used_memory per active key. It reports n/a while the daemon refuses "store": "redis".
 section_redis() {
     # shellcheck source=bench/redis.sh
     . "$HERE/redis.sh"
@@ -415,7 +415,7 @@ if [[ " $SECTIONS " == *" memory "* ]]; then
     emit ratio_memory_per_key_vs_nginx_128_bytes "$(ratio "$MEM_per_key" 128)"
 fi
 if [ -n "${REDIS_ratio:-}" ]; then
-    emit ratio_redis_acquire_vs_redis_benchmark_evalsha "$REDIS_ratio"
+    emit ratio_redis_acquire_vs_redis_benchmark_decision "$REDIS_ratio"
 fi
 if [[ " $SECTIONS " == *" idle "* ]]; then
     emit ratio_idle_rss_growth_after_vs_before \

@@ -356,13 +356,17 @@ static int parse_store(const json_t *v, rld_settings *set, rl_err *err)
         } else if (strcmp(k, "pool") == 0) {
             if ((rc = get_int(m, "store.pool", 1, 1024, &set->redis_pool, err)))
                 return rc;
+        } else if (strcmp(k, "functions") == 0) {
+            if (!json_is_boolean(m))
+                return fail(err, "store.functions: must be true or false");
+            set->redis_functions = json_is_true(m);
         } else if (strcmp(k, "fleet_size") == 0) {
             if ((rc = get_int(m, "store.fleet_size", 1, 100000, &set->fleet_size, err)))
                 return rc;
         } else {
             return fail(err,
                         "store.%s: unknown field (known: type, url, prefix, timeout_ms, pool, "
-                        "fleet_size)",
+                        "fleet_size, functions)",
                         k);
         }
     }

@@ -35,6 +35,7 @@ typedef struct rld_settings {
     char *redis_prefix; /* "rl:" */
     int redis_timeout_ms; /* 50 */
     int redis_pool;       /* 8 */
+    int redis_functions;  /* 0: scripts by EVALSHA; 1: as a Functions library by FCALL */
     int fleet_size;       /* 0: counted from heartbeats */
     rld_on_error on_error[RL_MAX_LEVELS];
     unsigned shards[RL_MAX_LEVELS]; /* 1: not sharded */

@@ -36,7 +36,20 @@ struct rld_pool {
     uint64_t errors;
     char last_error[256];
     char sha[RLD_NSCRIPTS][41];
+    /* Redis Functions: the library (header and rld_lua_library), its function names, and
+     * whether to use them: 1 yes (until Redis refuses), 0 no (EVALSHA only), under mu */
+    char *library;
+    char fname[RLD_NSCRIPTS][40];
+    int functions;
 };
+
+/* The scripts in the Functions library (the others are small and run with EVALSHA). */
+static const int in_library[RLD_NSCRIPTS] = {
+    [RLD_SCRIPT_DECIDE] = 1, [RLD_SCRIPT_SETTLE] = 1, [RLD_SCRIPT_RELEASE] = 1,
+    [RLD_SCRIPT_DUE] = 1};
+static const char *const fn_suffix[RLD_NSCRIPTS] = {
+    [RLD_SCRIPT_DECIDE] = "decide", [RLD_SCRIPT_SETTLE] = "settle",
+    [RLD_SCRIPT_RELEASE] = "release", [RLD_SCRIPT_DUE] = "due"};
 
 static const char *const script_text[RLD_NSCRIPTS] = {
     [RLD_SCRIPT_DECIDE] = rld_lua_decide,       [RLD_SCRIPT_SETTLE] = rld_lua_settle,
@@ -140,6 +153,27 @@ int rld_pool_new(const rld_redis_addr *addr, int timeout_ms, int size, rld_pool 
         free(p);
         return rl_errf(err, RL_ENOMEM, "out of memory");
     }
+    /* the library's version: FNV-1a of its text, so that ratelimitd builds with different
+     * scripts sharing one Redis each load and call their own */
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (const char *c = rld_lua_library; *c; c++)
+        h = (h ^ (unsigned char)*c) * 0x100000001b3ull;
+    char head[128];
+    int hn = snprintf(head, sizeof head, "#!lua name=ratelimitd_%016llx\nlocal V = '%016llx'\n",
+                      (unsigned long long)h, (unsigned long long)h);
+    size_t blen = strlen(rld_lua_library);
+    if (!(p->library = malloc((size_t)hn + blen + 1))) {
+        free(p->conns);
+        free(p);
+        return rl_errf(err, RL_ENOMEM, "out of memory");
+    }
+    memcpy(p->library, head, (size_t)hn);
+    memcpy(p->library + hn, rld_lua_library, blen + 1);
+    for (int i = 0; i < RLD_NSCRIPTS; i++)
+        if (in_library[i])
+            snprintf(p->fname[i], sizeof p->fname[i], "rld_%016llx_%s", (unsigned long long)h,
+                     fn_suffix[i]);
+    p->functions = 1;
     p->addr = *addr;
     p->timeout = (rl_ns)timeout_ms * 1000000;
     p->n = p->nfree = (size_t)size;
@@ -162,9 +196,25 @@ void rld_pool_free(rld_pool *p)
         if (p->conns[i].c)
             redisFree(p->conns[i].c);
     free(p->conns);
+    free(p->library);
     pthread_mutex_destroy(&p->mu);
     pthread_cond_destroy(&p->cv);
     free(p);
+}
+
+void rld_pool_use_functions(rld_pool *p, int on)
+{
+    pthread_mutex_lock(&p->mu);
+    p->functions = on != 0;
+    pthread_mutex_unlock(&p->mu);
+}
+
+int rld_pool_functions(rld_pool *p)
+{
+    pthread_mutex_lock(&p->mu);
+    int on = p->functions;
+    pthread_mutex_unlock(&p->mu);
+    return on;
 }
 
 int rld_pool_up(rld_pool *p)
@@ -394,26 +444,67 @@ static int load_script(rld_pool *p, redisContext *c, rld_script s, rl_ns deadlin
     return ok ? RL_OK : RL_ESTORE;
 }
 
-/* Sends one command or script (s >= 0; av then holds EVALSHA <sha> <nkeys> and the arguments)
- * on pc, loading the script when needed and again after NOSCRIPT. *link_failed: Redis could
- * not be reached; *reset: the connection was found closed (EOF or reset) rather than slow. */
-static int run(rld_pool *p, pconn *pc, int s, int argc, const char **av, const size_t *al,
-               rl_ns deadline, redisReply **reply, int *link_failed, int *reset, rl_err *err)
+/* FUNCTION LOAD of the library. RL_OK when it is there now (loaded, or loaded already by
+ * another instance) or when Redis refused it (no Functions before Redis 7, or not permitted):
+ * then the pool turns to EVALSHA for good. Otherwise the link failed. */
+static int load_library(rld_pool *p, redisContext *c, rl_ns deadline, int *link_failed,
+                        rl_err *err)
+{
+    const char *argv[3] = {"FUNCTION", "LOAD", p->library};
+    redisReply *r = send_argv(c, deadline, 3, argv, NULL);
+    if (!r) {
+        *link_failed = 1;
+        return link_error(c, err);
+    }
+    if (r->type == REDIS_REPLY_ERROR && !strstr(r->str, "already exists"))
+        rld_pool_use_functions(p, 0);
+    freeReplyObject(r);
+    return RL_OK;
+}
+
+/* Whether an error reply to FCALL says that Redis cannot run Functions for us (Redis before 7
+ * knows no FCALL; a user may not be permitted it) rather than that the function failed. */
+static int functions_refused(const char *e)
+{
+    return strncmp(e, "ERR unknown command", 19) == 0 || strncmp(e, "NOPERM", 6) == 0;
+}
+
+/* Sends one command or script (s >= 0; av and al then hold 3 slots for FCALL <name> <nkeys>
+ * or EVALSHA <sha> <nkeys>, and the arguments; otherwise al is NULL and len the lengths, or
+ * NULL) on pc. A script of the library goes as FCALL while
+ * Redis takes Functions, loading the library when Redis does not have it (first use, restart,
+ * FUNCTION FLUSH); otherwise, and for the other scripts, as EVALSHA, loading the script when
+ * needed and again after NOSCRIPT. *link_failed: Redis could not be reached; *reset: the
+ * connection was found closed (EOF or reset) rather than slow. */
+static int run(rld_pool *p, pconn *pc, int s, int argc, const char **av, size_t *al,
+               const size_t *len, rl_ns deadline, redisReply **reply, int *link_failed,
+               int *reset, rl_err *err)
 {
     char sha[41] = "";
-    int rc = RL_ESTORE;
+    int rc = RL_ESTORE, loaded = 0, reloaded = 0;
     redisReply *r = NULL;
     *reply = NULL;
     *link_failed = *reset = 0;
-    if (s >= 0)
-        sha_get(p, (rld_script)s, sha);
-    for (int attempt = 0; attempt < 2; attempt++) {
-        if (s >= 0 && !sha[0] &&
-            (rc = load_script(p, pc->c, (rld_script)s, deadline, sha, link_failed, err)) != RL_OK)
-            break;
-        if (s >= 0)
+    for (int attempt = 0; attempt < 4; attempt++) {
+        int fn = s >= 0 && in_library[s] && rld_pool_functions(p);
+        if (fn) {
+            av[0] = "FCALL";
+            av[1] = p->fname[s];
+            al[0] = 5;
+            al[1] = strlen(p->fname[s]);
+        } else if (s >= 0) {
+            if (!sha[0] && !reloaded) /* after NOSCRIPT the pool's SHA1 is stale: load */
+                sha_get(p, (rld_script)s, sha);
+            if (!sha[0] &&
+                (rc = load_script(p, pc->c, (rld_script)s, deadline, sha, link_failed, err)) !=
+                    RL_OK)
+                break;
+            av[0] = "EVALSHA";
             av[1] = sha;
-        r = send_argv(pc->c, deadline, argc, av, al);
+            al[0] = 7;
+            al[1] = 40;
+        }
+        r = send_argv(pc->c, deadline, argc, av, al ? al : len);
         if (!r) {
             int e = errno;
             *link_failed = 1;
@@ -426,10 +517,26 @@ static int run(rld_pool *p, pconn *pc, int s, int argc, const char **av, const s
             rc = RL_OK;
             break;
         }
-        if (s >= 0 && attempt == 0 && strncmp(r->str, "NOSCRIPT", 8) == 0) {
+        if (fn && !loaded && strncmp(r->str, "ERR Function not found", 22) == 0) {
+            /* Redis restarted, flushed its functions, or never had this library */
+            freeReplyObject(r);
+            r = NULL;
+            loaded = 1;
+            if ((rc = load_library(p, pc->c, deadline, link_failed, err)) != RL_OK)
+                break;
+            continue;
+        }
+        if (fn && functions_refused(r->str)) {
+            rld_pool_use_functions(p, 0);
+            freeReplyObject(r);
+            r = NULL;
+            continue;
+        }
+        if (!fn && s >= 0 && !reloaded && strncmp(r->str, "NOSCRIPT", 8) == 0) {
             /* Redis restarted or its script cache was flushed */
             freeReplyObject(r);
             r = NULL;
+            reloaded = 1;
             sha[0] = '\0';
             continue;
         }
@@ -466,13 +573,11 @@ static int call(rld_pool *p, int s, int nkeys, int argc, const char **argv, cons
             free(al);
             return rl_errf(err, RL_ENOMEM, "out of memory");
         }
-        if (s >= 0) {
+        if (s >= 0) { /* the command and the script's name or SHA1 are set by run() */
             snprintf(nk, sizeof nk, "%d", nkeys);
-            av[0] = "EVALSHA";
-            av[1] = "";
+            av[0] = av[1] = "";
+            al[0] = al[1] = 0;
             av[2] = nk;
-            al[0] = 7;
-            al[1] = 40;
             al[2] = strlen(nk);
         }
         for (int i = 0; i < argc; i++) {
@@ -492,7 +597,7 @@ static int call(rld_pool *p, int s, int nkeys, int argc, const char **argv, cons
             link_failed = 1;
             break;
         }
-        rc = run(p, pc, s, argc, av, al ? al : len, deadline, reply, &link_failed, &reset, err);
+        rc = run(p, pc, s, argc, av, al, len, deadline, reply, &link_failed, &reset, err);
         if (rc == RL_OK || !link_failed || !reset || opened || rld_mono_ns() >= deadline)
             break;
         /* a connection opened earlier was closed under us (Redis restarted, or dropped it as

@@ -1,6 +1,7 @@
 /*
  * redis_pool.h - a pool of blocking hiredis connections to one Redis, with a deadline on every
- * call, the store's Lua scripts run by their SHA1, and the health of the link.
+ * call, the store's Lua scripts run as Redis Functions or by their SHA1, and the health of the
+ * link.
  *
  * A redisContext is not thread-safe, so each call checks a connection out of the pool and back
  * in. Every call finishes within the pool's timeout from its start: waiting for a free
@@ -34,7 +35,8 @@ typedef struct rld_redis_addr {
 /* Parses a redis:// URL. RL_EINVAL with the reason in err. */
 int rld_redis_parse_url(const char *url, rld_redis_addr *out, rl_err *err);
 
-/* The server-side scripts, loaded on first use and again after NOSCRIPT. */
+/* The server-side scripts, loaded on first use and again after NOSCRIPT (or, as Functions,
+ * after "Function not found"). */
 typedef enum rld_script {
     RLD_SCRIPT_DECIDE,
     RLD_SCRIPT_SETTLE,
@@ -61,6 +63,13 @@ int rld_pool_eval(rld_pool *p, rld_script s, int nkeys, int argc, const char **a
 /* The same for a plain command. */
 int rld_pool_command(rld_pool *p, int argc, const char **argv, const size_t *argvlen,
                      redisReply **reply, rl_err *err);
+
+/* Whether the store's larger scripts go as Redis Functions (FCALL of a library loaded once)
+ * rather than EVALSHA: on (1) by default, turned off (0) for good when Redis refuses Functions
+ * (before Redis 7, or a user not permitted FUNCTION and FCALL). A script's top level runs on
+ * every EVALSHA, the library's only once. Setting 0 keeps to EVALSHA. */
+void rld_pool_use_functions(rld_pool *p, int on);
+int rld_pool_functions(rld_pool *p);
 
 /* 1 while the link is up (the last attempt reached Redis), 0 while it is down. */
 int rld_pool_up(rld_pool *p);

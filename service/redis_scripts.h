@@ -11,5 +11,8 @@ extern const char rld_lua_release[];
 extern const char rld_lua_due[];
 extern const char rld_lua_heartbeat[];
 extern const char rld_lua_quota[];
+/* decide, settle, release and due as a Functions library (without its first line, #!lua
+ * name=..., nor the local V holding the version that the function names carry). */
+extern const char rld_lua_library[];
 
 #endif

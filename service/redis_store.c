@@ -235,7 +235,6 @@ static void ab_state_key(const redis_store *rs, abuf *k, size_t level, unsigned 
     char mid[48];
     const char *name = rs->cfg->levels[level].name;
     ab_add(k, rs->prefix, rs->plen);
-    ab_cat(k, "s:", 2);
     ab_cat(k, name, strlen(name));
     int n = rs->shards[level] > 1 ? snprintf(mid, sizeof mid, ":%u.%u:", slot, shard)
                                   : snprintf(mid, sizeof mid, ":%u:", slot);
@@ -833,6 +832,24 @@ static void expire_due(redis_store *rs, rl_ns now)
     freeReplyObject(r);
 }
 
+/* The level of a state key "P<level>:<slot>[.<shard>]:<key>", or -1 for any other key under
+ * the prefix (r:<id> has no digit after its colon, resv, fleet and quotas have no colon). */
+static long state_key_level(const redis_store *rs, const char *s, size_t len)
+{
+    if (len < rs->plen + 4)
+        return -1;
+    const char *name = s + rs->plen, *end = s + len;
+    const char *colon = memchr(name, ':', (size_t)(end - name));
+    if (!colon || colon + 1 >= end || colon[1] < '0' || colon[1] > '9')
+        return -1;
+    const char *p = colon + 1;
+    while (p < end && ((*p >= '0' && *p <= '9') || *p == '.'))
+        p++;
+    if (p >= end || *p != ':')
+        return -1;
+    return level_index(rs, name, (size_t)(colon - name));
+}
+
 /* One SCAN step counting state keys per level; a full pass publishes the counts. */
 static void scan_step(redis_store *rs)
 {
@@ -850,7 +867,7 @@ static void scan_step(redis_store *rs)
             ab_cat(&k, "\\", 1);
         ab_cat(&k, &c, 1);
     }
-    ab_cat(&k, "s:*", 3);
+    ab_cat(&k, "*", 1);
     ab_str(&k, "COUNT");
     ab_str(&k, "1000");
     if (k.oom) {
@@ -870,11 +887,7 @@ static void scan_step(redis_store *rs)
         const redisReply *keys = r->element[1];
         for (size_t i = 0; i < keys->elements; i++) {
             const redisReply *e = keys->element[i];
-            if (e->type != REDIS_REPLY_STRING || e->len < rs->plen + 2)
-                continue;
-            const char *name = e->str + rs->plen + 2;
-            const char *colon = memchr(name, ':', e->len - rs->plen - 2);
-            long l = colon ? level_index(rs, name, (size_t)(colon - name)) : -1;
+            long l = e->type == REDIS_REPLY_STRING ? state_key_level(rs, e->str, e->len) : -1;
             if (l >= 0)
                 rs->counting[l]++;
         }
@@ -974,6 +987,7 @@ int rld_redis_store_new(const rld_redis_options *opt, rl_store **out, rl_err *er
         free(rs);
         return rc;
     }
+    rld_pool_use_functions(rs->pool, opt->functions);
     rs->plen = strlen(prefix);
     rs->manual = opt->manual_clock != 0;
     rs->floor_ms = opt->ttl_floor_ms;
@@ -1002,7 +1016,8 @@ int rld_redis_store_open(const rld_settings *set, int manual_clock, rl_store **o
                            .prefix = set->redis_prefix,
                            .timeout_ms = set->redis_timeout_ms,
                            .pool = set->redis_pool,
-                           .manual_clock = manual_clock};
+                           .manual_clock = manual_clock,
+                           .functions = set->redis_functions};
     rld_fallback_options f = {.fleet_size = set->fleet_size > 0 ? (unsigned)set->fleet_size : 0,
                               .peers = rld_redis_store_peers};
     rl_store *rs;

@@ -13,7 +13,7 @@
  * Clock: the scripts read Redis TIME, one clock for the whole fleet, unless the store was made
  * with manual_clock, when the caller's now is used (and must not be negative).
  *
- * Keys (prefix P): P"s:"<level>":"<slot>[.<shard>]":"<key> per rule state, P"r:"<id> per
+ * Keys (prefix P): P<level>":"<slot>[.<shard>]":"<key> per rule state, P"r:"<id> per
  * reservation, P"resv" (the reservations by expiry), P"fleet" (heartbeats), P"quotas" (see
  * redis_quota.h). Each state key expires when its state is indistinguishable from a new key's;
  * see docs/redis.md.
@@ -48,6 +48,9 @@ typedef struct rld_redis_options {
     long ttl_floor_ms; /* least TTL given to any key written, 0 for none. TTLs follow the clock
                           the store decides with; with a manual clock that is not real time, so
                           tests that replay traces set a floor that outlasts them. */
+    int functions; /* 1: call the decision, settlement, release and expiry scripts as one Redis
+                      Functions library (FCALL) where Redis has Functions, EVALSHA where it
+                      refuses them; 0: EVALSHA */
 } rld_redis_options;
 
 /* A new Redis store for rl_limiter_new, which takes it. Connections open lazily: an unreachable

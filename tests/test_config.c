@@ -83,6 +83,9 @@ static const struct {
     {"{\"store\": {\"type\": \"redis\", \"url\": \"http://x\"}, \"levels\": [{\"name\": "
      "\"user\", \"rules\": [" TB "]}]}",
      "store.url: must start with redis://"},
+    {"{\"store\": {\"type\": \"redis\", \"functions\": 1}, \"levels\": [{\"name\": "
+     "\"user\", \"rules\": [" TB "]}]}",
+     "store.functions: must be true or false"},
     {"{\"levels\": [{\"name\": \"user\", \"on_store_error\": \"maybe\", \"rules\": [" TB "]}]}",
      "levels[0].on_store_error: must be \"open\", \"closed\" or \"local\""},
     {"{\"levels\": [{\"name\": \"user\", \"rules\": [" TB "]}], \"levels\": []}",
@@ -110,7 +113,7 @@ START_TEST(settings_and_defaults)
         "\"admin_token\": \"s3cret\", \"quota_file\": \"q.json\", \"reservation_ttl\": 12.5, "
         "\"_comment\": \"ignored\", "
         "\"store\": {\"type\": \"redis\", \"url\": \"redis://10.0.0.1:6380/2\", \"timeout_ms\": "
-        "20, \"pool\": 4}, "
+        "20, \"pool\": 4, \"functions\": true}, "
         "\"levels\": [{\"name\": \"user\", \"on_store_error\": \"open\", \"rules\": [" TB "]}, "
         "{\"name\": \"global\", \"default_key\": \"*\", \"on_store_error\": \"local\", "
         "\"shards\": 4, \"rules\": [" TB "]}]}";
@@ -129,6 +132,7 @@ START_TEST(settings_and_defaults)
     ck_assert_str_eq(set.redis_prefix, "rl:");
     ck_assert_int_eq(set.redis_timeout_ms, 20);
     ck_assert_int_eq(set.redis_pool, 4);
+    ck_assert_int_eq(set.redis_functions, 1);
     ck_assert_int_eq(set.on_error[0], RLD_ON_ERROR_OPEN);
     ck_assert_int_eq(set.on_error[1], RLD_ON_ERROR_LOCAL);
     ck_assert_int_eq(set.shards[0], 1);

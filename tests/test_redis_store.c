@@ -44,6 +44,10 @@ static rl_config *config_of(rl_registry *reg, const char *json, rld_settings *se
     return cfg;
 }
 
+/* 1: the stores made below call the scripts as a Functions library (FCALL); 0: EVALSHA, the
+ * default. */
+static int functions;
+
 /* A limiter over a Redis store with a manual clock (unless real_clock) under prefix. */
 static rl_limiter *redis_limiter(rl_registry *reg, const char *json, const char *prefix,
                                  int real_clock, rl_store **store_out)
@@ -55,7 +59,8 @@ static rl_limiter *redis_limiter(rl_registry *reg, const char *json, const char 
                            .timeout_ms = 10000, /* a loaded machine is no store failure */
                            .pool = 4,
                            .manual_clock = !real_clock,
-                           .ttl_floor_ms = real_clock ? 0 : 3600 * 1000};
+                           .ttl_floor_ms = real_clock ? 0 : 3600 * 1000,
+                           .functions = functions};
     for (size_t l = 0; l < RL_MAX_LEVELS; l++)
         o.shards[l] = set.shards[l];
     rld_settings_clear(&set);
@@ -413,9 +418,16 @@ static void replay(uint64_t seed, int force, int steps, const char *prefix)
     size_t nids = 0;
     static const char *const values[] = {"a", "b", "c", "a", "b", "zz"};
     size_t nlevels = rl_limiter_config(p.mem)->nlevels;
-    rl_ns now = rnd(&s, 2) ? 0 : (rl_ns)1700000000 * RL_NS_PER_SEC + (rl_ns)rnd(&s, 1u << 30);
+    /* from 0, today, just below 2^53 ns or just below 4e18 ns (where the scripts' ways of
+     * holding now change) */
+    uint64_t start = rnd(&s, 8);
+    rl_ns now = start < 3   ? 0
+                : start < 6 ? (rl_ns)1700000000 * RL_NS_PER_SEC + (rl_ns)rnd(&s, 1u << 30)
+                : start < 7 ? ((rl_ns)1 << 53) - (rl_ns)rnd(&s, 600 * RL_NS_PER_SEC)
+                            : (rl_ns)4000000000 * RL_NS_PER_SEC - (rl_ns)rnd(&s, 600 * RL_NS_PER_SEC);
     for (int step = 0; step < steps; step++) {
-        /* time moves forward in steps of any size, and sometimes back */
+        /* time moves forward in steps of any size (up to a year: beyond 2^53 ns, 104 days, a
+         * time is no longer a number in the scripts), and sometimes back */
         uint64_t dt = rnd(&s, 40);
         if (dt < 12)
             now += (rl_ns)rnd(&s, 1000);
@@ -423,10 +435,12 @@ static void replay(uint64_t seed, int force, int steps, const char *prefix)
             now += (rl_ns)rnd(&s, RL_NS_PER_SEC / 10);
         else if (dt < 34)
             now += (rl_ns)rnd(&s, 2 * RL_NS_PER_SEC);
-        else if (dt < 36)
+        else if (dt < 35)
             now += (rl_ns)rnd(&s, 60 * RL_NS_PER_SEC);
-        else if (dt < 37)
+        else if (dt < 36)
             now += (rl_ns)rnd(&s, 3600 * RL_NS_PER_SEC);
+        else if (dt < 37)
+            now += (rl_ns)rnd(&s, 366 * 86400 * RL_NS_PER_SEC);
         else {
             rl_ns back = (rl_ns)rnd(&s, 5 * RL_NS_PER_SEC);
             now = now > back ? now - back : 0;
@@ -488,6 +502,222 @@ START_TEST(differential_replay)
         seed = strtoull(env, NULL, 0);
     snprintf(prefix, sizeof prefix, "diff%" PRIx64 ":", seed);
     replay(seed, _i % 7, STEPS, prefix);
+}
+END_TEST
+
+/* Traces aimed at the bounds of the scripts' fast paths, through both stores: every answer the
+ * same. Times are ns, amounts fp units. */
+typedef struct bstep {
+    rl_ns t;
+    rl_fp cost;
+    unsigned flags;
+} bstep;
+
+typedef struct bcase {
+    const char *what, *rules;
+    bstep steps[8];
+} bcase;
+
+#define P2(b) ((rl_ns)1 << (b))
+#define T4E18 ((rl_ns)4000000000 * 1000000000)
+
+static const bcase boundaries[] = {
+    /* emptied at 0; at 5363222357 ns, (now - last) * rate = 5363222357 * 18645507 = 1e17 - 1,
+     * which rounds to used * 1e9 = 1e17 in doubles: 99999999 units come back, not 100000000 */
+    {"refill one below the rounded product",
+     "{\"type\": \"token_bucket\", \"capacity\": 100, \"per_second\": 18.645507}",
+     {{1000, FP(100), 0}, {1000 + 5363222357, 1, RL_DRY_RUN}, {1000 + 5363222358, 1, 0}, {-1, 0, 0}}},
+    {"the same, today",
+     "{\"type\": \"token_bucket\", \"capacity\": 100, \"per_second\": 18.645507}",
+     {{(rl_ns)1700000000 * 1000000000, FP(100), 0},
+      {(rl_ns)1700000000 * 1000000000 + 5363222357, 1, RL_DRY_RUN},
+      {-1, 0, 0}}},
+    /* a bucket that takes years to refill, idle for about 2^53 ns (104 days) and beyond */
+    {"idle across 2^53 ns",
+     "{\"type\": \"token_bucket\", \"capacity\": 1000000000000, \"per_second\": 0.000001}",
+     {{(rl_ns)1700000000 * 1000000000, FP(1000000000000), 0},
+      {(rl_ns)1700000000 * 1000000000 + P2(53) - 1, 1, RL_DRY_RUN},
+      {(rl_ns)1700000000 * 1000000000 + P2(53), 1, RL_DRY_RUN},
+      {(rl_ns)1700000000 * 1000000000 + P2(53) + 1, FP(5), 0},
+      {(rl_ns)1700000000 * 1000000000 + P2(60), FP(5), 0},
+      {-1, 0, 0}}},
+    {"gcra idle across 2^53 ns", "{\"type\": \"gcra\", \"per_second\": 0.000001, \"burst\": 5}",
+     {{(rl_ns)1700000000 * 1000000000, FP(5), 0},
+      {(rl_ns)1700000000 * 1000000000 + P2(53) - 1, FP(1), 0},
+      {(rl_ns)1700000000 * 1000000000 + P2(53) + 7, FP(1), 0},
+      {-1, 0, 0}}},
+    /* now crossing 4e18 ns, where the scripts stop using 32-bit halves of now */
+    {"token bucket across 4e18 ns",
+     "{\"type\": \"token_bucket\", \"capacity\": 3, \"per_second\": 1.5}",
+     {{T4E18 - 700000000, FP(2), 0},
+      {T4E18 - 1, FP(1), 0},
+      {T4E18, FP(1), 0},
+      {T4E18 + 300000000, FP(1), 0},
+      {T4E18 + 1300000000, FP(1), 0},
+      {-1, 0, 0}}},
+    {"windows across 4e18 ns",
+     "{\"type\": \"fixed_window\", \"limit\": 2, \"window\": 0.7}, "
+     "{\"type\": \"sliding_window_counter\", \"limit\": 3, \"window\": 0.9}, "
+     "{\"type\": \"sliding_window\", \"limit\": 3, \"window\": 1.1}, "
+     "{\"type\": \"gcra\", \"per_second\": 2, \"burst\": 3}",
+     {{T4E18 - 700000000, FP(1), 0},
+      {T4E18 - 1, FP(1), 0},
+      {T4E18, FP(1), 0},
+      {T4E18 + 300000000, FP(1), 0},
+      {T4E18 + 1300000000, FP(1), 0},
+      {-1, 0, 0}}},
+    /* windows of 2^50 ns and one less, on either side of the scripts' fast remainder */
+    {"windows of about 2^50 ns",
+     "{\"type\": \"fixed_window\", \"limit\": 2, \"window\": 1125899.906842624}, "
+     "{\"type\": \"sliding_window_counter\", \"limit\": 3, \"window\": 1125899.906842623}",
+     {{(rl_ns)1700000000 * 1000000000, FP(1), 0},
+      {(rl_ns)1700000000 * 1000000000 + P2(49), FP(1), 0},
+      {(rl_ns)1700000000 * 1000000000 + P2(50), FP(2), 0},
+      {(rl_ns)1700000000 * 1000000000 + P2(51) + 5, FP(1), 0},
+      {-1, 0, 0}}},
+    /* huge quotas and rates: products far beyond 2^99 */
+    {"huge rates and amounts",
+     "{\"type\": \"token_bucket\", \"capacity\": 1000000000000, \"per_second\": 999999999999.999999}, "
+     "{\"type\": \"gcra\", \"per_second\": 1000000000000, \"burst\": 1000000000000}, "
+     "{\"type\": \"sliding_window_counter\", \"limit\": 1000000000000, \"window\": 31622400}",
+     {{(rl_ns)1700000000 * 1000000000, FP(999999999999), 0},
+      {(rl_ns)1700000000 * 1000000000 + 1, FP(999999999999), 0},
+      {(rl_ns)1700000000 * 1000000000 + 1000000, FP(3), 0},
+      {(rl_ns)1700000000 * 1000000000 + P2(53), FP(1), 0},
+      {-1, 0, 0}}},
+};
+
+START_TEST(boundaries_alike)
+{
+    const bcase *c = &boundaries[_i];
+    char json[1024], prefix[32];
+    snprintf(json, sizeof json, "{\"levels\": [{\"name\": \"k\", \"rules\": [%s]}]}", c->rules);
+    snprintf(prefix, sizeof prefix, "bound%d:", _i);
+    pair p;
+    pair_new(&p, json, prefix);
+    for (const bstep *st = c->steps; st->t >= 0; st++) {
+        rl_decision a, b;
+        char ctx[200];
+        snprintf(ctx, sizeof ctx, "%s, t=%" PRId64, c->what, st->t);
+        ck_assert_int_eq(acquire(p.mem, "k=x", st->cost, st->t, st->flags, 0, &a), RL_OK);
+        ck_assert_int_eq(acquire(p.red, "k=x", st->cost, st->t, st->flags, 0, &b), RL_OK);
+        compare(&a, &b, ctx);
+    }
+    pair_free(&p);
+}
+END_TEST
+
+/* The same with the scripts called as a Functions library (FCALL: the library's top level
+ * run once, not on each call), one trace per type of the first rule. */
+START_TEST(differential_replay_functions)
+{
+    char prefix[40];
+    snprintf(prefix, sizeof prefix, "difffn%d:", _i);
+    functions = 1;
+    replay(0x5ba0000u + (uint64_t)_i, _i % 7, STEPS, prefix);
+    functions = 0;
+}
+END_TEST
+
+/* ---- Functions or EVALSHA ------------------------------------------------------------------ */
+
+/* The calls of a command so far, from INFO commandstats (0 when never called). */
+static long long command_calls(const char *cmd)
+{
+    redisReply *r = rt_redis_cmd(&srv, "INFO commandstats");
+    ck_assert_int_eq(r->type, REDIS_REPLY_STRING);
+    char pat[64];
+    snprintf(pat, sizeof pat, "cmdstat_%s:calls=", cmd);
+    const char *p = strstr(r->str, pat);
+    long long n = p ? strtoll(p + strlen(pat), NULL, 10) : 0;
+    freeReplyObject(r);
+    return n;
+}
+
+static long long library_count(void)
+{
+    redisReply *r = rt_redis_cmd(&srv, "FUNCTION LIST LIBRARYNAME ratelimitd_*");
+    ck_assert_int_eq(r->type, REDIS_REPLY_ARRAY);
+    long long n = (long long)r->elements;
+    freeReplyObject(r);
+    return n;
+}
+
+/* By default every script goes by EVALSHA, loaded once and loaded again after NOSCRIPT. With
+ * "functions" and Redis 7 the decision goes as FCALL of a library loaded once, which is loaded
+ * again when Redis lost it; where Redis refuses Functions (here: not permitted to the user, as
+ * a Redis before 7 knows no FCALL) the store turns to EVALSHA by itself and decides the same. */
+START_TEST(functions_or_evalsha)
+{
+    const char *json = "{\"levels\": [{\"name\": \"k\", \"rules\": [{\"type\": "
+                       "\"token_bucket\", \"capacity\": 3, \"per_second\": 1}]}]}";
+    rl_registry *reg = rl_registry_new();
+    rl_store *st;
+    rl_decision d;
+    freeReplyObject(rt_redis_cmd(&srv, "CONFIG RESETSTAT"));
+    freeReplyObject(rt_redis_cmd(&srv, "SCRIPT FLUSH"));
+    rl_limiter *lim = redis_limiter(reg, json, "sha:", 0, &st);
+    ck_assert_int_eq(acquire(lim, "k=a", FP(1), S(1), 0, 0, &d), RL_OK);
+    ck_assert(d.allowed);
+    /* the decision script loaded before its first call */
+    ck_assert_int_eq(command_calls("script|load"), 1);
+    ck_assert_int_eq(command_calls("evalsha"), 1);
+    ck_assert_int_eq(command_calls("fcall"), 0);
+    ck_assert_int_eq(rld_pool_functions(rld_redis_store_pool(st)), 0);
+    freeReplyObject(rt_redis_cmd(&srv, "SCRIPT FLUSH"));
+    ck_assert_int_eq(acquire(lim, "k=a", FP(1), S(1), 0, 0, &d), RL_OK);
+    ck_assert(d.allowed);
+    ck_assert_int_eq(d.applied[0].st.remaining, FP(1));
+    /* the scripts gone (as after a restart): NOSCRIPT, loaded again, called again */
+    ck_assert_int_eq(command_calls("script|load"), 2);
+    ck_assert_int_eq(command_calls("evalsha"), 3);
+    ck_assert_int_eq(command_calls("fcall"), 0);
+    ck_assert_int_eq(library_count(), 0);
+    rl_limiter_free(lim);
+
+    functions = 1;
+    freeReplyObject(rt_redis_cmd(&srv, "CONFIG RESETSTAT"));
+    lim = redis_limiter(reg, json, "fn:", 0, &st);
+    ck_assert_int_eq(acquire(lim, "k=a", FP(1), S(1), 0, 0, &d), RL_OK);
+    ck_assert(d.allowed);
+    ck_assert_int_eq(library_count(), 1);
+    /* the first FCALL found no function: loaded, then called again */
+    ck_assert_int_eq(command_calls("fcall"), 2);
+    ck_assert_int_eq(command_calls("evalsha"), 0);
+    ck_assert_int_eq(rld_pool_functions(rld_redis_store_pool(st)), 1);
+
+    /* the library gone (as after a restart without persistence): loaded again on the way */
+    freeReplyObject(rt_redis_cmd(&srv, "FUNCTION FLUSH"));
+    ck_assert_int_eq(acquire(lim, "k=a", FP(1), S(1), 0, 0, &d), RL_OK);
+    ck_assert(d.allowed);
+    ck_assert_int_eq(d.applied[0].st.remaining, FP(1));
+    ck_assert_int_eq(library_count(), 1);
+    rl_limiter_free(lim);
+
+    /* Functions refused (to a user not permitted them): EVALSHA, the same state and answers */
+    redisReply *r = rt_redis_cmd(&srv, "ACL SETUSER old on >pw ~* &* +@all -fcall -function");
+    ck_assert_int_eq(r->type, REDIS_REPLY_STATUS);
+    freeReplyObject(r);
+    freeReplyObject(rt_redis_cmd(&srv, "FUNCTION FLUSH"));
+    char url[sizeof srv.url];
+    memcpy(url, srv.url, sizeof url);
+    snprintf(srv.url, sizeof srv.url, "redis://old:pw@127.0.0.1:%d/0", srv.port);
+    lim = redis_limiter(reg, json, "fn:", 0, &st);
+    memcpy(srv.url, url, sizeof url);
+    long long fcalls = command_calls("fcall");
+    ck_assert_int_eq(acquire(lim, "k=a", FP(1), S(1), 0, 0, &d), RL_OK);
+    ck_assert(d.allowed);
+    ck_assert_int_eq(d.applied[0].st.remaining, 0);
+    ck_assert_int_eq(acquire(lim, "k=a", FP(1), S(1), 0, 0, &d), RL_OK);
+    ck_assert(!d.allowed);
+    ck_assert_int_eq(d.retry_after, S(1));
+    ck_assert_int_eq(rld_pool_functions(rld_redis_store_pool(st)), 0);
+    ck_assert_int_eq(command_calls("evalsha"), 2);
+    ck_assert_int_eq(command_calls("fcall"), fcalls); /* refused calls are not counted */
+    ck_assert_int_eq(library_count(), 0);
+    rl_limiter_free(lim);
+    functions = 0;
+    rl_registry_free(reg);
 }
 END_TEST
 
@@ -643,6 +873,258 @@ START_TEST(lua_arithmetic_matches_c)
 }
 END_TEST
 
+/* The library as embedded in the binary (the part of a script before its own file) followed by
+ * harness, in buf. */
+static void lib_with(const char *harness, char *buf, size_t cap)
+{
+    const char *own = strstr(rld_lua_due, "-- due.lua - ");
+    ck_assert_ptr_nonnull(own);
+    size_t n = (size_t)(own - rld_lua_due);
+    ck_assert_uint_lt(n + strlen(harness), cap);
+    memcpy(buf, rld_lua_due, n);
+    strcpy(buf + n, harness);
+}
+
+/* Runs script with ARGV (no keys); fails on an error reply. */
+static redisReply *eval_args(redisContext *c, const char *script, int n, const char **args)
+{
+    const char *argv[3 + 1024];
+    ck_assert_int_le(n, 1024);
+    argv[0] = "EVAL";
+    argv[1] = script;
+    argv[2] = "0";
+    memcpy(argv + 3, args, (size_t)n * sizeof *args);
+    redisReply *r = redisCommandArgv(c, 3 + n, argv, NULL);
+    ck_assert_ptr_nonnull(r);
+    ck_assert_msg(r->type == REDIS_REPLY_ARRAY, "%s", r->type == REDIS_REPLY_ERROR ? r->str : "?");
+    return r;
+}
+
+/* The products and quotients done in doubles: mdm(a, b, c, d) = floor((a * b + c) / d) and its
+ * remainder, ceil_mdm, and the sign of a * b - d * e, against __int128, around every bound of
+ * their fast paths (products near 2^53 and 2^99, quotients near 2^51, divisors near 2^50,
+ * offsets near 2^50) and beyond them, where the big integers take over. */
+static const char *mdm_harness =
+    "\nlocal out = {}\n"
+    "for i = 1, #ARGV, 5 do\n"
+    "  local a, b, c, d, e = N(ARGV[i]), N(ARGV[i + 1]), N(ARGV[i + 2]), N(ARGV[i + 3]), "
+    "N(ARGV[i + 4])\n"
+    "  local q, r = mdm(a, b, c, d)\n"
+    "  out[#out + 1] = table.concat({S(q), S(r), S(ceil_mdm(a, b, c, d)), "
+    "tostring(cmp_prod(a, b, d, e))}, ' ')\n"
+    "end\n"
+    "return out\n";
+
+/* A non-negative value below 2^63 of a random shape, often at a bound. */
+static i128 rnd_edge(uint64_t *s, int bits_max)
+{
+    static const int bounds[] = {20, 26, 30, 32, 49, 50, 51, 52, 53, 54, 60, 62};
+    uint64_t k = rng_next(s) % 5;
+    i128 v;
+    if (k == 0) { /* a power of two and its neighbours */
+        int b = bounds[rng_next(s) % (sizeof bounds / sizeof bounds[0])];
+        v = ((i128)1 << b) + (i128)(rng_next(s) % 5) - 2;
+    } else if (k == 1) {
+        v = (i128)(rng_next(s) % 100000);
+    } else if (k == 2) {
+        v = (i128)(rng_next(s) >> (rng_next(s) % 64));
+    } else if (k == 3) {
+        v = (i128)(rng_next(s) % 1000) * 1000000000; /* whole seconds, fp units */
+    } else {
+        v = (i128)(rng_next(s) >> (64 - 53)); /* below 2^53 */
+    }
+    if (v < 0)
+        v = 0;
+    i128 max = ((i128)1 << bits_max) - 1;
+    return v > max ? v % ((i128)1 << bits_max) : v;
+}
+
+START_TEST(lua_products_match_c)
+{
+    static char script[131072];
+    lib_with(mdm_harness, script, sizeof script);
+    redisContext *c = rt_redis_connect(&srv);
+    uint64_t s = 0x3d3d;
+    for (int round = 0; round < 40; round++) {
+        enum { ROWS = 200 };
+        static char bufs[5 * ROWS][48];
+        const char *args[5 * ROWS];
+        i128 v[ROWS][5];
+        for (int i = 0; i < ROWS; i++) {
+            i128 a = rnd_edge(&s, 63), b = rnd_edge(&s, 63);
+            if (rng_next(&s) % 2) { /* products around 2^53 and 2^99 */
+                int t = rng_next(&s) % 2 ? 53 : 99;
+                int ba = 1 + (int)(rng_next(&s) % (uint64_t)(t - 1));
+                a = ((i128)1 << ba) + (i128)(rng_next(&s) % 3) - 1;
+                b = (((i128)1 << (t - ba)) + (i128)(rng_next(&s) % 7) - 3);
+                if (b < 0)
+                    b = 0;
+            }
+            if (a > (i128)INT64_MAX)
+                a = INT64_MAX;
+            if (b > (i128)INT64_MAX)
+                b = INT64_MAX;
+            i128 cabs = rnd_edge(&s, 56);
+            i128 cc = rng_next(&s) % 2 ? cabs : -cabs;
+            if (a * b + cc < 0)
+                cc = -(a * b);
+            i128 d = rnd_edge(&s, 62);
+            if (d == 0)
+                d = 1;
+            i128 e = rnd_edge(&s, 63);
+            if (rng_next(&s) % 4 == 0 && d > 0) /* products equal, or one apart */
+                e = (a * b) / d + (i128)(rng_next(&s) % 3) - 1;
+            if (e < 0)
+                e = 0;
+            if (e > (i128)INT64_MAX)
+                e = INT64_MAX;
+            i128 row[5] = {a, b, cc, d, e};
+            for (int k = 0; k < 5; k++) {
+                v[i][k] = row[k];
+                args[5 * i + k] = i128_str(row[k], bufs[5 * i + k]);
+            }
+        }
+        redisReply *r = eval_args(c, script, 5 * ROWS, args);
+        ck_assert_uint_eq(r->elements, ROWS);
+        for (int i = 0; i < ROWS; i++) {
+            i128 a = v[i][0], b = v[i][1], cc = v[i][2], d = v[i][3], e = v[i][4];
+            i128 x = a * b + cc, q = x / d, rem = x % d, never = INT64_MAX;
+            i128 cq = q + (rem != 0);
+            i128 pd = d * e;
+            char want[200], qs[48], rs[48], cs[48];
+            snprintf(want, sizeof want, "%s %s %s %d", i128_str(q, qs), i128_str(rem, rs),
+                     i128_str(cq >= never ? never : cq, cs), (a * b > pd) - (a * b < pd));
+            ck_assert_msg(strcmp(r->element[i]->str, want) == 0,
+                          "mdm(%s, %s, %s, %s), cmp_prod(.., %s): lua %s, C %s", args[5 * i],
+                          args[5 * i + 1], args[5 * i + 2], args[5 * i + 3], args[5 * i + 4],
+                          r->element[i]->str, want);
+        }
+        freeReplyObject(r);
+    }
+    redisFree(c);
+}
+END_TEST
+
+/* Times relative to a now: a decimal time (T) made relative and back, its 32-bit halves and
+ * back, the start of its window of length w, and now % w; against C, for nows of every range
+ * (0, small, near 2^53, today, near 4e18 where the halves stop, up to INT64_MAX) and times
+ * near now and far from it. */
+static const char *time_harness =
+    "\nclock(ARGV[1])\n"
+    "local out = {}\n"
+    "for i = 2, #ARGV, 2 do\n"
+    "  local t, w = rel_of_dec(ARGV[i]), N(ARGV[i + 1])\n"
+    "  local hi, lo = halves_of_rel(t)\n"
+    "  local m = now_mod(w)\n"
+    "  out[#out + 1] = table.concat({S(t), dec_of_rel(t), S(hi), S(lo), "
+    "S(rel_of_halves(hi, lo)), S(start_of(w, t)), m and S(m) or '-', S(sat_time(t))}, ' ')\n"
+    "end\n"
+    "return out\n";
+
+START_TEST(lua_times_match_c)
+{
+    static char script[131072];
+    lib_with(time_harness, script, sizeof script);
+    redisContext *c = rt_redis_connect(&srv);
+    uint64_t s = 0x7173;
+    const i128 never = INT64_MAX;
+    for (int round = 0; round < 60; round++) {
+        enum { ROWS = 150 };
+        static char bufs[1 + 2 * ROWS][48];
+        const char *args[1 + 2 * ROWS];
+        i128 v[ROWS][2], now;
+        uint64_t k = rng_next(&s) % 7;
+        if (k == 0)
+            now = (i128)(rng_next(&s) % 3);
+        else if (k == 1)
+            now = (i128)(rng_next(&s) % 100000000000ull);
+        else if (k == 2)
+            now = ((i128)1 << 53) + (i128)(rng_next(&s) % 2000000000) - 1000000000;
+        else if (k == 3)
+            now = (i128)1700000000 * 1000000000 + (i128)(rng_next(&s) % 100000000000000000ull);
+        else if (k == 4)
+            now = (i128)4000000000 * 1000000000 + (i128)(rng_next(&s) % 2000000000000ull) -
+                  1000000000000;
+        else if (k == 5)
+            now = never - (i128)(rng_next(&s) % 1000000000000ull);
+        else
+            now = (i128)(rng_next(&s) >> 1);
+        /* now within a few hundred ns of a multiple of w0, where the estimate of now / w0 from
+         * doubles (now rounded by up to 256 ns) can land on the wrong side */
+        i128 w0 = 1000000 + (i128)(rng_next(&s) % (((uint64_t)1 << 50) - 1000000));
+        if (now > 1000 && rng_next(&s) % 2) {
+            i128 m = now / w0 * w0 + (i128)(rng_next(&s) % 601) - 300;
+            now = m > 0 ? m : now;
+        }
+        args[0] = i128_str(now, bufs[0]);
+        for (int i = 0; i < ROWS; i++) {
+            i128 t;
+            uint64_t kt = rng_next(&s) % 6;
+            if (kt == 0)
+                t = now + (i128)(rng_next(&s) % 20000000000ull) - 10000000000; /* seconds away */
+            else if (kt == 1) /* near 2^52 .. 2^53 away, where numbers stop */
+                t = now + (rng_next(&s) % 2 ? 1 : -1) *
+                              (((i128)1 << (52 + rng_next(&s) % 2)) +
+                               (i128)(rng_next(&s) % 2000000000000ull) - 1000000000000);
+            else if (kt == 2)
+                t = (i128)(rng_next(&s) % 3);
+            else if (kt == 3)
+                t = never - (i128)(rng_next(&s) % 3);
+            else if (kt == 4) /* days or years away */
+                t = now + (i128)(rng_next(&s) % 2 ? 1 : -1) *
+                              (i128)(rng_next(&s) % 40000000) * 1000000000;
+            else
+                t = (i128)(rng_next(&s) >> 1);
+            if (t < 0)
+                t = (i128)(rng_next(&s) % 1000);
+            if (t > never)
+                t = never;
+            i128 w = 0;
+            uint64_t kw = rng_next(&s) % 5;
+            if (kw == 4)
+                w = w0;
+            else if (kw == 0)
+                w = 1000000 + (i128)(rng_next(&s) % 1000);
+            else if (kw == 1) /* near 2^50, where now_mod stops */
+                w = ((i128)1 << 50) + (i128)(rng_next(&s) % 2001) - 1000;
+            else if (kw == 2)
+                w = (i128)(1 + rng_next(&s) % 31622400) * 1000000000;
+            else
+                w = 1000000 + (i128)(rng_next(&s) % 31622400000000000ull);
+            v[i][0] = t;
+            v[i][1] = w;
+            args[1 + 2 * i] = i128_str(t, bufs[1 + 2 * i]);
+            args[2 + 2 * i] = i128_str(w, bufs[2 + 2 * i]);
+        }
+        redisReply *r = eval_args(c, script, 1 + 2 * ROWS, args);
+        ck_assert_uint_eq(r->elements, ROWS);
+        for (int i = 0; i < ROWS; i++) {
+            i128 t = v[i][0], w = v[i][1], rel = t - now;
+            char e[8][48], want[400];
+            i128_str(rel, e[0]);
+            i128_str(t, e[1]);
+            i128_str(t >> 32, e[2]);
+            i128_str(t & 0xffffffff, e[3]);
+            i128_str(rel, e[4]);
+            i128_str(t - t % w - now, e[5]);
+            /* now_mod answers below 4e18 for 1e6 <= w < 2^50, nil otherwise */
+            if (now < (i128)4000000000 * 1000000000 && w < ((i128)1 << 50))
+                i128_str(now % w, e[6]);
+            else
+                snprintf(e[6], sizeof e[6], "-");
+            i128_str(rel > never - now ? never - now : rel, e[7]);
+            snprintf(want, sizeof want, "%s %s %s %s %s %s %s %s", e[0], e[1], e[2], e[3], e[4],
+                     e[5], e[6], e[7]);
+            ck_assert_msg(strcmp(r->element[i]->str, want) == 0,
+                          "now %s, t %s, w %s: lua %s, C %s", args[0], args[1 + 2 * i],
+                          args[2 + 2 * i], r->element[i]->str, want);
+        }
+        freeReplyObject(r);
+    }
+    redisFree(c);
+}
+END_TEST
+
 /* ---- TTLs ---------------------------------------------------------------------------------- */
 
 /* Milliseconds of Redis's clock. */
@@ -730,20 +1212,20 @@ START_TEST(ttl_follows_the_state)
     ck_assert(d.reservation[0]); /* the concurrency slot is held by a reservation */
     int64_t now = redis_ms();
     long long v;
-    v = pttl("real:s:tb:0:u");
+    v = pttl("real:tb:0:u");
     ck_assert_msg(v > 3000 && v <= 4000, "token bucket TTL %lld", v);
-    v = pttl("real:s:gcra:0:u");
+    v = pttl("real:gcra:0:u");
     ck_assert_msg(v > 1000 && v <= 2000, "gcra TTL %lld", v);
-    v = pttl("real:s:sw:0:u");
+    v = pttl("real:sw:0:u");
     ck_assert_msg(v > 19000 && v <= 20000, "sliding window TTL %lld", v);
-    v = pttl("real:s:swc:0:u");
+    v = pttl("real:swc:0:u");
     ck_assert_msg(v > 19000 && v <= 40000, "sliding window counter TTL %lld", v);
     int64_t hour_end = (now / 3600000 + 1) * 3600000;
-    v = pttl("real:s:fw:0:u");
+    v = pttl("real:fw:0:u");
     ck_assert_msg(v > 0 && v <= 3600000 &&
                       (before / 3600000 != now / 3600000 || llabs(v - (hour_end - now)) <= 1000),
                   "fixed window TTL %lld, hour ends in %lld", v, (long long)(hour_end - now));
-    v = pttl("real:s:cc:0:u");
+    v = pttl("real:cc:0:u");
     ck_assert_msg(v > 89000 && v <= 90000, "concurrency TTL %lld", v);
     char rk[64];
     snprintf(rk, sizeof rk, "real:r:%s", d.reservation);
@@ -756,7 +1238,7 @@ START_TEST(ttl_follows_the_state)
     rl_err err;
     ck_assert_int_eq(rl_release(lim, d.reservation, 0, &err), RL_OK);
     usleep(20000);
-    redisReply *r = rt_redis_cmd(&srv, "EXISTS real:s:cc:0:u %s", rk);
+    redisReply *r = rt_redis_cmd(&srv, "EXISTS real:cc:0:u %s", rk);
     ck_assert_int_eq(r->integer, 0);
     freeReplyObject(r);
 
@@ -973,7 +1455,7 @@ START_TEST(sharded_level_splits_the_quota)
     }
     ck_assert_int_eq(allowed, 8);
     for (int k = 0; k < 4; k++) {
-        redisReply *r = rt_redis_cmd(&srv, "EXISTS sh:s:global:0.%d:all", k);
+        redisReply *r = rt_redis_cmd(&srv, "EXISTS sh:global:0.%d:all", k);
         ck_assert_int_eq(r->integer, 1);
         freeReplyObject(r);
     }
@@ -1175,7 +1657,9 @@ START_TEST(quotas_reach_every_instance)
     rt_redis_kill(&srv);
     rt_redis_restart(&srv);
     wait_tier(b, "bob", "free");
-    ck_assert_int_eq(rld_redis_quota_put(ra, "carol", "pro", NULL, &err), RL_OK);
+    int rc_;
+    rc_ = rld_redis_quota_put(ra, "carol", "pro", NULL, &err);
+    ck_assert_msg(rc_ == RL_OK, "%s", err.msg);
     wait_tier(b, "carol", "pro");
 
     rld_redis_quota_unfollow(f);
@@ -1194,6 +1678,8 @@ Suite *redis_store_suite(void)
     tcase_add_checked_fixture(tc, srv_up, srv_down);
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, lua_arithmetic_matches_c);
+    tcase_add_test(tc, lua_products_match_c);
+    tcase_add_test(tc, lua_times_match_c);
     tcase_add_loop_test(tc, conformance_table, 0,
                         (int)(sizeof conformance / sizeof conformance[0]));
     suite_add_tcase(s, tc);
@@ -1202,6 +1688,8 @@ Suite *redis_store_suite(void)
     tcase_add_checked_fixture(tc, srv_up, srv_down);
     tcase_set_timeout(tc, 300);
     tcase_add_loop_test(tc, differential_replay, 0, TRACES);
+    tcase_add_loop_test(tc, differential_replay_functions, 0, 7);
+    tcase_add_loop_test(tc, boundaries_alike, 0, (int)(sizeof boundaries / sizeof boundaries[0]));
     tcase_add_test(tc, charges_saturate_alike);
     tcase_add_test(tc, tier_changes_alike);
     suite_add_tcase(s, tc);
@@ -1212,6 +1700,7 @@ Suite *redis_store_suite(void)
     tcase_add_test(tc, every_key_written_has_a_ttl);
     tcase_add_test(tc, ttl_follows_the_state);
     tcase_add_test(tc, sharded_level_splits_the_quota);
+    tcase_add_test(tc, functions_or_evalsha);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("instances");

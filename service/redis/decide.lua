@@ -9,11 +9,14 @@
 --       ('' = none), the number of items, then 8 fields an item: type tag ('' for a rule decided
 --       by the caller), key index (0 for none), need, cost, 2 parameters, the caller's wait
 --       (for a rule without state), the item's reservation record ('' when it keeps none).
--- Returns {'ok', then per item: wait, limit, remaining, reset_after, window, next} (statuses
--- are '' for rules decided by the caller), or {'dup'} when the reservation id is taken. next is
+-- Returns {'ok', then per item: wait, limit, remaining, reset_after, window, next} (integers,
+-- which Redis makes of Lua numbers exactly below 2^53, or decimals beyond; statuses are '' for rules decided by the caller), or {'dup'} when the reservation id is taken. next is
 -- rl_status_next: the wait for one whole unit more than remains (0 when full).
+--
+-- Each state is read and prepared (refilled, rolled) once; wait, take, status and next all
+-- start from it, as each of them would in C from the same state at the same now.
 
-local now = clock(ARGV[1])
+clock(ARGV[1])
 local dry = ARGV[2] == '1'
 local floor_ms, hold_ms = tonumber(ARGV[5]), tonumber(ARGV[6])
 local id = ARGV[7]
@@ -21,21 +24,28 @@ local n = tonumber(ARGV[8])
 local items = {}
 local allowed = true
 
+-- An item is one table: its state, its rule's parameters (the field names never collide, so the
+-- table is both the p and the s of the rule functions), and T, k, rec, cost and wait.
 for i = 1, n do
     local o = 8 + (i - 1) * 8
-    local it = {tag = ARGV[o + 1], k = tonumber(ARGV[o + 2]), rec = ARGV[o + 8]}
-    if it.k > 0 then
-        local T = R[it.tag]
-        it.T = T
-        it.p = T.params(N(ARGV[o + 5]), N(ARGV[o + 6]))
-        it.cost = N(ARGV[o + 4])
-        it.st = load_state(T, it.tag, KEYS[it.k])
-        if not it.st then it.st = T.zero() end
-        it.wait = T.wait(it.p, it.st, now, N(ARGV[o + 3]))
+    local k = tonumber(ARGV[o + 2])
+    local it
+    if k > 0 then
+        local T = rule_type(ARGV[o + 1])
+        it = load_state(T, KEYS[k])
+        -- N(x), with the usual case (up to 15 digits: a number) inline
+        local need, cost, a, b = ARGV[o + 3], ARGV[o + 4], ARGV[o + 5], ARGV[o + 6]
+        need = #need <= 15 and tonumber(need) or N(need)
+        cost = #cost <= 15 and tonumber(cost) or N(cost)
+        T.params(#a <= 15 and tonumber(a) or N(a), #b <= 15 and tonumber(b) or N(b), it)
+        T.prep(it, it)
+        it.T, it.cost = T, cost
+        it.wait = T.wait(it, it, need)
     else
-        it.wait = N(ARGV[o + 7])
+        it = {wait = N(ARGV[o + 7])}
     end
-    if not iszero(it.wait) then allowed = false end
+    it.k, it.rec = k, ARGV[o + 8]
+    if it.wait ~= 0 then allowed = false end
     items[i] = it
 end
 
@@ -45,13 +55,13 @@ if allowed and not dry then
     for i = 1, n do
         local it = items[i]
         if it.T then
-            it.T.take(it.p, it.st, now, it.cost)
-            save_state(it.T, it.p, it.st, now, KEYS[it.k], floor_ms, hold_ms)
+            it.T.take(it, it, it.cost)
+            save_state(it.T, it, it, KEYS[it.k], floor_ms, hold_ms)
         end
     end
     if id ~= '' then
-        local exp = add_sat(now, N(ARGV[4]))
-        local cmd = {'HSET', rk, 'cost', ARGV[3], 'at', S(now), 'exp', S(exp), 'settled', '0'}
+        local exp = dec_of_rel(sat_time(N(ARGV[4])))
+        local cmd = {'HSET', rk, 'cost', ARGV[3], 'at', now_str(), 'exp', exp, 'settled', '0'}
         local m = 0
         for i = 1, n do
             if items[i].rec ~= '' then
@@ -64,30 +74,39 @@ if allowed and not dry then
         cmd[#cmd + 1] = tostring(m)
         redis.call(unpack(cmd))
         redis.call('PEXPIRE', rk, hold_ms)
-        redis.call('ZADD', ik, S(exp), id)
+        redis.call('ZADD', ik, exp, id)
         if redis.call('PTTL', ik) < hold_ms then redis.call('PEXPIRE', ik, hold_ms) end
     end
 end
 
 local out = {'ok'}
+local j = 1
 for i = 1, n do
     local it = items[i]
-    out[#out + 1] = S(it.wait)
+    local w = it.wait
+    out[j + 1] = type(w) == 'number' and w or S(w)
     if it.T then
-        local limit, remaining, reset, window = it.T.status(it.p, it.st, now)
+        local T = it.T
+        local limit, remaining, reset, window = T.status(it, it)
         local nxt = 0
-        if cmp(remaining, limit) < 0 then
+        if type(remaining) == 'number' and type(limit) == 'number' then
+            if remaining < limit then
+                local want = (remaining > 0 and remaining - remaining % ONE or 0) + ONE
+                nxt = T.wait(it, it, want < limit and want or limit)
+            end
+        elseif cmp(remaining, limit) < 0 then
             local whole = 0
             if ispos(remaining) then whole = mul((divmod(remaining, ONE)), ONE) end
-            nxt = it.T.wait(it.p, it.st, now, min(add(whole, ONE), limit))
+            nxt = T.wait(it, it, min(add(whole, ONE), limit))
         end
-        out[#out + 1] = S(limit)
-        out[#out + 1] = S(remaining)
-        out[#out + 1] = S(reset)
-        out[#out + 1] = S(window)
-        out[#out + 1] = S(nxt)
+        out[j + 2] = type(limit) == 'number' and limit or S(limit)
+        out[j + 3] = type(remaining) == 'number' and remaining or S(remaining)
+        out[j + 4] = type(reset) == 'number' and reset or S(reset)
+        out[j + 5] = type(window) == 'number' and window or S(window)
+        out[j + 6] = type(nxt) == 'number' and nxt or S(nxt)
     else
-        for _ = 1, 5 do out[#out + 1] = '' end
+        for f = 2, 6 do out[j + f] = '' end
     end
+    j = j + 6
 end
 return out

@@ -3,8 +3,9 @@
 -- KEYS: the reservation index. ARGV: now ('' = Redis TIME), most ids to return.
 -- Returns {now, reservations in the index, ids...}.
 
-local now = clock(ARGV[1])
-local out = {S(now), tostring(redis.call('ZCARD', KEYS[1]))}
-local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', S(now), 'LIMIT', 0, tonumber(ARGV[2]))
+clock(ARGV[1])
+local now = now_str()
+local out = {now, tostring(redis.call('ZCARD', KEYS[1]))}
+local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[2]))
 for i = 1, #ids do out[#out + 1] = ids[i] end
 return out

@@ -18,373 +18,502 @@ local BASE = 10000000
 local LIM = 9007199254740992 -- 2^53
 
 -- ---- big integers (tables) ------------------------------------------------------------------
+-- Made on first use: a script's top level runs on every call, and creating these closures costs
+-- more than most decisions (which never meet a big integer).
 
--- A table for a number below 2^53 in magnitude.
-local function I(x)
-    local t = {s = 1}
-    if x < 0 then
-        t.s = -1
-        x = -x
-    end
-    local i = 0
-    while x > 0 do
-        local q = floor(x / BASE)
-        local r = x - q * BASE
-        if r < 0 then
-            q, r = q - 1, r + BASE
-        elseif r >= BASE then
-            q, r = q + 1, r - BASE
+local N, S, add, sub, mul, cmp, divmod, trunc
+local BIG
+
+local function make_big()
+    -- ---- big integers (tables) ------------------------------------------------------------------
+
+    -- A table for a number below 2^53 in magnitude.
+    local function I(x)
+        local t = {s = 1}
+        if x < 0 then
+            t.s = -1
+            x = -x
         end
-        i = i + 1
-        t[i] = r
-        x = q
-    end
-    return t
-end
-
-local function cmpmag(a, b)
-    local na, nb = #a, #b
-    if na ~= nb then return na < nb and -1 or 1 end
-    for i = na, 1, -1 do
-        local x, y = a[i], b[i]
-        if x ~= y then return x < y and -1 or 1 end
-    end
-    return 0
-end
-
-local function addmag(a, b)
-    local r = {s = 1}
-    local na, nb = #a, #b
-    local n = na > nb and na or nb
-    local c = 0
-    for i = 1, n do
-        local v = (a[i] or 0) + (b[i] or 0) + c
-        if v >= BASE then
-            r[i] = v - BASE
-            c = 1
-        else
-            r[i] = v
-            c = 0
-        end
-    end
-    if c > 0 then r[n + 1] = c end
-    return r
-end
-
--- |a| - |b| for |a| >= |b|.
-local function submag(a, b)
-    local r = {s = 1}
-    local n = #a
-    local c = 0
-    for i = 1, n do
-        local v = a[i] - (b[i] or 0) - c
-        if v < 0 then
-            r[i] = v + BASE
-            c = 1
-        else
-            r[i] = v
-            c = 0
-        end
-    end
-    while n > 0 and r[n] == 0 do
-        r[n] = nil
-        n = n - 1
-    end
-    return r
-end
-
--- a + sb * b, sb being 1 or -1.
-local function baddsigned(a, b, sb)
-    local bs = b.s * sb
-    local r
-    if a.s == bs then
-        r = addmag(a, b)
-        r.s = a.s
-    elseif cmpmag(a, b) >= 0 then
-        r = submag(a, b)
-        r.s = a.s
-    else
-        r = submag(b, a)
-        r.s = bs
-    end
-    if #r == 0 then r.s = 1 end
-    return r
-end
-
-local function bmul(a, b)
-    local na, nb = #a, #b
-    local r = {s = 1}
-    if na == 0 or nb == 0 then return r end
-    for i = 1, na + nb do r[i] = 0 end
-    for i = 1, na do
-        local ai = a[i]
-        if ai ~= 0 then
-            local c = 0
-            for j = 1, nb do
-                local v = r[i + j - 1] + ai * b[j] + c
-                c = floor(v / BASE)
-                r[i + j - 1] = v - c * BASE
+        local i = 0
+        while x > 0 do
+            local q = floor(x / BASE)
+            local r = x - q * BASE
+            if r < 0 then
+                q, r = q - 1, r + BASE
+            elseif r >= BASE then
+                q, r = q + 1, r - BASE
             end
-            local k = i + nb
-            while c > 0 do
-                local v = r[k] + c
-                c = floor(v / BASE)
-                r[k] = v - c * BASE
-                k = k + 1
+            i = i + 1
+            t[i] = r
+            x = q
+        end
+        return t
+    end
+
+    local function cmpmag(a, b)
+        local na, nb = #a, #b
+        if na ~= nb then return na < nb and -1 or 1 end
+        for i = na, 1, -1 do
+            local x, y = a[i], b[i]
+            if x ~= y then return x < y and -1 or 1 end
+        end
+        return 0
+    end
+
+    local function addmag(a, b)
+        local r = {s = 1}
+        local na, nb = #a, #b
+        local n = na > nb and na or nb
+        local c = 0
+        for i = 1, n do
+            local v = (a[i] or 0) + (b[i] or 0) + c
+            if v >= BASE then
+                r[i] = v - BASE
+                c = 1
+            else
+                r[i] = v
+                c = 0
             end
         end
+        if c > 0 then r[n + 1] = c end
+        return r
     end
-    local n = na + nb
-    while n > 0 and r[n] == 0 do
-        r[n] = nil
-        n = n - 1
-    end
-    if n > 0 then r.s = a.s * b.s end
-    return r
-end
 
-local BONE = I(1)
-
--- |a| / d for a divisor d below BASE: quotient magnitude and remainder (a number).
-local function divsmall(a, d)
-    local q = {s = 1}
-    local r = 0
-    local n = #a
-    for i = n, 1, -1 do
-        local cur = r * BASE + a[i]
-        local qi = floor(cur / d)
-        q[i] = qi
-        r = cur - qi * d
-    end
-    while n > 0 and q[n] == 0 do
-        q[n] = nil
-        n = n - 1
-    end
-    return q, r
-end
-
-local function todouble(a)
-    local x = 0
-    for i = #a, 1, -1 do x = x * BASE + a[i] end
-    return x
-end
-
-local POW10 = {[0] = BONE}
-local function pow10(k)
-    if not POW10[k] then POW10[k] = bmul(pow10(k - 1), I(10)) end
-    return POW10[k]
-end
-
--- A table no larger than x (x >= 0, whole), within a relative 1e-14 of it.
-local function fromdouble(x)
-    local k = 0
-    while x >= 1e15 do
-        x = x / 10
-        k = k + 1
-    end
-    local t = I(floor(x))
-    if k > 0 then t = bmul(t, pow10(k)) end
-    return t
-end
-
--- |a| / |b| (b not zero): quotient and remainder magnitudes. Quotients are estimated from
--- doubles a little low, so that the remainder never goes negative, and refined until exact.
-local function divmag(a, b)
-    if cmpmag(a, b) < 0 then return {s = 1}, addmag(a, {}) end
-    if #b == 1 then
-        local q, r = divsmall(a, b[1])
-        return q, I(r)
-    end
-    local q, r = {s = 1}, addmag(a, {})
-    local db = todouble(b)
-    while cmpmag(r, b) >= 0 do
-        local est = floor(todouble(r) / db * (1 - 1e-12))
-        local e, p
-        while true do
-            e = est >= 1 and fromdouble(est) or BONE
-            p = bmul(e, b)
-            p.s = 1
-            if cmpmag(p, r) <= 0 then break end
-            est = floor(est / 2)
+    -- |a| - |b| for |a| >= |b|.
+    local function submag(a, b)
+        local r = {s = 1}
+        local n = #a
+        local c = 0
+        for i = 1, n do
+            local v = a[i] - (b[i] or 0) - c
+            if v < 0 then
+                r[i] = v + BASE
+                c = 1
+            else
+                r[i] = v
+                c = 0
+            end
         end
-        q = addmag(q, e)
-        r = submag(r, p)
-    end
-    return q, r
-end
-
-local BLIM = I(LIM)
-
--- A table result as a number when it is below 2^53 in magnitude.
-local function norm(t)
-    if #t <= 3 and cmpmag(t, BLIM) < 0 then
-        local v = (t[1] or 0) + (t[2] or 0) * BASE + (t[3] or 0) * BASE * BASE
-        return t.s < 0 and -v or v
-    end
-    return t
-end
-
-local function big(x)
-    if type(x) == 'number' then return I(x) end
-    return x
-end
-
-local function isneg_t(t) return t.s < 0 end
-
--- Splits a number x (0 <= x < 2^53) into three limbs.
-local function limbs3(x)
-    local x3 = floor(x / 100000000000000)
-    local x2r = x - x3 * 100000000000000
-    local x2 = floor(x2r / BASE)
-    return x2r - x2 * BASE, x2, x3
-end
-
--- A table of sign ts * t.s and magnitude |t| + sx * x, for a number 0 <= x < 2^53 (so at most
--- |t|), with its limbs carried in place; normalised.
-local function addnum(t, ts, x, sx)
-    local x1, x2, x3 = limbs3(x)
-    local r = {s = ts * t.s}
-    local n = #t
-    local c = 0
-    for i = 1, n do
-        local xi = 0
-        if i == 1 then
-            xi = x1
-        elseif i == 2 then
-            xi = x2
-        elseif i == 3 then
-            xi = x3
+        while n > 0 and r[n] == 0 do
+            r[n] = nil
+            n = n - 1
         end
-        local v = t[i] + sx * xi + c
-        if v >= BASE then
-            r[i], c = v - BASE, 1
-        elseif v < 0 then
-            r[i], c = v + BASE, -1
+        return r
+    end
+
+    -- a + sb * b, sb being 1 or -1.
+    local function baddsigned(a, b, sb)
+        local bs = b.s * sb
+        local r
+        if a.s == bs then
+            r = addmag(a, b)
+            r.s = a.s
+        elseif cmpmag(a, b) >= 0 then
+            r = submag(a, b)
+            r.s = a.s
         else
-            r[i], c = v, 0
+            r = submag(b, a)
+            r.s = bs
         end
+        if #r == 0 then r.s = 1 end
+        return r
     end
-    if c > 0 then
-        n = n + 1
-        r[n] = c
+
+    local function bmul(a, b)
+        local na, nb = #a, #b
+        local r = {s = 1}
+        if na == 0 or nb == 0 then return r end
+        for i = 1, na + nb do r[i] = 0 end
+        for i = 1, na do
+            local ai = a[i]
+            if ai ~= 0 then
+                local c = 0
+                for j = 1, nb do
+                    local v = r[i + j - 1] + ai * b[j] + c
+                    c = floor(v / BASE)
+                    r[i + j - 1] = v - c * BASE
+                end
+                local k = i + nb
+                while c > 0 do
+                    local v = r[k] + c
+                    c = floor(v / BASE)
+                    r[k] = v - c * BASE
+                    k = k + 1
+                end
+            end
+        end
+        local n = na + nb
+        while n > 0 and r[n] == 0 do
+            r[n] = nil
+            n = n - 1
+        end
+        if n > 0 then r.s = a.s * b.s end
+        return r
     end
-    while n > 0 and r[n] == 0 do
-        r[n] = nil
-        n = n - 1
+
+    local BONE = I(1)
+
+    -- |a| / d for a divisor d below BASE: quotient magnitude and remainder (a number).
+    local function divsmall(a, d)
+        local q = {s = 1}
+        local r = 0
+        local n = #a
+        for i = n, 1, -1 do
+            local cur = r * BASE + a[i]
+            local qi = floor(cur / d)
+            q[i] = qi
+            r = cur - qi * d
+        end
+        while n > 0 and q[n] == 0 do
+            q[n] = nil
+            n = n - 1
+        end
+        return q, r
     end
-    return norm(r)
+
+    local function todouble(a)
+        local x = 0
+        for i = #a, 1, -1 do x = x * BASE + a[i] end
+        return x
+    end
+
+    local POW10 = {[0] = BONE}
+    local function pow10(k)
+        if not POW10[k] then POW10[k] = bmul(pow10(k - 1), I(10)) end
+        return POW10[k]
+    end
+
+    -- A table no larger than x (x >= 0, whole), within a relative 1e-14 of it.
+    local function fromdouble(x)
+        local k = 0
+        while x >= 1e15 do
+            x = x / 10
+            k = k + 1
+        end
+        local t = I(floor(x))
+        if k > 0 then t = bmul(t, pow10(k)) end
+        return t
+    end
+
+    -- |a| / |b| (b not zero): quotient and remainder magnitudes. Quotients are estimated from
+    -- doubles a little low, so that the remainder never goes negative, and refined until exact.
+    local function divmag(a, b)
+        if cmpmag(a, b) < 0 then return {s = 1}, addmag(a, {}) end
+        if #b == 1 then
+            local q, r = divsmall(a, b[1])
+            return q, I(r)
+        end
+        local q, r = {s = 1}, addmag(a, {})
+        local db = todouble(b)
+        while cmpmag(r, b) >= 0 do
+            local est = floor(todouble(r) / db * (1 - 1e-12))
+            local e, p
+            while true do
+                e = est >= 1 and fromdouble(est) or BONE
+                p = bmul(e, b)
+                p.s = 1
+                if cmpmag(p, r) <= 0 then break end
+                est = floor(est / 2)
+            end
+            q = addmag(q, e)
+            r = submag(r, p)
+        end
+        return q, r
+    end
+
+    local BLIM = I(LIM)
+
+    -- A table result as a number when it is below 2^53 in magnitude.
+    local function norm(t)
+        if #t <= 3 and cmpmag(t, BLIM) < 0 then
+            local v = (t[1] or 0) + (t[2] or 0) * BASE + (t[3] or 0) * BASE * BASE
+            return t.s < 0 and -v or v
+        end
+        return t
+    end
+
+    local function big(x)
+        if type(x) == 'number' then return I(x) end
+        return x
+    end
+
+    local function isneg_t(t) return t.s < 0 end
+
+    -- Splits a number x (0 <= x < 2^53) into three limbs.
+    local function limbs3(x)
+        local x3 = floor(x / 100000000000000)
+        local x2r = x - x3 * 100000000000000
+        local x2 = floor(x2r / BASE)
+        return x2r - x2 * BASE, x2, x3
+    end
+
+    -- A table of sign ts * t.s and magnitude |t| + sx * x, for a number 0 <= x < 2^53 (so at most
+    -- |t|), with its limbs carried in place; normalised.
+    local function addnum(t, ts, x, sx)
+        local x1, x2, x3 = limbs3(x)
+        local r = {s = ts * t.s}
+        local n = #t
+        local c = 0
+        for i = 1, n do
+            local xi = 0
+            if i == 1 then
+                xi = x1
+            elseif i == 2 then
+                xi = x2
+            elseif i == 3 then
+                xi = x3
+            end
+            local v = t[i] + sx * xi + c
+            if v >= BASE then
+                r[i], c = v - BASE, 1
+            elseif v < 0 then
+                r[i], c = v + BASE, -1
+            else
+                r[i], c = v, 0
+            end
+        end
+        if c > 0 then
+            n = n + 1
+            r[n] = c
+        end
+        while n > 0 and r[n] == 0 do
+            r[n] = nil
+            n = n - 1
+        end
+        return norm(r)
+    end
+
+    -- The product of two numbers as a table (it is 2^53 or more in magnitude).
+    local function mulnum(a, b)
+        local a1, a2, a3 = limbs3(a < 0 and -a or a)
+        local b1, b2, b3 = limbs3(b < 0 and -b or b)
+        local p = {a1 * b1, a1 * b2 + a2 * b1, a1 * b3 + a2 * b2 + a3 * b1, a2 * b3 + a3 * b2, a3 * b3}
+        local c = 0
+        for i = 1, 5 do
+            local v = p[i] + c
+            c = floor(v / BASE)
+            p[i] = v - c * BASE
+        end
+        local n = 5
+        while c > 0 do
+            n = n + 1
+            local v = c
+            c = floor(v / BASE)
+            p[n] = v - c * BASE
+        end
+        while n > 0 and p[n] == 0 do
+            p[n] = nil
+            n = n - 1
+        end
+        p.s = (a < 0) ~= (b < 0) and -1 or 1
+        return p
+    end
+
+    -- A value as a double (signed, inexact beyond 2^53).
+    local function todouble_s(x)
+        if type(x) == 'number' then return x end
+        local v = todouble(x)
+        return x.s < 0 and -v or v
+    end
+
+    -- ---- values (numbers or tables) -------------------------------------------------------------
+
+    local function parse(str)
+        local t = {s = 1}
+        local first = 1
+        if string.byte(str, 1) == 45 then -- '-'
+            t.s = -1
+            first = 2
+        end
+        local e, i = #str, 0
+        while e >= first do
+            local b = e - 6
+            if b < first then b = first end
+            i = i + 1
+            t[i] = tonumber(string.sub(str, b, e))
+            e = b - 1
+        end
+        while i > 0 and t[i] == 0 do
+            t[i] = nil
+            i = i - 1
+        end
+        if i == 0 then t.s = 1 end
+        return norm(t)
+    end
+
+    local function str(a)
+        local n = #a
+        local out = {a.s < 0 and '-' or '', string.format('%d', a[n])}
+        for i = n - 1, 1, -1 do out[#out + 1] = string.format('%07d', a[i]) end
+        return table.concat(out)
+    end
+
+    -- A sum, difference or product of numbers is exact when it is below 2^53 in magnitude, and
+    -- otherwise lands at or beyond 2^53 itself, so the range check tells which case it is.
+    local function addsub(a, b, sb)
+        local na, nb = type(a) == 'number', type(b) == 'number'
+        if na and nb then
+            local r = a + sb * b
+            if r < LIM and r > -LIM then return r end
+        elseif sb < 0 and not na and not nb and a.s == b.s and #a == #b and #a >= 3 then
+            -- two close times: equal above their two lowest limbs, the difference is a number
+            local same = true
+            for i = #a, 3, -1 do
+                if a[i] ~= b[i] then
+                    same = false
+                    break
+                end
+            end
+            if same then return a.s * ((a[2] - b[2]) * BASE + (a[1] - b[1])) end
+        elseif nb then -- table + sb * number
+            local bs = b < 0 and -1 or 1
+            return addnum(a, 1, b * bs, sb * bs * a.s)
+        elseif na then -- number + sb * table = sb * table + number
+            local as = a < 0 and -1 or 1
+            return addnum(b, sb, a * as, as * sb * b.s)
+        end
+        return norm(baddsigned(big(a), big(b), sb))
+    end
+
+    local function bigmul(a, b)
+        if type(a) == 'number' and type(b) == 'number' then return mulnum(a, b) end
+        return norm(bmul(big(a), big(b)))
+    end
+
+    -- Two tables.
+    local function bigcmp(a, b)
+        if a.s ~= b.s then return a.s < b.s and -1 or 1 end
+        local c = cmpmag(a, b)
+        if a.s < 0 then return 0 - c end
+        return c
+    end
+
+    -- A table no larger than x in magnitude (x whole), within a relative 1e-14 of it.
+    local function approx(x)
+        if x < LIM and x > -LIM then return x end
+        local t = fromdouble(x < 0 and -x or x)
+        if x < 0 then t.s = -1 end
+        return t
+    end
+
+    -- |a| / d for a table a of at most 4 limbs and a number 0 < d < 2^50, when the quotient is
+    -- below 2^52: quotient and remainder as numbers, or nil outside those bounds. The quotient is
+    -- estimated in doubles (off by at most a few units), the remainder a - q * d is worked out
+    -- exactly in limbs (every product and carry stays below 2^53), then both are corrected.
+    local function divnum(a, d)
+        if #a > 4 or d >= 1125899906842624 then return nil end
+        local a1, a2, a3, a4 = a[1] or 0, a[2] or 0, a[3] or 0, a[4] or 0
+        local q = floor(todouble(a) / d)
+        if q >= 4503599627370496 then return nil end
+        local q1, q2, q3 = limbs3(q)
+        local d1, d2, d3 = limbs3(d)
+        local r1 = a1 - q1 * d1
+        local r2 = a2 - (q1 * d2 + q2 * d1)
+        local r3 = a3 - (q1 * d3 + q2 * d2 + q3 * d1)
+        local r4 = a4 - (q2 * d3 + q3 * d2)
+        local r5 = 0 - q3 * d3
+        local c = floor(r1 / BASE)
+        r1, r2 = r1 - c * BASE, r2 + c
+        c = floor(r2 / BASE)
+        r2, r3 = r2 - c * BASE, r3 + c
+        c = floor(r3 / BASE)
+        r3, r4 = r3 - c * BASE, r4 + c
+        c = floor(r4 / BASE)
+        r4, r5 = r4 - c * BASE, r5 + c
+        -- |a - q * d| < 5 d < 2^53, so Horner's rule from the top stays exact
+        local r = r1 + BASE * (r2 + BASE * (r3 + BASE * (r4 + BASE * r5)))
+        while r < 0 do
+            r, q = r + d, q - 1
+        end
+        while r >= d do
+            r, q = r - d, q + 1
+        end
+        return q, r
+    end
+
+    -- divmod (below) beyond numbers. A table divided by a number: quotients estimated in doubles
+    -- are taken off until what is left is a number, and the rest is divided exactly.
+    local function bigdivmod(a, b)
+        if type(b) == 'number' then
+            local neg = isneg_t(a)
+            local d = b < 0 and -b or b
+            local q, r = divnum(a, d)
+            if not q then
+                q, r = 0, neg and baddsigned({s = 1}, a, -1) or a -- |a|
+            end
+            while type(r) ~= 'number' do
+                local e = approx(trunc(todouble_s(r) / d))
+                q = add(q, e)
+                r = sub(r, mul(e, d))
+            end
+            local q2 = trunc(r / d)
+            q, r = add(q, q2), r - q2 * d
+            if r < 0 then
+                q, r = sub(q, 1), r + d
+            end
+            -- |a| = q * d + r with 0 <= r < d; now the signs, as C has them
+            if (b < 0) ~= neg then q = sub(0, q) end
+            if neg then r = -r end
+            return q, r
+        end
+        local ta, tb = big(a), big(b)
+        local q, r = divmag(ta, tb)
+        if #q > 0 then q.s = ta.s * tb.s end
+        if #r > 0 then r.s = ta.s end
+        return norm(q), norm(r)
+    end
+
+    return {parse = parse, str = str, addsub = addsub, mul = bigmul, cmp = bigcmp,
+        divmod = bigdivmod}
 end
 
--- The product of two numbers as a table (it is 2^53 or more in magnitude).
-local function mulnum(a, b)
-    local a1, a2, a3 = limbs3(a < 0 and -a or a)
-    local b1, b2, b3 = limbs3(b < 0 and -b or b)
-    local p = {a1 * b1, a1 * b2 + a2 * b1, a1 * b3 + a2 * b2 + a3 * b1, a2 * b3 + a3 * b2, a3 * b3}
-    local c = 0
-    for i = 1, 5 do
-        local v = p[i] + c
-        c = floor(v / BASE)
-        p[i] = v - c * BASE
-    end
-    local n = 5
-    while c > 0 do
-        n = n + 1
-        local v = c
-        c = floor(v / BASE)
-        p[n] = v - c * BASE
-    end
-    while n > 0 and p[n] == 0 do
-        p[n] = nil
-        n = n - 1
-    end
-    p.s = (a < 0) ~= (b < 0) and -1 or 1
-    return p
-end
-
--- A value as a double (signed, inexact beyond 2^53).
-local function todouble_s(x)
-    if type(x) == 'number' then return x end
-    local v = todouble(x)
-    return x.s < 0 and -v or v
+local function big_ops()
+    if not BIG then BIG = make_big() end
+    return BIG
 end
 
 -- ---- values (numbers or tables) -------------------------------------------------------------
 
-local function N(str)
+function N(str)
     if #str <= 15 then return tonumber(str) end
-    local t = {s = 1}
-    local first = 1
-    if string.byte(str, 1) == 45 then -- '-'
-        t.s = -1
-        first = 2
-    end
-    local e, i = #str, 0
-    while e >= first do
-        local b = e - 6
-        if b < first then b = first end
-        i = i + 1
-        t[i] = tonumber(string.sub(str, b, e))
-        e = b - 1
-    end
-    while i > 0 and t[i] == 0 do
-        t[i] = nil
-        i = i - 1
-    end
-    if i == 0 then t.s = 1 end
-    return norm(t)
+    return big_ops().parse(str)
 end
 
-local function S(a)
+function S(a)
     if type(a) == 'number' then
         if a == 0 then return '0' end
         return string.format('%.0f', a)
     end
-    local n = #a
-    local out = {a.s < 0 and '-' or '', string.format('%d', a[n])}
-    for i = n - 1, 1, -1 do out[#out + 1] = string.format('%07d', a[i]) end
-    return table.concat(out)
+    return big_ops().str(a)
 end
 
 -- A sum, difference or product of numbers is exact when it is below 2^53 in magnitude, and
 -- otherwise lands at or beyond 2^53 itself, so the range check tells which case it is.
-local function addsub(a, b, sb)
-    local na, nb = type(a) == 'number', type(b) == 'number'
-    if na and nb then
-        local r = a + sb * b
+function add(a, b)
+    if type(a) == 'number' and type(b) == 'number' then
+        local r = a + b
         if r < LIM and r > -LIM then return r end
-    elseif sb < 0 and not na and not nb and a.s == b.s and #a == #b and #a >= 3 then
-        -- two close times: equal above their two lowest limbs, the difference is a number
-        local same = true
-        for i = #a, 3, -1 do
-            if a[i] ~= b[i] then
-                same = false
-                break
-            end
-        end
-        if same then return a.s * ((a[2] - b[2]) * BASE + (a[1] - b[1])) end
-    elseif nb then -- table + sb * number
-        local bs = b < 0 and -1 or 1
-        return addnum(a, 1, b * bs, sb * bs * a.s)
-    elseif na then -- number + sb * table = sb * table + number
-        local as = a < 0 and -1 or 1
-        return addnum(b, sb, a * as, as * sb * b.s)
     end
-    return norm(baddsigned(big(a), big(b), sb))
+    return big_ops().addsub(a, b, 1)
 end
 
-local function add(a, b) return addsub(a, b, 1) end
-local function sub(a, b) return addsub(a, b, -1) end
+function sub(a, b)
+    if type(a) == 'number' and type(b) == 'number' then
+        local r = a - b
+        if r < LIM and r > -LIM then return r end
+    end
+    return big_ops().addsub(a, b, -1)
+end
 
-local function mul(a, b)
+function mul(a, b)
     if type(a) == 'number' and type(b) == 'number' then
         local r = a * b
         if r < LIM and r > -LIM then return r end
-        return mulnum(a, b)
     end
-    return norm(bmul(big(a), big(b)))
+    return big_ops().mul(a, b)
 end
 
-local function cmp(a, b)
+function cmp(a, b)
     local na, nb = type(a) == 'number', type(b) == 'number'
     if na and nb then
         if a < b then return -1 end
@@ -393,97 +522,22 @@ local function cmp(a, b)
     end
     if na then return b.s > 0 and -1 or 1 end -- |b| >= 2^53 > |a|
     if nb then return a.s > 0 and 1 or -1 end
-    if a.s ~= b.s then return a.s < b.s and -1 or 1 end
-    local c = cmpmag(a, b)
-    if a.s < 0 then return 0 - c end
-    return c
+    return big_ops().cmp(a, b)
 end
 
-local function trunc(x)
+function trunc(x)
     if x >= 0 then return floor(x) end
     return -floor(-x)
 end
 
--- A table no larger than x in magnitude (x whole), within a relative 1e-14 of it.
-local function approx(x)
-    if x < LIM and x > -LIM then return x end
-    local t = fromdouble(x < 0 and -x or x)
-    if x < 0 then t.s = -1 end
-    return t
-end
-
--- |a| / d for a table a of at most 4 limbs and a number 0 < d < 2^50, when the quotient is
--- below 2^52: quotient and remainder as numbers, or nil outside those bounds. The quotient is
--- estimated in doubles (off by at most a few units), the remainder a - q * d is worked out
--- exactly in limbs (every product and carry stays below 2^53), then both are corrected.
-local function divnum(a, d)
-    if #a > 4 or d >= 1125899906842624 then return nil end
-    local a1, a2, a3, a4 = a[1] or 0, a[2] or 0, a[3] or 0, a[4] or 0
-    local q = floor(todouble(a) / d)
-    if q >= 4503599627370496 then return nil end
-    local q1, q2, q3 = limbs3(q)
-    local d1, d2, d3 = limbs3(d)
-    local r1 = a1 - q1 * d1
-    local r2 = a2 - (q1 * d2 + q2 * d1)
-    local r3 = a3 - (q1 * d3 + q2 * d2 + q3 * d1)
-    local r4 = a4 - (q2 * d3 + q3 * d2)
-    local r5 = 0 - q3 * d3
-    local c = floor(r1 / BASE)
-    r1, r2 = r1 - c * BASE, r2 + c
-    c = floor(r2 / BASE)
-    r2, r3 = r2 - c * BASE, r3 + c
-    c = floor(r3 / BASE)
-    r3, r4 = r3 - c * BASE, r4 + c
-    c = floor(r4 / BASE)
-    r4, r5 = r4 - c * BASE, r5 + c
-    -- |a - q * d| < 5 d < 2^53, so Horner's rule from the top stays exact
-    local r = r1 + BASE * (r2 + BASE * (r3 + BASE * (r4 + BASE * r5)))
-    while r < 0 do
-        r, q = r + d, q - 1
-    end
-    while r >= d do
-        r, q = r - d, q + 1
-    end
-    return q, r
-end
-
 -- C's a / b and a % b. For numbers the double quotient cannot cross an integer (its error is
 -- below 1/|b| while a non-integer quotient is at least 1/|b| from one), so truncating it is exact.
--- A table divided by a number: quotients estimated in doubles are taken off until what is left
--- is a number, and the rest is divided exactly.
-local divmod
 function divmod(a, b)
     if type(a) == 'number' and type(b) == 'number' then
         local q = trunc(a / b)
         return q, a - q * b
     end
-    if type(b) == 'number' then
-        local neg = isneg_t(a)
-        local d = b < 0 and -b or b
-        local q, r = divnum(a, d)
-        if not q then
-            q, r = 0, neg and baddsigned({s = 1}, a, -1) or a -- |a|
-        end
-        while type(r) ~= 'number' do
-            local e = approx(trunc(todouble_s(r) / d))
-            q = add(q, e)
-            r = sub(r, mul(e, d))
-        end
-        local q2 = trunc(r / d)
-        q, r = add(q, q2), r - q2 * d
-        if r < 0 then
-            q, r = sub(q, 1), r + d
-        end
-        -- |a| = q * d + r with 0 <= r < d; now the signs, as C has them
-        if (b < 0) ~= neg then q = sub(0, q) end
-        if neg then r = -r end
-        return q, r
-    end
-    local ta, tb = big(a), big(b)
-    local q, r = divmag(ta, tb)
-    if #q > 0 then q.s = ta.s * tb.s end
-    if #r > 0 then r.s = ta.s end
-    return norm(q), norm(r)
+    return big_ops().divmod(a, b)
 end
 
 local function iszero(a) return a == 0 end
@@ -501,8 +555,8 @@ local function min(a, b) return cmp(a, b) < 0 and a or b end
 local NS = 1000000000
 local MS = 1000000
 local ONE = 1000000 -- RL_FP_ONE
-local NEVER = N('9223372036854775807')
-local USED_MAX = N('4000000000000000000')
+local NEVER = {s = 1, 4775807, 7203685, 92233} -- INT64_MAX
+local USED_MAX = {s = 1, 0, 0, 40000} -- 4e18
 
 -- rl__ceil_div: ceil(a / b) saturated at NEVER; a >= 0, b > 0.
 local function ceil_div(a, b)
@@ -512,8 +566,8 @@ local function ceil_div(a, b)
     return q
 end
 
-local NEVER_SAFE = sub(NEVER, LIM)
-local USED_SAFE = sub(USED_MAX, LIM)
+local NEVER_SAFE = {s = 1, 34815, 6483760, 92143} -- NEVER - 2^53
+local USED_SAFE = {s = 1, 5259008, 9280074, 39909} -- USED_MAX - 2^53
 
 -- rl__add_sat: a + b saturated at NEVER, b >= 0. Adding a number to anything up to NEVER - 2^53
 -- cannot reach it.
@@ -534,496 +588,971 @@ local function used_add(used, a)
     return add(used, a)
 end
 
--- The current time: the caller's when given (manual clock), else Redis's own.
-local function clock(arg)
-    if arg ~= '' then return N(arg) end
-    local t = redis.call('TIME')
-    return add(mul(N(t[1]), NS), mul(N(t[2]), 1000))
+-- ---- exact products and quotients in doubles ------------------------------------------------
+-- The rules multiply values below 2^53 into products of up to 2^106 and divide those. Where
+-- the operands are numbers, the helpers below do that exactly in doubles, without tables, and
+-- leave the rest (operands or quotients out of their ranges) to the big integers above.
+
+local P32 = 4294967296 -- 2^32
+local P50 = 1125899906842624 -- 2^50
+local P51 = 2251799813685248 -- 2^51
+local P52 = 4503599627370496 -- 2^52
+local P99 = 2 ^ 99
+local SPLIT = 134217729 -- 2^27 + 1
+
+-- a * b = p + e exactly, p being the double nearest a * b: Dekker's TwoProduct with Veltkamp's
+-- split, exact in IEEE doubles rounding to nearest (Lua's numbers; Redis builds Lua for SSE2,
+-- and every Lua operation rounds on its own) for any a, b whose product does not overflow.
+-- For whole a, b below 2^53, p and e are whole too.
+local function two_prod(a, b)
+    local p = a * b
+    local c = SPLIT * a
+    local ah = c - (c - a)
+    local al = a - ah
+    c = SPLIT * b
+    local bh = c - (c - b)
+    local bl = b - bh
+    return p, ((ah * bh - p) + ah * bl + al * bh) + al * bl
 end
 
--- t - t % window (t >= 0), remembered per time value: the same now and last recur.
-local STARTS = {}
-local function start_of(p, t)
-    local c = STARTS[t]
-    if c and c[1] == p.window then return c[2] end
-    local _, r = divmod(t, p.window)
-    local v = sub(t, r)
-    if type(t) == 'table' then STARTS[t] = {p.window, v} end
-    return v
+-- The sign of a * b - c * d (-1, 0, 1). For numbers: rounding is monotonic, so when the
+-- rounded products differ they order the exact ones; when they are equal the difference of the
+-- exact products is that of the rounding errors, e - f.
+local function cmp_prod(a, b, c, d)
+    if type(a) == 'number' and type(b) == 'number' and type(c) == 'number' and
+        type(d) == 'number' then
+        local p, q = a * b, c * d
+        if p ~= q then return p < q and -1 or 1 end
+        local _, e = two_prod(a, b)
+        local _, f = two_prod(c, d)
+        if e == f then return 0 end
+        return e < f and -1 or 1
+    end
+    return cmp(mul(a, b), mul(c, d))
 end
+
+-- floor((a * b + c) / d) and the remainder, for a, b >= 0, d > 0 and a * b + c >= 0.
+--
+-- Numbers with d < 2^50, |c| < 2^50: when p = a * b and p + c stay below 2^53 they are exact,
+-- and so is floor(x / d) for any whole 0 <= x < 2^53 (a quotient that is not whole is at least
+-- 1/d from the next whole number, more than half its ulp, which is below 2/d). Otherwise, with
+-- p < 2^99 (so |e| <= 2^46 in a * b = p + e) and p >= 2^53 - 2^50 (p is below 2^53 only when
+-- p + c is not), X = a * b + c: the estimate q of floor(X / d), taken from doubles with a
+-- relative error below 2^-51.3, is off by at most 1 while below 2^51; then r = X - q * d is in
+-- (-d, 2d), and with q * d = p3 + e3: p3 is within 2^52 of p, so p - p3 is exact (Sterbenz:
+-- p3 is in [p / 2, 2p]), e + c is exact (both below 2^50 + 2^46), their sum r + e3 is below
+-- 2^53, and so r = (p - p3) + (e + c) - e3 is exact; one step of d at most corrects q.
+local function mdm(a, b, c, d)
+    if type(a) == 'number' and type(b) == 'number' and type(c) == 'number' and
+        type(d) == 'number' and d < P50 and c < P50 and c > -P50 then
+        local p = a * b
+        local x = p + c
+        if p < LIM and x < LIM then
+            local q = floor(x / d)
+            return q, x - q * d
+        end
+        if p < P99 then
+            local q = floor(x / d)
+            if q < P51 then
+                local _, e = two_prod(a, b)
+                local p3, e3 = two_prod(q, d)
+                local r = ((p - p3) + (e + c)) - e3
+                if r < 0 then
+                    q, r = q - 1, r + d
+                elseif r >= d then
+                    q, r = q + 1, r - d
+                end
+                return q, r
+            end
+        end
+    end
+    return divmod(add(mul(a, b), c), d)
+end
+
+-- ceil((a * b + c) / d) saturated at NEVER, likewise.
+local function ceil_mdm(a, b, c, d)
+    local q, r = mdm(a, b, c, d)
+    if r ~= 0 then q = add(q, 1) end
+    if type(q) ~= 'number' and cmp(q, NEVER) >= 0 then return NEVER end
+    return q
+end
+
+-- ---- the clock, and times relative to it ------------------------------------------------------
+-- A script reads the time once (clock). Inside it, every time is held relative to that now, as
+-- t - now in ns: a number for any time within 2^53 ns (104 days) of now, which is nearly every
+-- time a script meets, so that times cost no tables; a big integer beyond. now itself is held as
+-- a decimal string (NOW_STR), as seconds and nanoseconds (NOW_S, NOW_F), and, while below
+-- 4e18 ns (the year 2096: FASTNOW), as two 32-bit halves (NOW_HI, NOW_LO) for the binary state
+-- values. Before 2096, NEVER - now > 5e18 > 2^53, so a time that is a number is below NEVER.
+
+local NOW_STR, NOW_S, NOW_F, NOW_HI, NOW_LO, NOW_BIG, NEVER_REL, FASTNOW, MODS
+
+-- now as a decimal.
+local function now_str()
+    if not NOW_STR then
+        NOW_STR = NOW_S > 0 and string.format('%d%09d', NOW_S, NOW_F) or string.format('%d', NOW_F)
+    end
+    return NOW_STR
+end
+
+local function now_big()
+    if not NOW_BIG then NOW_BIG = N(now_str()) end
+    return NOW_BIG
+end
+
+-- NEVER as a relative time.
+local function never_rel()
+    if not NEVER_REL then NEVER_REL = sub(NEVER, now_big()) end
+    return NEVER_REL
+end
+
+-- Reads the time: the caller's when given (manual clock, a canonical decimal >= 0), else
+-- Redis's own.
+local function clock(arg)
+    if arg ~= '' then
+        NOW_STR = arg
+        if #arg <= 9 then
+            NOW_S, NOW_F = 0, tonumber(arg)
+        else
+            NOW_S, NOW_F = tonumber(string.sub(arg, 1, -10)), tonumber(string.sub(arg, -9))
+        end
+    else
+        local t = redis.call('TIME')
+        NOW_S, NOW_F = tonumber(t[1]), tonumber(t[2]) * 1000
+        NOW_STR = nil
+    end
+    NOW_BIG, NEVER_REL, MODS = nil, nil, nil
+    FASTNOW = NOW_S < 4000000000
+    if FASTNOW then
+        -- now = m * 2^9 + NOW_F with m = NOW_S * 1953125 < 2^53
+        local m = NOW_S * 1953125
+        local hi = floor(m / 8388608)
+        local lo = (m - hi * 8388608) * 512 + NOW_F
+        if lo >= P32 then hi, lo = hi + 1, lo - P32 end
+        NOW_HI, NOW_LO = hi, lo
+    end
+end
+
+-- A time given as its absolute value's two 32-bit halves, relative to now. With the halves
+-- less than 2^20 apart the result is below 2^52 + 2^32 and every step exact.
+local function rel_of_halves(hi, lo)
+    if FASTNOW then
+        local dh = hi - NOW_HI
+        if dh < 1048576 and dh > -1048576 then return dh * P32 + (lo - NOW_LO) end
+    end
+    return sub(add(mul(hi, P32), lo), now_big())
+end
+
+-- The two 32-bit halves of the absolute value of a relative time t (>= -now).
+local function halves_of_rel(t)
+    if FASTNOW and type(t) == 'number' and t < P52 and t > -P52 then
+        local lo = NOW_LO + t
+        local c = floor(lo / P32)
+        return NOW_HI + c, lo - c * P32
+    end
+    return divmod(add(now_big(), t), P32)
+end
+
+-- The absolute value of a relative time t (>= -now) as a decimal.
+local function dec_of_rel(t)
+    if t == 0 then return now_str() end
+    if FASTNOW and type(t) == 'number' and t < P52 and t > -P52 then
+        local f = NOW_F + t
+        local c = floor(f / NS)
+        local s = NOW_S + c
+        f = f - c * NS
+        if s > 0 then return string.format('%d%09d', s, f) end
+        return string.format('%d', f)
+    end
+    return S(add(now_big(), t))
+end
+
+-- A time given as a decimal (>= 0), relative to now.
+local function rel_of_dec(str)
+    if FASTNOW and #str <= 19 then
+        local s, f
+        if #str <= 9 then
+            s, f = 0, tonumber(str)
+        else
+            s, f = tonumber(string.sub(str, 1, -10)), tonumber(string.sub(str, -9))
+        end
+        local ds = s - NOW_S
+        if ds < 4000000 and ds > -4000000 then return ds * NS + (f - NOW_F) end
+    end
+    return sub(N(str), now_big())
+end
+
+-- min(t, NEVER) for a relative time t.
+local function sat_time(t)
+    if FASTNOW and type(t) == 'number' then return t end
+    local nr = never_rel()
+    if cmp(t, nr) > 0 then return nr end
+    return t
+end
+
+-- rl__add_sat for a relative time t and a duration d >= 0: the absolute t + d saturated at NEVER.
+local function add_sat_t(t, d) return sat_time(add(t, d)) end
+
+-- now % w for a window w (ns), or nil when w is out of the range below (remembered per call).
+-- now = P + NOW_F with P = NOW_S * 1e9 exact (NOW_S * 1953125 < 2^53). Below 2^53 that is the
+-- remainder of a number. Beyond, with 1e6 <= w < 2^50: q, from doubles, is within 1 of now / w
+-- (the error of P + NOW_F, below 2^9, is under 1/1000 of w, and q < 2^43 is off by less than
+-- 1/1000 from rounding), so r = now - q * w is in (-w, 2w); with q * w = p3 + e3, p3 is within
+-- 2^52 of P (>= 2^53 - 1e9), so P - p3 is exact (Sterbenz), and so are the sums after it.
+local function now_mod(w)
+    if not FASTNOW or type(w) ~= 'number' or w >= P50 or w < MS then return nil end
+    if not MODS then MODS = {} end
+    local m = MODS[w]
+    if m then return m end
+    local P = NOW_S * NS
+    local x = P + NOW_F
+    if x < LIM then
+        m = x % w
+    else
+        local q = floor(x / w)
+        local p3, e3 = two_prod(q, w)
+        m = ((P - p3) + NOW_F) - e3
+        if m < 0 then
+            m = m + w
+        elseif m >= w then
+            m = m - w
+        end
+    end
+    MODS[w] = m
+    return m
+end
+
+-- The start of the window of length w holding the relative time t, relative too: t - t % w
+-- for the absolute t (>= 0), as in C. With m = now % w, (m + t) % w is that remainder; for
+-- |m + t| < 2^52 Lua's % (a - floor(a / b) * b) is exact and lands in [0, w).
+local function start_of(w, t)
+    local m = now_mod(w)
+    if m and type(t) == 'number' then
+        local x = m + t
+        if x < P52 and x > -P52 then return t - x % w end
+    end
+    local _, r = divmod(add(now_big(), t), w)
+    return sub(t, r)
+end
+
+-- ---- binary state values ------------------------------------------------------------------------
+-- A state is stored as a type byte followed by big-endian unsigned integers: times as their
+-- absolute values in 8 bytes, other fields in 8 bytes, or in as few bytes as they take (none
+-- for 0) when the field is the value's last. See docs/redis.md.
+
+local byte, char = string.byte, string.char
+local pack, unpack_ = struct.pack, struct.unpack
+
+-- Bytes i..j (at most 8) of v as an unsigned big-endian integer.
+local function uint(v, i, j)
+    local n = j - i + 1
+    if n <= 6 then
+        if n <= 0 then return 0 end
+        return (unpack_('>I' .. n, v, i))
+    end
+    local hi = 0
+    for k = i, j - 4 do hi = hi * 256 + byte(v, k) end
+    local lo = unpack_('>I4', v, j - 3)
+    if hi < 2097152 then return hi * P32 + lo end
+    return add(mul(hi, P32), lo)
+end
+
+-- The time stored in bytes i..i+7 of v, relative to now.
+local function dec_time(v, i)
+    local hi, lo = unpack_('>I4I4', v, i)
+    return rel_of_halves(hi, lo)
+end
+
+-- x >= 0 (below 2^64) in 8 bytes.
+local function enc_u8(x)
+    if type(x) == 'number' then
+        local hi = floor(x / P32)
+        return pack('>I4I4', hi, x - hi * P32)
+    end
+    return pack('>I4I4', divmod(x, P32))
+end
+
+-- x >= 0 in as few bytes as it takes.
+local function enc_var(x)
+    if type(x) == 'number' then
+        if x < 65536 then
+            if x == 0 then return '' end
+            return pack(x < 256 and '>I1' or '>I2', x)
+        end
+        if x < 281474976710656 then -- 2^48
+            if x < 4294967296 then return pack(x < 16777216 and '>I3' or '>I4', x) end
+            return pack(x < 1099511627776 and '>I5' or '>I6', x)
+        end
+    end
+    local v = enc_u8(x)
+    local k = 1
+    while byte(v, k) == 0 do k = k + 1 end
+    return string.sub(v, k)
+end
+
+-- A relative time in 8 bytes, as its absolute value.
+local function enc_time(t) return pack('>I4I4', halves_of_rel(t)) end
 
 -- ---- rule types -----------------------------------------------------------------------------
--- Each type: params(p1, p2) -> table; zero() -> a new key's state; load(words) -> state from
--- the words after the type tag; dump(state) -> string; wait, take, refund, release, idle_at,
--- status as in C (status returns limit, remaining, reset_after, window). A type is defined on
--- first use (R.tb, ...), since a script's top level runs on every call.
+-- Ported from service/core/rules/*.c with every time relative to now. Each type:
+-- params(p1, p2) -> table; zero() -> a new key's state; load(value) -> the state, or nil when
+-- the value is not of this type; dump(state) -> value; prep(p, s) brings s to now where every C
+-- function starts by doing so (a token bucket's refill, a window's roll: doing it once lets
+-- wait, take, status and refund all start from it, which in C each redo on a copy); then
+-- wait(p, s, cost), take(p, s, cost), refund(p, s, taken_at, amount), release(p, s, amount) as
+-- in C; idle(p, s) -> C's idle_at relative to now (false: a new key's already; true: never, for
+-- a state holding slots); status(p, s) -> limit, remaining, reset_after, window. A type is
+-- made on first use (rule_type), since a script's top level runs on every call. A zero()
+-- state holds times of 0 relative to now for the absolute 0 of C's zeroed state: each type below
+-- treats both alike once prepared (nothing is used, nothing counted: only max(now, last) = now
+-- matters).
 
-local function split(raw)
-    local w = {}
-    for x in string.gmatch(raw, '%S+') do w[#w + 1] = x end
-    return w
-end
+local function noop() end
+local R = {}
 
-local DEF = {}
-
--- token_bucket {capacity, per_second}: state used, last, frac
-function DEF.tb()
-    local T = {refundable = true}
-    function T.params(a, b) return {cap = a, rate = b} end
-    function T.zero() return {used = 0, last = 0, frac = 0} end
-    function T.load(w) return {used = N(w[2]), last = N(w[3]), frac = N(w[4])} end
-    function T.dump(s) return 'tb ' .. S(s.used) .. ' ' .. S(s.last) .. ' ' .. S(s.frac) end
-    local function copy(s) return {used = s.used, last = s.last, frac = s.frac} end
-    local function refill(p, s, now)
-        if cmp(now, s.last) <= 0 then return end
-        if ispos(s.used) then
-            local num = add(mul(sub(now, s.last), p.rate), s.frac)
-            local gain, rem = divmod(num, NS)
-            if cmp(gain, s.used) >= 0 then
+-- The rule type of a tag (R[tag] once made), or nil for an unknown tag.
+local function rule_type(tag)
+    local T = R[tag]
+    if T then return T end
+    if tag == 'tb' then
+        -- token_bucket {capacity, per_second}: used, last, frac
+        -- 'T' last used (frac 0), or 'U' last frac(4 bytes) used
+        T = {refundable = true}
+        function T.params(a, b, t)
+            t = t or {}
+            t.cap, t.rate = a, b
+            return t
+        end
+        function T.zero(t)
+            t.used, t.last, t.frac = 0, 0, 0
+            return t
+        end
+        function T.load(v, t)
+            local n = #v
+            if n < 9 then return nil end
+            local k, hi, lo = unpack_('>BI4I4', v)
+            if k == 84 and n <= 17 then
+                t.used, t.last, t.frac = uint(v, 10, n), rel_of_halves(hi, lo), 0
+                return t
+            elseif k == 85 and n >= 13 and n <= 21 then
+                t.used, t.last, t.frac = uint(v, 14, n), rel_of_halves(hi, lo), uint(v, 10, 13)
+                return t
+            end
+        end
+        function T.dump(s)
+            local used, frac = s.used, s.frac
+            if type(used) == 'number' and used < 4294967296 then
+                -- one pack: the type, last, frac when not 0, used in as few bytes as it takes
+                local hi, lo = halves_of_rel(s.last)
+                local n = used == 0 and '' or used < 256 and 'I1' or used < 65536 and 'I2' or
+                              used < 16777216 and 'I3' or 'I4'
+                if frac == 0 then return pack('>BI4I4' .. n, 84, hi, lo, used) end
+                return pack('>BI4I4I4' .. n, 85, hi, lo, frac, used)
+            end
+            if frac == 0 then return 'T' .. enc_time(s.last) .. enc_var(used) end
+            return 'U' .. enc_time(s.last) .. pack('>I4', frac) .. enc_var(used)
+        end
+        -- refill: gain = floor(((now - last) * rate + frac) / 1e9); at least used when already
+        -- (now - last) * rate >= used * 1e9 (frac >= 0), which settles most refills without
+        -- dividing (in doubles: rounding is monotonic, so a rounded product above the other
+        -- means an exact one above it)
+        function T.prep(p, s)
+            local last, used = s.last, s.used
+            if type(last) == 'number' then
+                if last >= 0 then return end
+                if used == 0 then
+                    s.frac, s.last = 0, 0
+                    return
+                end
+                local rate = p.rate
+                if type(used) == 'number' and type(rate) == 'number' and
+                    -last * rate > used * NS then
+                    s.used, s.frac, s.last = 0, 0, 0
+                    return
+                end
+            elseif not isneg(last) then
+                return
+            end
+            if ispos(used) then
+                local dt = sub(0, last)
+                if cmp_prod(dt, p.rate, used, NS) >= 0 then
+                    s.used, s.frac = 0, 0
+                else
+                    local gain, rem = mdm(dt, p.rate, s.frac, NS)
+                    if cmp(gain, used) >= 0 then
+                        s.used, s.frac = 0, 0
+                    else
+                        s.used, s.frac = sub(used, gain), rem
+                    end
+                end
+            else
+                s.frac = 0
+            end
+            s.last = 0
+        end
+        -- ceil(((used - target) * 1e9 - frac) / rate), target >= 0; in doubles while
+        -- (used - target) * 1e9 stays below 2^53 (floor(x / rate) is exact there)
+        local function time_to(p, s, target)
+            local used, rate = s.used, p.rate
+            if type(used) == 'number' and type(target) == 'number' and type(rate) == 'number' then
+                if used <= target then return 0 end
+                local d = (used - target) * NS
+                if d < LIM then
+                    local x = d - s.frac
+                    local q = floor(x / rate)
+                    if q * rate < x then q = q + 1 end
+                    return q
+                end
+            elseif cmp(used, target) <= 0 then
+                return 0
+            end
+            return ceil_mdm(sub(used, target), NS, 0 - s.frac, rate)
+        end
+        -- time_to(0), kept in the state until it changes
+        local function full(p, s)
+            local f = s.full
+            if not f then
+                f = time_to(p, s, 0)
+                s.full = f
+            end
+            return f
+        end
+        function T.wait(p, s, cost)
+            local cap = p.cap
+            local target
+            if type(cost) == 'number' and type(cap) == 'number' then
+                if cost > cap then return NEVER end
+                target = cap - cost
+            else
+                if cmp(cost, cap) > 0 then return NEVER end
+                target = sub(cap, cost)
+            end
+            local dt = target == 0 and full(p, s) or time_to(p, s, target)
+            if dt == 0 then return 0 end
+            return add_sat(s.last, dt)
+        end
+        function T.take(p, s, cost)
+            s.used = used_add(s.used, cost)
+            s.full = nil
+        end
+        function T.refund(p, s, taken_at, amount)
+            if isneg(amount) then
+                s.used = used_add(s.used, sub(0, amount))
+            elseif cmp(amount, s.used) >= 0 then
                 s.used = 0
                 s.frac = 0
             else
-                s.used = sub(s.used, gain)
-                s.frac = rem
+                s.used = sub(s.used, amount)
             end
-        else
-            s.frac = 0
+            s.full = nil
         end
-        s.last = now
-    end
-    local function time_to(p, s, target)
-        if cmp(s.used, target) <= 0 then return 0 end
-        local need = sub(mul(sub(s.used, target), NS), s.frac)
-        return ceil_div(need, p.rate)
-    end
-    function T.wait(p, st, now, cost)
-        if cmp(cost, p.cap) > 0 then return NEVER end
-        local s = copy(st)
-        refill(p, s, now)
-        local dt = time_to(p, s, sub(p.cap, cost))
-        if iszero(dt) then return 0 end
-        return add_sat(sub(s.last, now), dt)
-    end
-    function T.take(p, s, now, cost)
-        refill(p, s, now)
-        s.used = used_add(s.used, cost)
-    end
-    function T.refund(p, s, now, taken_at, amount)
-        refill(p, s, now)
-        if isneg(amount) then
-            s.used = used_add(s.used, sub(0, amount))
-        elseif cmp(amount, s.used) >= 0 then
-            s.used = 0
-            s.frac = 0
-        else
-            s.used = sub(s.used, amount)
+        function T.idle(p, s)
+            if s.used == 0 then return false end
+            return add_sat_t(s.last, full(p, s))
         end
-    end
-    function T.idle_at(p, s)
-        if iszero(s.used) then return 0 end
-        return add_sat(s.last, time_to(p, s, 0))
-    end
-    function T.status(p, st, now)
-        local s = copy(st)
-        refill(p, s, now)
-        local full = time_to(p, s, 0)
-        local reset = 0
-        if not iszero(full) then reset = add_sat(sub(s.last, now), full) end
-        return p.cap, sub(p.cap, s.used), reset, ceil_div(mul(p.cap, NS), p.rate)
-    end
-    return T
-end
-
--- gcra {per_second, burst}: state tat, rem, last
-function DEF.gcra()
-    local T = {refundable = true}
-    function T.params(a, b) return {rate = a, burst = b} end
-    function T.zero() return {tat = 0, rem = 0, last = 0} end
-    function T.load(w) return {tat = N(w[2]), rem = N(w[3]), last = N(w[4])} end
-    function T.dump(s) return 'gcra ' .. S(s.tat) .. ' ' .. S(s.rem) .. ' ' .. S(s.last) end
-    local function ahead(p, s, t)
-        local c = cmp(s.tat, t)
-        if c < 0 or (c == 0 and iszero(s.rem)) then return 0 end
-        return add(mul(sub(s.tat, t), p.rate), s.rem)
-    end
-    local function set_ahead(p, s, t, scaled)
-        local q, r = divmod(scaled, p.rate)
-        s.rem = r
-        if cmp(q, sub(NEVER, t)) >= 0 then
-            s.tat = NEVER
-        else
-            s.tat = add(t, q)
+        function T.status(p, s)
+            local f = full(p, s)
+            local reset = 0
+            if f ~= 0 then reset = add_sat(s.last, f) end
+            local win = p.win
+            if not win then
+                win = ceil_mdm(p.cap, NS, 0, p.rate)
+                p.win = win
+            end
+            return p.cap, sub(p.cap, s.used), reset, win
         end
-    end
-    local function scaled(amount) return mul(amount, NS) end
-    function T.wait(p, s, now, cost)
-        if cmp(cost, p.burst) > 0 then return NEVER end
-        local t = max(now, s.last)
-        local d, b = add(ahead(p, s, t), scaled(cost)), scaled(p.burst)
-        if cmp(d, b) <= 0 then return 0 end
-        return add_sat(sub(t, now), ceil_div(sub(d, b), p.rate))
-    end
-    function T.take(p, s, now, cost)
-        local t = max(now, s.last)
-        set_ahead(p, s, t, add(ahead(p, s, t), scaled(cost)))
-        s.last = t
-    end
-    function T.refund(p, s, now, taken_at, amount)
-        local t = max(now, s.last)
-        local a = ahead(p, s, t)
-        if isneg(amount) then
-            a = add(a, scaled(sub(0, amount)))
-        elseif cmp(a, scaled(amount)) > 0 then
-            a = sub(a, scaled(amount))
-        else
-            a = 0
+    elseif tag == 'gcra' then
+        -- gcra {per_second, burst}: tat, rem, last
+        -- 'G' tat last rem
+        T = {refundable = true}
+        function T.params(a, b, t)
+            t = t or {}
+            t.rate, t.burst = a, b
+            return t
         end
-        set_ahead(p, s, t, a)
-        s.last = t
-    end
-    function T.idle_at(p, s)
-        if not iszero(s.rem) then return add_sat(s.tat, 1) end
-        return s.tat
-    end
-    function T.status(p, s, now)
-        local t = max(now, s.last)
-        local a = ahead(p, s, t)
-        local used, r = divmod(a, NS)
-        if r ~= 0 then used = add(used, 1) end
-        local remaining
-        if cmp(used, USED_MAX) >= 0 then
-            remaining = sub(p.burst, USED_MAX)
-        else
-            remaining = sub(p.burst, used)
+        function T.zero(t)
+            t.tat, t.rem, t.last = 0, 0, 0
+            return t
         end
-        local reset = 0
-        if not iszero(a) then reset = add_sat(sub(t, now), ceil_div(a, p.rate)) end
-        return p.burst, remaining, reset, ceil_div(scaled(p.burst), p.rate)
-    end
-    return T
-end
-
--- fixed_window {limit, window}: state last, count
-function DEF.fw()
-    local T = {refundable = true}
-    function T.params(a, b) return {limit = a, window = b} end
-    function T.zero() return {last = 0, count = 0} end
-    function T.load(w) return {last = N(w[2]), count = N(w[3])} end
-    function T.dump(s) return 'fw ' .. S(s.last) .. ' ' .. S(s.count) end
-    local function count_at(p, s, t)
-        if cmp(start_of(p, t), start_of(p, s.last)) == 0 then return s.count end
-        return 0
-    end
-    function T.wait(p, s, now, cost)
-        if cmp(cost, p.limit) > 0 then return NEVER end
-        local t = max(now, s.last)
-        if cmp(count_at(p, s, t), sub(p.limit, cost)) <= 0 then return 0 end
-        return add_sat(sub(start_of(p, t), now), p.window)
-    end
-    function T.take(p, s, now, cost)
-        local t = max(now, s.last)
-        s.count = used_add(count_at(p, s, t), cost)
-        s.last = t
-    end
-    function T.refund(p, s, now, taken_at, amount)
-        local t = max(now, s.last)
-        s.count = count_at(p, s, t)
-        s.last = t
-        if isneg(amount) then
-            s.count = used_add(s.count, sub(0, amount))
-        elseif cmp(start_of(p, taken_at), start_of(p, t)) == 0 then
-            if cmp(amount, s.count) >= 0 then
-                s.count = 0
+        function T.load(v, t)
+            local n = #v
+            if byte(v, 1) == 71 and n >= 17 and n <= 25 then
+                t.tat, t.last, t.rem = dec_time(v, 2), dec_time(v, 10), uint(v, 18, n)
+                return t
+            end
+        end
+        function T.dump(s) return 'G' .. enc_time(s.tat) .. enc_time(s.last) .. enc_var(s.rem) end
+        -- C's ahead(t), the scaled (TAT - t) * rate + rem, as d * rate + r: (TAT - t, rem) when TAT
+        -- is ahead of t, else (0, 0)
+        local function ahead(s, t)
+            local c = cmp(s.tat, t)
+            if c < 0 or (c == 0 and iszero(s.rem)) then return 0, 0 end
+            return sub(s.tat, t), s.rem
+        end
+        -- t = max(now, last) becomes last, and a TAT behind it becomes t with rem 0 (ahead 0
+        -- either way; take and refund set both): then ahead(last) is (tat - last, rem)
+        function T.prep(p, s)
+            local t = max(0, s.last)
+            s.last = t
+            local d, r = ahead(s, t)
+            if d == 0 and r == 0 then s.tat, s.rem = t, 0 end
+        end
+        -- A = ahead * 1e9... as qa * 1e9 + ra (C's "used" and "part"), kept until take
+        local function split(p, s)
+            local qa = s.qa
+            if qa then return qa, s.ra end
+            local ra
+            qa, ra = mdm(sub(s.tat, s.last), p.rate, s.rem, NS)
+            s.qa, s.ra = qa, ra
+            return qa, ra
+        end
+        function T.wait(p, s, cost)
+            local burst = p.burst
+            if cmp(cost, burst) > 0 then return NEVER end
+            -- fits when A + cost * 1e9 <= burst * 1e9: A <= k * 1e9 with k = burst - cost >= 0
+            -- holds iff qa < k, or qa = k and ra = 0
+            local k = sub(burst, cost)
+            local qa, ra = split(p, s)
+            local c = cmp(qa, k)
+            if c < 0 or (c == 0 and ra == 0) then return 0 end
+            -- ceil((A - k * 1e9) / rate)
+            return add_sat(s.last, ceil_mdm(sub(qa, k), NS, ra, p.rate))
+        end
+        -- C's set_ahead(t, A + cost * 1e9): floor(scaled / rate) = (tat - t) + floor((rem +
+        -- cost * 1e9) / rate), since tat - t is whole: the new TAT is tat + that quotient
+        function T.take(p, s, cost)
+            local q, rem = mdm(cost, NS, s.rem, p.rate)
+            s.rem = rem
+            s.tat = sat_time(add(s.tat, q))
+            s.qa = nil
+        end
+        function T.refund(p, s, taken_at, amount)
+            local t = s.last
+            local d, r = ahead(s, t)
+            local a = add(mul(d, p.rate), r)
+            if isneg(amount) then
+                a = add(a, mul(sub(0, amount), NS))
+            elseif cmp(a, mul(amount, NS)) > 0 then
+                a = sub(a, mul(amount, NS))
             else
-                s.count = sub(s.count, amount)
+                a = 0
+            end
+            local q, rem = divmod(a, p.rate)
+            s.rem = rem
+            s.tat = sat_time(add(t, q))
+            s.qa = nil
+        end
+        function T.idle(p, s)
+            if s.rem ~= 0 then return add_sat_t(s.tat, 1) end
+            return s.tat
+        end
+        function T.status(p, s)
+            local qa, ra = split(p, s)
+            local used = ra ~= 0 and add(qa, 1) or qa
+            local burst = p.burst
+            local remaining
+            if type(used) == 'number' then
+                remaining = sub(burst, used)
+            elseif cmp(used, USED_MAX) >= 0 then
+                remaining = sub(burst, USED_MAX)
+            else
+                remaining = sub(burst, used)
+            end
+            local reset = 0
+            local d, r = sub(s.tat, s.last), s.rem
+            if d ~= 0 or r ~= 0 then
+                -- ceil(A / rate) = d + ceil(r / rate), saturated
+                local c = add(d, ceil_div(r, p.rate))
+                if type(c) ~= 'number' and cmp(c, NEVER) > 0 then c = NEVER end
+                reset = add_sat(s.last, c)
+            end
+            local win = p.win
+            if not win then
+                win = ceil_mdm(burst, NS, 0, p.rate)
+                p.win = win
+            end
+            return burst, remaining, reset, win
+        end
+    elseif tag == 'fw' then
+        -- fixed_window {limit, window}: last, count
+        -- 'F' last count
+        T = {refundable = true}
+        function T.params(a, b, t)
+            t = t or {}
+            t.limit, t.window = a, b
+            return t
+        end
+        function T.zero(t)
+            t.last, t.count = 0, 0
+            return t
+        end
+        function T.load(v, t)
+            local n = #v
+            if byte(v, 1) == 70 and n >= 9 and n <= 17 then
+                t.last, t.count = dec_time(v, 2), uint(v, 10, n)
+                return t
             end
         end
-    end
-    function T.idle_at(p, s)
-        if iszero(s.count) then return 0 end
-        return add_sat(start_of(p, s.last), p.window)
-    end
-    function T.status(p, s, now)
-        local t = max(now, s.last)
-        local c = count_at(p, s, t)
-        local reset = 0
-        if not iszero(c) then reset = add_sat(sub(start_of(p, t), now), p.window) end
-        return p.limit, sub(p.limit, c), reset, p.window
-    end
-    return T
-end
-
--- sliding_window {limit, window}: state sum, last, then the log as pairs ts, cost (oldest first)
-function DEF.sw()
-    local T = {refundable = true}
-    function T.params(a, b) return {limit = a, window = b} end
-    function T.zero() return {sum = 0, last = 0, ts = {}, c = {}} end
-    function T.load(w)
-        local s = {sum = N(w[2]), last = N(w[3]), ts = {}, c = {}}
-        for i = 4, #w - 1, 2 do
-            s.ts[#s.ts + 1] = N(w[i])
-            s.c[#s.c + 1] = N(w[i + 1])
+        function T.dump(s) return 'F' .. enc_time(s.last) .. enc_var(s.count) end
+        -- count_at(t) with t = max(now, last), which becomes last; ws is the start of its
+        -- window (last does not change again before the state is saved)
+        function T.prep(p, s)
+            if isneg(s.last) then
+                local ws = start_of(p.window, 0)
+                if cmp(ws, start_of(p.window, s.last)) ~= 0 then s.count = 0 end
+                s.last, s.ws = 0, ws
+            end
         end
-        return s
-    end
-    function T.dump(s)
-        local out = {'sw', S(s.sum), S(s.last)}
-        for i = 1, #s.ts do
-            out[#out + 1] = S(s.ts[i])
-            out[#out + 1] = S(s.c[i])
+        local function ws_of(p, s)
+            local ws = s.ws
+            if not ws then
+                ws = start_of(p.window, s.last)
+                s.ws = ws
+            end
+            return ws
         end
-        return table.concat(out, ' ')
-    end
-    function T.wait(p, s, now, cost)
-        if cmp(cost, p.limit) > 0 then return NEVER end
-        local t = max(now, s.last)
-        local live, room = s.sum, sub(p.limit, cost)
-        local edge = sub(t, p.window)
-        local i, n = 1, #s.ts
-        while i <= n and cmp(s.ts[i], edge) <= 0 do
-            live = sub(live, s.c[i])
-            i = i + 1
+        function T.wait(p, s, cost)
+            if cmp(cost, p.limit) > 0 then return NEVER end
+            if cmp(s.count, sub(p.limit, cost)) <= 0 then return 0 end
+            return add_sat(ws_of(p, s), p.window)
         end
-        if cmp(live, room) <= 0 then return 0 end
-        while i <= n do
-            live = sub(live, s.c[i])
-            if cmp(live, room) <= 0 then return add_sat(sub(s.ts[i], now), p.window) end
-            i = i + 1
+        function T.take(p, s, cost) s.count = used_add(s.count, cost) end
+        function T.refund(p, s, taken_at, amount)
+            if isneg(amount) then
+                s.count = used_add(s.count, sub(0, amount))
+            elseif cmp(start_of(p.window, taken_at), ws_of(p, s)) == 0 then
+                if cmp(amount, s.count) >= 0 then
+                    s.count = 0
+                else
+                    s.count = sub(s.count, amount)
+                end
+            end
         end
-        return NEVER
-    end
-    local function expire(p, s, t)
-        local edge = sub(t, p.window)
-        local k = 0
-        while k < #s.ts and cmp(s.ts[k + 1], edge) <= 0 do
-            s.sum = sub(s.sum, s.c[k + 1])
-            k = k + 1
+        function T.idle(p, s)
+            if s.count == 0 then return false end
+            return add_sat_t(ws_of(p, s), p.window)
         end
-        if k > 0 then
+        function T.status(p, s)
+            local c = s.count
+            local reset = 0
+            if c ~= 0 then reset = add_sat(ws_of(p, s), p.window) end
+            return p.limit, sub(p.limit, c), reset, p.window
+        end
+    elseif tag == 'sw' then
+        -- sliding_window {limit, window}: sum, last, and the log as pairs ts, cost (oldest first)
+        -- 'S' last sum, then ts cost per entry
+        T = {refundable = true, prep = noop}
+        function T.params(a, b, t)
+            t = t or {}
+            t.limit, t.window = a, b
+            return t
+        end
+        function T.zero(t)
+            t.sum, t.last, t.ts, t.c = 0, 0, {}, {}
+            return t
+        end
+        function T.load(v, s)
+            local n = #v
+            if byte(v, 1) ~= 83 or n < 17 or (n - 17) % 16 ~= 0 then return nil end
             local ts, c = {}, {}
-            for i = k + 1, #s.ts do
-                ts[#ts + 1] = s.ts[i]
-                c[#c + 1] = s.c[i]
+            s.last, s.sum, s.ts, s.c = dec_time(v, 2), uint(v, 10, 17), ts, c
+            local k = 0
+            for i = 18, n, 16 do
+                k = k + 1
+                ts[k] = dec_time(v, i)
+                c[k] = uint(v, i + 8, i + 15)
             end
-            s.ts, s.c = ts, c
+            return s
         end
-    end
-    local function append(s, t, amount)
-        local n = #s.ts
-        if n > 0 and cmp(s.ts[n], t) == 0 then
-            s.c[n] = used_add(s.c[n], amount)
-        else
-            s.ts[n + 1] = t
-            s.c[n + 1] = amount
+        function T.dump(s)
+            local out = {'S', enc_time(s.last), enc_u8(s.sum)}
+            for i = 1, #s.ts do
+                out[#out + 1] = enc_time(s.ts[i])
+                out[#out + 1] = enc_u8(s.c[i])
+            end
+            return table.concat(out)
         end
-        s.sum = used_add(s.sum, amount)
-    end
-    function T.take(p, s, now, cost)
-        local t = max(now, s.last)
-        expire(p, s, t)
-        append(s, t, cost)
-        s.last = t
-    end
-    function T.refund(p, s, now, taken_at, amount)
-        local t = max(now, s.last)
-        expire(p, s, t)
-        s.last = t
-        if isneg(amount) then
-            append(s, t, sub(0, amount))
-            return
+        function T.wait(p, s, cost)
+            if cmp(cost, p.limit) > 0 then return NEVER end
+            local t = max(0, s.last)
+            local live, room = s.sum, sub(p.limit, cost)
+            local edge = sub(t, p.window)
+            local i, n = 1, #s.ts
+            while i <= n and cmp(s.ts[i], edge) <= 0 do
+                live = sub(live, s.c[i])
+                i = i + 1
+            end
+            if cmp(live, room) <= 0 then return 0 end
+            while i <= n do
+                live = sub(live, s.c[i])
+                if cmp(live, room) <= 0 then return add_sat(s.ts[i], p.window) end
+                i = i + 1
+            end
+            return NEVER
         end
-        for i = #s.ts, 1, -1 do
-            local c = cmp(s.ts[i], taken_at)
-            if c < 0 then break end
-            if c == 0 then
-                local back = min(amount, s.c[i])
-                s.c[i] = sub(s.c[i], back)
-                s.sum = sub(s.sum, back)
-                break
+        local function expire(p, s, t)
+            local edge = sub(t, p.window)
+            local k = 0
+            while k < #s.ts and cmp(s.ts[k + 1], edge) <= 0 do
+                s.sum = sub(s.sum, s.c[k + 1])
+                k = k + 1
+            end
+            if k > 0 then
+                local ts, c = {}, {}
+                for i = k + 1, #s.ts do
+                    ts[#ts + 1] = s.ts[i]
+                    c[#c + 1] = s.c[i]
+                end
+                s.ts, s.c = ts, c
             end
         end
-    end
-    function T.idle_at(p, s)
-        if #s.ts == 0 then return 0 end
-        return add_sat(s.last, p.window)
-    end
-    function T.status(p, s, now)
-        local t = max(now, s.last)
-        local live = s.sum
-        local edge = sub(t, p.window)
-        local i = 1
-        while i <= #s.ts and cmp(s.ts[i], edge) <= 0 do
-            live = sub(live, s.c[i])
-            i = i + 1
-        end
-        local reset = 0
-        if ispos(live) then reset = add_sat(sub(s.last, now), p.window) end
-        return p.limit, sub(p.limit, live), reset, p.window
-    end
-    return T
-end
-
--- sliding_window_counter {limit, window}: state last, cur, prev
-function DEF.swc()
-    local T = {refundable = true}
-    function T.params(a, b) return {limit = a, window = b} end
-    function T.zero() return {last = 0, cur = 0, prev = 0} end
-    function T.load(w) return {last = N(w[2]), cur = N(w[3]), prev = N(w[4])} end
-    function T.dump(s) return 'swc ' .. S(s.last) .. ' ' .. S(s.cur) .. ' ' .. S(s.prev) end
-    local function copy(s) return {last = s.last, cur = s.cur, prev = s.prev} end
-    local function roll(p, s, t)
-        local ws, ls = start_of(p, t), start_of(p, s.last)
-        if cmp(ws, ls) == 0 then return end
-        if cmp(sub(ws, ls), p.window) == 0 then
-            s.prev = s.cur
-        else
-            s.prev = 0
-        end
-        s.cur = 0
-    end
-    local function fits(p, s, t, cost)
-        local w = p.window
-        local e = sub(t, start_of(p, t))
-        local lhs = add(mul(s.prev, sub(w, e)), mul(add(s.cur, cost), w))
-        return cmp(lhs, mul(p.limit, w)) <= 0
-    end
-    local function first_fit(p, prev, cur, cost)
-        if cmp(cur, sub(p.limit, cost)) > 0 then return p.window end
-        if iszero(prev) then return 0 end
-        local room = mul(sub(sub(p.limit, cost), cur), p.window)
-        local k = divmod(room, prev)
-        if cmp(k, p.window) >= 0 then return 0 end
-        return sub(p.window, k)
-    end
-    function T.wait(p, st, now, cost)
-        if cmp(cost, p.limit) > 0 then return NEVER end
-        local s = copy(st)
-        local t = max(now, s.last)
-        roll(p, s, t)
-        if fits(p, s, t, cost) then return 0 end
-        local ws = start_of(p, t)
-        local e = first_fit(p, s.prev, s.cur, cost)
-        if cmp(e, p.window) < 0 then return add_sat(sub(ws, now), e) end
-        e = first_fit(p, s.cur, 0, cost)
-        return add_sat(add_sat(sub(ws, now), p.window), e)
-    end
-    function T.take(p, s, now, cost)
-        local t = max(now, s.last)
-        roll(p, s, t)
-        s.cur = used_add(s.cur, cost)
-        s.last = t
-    end
-    function T.refund(p, s, now, taken_at, amount)
-        local t = max(now, s.last)
-        roll(p, s, t)
-        s.last = t
-        if isneg(amount) then
-            s.cur = used_add(s.cur, sub(0, amount))
-            return
-        end
-        local ws, ts = start_of(p, t), start_of(p, taken_at)
-        local field
-        if cmp(ts, ws) == 0 then
-            field = 'cur'
-        elseif cmp(ts, sub(ws, p.window)) == 0 then
-            field = 'prev'
-        end
-        if field then
-            if cmp(amount, s[field]) >= 0 then
-                s[field] = 0
+        local function append(s, t, amount)
+            local n = #s.ts
+            if n > 0 and cmp(s.ts[n], t) == 0 then
+                s.c[n] = used_add(s.c[n], amount)
             else
-                s[field] = sub(s[field], amount)
+                s.ts[n + 1] = t
+                s.c[n + 1] = amount
+            end
+            s.sum = used_add(s.sum, amount)
+        end
+        function T.take(p, s, cost)
+            local t = max(0, s.last)
+            expire(p, s, t)
+            append(s, t, cost)
+            s.last = t
+        end
+        function T.refund(p, s, taken_at, amount)
+            local t = max(0, s.last)
+            expire(p, s, t)
+            s.last = t
+            if isneg(amount) then
+                append(s, t, sub(0, amount))
+                return
+            end
+            for i = #s.ts, 1, -1 do
+                local c = cmp(s.ts[i], taken_at)
+                if c < 0 then break end
+                if c == 0 then
+                    local back = min(amount, s.c[i])
+                    s.c[i] = sub(s.c[i], back)
+                    s.sum = sub(s.sum, back)
+                    break
+                end
             end
         end
-    end
-    function T.idle_at(p, s)
-        local ls = start_of(p, s.last)
-        if not iszero(s.cur) then return add_sat(ls, mul(2, p.window)) end
-        if not iszero(s.prev) then return add_sat(ls, p.window) end
-        return 0
-    end
-    function T.status(p, st, now)
-        local s = copy(st)
-        local t = max(now, s.last)
-        roll(p, s, t)
-        local w = p.window
-        local e = sub(t, start_of(p, t))
-        local weighted = mul(s.prev, sub(w, e))
-        local q, r = divmod(weighted, w)
-        if r ~= 0 then q = add(q, 1) end
-        local est = add(s.cur, q)
-        local ws = start_of(p, t)
-        local reset = 0
-        if not iszero(s.cur) then
-            reset = sub(add(ws, mul(2, w)), now)
-        elseif not iszero(s.prev) then
-            reset = sub(add(ws, w), now)
+        function T.idle(p, s)
+            if #s.ts == 0 then return false end
+            return add_sat_t(s.last, p.window)
         end
-        return p.limit, sub(p.limit, est), reset, w
+        function T.status(p, s)
+            local t = max(0, s.last)
+            local live = s.sum
+            local edge = sub(t, p.window)
+            local i = 1
+            while i <= #s.ts and cmp(s.ts[i], edge) <= 0 do
+                live = sub(live, s.c[i])
+                i = i + 1
+            end
+            local reset = 0
+            if ispos(live) then reset = add_sat(s.last, p.window) end
+            return p.limit, sub(p.limit, live), reset, p.window
+        end
+    elseif tag == 'swc' then
+        -- sliding_window_counter {limit, window}: last, cur, prev
+        -- 'W' last cur(8 bytes) prev
+        T = {refundable = true}
+        function T.params(a, b, t)
+            t = t or {}
+            t.limit, t.window = a, b
+            return t
+        end
+        function T.zero(t)
+            t.last, t.cur, t.prev = 0, 0, 0
+            return t
+        end
+        function T.load(v, t)
+            local n = #v
+            if byte(v, 1) == 87 and n >= 17 and n <= 25 then
+                t.last, t.cur, t.prev = dec_time(v, 2), uint(v, 10, 17), uint(v, 18, n)
+                return t
+            end
+        end
+        function T.dump(s) return 'W' .. enc_time(s.last) .. enc_u8(s.cur) .. enc_var(s.prev) end
+        -- roll(t) with t = max(now, last), which becomes last (a roll needs t in a later
+        -- window); ws is the start of its window (last does not change again before the state
+        -- is saved)
+        function T.prep(p, s)
+            if not isneg(s.last) then return end
+            local w = p.window
+            local ws, ls = start_of(w, 0), start_of(w, s.last)
+            if cmp(ws, ls) ~= 0 then
+                if cmp(sub(ws, ls), w) == 0 then
+                    s.prev = s.cur
+                else
+                    s.prev = 0
+                end
+                s.cur = 0
+            end
+            s.last, s.ws = 0, ws
+        end
+        local function ws_of(p, s)
+            local ws = s.ws
+            if not ws then
+                ws = start_of(p.window, s.last)
+                s.ws = ws
+            end
+            return ws
+        end
+        -- prev * (w - e) + (cur + cost) * w <= limit * w, i.e. with room = limit - cur - cost:
+        -- room >= 0 and prev * (w - e) <= room * w
+        local function fits(p, s, cost)
+            local w = p.window
+            local room = sub(sub(p.limit, s.cur), cost)
+            if isneg(room) then return false end
+            local e = sub(s.last, ws_of(p, s))
+            return cmp_prod(s.prev, sub(w, e), room, w) <= 0
+        end
+        -- k = floor(room * w / prev) >= w iff room >= prev
+        local function first_fit(p, prev, cur, cost)
+            local room = sub(sub(p.limit, cost), cur)
+            if isneg(room) then return p.window end
+            if iszero(prev) then return 0 end
+            if cmp(room, prev) >= 0 then return 0 end
+            return sub(p.window, (mdm(room, p.window, 0, prev)))
+        end
+        function T.wait(p, s, cost)
+            if cmp(cost, p.limit) > 0 then return NEVER end
+            if fits(p, s, cost) then return 0 end
+            local ws = ws_of(p, s)
+            local e = first_fit(p, s.prev, s.cur, cost)
+            if cmp(e, p.window) < 0 then return add_sat(ws, e) end
+            e = first_fit(p, s.cur, 0, cost)
+            return add_sat(add_sat(ws, p.window), e)
+        end
+        function T.take(p, s, cost) s.cur = used_add(s.cur, cost) end
+        function T.refund(p, s, taken_at, amount)
+            if isneg(amount) then
+                s.cur = used_add(s.cur, sub(0, amount))
+                return
+            end
+            local ws, ts = ws_of(p, s), start_of(p.window, taken_at)
+            local field
+            if cmp(ts, ws) == 0 then
+                field = 'cur'
+            elseif cmp(ts, sub(ws, p.window)) == 0 then
+                field = 'prev'
+            end
+            if field then
+                if cmp(amount, s[field]) >= 0 then
+                    s[field] = 0
+                else
+                    s[field] = sub(s[field], amount)
+                end
+            end
+        end
+        function T.idle(p, s)
+            if s.cur ~= 0 then return add_sat_t(ws_of(p, s), mul(2, p.window)) end
+            if s.prev ~= 0 then return add_sat_t(ws_of(p, s), p.window) end
+            return false
+        end
+        function T.status(p, s)
+            local w = p.window
+            local ws = ws_of(p, s)
+            local e = sub(s.last, ws)
+            local q, r = mdm(s.prev, sub(w, e), 0, w)
+            if r ~= 0 then q = add(q, 1) end
+            local est = add(s.cur, q)
+            local reset = 0
+            if not iszero(s.cur) then
+                reset = add(ws, mul(2, w))
+            elseif not iszero(s.prev) then
+                reset = add(ws, w)
+            end
+            return p.limit, sub(p.limit, est), reset, w
+        end
+    elseif tag == 'cc' then
+        -- concurrency {limit, retry}: held
+        -- the decimal held (which Redis keeps as an integer)
+        T = {holds = true, prep = noop}
+        function T.params(a, b, t)
+            t = t or {}
+            t.limit, t.retry = a, b
+            return t
+        end
+        function T.zero(t)
+            t.held = 0
+            return t
+        end
+        function T.load(v, t)
+            local k = byte(v, 1)
+            if k >= 48 and k <= 57 and #v <= 19 then
+                t.held = N(v)
+                return t
+            end
+        end
+        function T.dump(s) return S(s.held) end
+        function T.wait(p, s, cost)
+            if cmp(cost, p.limit) > 0 then return NEVER end
+            if cmp(s.held, sub(p.limit, cost)) <= 0 then return 0 end
+            return p.retry
+        end
+        function T.take(p, s, cost) s.held = used_add(s.held, cost) end
+        function T.release(p, s, amount)
+            if cmp(amount, s.held) >= 0 then
+                s.held = 0
+            else
+                s.held = sub(s.held, amount)
+            end
+        end
+        function T.idle(p, s) return not iszero(s.held) end
+        function T.status(p, s) return p.limit, sub(p.limit, s.held), 0, 0 end
+    else
+        return nil
     end
+    R[tag] = T
     return T
 end
-
--- concurrency {limit, retry}: state held
-function DEF.cc()
-    local T = {holds = true}
-    function T.params(a, b) return {limit = a, retry = b} end
-    function T.zero() return {held = 0} end
-    function T.load(w) return {held = N(w[2])} end
-    function T.dump(s) return 'cc ' .. S(s.held) end
-    function T.wait(p, s, now, cost)
-        if cmp(cost, p.limit) > 0 then return NEVER end
-        if cmp(s.held, sub(p.limit, cost)) <= 0 then return 0 end
-        return p.retry
-    end
-    function T.take(p, s, now, cost) s.held = used_add(s.held, cost) end
-    function T.release(p, s, now, amount)
-        if cmp(amount, s.held) >= 0 then
-            s.held = 0
-        else
-            s.held = sub(s.held, amount)
-        end
-    end
-    function T.idle_at(p, s)
-        if iszero(s.held) then return 0 end
-        return NEVER
-    end
-    function T.status(p, s, now) return p.limit, sub(p.limit, s.held), 0, 0 end
-    return T
-end
-
-local R = setmetatable({}, {__index = function(t, tag)
-    local def = DEF[tag]
-    if not def then return nil end
-    local T = def()
-    rawset(t, tag, T)
-    return T
-end})
 
 -- ---- state keys -------------------------------------------------------------------------------
 
--- The state of type T stored at key, or nil when the key is missing or holds another type.
-local function load_state(T, tag, key)
-    local raw = redis.call('GET', key)
-    if not raw then return nil end
-    local w = split(raw)
-    if w[1] ~= tag then return nil end
-    return T.load(w)
+-- A table for an item, its state and its rule's parameters: a constructor with 9 fields makes
+-- Lua size it for 16 at once (a table that grows is rehashed at each power of two).
+local function new_item()
+    return {T = false, k = 0, rec = false, cost = 0, wait = 0, full = false, win = false,
+        x1 = false, x2 = false}
 end
 
--- TTL in ms for a state written at now: until it is idle (no sooner than floor_ms); a state that
+-- The state of type T stored at key, in t (a new item when nil); a new key's state when the key
+-- is missing or holds another type (or a value of an earlier format). Returns t and whether the
+-- key held a state.
+local function load_state(T, key, t)
+    t = t or new_item()
+    local raw = redis.call('GET', key)
+    if raw and T.load(raw, t) then return t, true end
+    return T.zero(t), false
+end
+
+-- TTL in ms for a state written now: until it is idle (no sooner than floor_ms); a state that
 -- holds slots lives as long as a reservation can (hold_ms) and never shorter than it already
 -- had to, since earlier holders may still be waiting for their release.
 local TTL_CAP = 10000000000000
-local function ttl_ms(T, p, s, now, key, floor_ms, hold_ms)
-    local idle = T.idle_at(p, s)
+local function ttl_ms(T, p, s, key, floor_ms, hold_ms)
+    local idle = T.idle(p, s)
     local ms
-    if T.holds and cmp(idle, NEVER) >= 0 then
+    if idle == true then
         ms = hold_ms
         local cur = redis.call('PTTL', key)
         if cur > ms then ms = cur end
-    elseif cmp(idle, now) > 0 then
-        ms = ceil_div(sub(idle, now), MS)
+    elseif type(idle) == 'number' then
+        if idle > 0 then
+            ms = floor(idle / MS)
+            if ms * MS < idle then ms = ms + 1 end
+        else
+            ms = 1
+        end
+    elseif idle and ispos(idle) then
+        ms = ceil_mdm(idle, 1, 0, MS)
         if cmp(ms, TTL_CAP) > 0 then ms = TTL_CAP end
     else
         ms = 1
@@ -1032,6 +1561,6 @@ local function ttl_ms(T, p, s, now, key, floor_ms, hold_ms)
     return S(ms)
 end
 
-local function save_state(T, p, s, now, key, floor_ms, hold_ms)
-    redis.call('SET', key, T.dump(s), 'PX', ttl_ms(T, p, s, now, key, floor_ms, hold_ms))
+local function save_state(T, p, s, key, floor_ms, hold_ms)
+    redis.call('SET', key, T.dump(s), 'PX', ttl_ms(T, p, s, key, floor_ms, hold_ms))
 end

@@ -6,24 +6,24 @@
 --       fields per state key: type tag and 2 parameters.
 -- Returns {'ok', reserved cost}, {'notfound'} (unknown or expired) or {'settled'}.
 
-local now = clock(ARGV[1])
+clock(ARGV[1])
 local h = redis.call('HMGET', KEYS[1], 'exp', 'settled', 'cost', 'at')
-if not h[1] or cmp(N(h[1]), now) <= 0 then return {'notfound'} end
+if not h[1] or not ispos(rel_of_dec(h[1])) then return {'notfound'} end
 if h[2] == '1' then return {'settled'} end
 redis.call('HSET', KEYS[1], 'settled', '1')
 local amount = sub(N(h[3]), N(ARGV[2]))
 if not iszero(amount) then
-    local at = N(h[4])
+    local at = rel_of_dec(h[4])
     local floor_ms, hold_ms = tonumber(ARGV[3]), tonumber(ARGV[4])
     for i = 2, #KEYS do
         local o = 4 + (i - 2) * 3
-        local tag = ARGV[o + 1]
-        local T = R[tag]
-        local st = load_state(T, tag, KEYS[i])
-        if st then
-            local p = T.params(N(ARGV[o + 2]), N(ARGV[o + 3]))
-            T.refund(p, st, now, at, amount)
-            save_state(T, p, st, now, KEYS[i], floor_ms, hold_ms)
+        local T = rule_type(ARGV[o + 1])
+        local st, found = load_state(T, KEYS[i])
+        if found then
+            local p = T.params(N(ARGV[o + 2]), N(ARGV[o + 3]), st)
+            T.prep(p, st)
+            T.refund(p, st, at, amount)
+            save_state(T, p, st, KEYS[i], floor_ms, hold_ms)
         end
     end
 end

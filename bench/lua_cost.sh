@@ -1,0 +1,124 @@
+#!/bin/bash
+# bench/lua_cost.sh - what one decision costs Redis inside the decision script, per rule type.
+#
+#   bench/lua_cost.sh [N]        (N calls per case, default 50000)
+#
+# Starts a redis-server of its own on a free loopback port (no persistence), loads the decision
+# script as the store builds it (service/redis/lib.lua followed by decide.lua), replays one
+# EVALSHA per case with redis-benchmark (keys spread over 100,000 values with __rand_int__,
+# Redis's own clock, the arguments laid out as service/redis_store.c lays them out), and prints
+# Redis's usec_per_call of EVALSHA for each case from INFO commandstats, plus used_memory per
+# state key. Also the cost of the library alone (lib.lua + "return 1"). Each case runs with
+# EVALSHA, then (on Redis 7) as FCALL of the same scripts loaded as a Functions library, as the
+# store calls them there. Asserts nothing.
+#
+# Cases: tb3 is the decision of `make bench` (user, team and global token buckets, the global
+# key shared by every call); the others decide three rules of one type on three keys that are
+# each spread over 100,000 values.
+set -eu
+HERE=$(cd "$(dirname "$0")" && pwd)
+ROOT=$(cd "$HERE/.." && pwd)
+N=${1:-50000}
+CONNS=16
+
+for tool in redis-server redis-cli redis-benchmark; do
+    command -v "$tool" >/dev/null || { echo "lua_cost: $tool is missing: run make deps" >&2; exit 1; }
+done
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/rlluacost.XXXXXX")
+port=
+for _ in $(seq 50); do
+    p=$((20000 + RANDOM % 40000))
+    if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then port=$p; break; fi
+done
+[ -n "$port" ] || { echo "lua_cost: no free port" >&2; exit 1; }
+redis-server --port "$port" --bind 127.0.0.1 --dir "$TMP" --save '' --appendonly no \
+    >"$TMP/log" 2>&1 &
+RPID=$!
+trap 'kill $RPID 2>/dev/null; wait $RPID 2>/dev/null; rm -rf "$TMP"' EXIT
+for _ in $(seq 100); do
+    [ "$(redis-cli -p "$port" ping 2>/dev/null)" = PONG ] && break
+    sleep 0.05
+done
+cli() { redis-cli -p "$port" "$@"; }
+
+R=$ROOT/service/redis
+cat "$R/lib.lua" "$R/decide.lua" >"$TMP/decide.lua"
+{ cat "$R/lib.lua"; echo "return 1"; } >"$TMP/libonly.lua"
+SHA=$(cli -x script load <"$TMP/decide.lua")
+LIBSHA=$(cli -x script load <"$TMP/libonly.lua")
+# the Functions library as the Makefile builds it (when this Redis has Functions)
+FN=
+if [ -f "$R/decide.lua" ] && cli function list >/dev/null 2>&1; then
+    { echo '#!lua name=rld_lua_cost'; echo "local V = 'cost'"; echo 'local decide'
+      echo 'local function init()'; cat "$R/lib.lua"; echo 'decide = function(KEYS, ARGV)'
+      cat "$R/decide.lua"; echo 'end'; echo 'end'
+      echo "redis.register_function('rld_cost_decide', function(KEYS, ARGV)"
+      echo '    if not decide then init() end'; echo '    return decide(KEYS, ARGV)'; echo 'end)'
+    } >"$TMP/library.lua"
+    cli -x function load replace <"$TMP/library.lua" >/dev/null 2>&1 && FN=rld_cost_decide
+fi
+
+# usec_per_call of EVALSHA (or FCALL) after replaying "$@" N times
+run() {
+    cli config resetstat >/dev/null
+    redis-benchmark -p "$port" -c "$CONNS" -n "$N" -r 100000 -q "$@" >"$TMP/rb" 2>&1 ||
+        { cat "$TMP/rb" >&2; exit 1; }
+    grep -q 'ERR\|error' "$TMP/rb" && { cat "$TMP/rb" >&2; exit 1; }
+    cli info commandstats | tr -d '\r' |
+        awk -F'[=,]' '/^cmdstat_(evalsha|fcall):/ { printf "%.1f", $6 }'
+}
+
+# one item: tag, key index, need, cost, p1, p2 (the rule's parameters in fixed point / ns)
+item() { printf '%s\n' "$1" "$2" 1000000 1000000 "$3" "$4" '' ''; }
+
+decide() { # keys... -- items (as from item): "EVALSHA µs FCALL µs"
+    local -a keys=() args=()
+    while [ "$1" != -- ]; do keys+=("$1"); shift; done
+    shift
+    mapfile -t args < <(for a in "$@"; do printf '%s\n' "$a"; done)
+    local tail=('' 0 1000000 60000000000 0 120000 '' $((${#args[@]} / 8)) "${args[@]}")
+    cli flushall >/dev/null
+    printf 'evalsha %s' "$(run EVALSHA "$SHA" "${#keys[@]}" "${keys[@]}" "${tail[@]}")"
+    if [ -n "$FN" ]; then
+        cli flushall >/dev/null
+        printf ' fcall %s' "$(run FCALL "$FN" "${#keys[@]}" "${keys[@]}" "${tail[@]}")"
+    fi
+    echo
+}
+
+three() { # tag p1 p2 p1 p2 p1 p2: three rules of one type on three spread keys
+    local tag=$1
+    mapfile -t items < <(item "$tag" 1 "$2" "$3"; item "$tag" 2 "$4" "$5"; item "$tag" 3 "$6" "$7")
+    decide "b:$tag:a:__rand_int__" "b:$tag:b:__rand_int__" "b:$tag:c:__rand_int__" -- "${items[@]}"
+}
+
+echo "lib_only_usec_per_call: $(run EVALSHA "$LIBSHA" 0)"
+mapfile -t items < <(item tb 1 100000000 100000000; item tb 2 10000000000 10000000000
+    item tb 3 1000000000000 10000000000000)
+echo "tb3_usec_per_call: $(decide 'rl:user:0:user-__rand_int__' 'rl:team:0:team-__rand_int__' \
+    'rl:global:0:*' -- "${items[@]}")"
+echo "token_bucket_x3_usec_per_call: $(three tb 100000000 100000000 10000000000 10000000000 \
+    1000000000 1000000000)"
+echo "gcra_x3_usec_per_call: $(three gcra 100000000 100000000 10000000000 10000000000 \
+    1000000000 1000000000)"
+echo "fixed_window_x3_usec_per_call: $(three fw 100000000 1000000000 10000000000 60000000000 \
+    1000000000 3600000000000)"
+echo "sliding_window_counter_x3_usec_per_call: $(three swc 100000000 1000000000 \
+    10000000000 60000000000 1000000000 3600000000000)"
+echo "sliding_window_x3_usec_per_call: $(three sw 100000000 1000000000 10000000000 \
+    60000000000 1000000000 3600000000000)"
+echo "concurrency_x3_usec_per_call: $(three cc 100000000 1000000000 10000000000 1000000000 \
+    1000000000 1000000000)"
+
+# used_memory per state key: one token bucket key per user, 100,000 users, partly empty
+cli flushall >/dev/null
+m0=$(cli info memory | tr -d '\r' | awk -F: '/^used_memory:/ { print $2 }')
+mapfile -t items < <(item tb 1 100000000 1000)
+redis-benchmark -p "$port" -c "$CONNS" -n 300000 -r 100000 -q EVALSHA "$SHA" 1 \
+    'rl:user:0:user-__rand_int__' '' 0 1000000 60000000000 0 120000 '' 1 "${items[@]}" \
+    >/dev/null 2>&1
+m1=$(cli info memory | tr -d '\r' | awk -F: '/^used_memory:/ { print $2 }')
+k=$(cli dbsize)
+echo "state_keys: $k"
+echo "used_memory_bytes_per_key: $(awk -v a="$m1" -v b="$m0" -v k="$k" 'BEGIN { printf "%.1f", (a - b) / k }')"
+echo "sample_value: $(cli --no-raw get "$(cli randomkey)")"

@@ -63,7 +63,7 @@ redis_bench() {
         sleep 0.05
     done
     cfg=$TMP/redis.json
-    sed -e "s|@THREADS@|$THREADS|g" \
+    sed -e "s|@THREADS@|${REDIS_THREADS:-$THREADS}|g" \
         -e "s|\"store\": \"memory\"|\"store\": {\"type\": \"redis\", \"url\": \"redis://127.0.0.1:$port/0\"}|" \
         "$HERE/http.json.in" >"$cfg"
     # for used_memory per active key, buckets that stay partly empty (and their keys in

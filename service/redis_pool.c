@@ -19,6 +19,7 @@ typedef struct pconn {
     redisContext *c;
     unsigned gen; /* the link generation it was opened in */
     int busy;
+    rl_ns tmo;    /* the socket timeout set on c, 0 when not known */
 } pconn;
 
 struct rld_pool {
@@ -339,6 +340,23 @@ static redisReply *send_argv(redisContext *c, rl_ns deadline, int argc, const ch
     return redisCommandArgv(c, argc, argv, len);
 }
 
+/* send_argv on a pooled connection. The socket timeout (two system calls to set) is set only
+ * when the one in force would outlast what is left until deadline, or cut it short by more
+ * than a millisecond: it is what is left, rounded down to the millisecond. A call therefore
+ * never waits longer than its deadline, and with the usual short wait for a connection the
+ * timeout is set once per connection rather than once per call. */
+static redisReply *send_pc(pconn *pc, rl_ns deadline, int argc, const char **argv,
+                           const size_t *len)
+{
+    const rl_ns ms = 1000000;
+    rl_ns left = deadline - rld_mono_ns();
+    if (!pc->tmo || pc->tmo > left || pc->tmo + ms < left) {
+        pc->tmo = left > ms ? left / ms * ms : ms;
+        redisSetTimeout(pc->c, tv_of(pc->tmo));
+    }
+    return redisCommandArgv(pc->c, argc, argv, len);
+}
+
 static int link_error(redisContext *c, rl_err *err)
 {
     int timeout = c->err == REDIS_ERR_IO && (errno == EAGAIN || errno == EWOULDBLOCK);
@@ -407,6 +425,7 @@ static int ensure_open(rld_pool *p, pconn *pc, rl_ns deadline, int *opened, rl_e
     if (pc->c)
         redisFree(pc->c);
     pc->c = open_conn(&p->addr, deadline, err);
+    pc->tmo = 0;
     pc->gen = gen;
     *opened = 1;
     return pc->c ? RL_OK : RL_ESTORE;
@@ -495,16 +514,18 @@ static int run(rld_pool *p, pconn *pc, int s, int argc, const char **av, size_t 
         } else if (s >= 0) {
             if (!sha[0] && !reloaded) /* after NOSCRIPT the pool's SHA1 is stale: load */
                 sha_get(p, (rld_script)s, sha);
-            if (!sha[0] &&
-                (rc = load_script(p, pc->c, (rld_script)s, deadline, sha, link_failed, err)) !=
-                    RL_OK)
-                break;
+            if (!sha[0]) {
+                rc = load_script(p, pc->c, (rld_script)s, deadline, sha, link_failed, err);
+                pc->tmo = 0; /* set by load_script */
+                if (rc != RL_OK)
+                    break;
+            }
             av[0] = "EVALSHA";
             av[1] = sha;
             al[0] = 7;
             al[1] = 40;
         }
-        r = send_argv(pc->c, deadline, argc, av, al ? al : len);
+        r = send_pc(pc, deadline, argc, av, al ? al : len);
         if (!r) {
             int e = errno;
             *link_failed = 1;
@@ -522,7 +543,9 @@ static int run(rld_pool *p, pconn *pc, int s, int argc, const char **av, size_t 
             freeReplyObject(r);
             r = NULL;
             loaded = 1;
-            if ((rc = load_library(p, pc->c, deadline, link_failed, err)) != RL_OK)
+            rc = load_library(p, pc->c, deadline, link_failed, err);
+            pc->tmo = 0; /* set by load_library */
+            if (rc != RL_OK)
                 break;
             continue;
         }

@@ -17,6 +17,7 @@
 #   BENCH_MEM_USERS=1000000   distinct users of the memory runs
 #   BENCH_MEM_REQUESTS=10000000   requests of the second memory figure
 #   BENCH_SECTIONS="http core memory idle redis"   the sections to run
+#   REDIS_THREADS=2       ratelimitd's threads in the Redis section (each waits on Redis in turn)
 set -eu
 set -o pipefail
 

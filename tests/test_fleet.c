@@ -114,7 +114,7 @@ static double metric(const su_server *s, const char *series)
 }
 
 /* Polls GET /healthz until its status is want (and, when peers > 0, it counts that many
- * peers), for at most limit_s seconds; returns the last answer (the caller frees it). */
+ * peers and its fleet_size is that too), for at most limit_s seconds; returns the last answer (the caller frees it). */
 static su_resp wait_health(const su_server *s, const char *want, unsigned peers, double limit_s)
 {
     double until = mono_s() + limit_s;
@@ -122,9 +122,11 @@ static su_resp wait_health(const su_server *s, const char *want, unsigned peers,
         su_resp r = su_req(s, "GET", "/healthz", NULL, NULL);
         ck_assert_int_eq(r.status, 200);
         json_t *st = json_object_get(r.json, "status");
-        json_t *p = json_object_get(r.json, "peers");
+        json_t *p = json_object_get(r.json, "peers"), *n = json_object_get(r.json, "fleet_size");
+        /* fleet_size follows the count of peers at the housekeeping tick after it changed */
         if (json_is_string(st) && strcmp(json_string_value(st), want) == 0 &&
-            (!peers || (json_is_integer(p) && json_integer_value(p) == peers)))
+            (!peers || (json_is_integer(p) && json_integer_value(p) == peers &&
+                        json_is_integer(n) && json_integer_value(n) == peers)))
             return r;
         ck_assert_msg(mono_s() < until, "/healthz did not become \"%s\" (peers %u) within %g s: %s",
                       want, peers, limit_s, r.body);

@@ -17,7 +17,9 @@
 #   BENCH_MEM_USERS=1000000   distinct users of the memory runs
 #   BENCH_MEM_REQUESTS=10000000   requests of the second memory figure
 #   BENCH_SECTIONS="http core memory idle redis"   the sections to run
-#   REDIS_THREADS=2       ratelimitd's threads in the Redis section (each waits on Redis in turn)
+#   BENCH_REDIS_ROUNDS=3  rounds of the Redis comparison (redis-benchmark and ratelimitd in turn)
+#   REDIS_THREADS=0       ratelimitd's threads in the Redis section; 0: its default with the Redis
+#                         store (one per CPU, at least one per pooled connection: 8)
 set -eu
 set -o pipefail
 
@@ -35,6 +37,7 @@ CORE_MAX=${BENCH_CORE_MAX:-10000000}
 MEM_USERS=${BENCH_MEM_USERS:-1000000}
 MEM_REQUESTS=${BENCH_MEM_REQUESTS:-10000000}
 SECTIONS=${BENCH_SECTIONS:-http core memory idle redis}
+REDIS_ROUNDS=${BENCH_REDIS_ROUNDS:-3}
 THREADS=2 # ratelimitd threads and nginx workers: one per core of the reference machine
 WRK_THREADS=2
 WRK_CONNS=64

@@ -210,11 +210,16 @@ static void housekeeper_stop(housekeeper *hk)
 
 /* ---- the daemon ------------------------------------------------------------------------- */
 
-static int threads_for(int configured)
+/* Worker threads: as configured, else one per CPU; with the Redis store at least one per pooled
+ * connection, since a worker waits on Redis for each decision and Redis is busiest (and spends
+ * least per command) when several calls arrive together. */
+static int threads_for(const rld_settings *set)
 {
-    if (configured > 0)
-        return configured;
+    if (set->threads > 0)
+        return set->threads;
     long n = sysconf(_SC_NPROCESSORS_ONLN);
+    if (set->store == RLD_STORE_REDIS && n < set->redis_pool)
+        n = set->redis_pool;
     return n < 1 ? 1 : n > 64 ? 64 : (int)n;
 }
 
@@ -286,7 +291,7 @@ static int serve(const opts *o)
 
     rld_http_config hc = {.address = set.address,
                           .port = set.port,
-                          .threads = threads_for(set.threads),
+                          .threads = threads_for(&set),
                           .admin_token = set.admin_token,
                           .routes = rld_routes,
                           .nroutes = rld_nroutes,

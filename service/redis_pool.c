@@ -174,7 +174,7 @@ int rld_pool_new(const rld_redis_addr *addr, int timeout_ms, int size, rld_pool 
         if (in_library[i])
             snprintf(p->fname[i], sizeof p->fname[i], "rld_%016llx_%s", (unsigned long long)h,
                      fn_suffix[i]);
-    p->functions = 1;
+    p->functions = 0;
     p->addr = *addr;
     p->timeout = (rl_ns)timeout_ms * 1000000;
     p->n = p->nfree = (size_t)size;
@@ -203,19 +203,15 @@ void rld_pool_free(rld_pool *p)
     free(p);
 }
 
+/* A flag on its own, read on every call: an atomic rather than the pool's lock. */
 void rld_pool_use_functions(rld_pool *p, int on)
 {
-    pthread_mutex_lock(&p->mu);
-    p->functions = on != 0;
-    pthread_mutex_unlock(&p->mu);
+    __atomic_store_n(&p->functions, on != 0, __ATOMIC_RELAXED);
 }
 
 int rld_pool_functions(rld_pool *p)
 {
-    pthread_mutex_lock(&p->mu);
-    int on = p->functions;
-    pthread_mutex_unlock(&p->mu);
-    return on;
+    return __atomic_load_n(&p->functions, __ATOMIC_RELAXED);
 }
 
 int rld_pool_up(rld_pool *p)

@@ -65,9 +65,9 @@ int rld_pool_command(rld_pool *p, int argc, const char **argv, const size_t *arg
                      redisReply **reply, rl_err *err);
 
 /* Whether the store's larger scripts go as Redis Functions (FCALL of a library loaded once)
- * rather than EVALSHA: on (1) by default, turned off (0) for good when Redis refuses Functions
- * (before Redis 7, or a user not permitted FUNCTION and FCALL). A script's top level runs on
- * every EVALSHA, the library's only once. Setting 0 keeps to EVALSHA. */
+ * rather than EVALSHA: off (0) by default, on (1) when the store is configured so, and off
+ * again for good when Redis refuses Functions (before Redis 7, or a user not permitted
+ * FUNCTION and FCALL). A script's top level runs on every EVALSHA, the library's only once. */
 void rld_pool_use_functions(rld_pool *p, int on);
 int rld_pool_functions(rld_pool *p);
 

@@ -421,7 +421,7 @@ static int build_decide(redis_store *rs, const rl_plan *plan, const rl_decision 
         if (!ti || !ti->tag)
             return rl_errf(err, RL_EINVAL, "rule type %s keeps state that the Redis store cannot hold",
                         r->type->name);
-        unsigned n = rs->shards[ap->level] > 1 ? rs->shards[ap->level] : 1;
+        unsigned n = rs->shards[ap->level]; /* 1 when not sharded */
         ab_state_key(rs, k, ap->level, ap->slot, shard[ap->level], ap->key, ap->keylen);
         ++*nstate;
         ab_str(a, ti->tag);
@@ -648,6 +648,15 @@ static const rl_rule *rule_now(redis_store *rs, const ritem *it, const type_info
     return r;
 }
 
+/* A remembered item's state key (to k), and its rule's type tag and parameters (to a). */
+static void ab_item(const redis_store *rs, abuf *k, abuf *a, const ritem *it, const char *tag,
+                    const rl_rule *rule)
+{
+    ab_state_key(rs, k, (size_t)it->level, it->slot, it->shard, it->key, it->keylen);
+    ab_str(a, tag);
+    ab_params(a, rule, rs->shards[it->level]);
+}
+
 static int rs_settle(void *cls, const char *id, rl_fp actual, rl_ns now, rl_settlement *out,
                      rl_err *err)
 {
@@ -680,9 +689,7 @@ static int rs_settle(void *cls, const char *id, rl_fp actual, rl_ns now, rl_sett
         const rl_rule *rule = it->refundable ? rule_now(rs, it, &ti, &ref) : NULL;
         if (!rule)
             continue;
-        ab_state_key(rs, &k, (size_t)it->level, it->slot, it->shard, it->key, it->keylen);
-        ab_str(&a, ti->tag);
-        ab_params(&a, rule, rs->shards[it->level] > 1 ? rs->shards[it->level] : 1);
+        ab_item(rs, &k, &a, it, ti->tag, rule);
         rl_rules_unref(ref);
     }
     rc = eval(rs, RLD_SCRIPT_SETTLE, &k, &a, &r, err);
@@ -737,9 +744,7 @@ static int end_resv(redis_store *rs, const char *id, const char *now_arg, int ex
         const rl_rule *rule = it->holds ? rule_now(rs, it, &ti, &ref) : NULL;
         if (!rule)
             continue;
-        ab_state_key(rs, &k, (size_t)it->level, it->slot, it->shard, it->key, it->keylen);
-        ab_str(&a, ti->tag);
-        ab_params(&a, rule, rs->shards[it->level] > 1 ? rs->shards[it->level] : 1);
+        ab_item(rs, &k, &a, it, ti->tag, rule);
         ab_i64(&a, it->taken);
         rl_rules_unref(ref);
     }

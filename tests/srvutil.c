@@ -58,6 +58,19 @@ void su_cleanup(void)
         nftw(root, remove_one, 16, FTW_DEPTH | FTW_PHYS);
 }
 
+int su_main(Suite *s)
+{
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+    su_init();
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    su_cleanup();
+    curl_global_cleanup();
+    return failed ? 1 : 0;
+}
+
 void su_tmpdir(su_server *s)
 {
     if (!root[0])

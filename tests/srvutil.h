@@ -21,6 +21,9 @@ typedef struct su_server {
  * it with everything in it (at the end of main). */
 void su_init(void);
 void su_cleanup(void);
+/* main of a suite of server tests: libcurl and the run's temporary directory set up around
+ * it. Returns the process exit status (1 when a test failed). */
+int su_main(Suite *s);
 /* Makes a new temporary directory for a server (in s->dir), inside the run's. */
 void su_tmpdir(su_server *s);
 /* Writes text to dir/name. Returns the path in a static buffer. */

@@ -921,13 +921,5 @@ static Suite *fleet_suite(void)
 
 int main(void)
 {
-    curl_global_init(CURL_GLOBAL_DEFAULT);
-    su_init();
-    SRunner *sr = srunner_create(fleet_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    su_cleanup();
-    curl_global_cleanup();
-    return failed ? 1 : 0;
+    return su_main(fleet_suite());
 }

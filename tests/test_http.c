@@ -1415,13 +1415,5 @@ static Suite *http_suite(void)
 
 int main(void)
 {
-    curl_global_init(CURL_GLOBAL_DEFAULT);
-    su_init();
-    SRunner *sr = srunner_create(http_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    su_cleanup();
-    curl_global_cleanup();
-    return failed ? 1 : 0;
+    return su_main(http_suite());
 }

@@ -236,7 +236,7 @@ deps:
 # Installs only when something is missing; quiet otherwise.
 deps-quiet:
 	@pkg-config --exists $(PKG_ALL) hiredis 2>/dev/null && command -v redis-server >/dev/null \
-	    || $(MAKE) --no-print-directory deps
+	    && test -x /usr/sbin/nginx || $(MAKE) --no-print-directory deps
 
 # (deps, not deps-quiet: wrk and nginx are checked too)
 bench: deps

@@ -178,7 +178,7 @@ build-bench: $(BUILD)/ratelimitd $(BENCH_BIN)
 # The public targets first install what is missing, then build in a second make, so that
 # pkg-config is asked after the packages are there.
 .PHONY: all run test check-core deps deps-quiet install clean format bench build-all build-test \
-        build-bench
+        build-bench api-check
 .DEFAULT_GOAL := all
 
 all: deps-quiet
@@ -194,7 +194,24 @@ test: deps-quiet
 	@$(MAKE) --no-print-directory check-core build-test
 	@set -e; for t in $(TEST_BIN); do \
 	    echo "== $$t"; RL_BUILD=$(BUILD) $$t; \
-	done; echo "all tests passed"
+	done
+	@$(MAKE) --no-print-directory api-check
+	@echo "all tests passed"
+
+# The API document: redocly's lint (every warning an error) and tests/api/openapi.test.js, which
+# calls every documented operation of the real daemon and validates each answer with ajv. The
+# npm packages are pinned by tests/api/package-lock.json and installed there (npm ci).
+API_NODE := tests/api/node_modules/.installed
+$(API_NODE): tests/api/package.json tests/api/package-lock.json
+	$(call say,NPM,tests/api)
+	$(Q)cd tests/api && npm ci --no-audit --no-fund --loglevel=error >/dev/null && touch node_modules/.installed
+
+api-check: $(API_NODE) $(BUILD)/ratelimitd
+	@echo "== redocly lint api/openapi.yaml"
+	$(Q)cd tests/api && npx --no-install redocly lint --config redocly.yaml --format stylish \
+	    ../../api/openapi.yaml
+	@echo "== tests/api (node --test)"
+	$(Q)cd tests/api && RL_BUILD=$(abspath $(BUILD)) node --test
 
 build-test: $(BUILD)/ratelimitd $(TEST_BIN) $(PLUGINS)
 
@@ -223,9 +240,13 @@ check-core:
 DEB_PKGS := gcc libc6-dev make pkg-config libjansson-dev libmicrohttpd-dev check libsubunit-dev \
             libcurl4-openssl-dev libhiredis-dev redis-server redis-sentinel redis-tools nginx wrk curl \
             prometheus
+# node and npm for tests/api, looked for by command: a machine may have node from another
+# packaging that brings its own npm (Debian's npm would conflict with it).
+NODE_PKGS := nodejs npm
 deps:
 	@missing=$$(for p in $(DEB_PKGS); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null \
-	    | grep -q 'install ok installed' || echo $$p; done); \
+	    | grep -q 'install ok installed' || echo $$p; done; \
+	    command -v npm >/dev/null || echo $(NODE_PKGS)); \
 	if [ -n "$$missing" ]; then \
 	    echo "installing:$$missing" | tr '\n' ' '; echo; \
 	    if [ "$$(id -u)" != 0 ]; then echo "make deps: run as root to install:$$missing"; exit 1; fi; \
@@ -233,12 +254,13 @@ deps:
 	    apt-get update -qq && apt-get install -y -qq --no-install-recommends $$missing >/dev/null \
 	    || { echo "make deps: apt-get failed"; exit 1; }; \
 	fi
+	@$(MAKE) --no-print-directory $(API_NODE)
 
 # Installs only when something is missing; quiet otherwise.
 deps-quiet:
 	@pkg-config --exists $(PKG_ALL) hiredis 2>/dev/null && command -v redis-server >/dev/null \
 	    && command -v redis-sentinel >/dev/null && command -v redis-cli >/dev/null \
-	    && test -x /usr/sbin/nginx && command -v promtool >/dev/null \
+	    && test -x /usr/sbin/nginx && command -v promtool >/dev/null && command -v npm >/dev/null \
 	    || $(MAKE) --no-print-directory deps
 
 # (deps, not deps-quiet: wrk and nginx are checked too)

@@ -1,6 +1,6 @@
 # ratelimitd - build, test, run and benchmark.
 #
-#   make            build build/ratelimitd (and the core library build/librl.a)
+#   make            build build/ratelimitd, build/ratelimit-replay (and the core library build/librl.a)
 #   make run        build and start the service on config/default.json (127.0.0.1:8080)
 #   make test       build and run the unit and integration tests
 #   make bench      optimised build and the benchmarks (not part of make test)
@@ -55,7 +55,7 @@ $(BUILD)/librl.a: $(CORE_OBJ)
 	$(Q)rm -f $@ && ar rcs $@ $^
 
 # ---- the service ------------------------------------------------------------------------
-SVC_LIB_SRC := $(filter-out service/main.c,$(wildcard service/*.c))
+SVC_LIB_SRC := $(filter-out service/main.c service/replay.c,$(wildcard service/*.c))
 SVC_LIB_OBJ := $(SVC_LIB_SRC:%.c=$(BUILD)/%.o)
 SVC_CFLAGS  := $(call pc_cflags,$(PKG_SVC))
 SVC_LIBS    := $(call pc_libs,$(PKG_SVC)) -ldl -lm
@@ -184,7 +184,12 @@ build-bench: $(BUILD)/ratelimitd $(BENCH_BIN)
 all: deps-quiet
 	@$(MAKE) --no-print-directory build-all
 
-build-all: $(BUILD)/ratelimitd
+build-all: $(BUILD)/ratelimitd $(BUILD)/ratelimit-replay
+
+# The replay and what-if tool: traces through the same core and store stack as the daemon.
+$(BUILD)/ratelimit-replay: $(BUILD)/service/replay.o $(SVC_LIB_OBJ) $(BUILD)/librl.a
+	$(call say,LD,$@)
+	$(Q)$(CC) $^ -o $@ $(LDFLAGS_ALL) $(SVC_LIBS)
 
 run: deps-quiet
 	@$(MAKE) --no-print-directory build-all
@@ -213,7 +218,7 @@ api-check: $(API_NODE) $(BUILD)/ratelimitd
 	@echo "== tests/api (node --test)"
 	$(Q)cd tests/api && RL_BUILD=$(abspath $(BUILD)) node --test
 
-build-test: $(BUILD)/ratelimitd $(TEST_BIN) $(PLUGINS)
+build-test: $(BUILD)/ratelimitd $(BUILD)/ratelimit-replay $(TEST_BIN) $(PLUGINS)
 
 # Test objects are kept (not removed as intermediates), so a second make rebuilds nothing.
 .SECONDARY: $(TEST_HELP_OBJ) $(TEST_SRC:tests/%.c=$(BUILD)/tests/%.o)
@@ -280,4 +285,4 @@ format:
 clean:
 	rm -rf $(BUILD)
 
--include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
+-include $(shell find $(BUILD) -name '*.d' -type f 2>/dev/null)

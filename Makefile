@@ -178,7 +178,7 @@ build-bench: $(BUILD)/ratelimitd $(BENCH_BIN)
 # The public targets first install what is missing, then build in a second make, so that
 # pkg-config is asked after the packages are there.
 .PHONY: all run test check-core deps deps-quiet install clean format bench build-all build-test \
-        build-bench api-check
+        build-bench api-check container-deps container-test
 .DEFAULT_GOAL := all
 
 all: deps-quiet
@@ -267,6 +267,23 @@ deps-quiet:
 	    && command -v redis-sentinel >/dev/null && command -v redis-cli >/dev/null \
 	    && test -x /usr/sbin/nginx && command -v promtool >/dev/null && command -v npm >/dev/null \
 	    || $(MAKE) --no-print-directory deps
+
+# make container-test: the Dockerfile built with buildah on a debootstrapped bookworm and its
+# image run (tests/container/run.sh; as root, with the network to Debian's mirror). The base
+# root filesystem and the images are kept under $(BUILD)/container, so a second run is fast.
+CONTAINER_PKGS := debootstrap buildah iproute2 curl
+container-deps:
+	@missing=$$(for p in $(CONTAINER_PKGS); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null \
+	    | grep -q 'install ok installed' || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	    echo "installing:$$missing" | tr '\n' ' '; echo; \
+	    export DEBIAN_FRONTEND=noninteractive; \
+	    apt-get update -qq && apt-get install -y -qq --no-install-recommends $$missing >/dev/null \
+	    || { echo "make container-deps: apt-get failed"; exit 1; }; \
+	fi
+
+container-test: container-deps
+	@tests/container/run.sh $(BUILD)
 
 # (deps, not deps-quiet: wrk and nginx are checked too)
 bench: deps

@@ -160,11 +160,8 @@ static int decide(replay *rp, side *s, const rld_acquire_req *q, rld_buf *o, out
     rld_summary_add(&s->sum, &d, rp->line);
     oc->allowed = d.allowed;
     oc->by[0] = '\0';
-    if (!d.allowed) {
-        const rl_applied *a = &d.applied[d.blocked];
-        snprintf(oc->by, sizeof oc->by, "%s: %s", cfg->levels[a->level].name,
-                 a->fallback == RL_FALLBACK_CLOSED ? RLD_STORE_UNAVAILABLE : a->rule->name);
-    }
+    if (!d.allowed)
+        rld_render_blocked_by(oc->by, sizeof oc->by, cfg, &d);
     if (d.reservation[0])
         side_remember(s, rp->line, d.reservation);
     rl_decision_done(&d);

@@ -257,6 +257,53 @@ static uint64_t ms_prefetch(void *cls, size_t level, const rl_rules *rs, const c
 
 /* ---- one decision ---------------------------------------------------------------------- */
 
+/* Whether two applied rules share their key (the rules of one key are consecutive). */
+static int same_key(const rl_applied *a, const rl_applied *b)
+{
+    return a->level == b->level && a->key == b->key && a->keylen == b->keylen;
+}
+
+/* Whether the plan names at most one key per level, levels in increasing order (the plan of
+ * descriptors always does). */
+static int one_key_per_level(size_t n, const rl_decision *d)
+{
+    for (size_t i = 1; i < n; i++)
+        if (!same_key(&d->applied[i - 1], &d->applied[i]) &&
+            d->applied[i].level <= d->applied[i - 1].level)
+            return 0;
+    return 1;
+}
+
+/* Locks the distinct segments of the plan in (level, address) order; returns how many. */
+static size_t lock_in_order(size_t n, const rl_decision *d, rl__seg *const *segof,
+                            rl__seg **locked)
+{
+    uint16_t lv[RL_MAX_APPLIED];
+    size_t m = 0;
+    for (size_t i = 0; i < n; i++) {
+        size_t j = m;
+        uint16_t l = d->applied[i].level;
+        int dup = 0;
+        for (size_t k = 0; k < m && !dup; k++)
+            dup = locked[k] == segof[i];
+        if (dup)
+            continue;
+        while (j > 0 && (lv[j - 1] > l || (lv[j - 1] == l && (uintptr_t)locked[j - 1] >
+                                                                  (uintptr_t)segof[i]))) {
+            locked[j] = locked[j - 1];
+            lv[j] = lv[j - 1];
+            j--;
+        }
+        locked[j] = segof[i];
+        lv[j] = l;
+        m++;
+    }
+    for (size_t k = 0; k < m; k++)
+        rl__spin_lock(&locked[k]->lock);
+    return m;
+}
+
+
 /* What a decision keeps per applied rule while it runs: where its record is and what its
  * one evaluation found. Records are found once, evaluated once; commit and report read the
  * evaluation. */
@@ -265,23 +312,24 @@ typedef struct run {
     const rl_plan *plan;
     rl_decision *d;
     size_t nlocked;
-    rl__seg *locked[RL_MAX_LEVELS];
+    rl__seg *locked[RL_MAX_APPLIED];
     rl__seg *seg[RL_MAX_APPLIED];
     uint32_t h[RL_MAX_APPLIED];
     uint32_t idx[RL_MAX_APPLIED]; /* RL__NONE: no record (yet) */
+    int several;                  /* a level has several keys (a request of items) */
     rl_eval ev[RL_MAX_APPLIED];
 } run;
 
-/* Items of one level are consecutive and share its key: one hash and one segment a level.
- * Records are prefetched before any is read (by ms_prefetch as the plan was made, for the
- * first four rules of a level; here for the others). */
+/* The rules of one key are consecutive: one hash and one segment a key (a level has one key,
+ * unless the request names several as items). Records are prefetched before any is read (by
+ * ms_prefetch as the plan was made, for the first four rules of a key; here for the others). */
 static void locate(run *x)
 {
     const rl_plan *plan = x->plan;
     uint64_t kh = 0;
     for (size_t i = 0; i < plan->n; i++) {
         const rl_applied *a = &x->d->applied[i];
-        if (i == 0 || x->d->applied[i - 1].level != a->level) {
+        if (i == 0 || !same_key(&x->d->applied[i - 1], a)) {
             /* ms_prefetch hashed the key already, unless the limiter did not call it */
             kh = plan->items[i].hash ? plan->items[i].hash
                                      : rl__hash(a->key, a->keylen, x->ms->seed);
@@ -298,12 +346,17 @@ static void locate(run *x)
 /* Segments are locked in level order (two decisions never deadlock), and each level's records
  * are found as soon as its segment is locked: the cache miss of a per-user record is then paid
  * while only that user's segment is locked, not while a broad level's (team, global), which
- * every decision needs, is held. */
+ * every decision needs, is held. A plan with several keys on one level locks all its segments
+ * first, each once, in (level, address) order. */
 static void lock_and_find(run *x)
 {
+    int one_key_a_level = one_key_per_level(x->plan->n, x->d);
+    x->several = !one_key_a_level;
+    if (!one_key_a_level)
+        x->nlocked = lock_in_order(x->plan->n, x->d, x->seg, x->locked);
     for (size_t i = 0; i < x->plan->n; i++) {
         const rl_applied *a = &x->d->applied[i];
-        if (i == 0 || x->seg[i] != x->seg[i - 1]) {
+        if (one_key_a_level && (i == 0 || x->seg[i] != x->seg[i - 1])) {
             rl__spin_lock(&x->seg[i]->lock);
             x->locked[x->nlocked++] = x->seg[i];
         }
@@ -395,14 +448,29 @@ static int reserve(run *x, rl_err *err)
     return RL_OK;
 }
 
+/* Whether an earlier item of a request of items took from the record of item i (items may
+ * name one key twice): its evaluation is then out of date. */
+static int taken_before(const run *x, size_t i)
+{
+    for (size_t j = 0; x->several && j < i; j++)
+        if (x->seg[j] == x->seg[i] && x->idx[j] == x->idx[i])
+            return 1;
+    return 0;
+}
+
 /* Phase 2: every stateful rule takes its cost from what its evaluation found. */
 static void commit_all(run *x)
 {
     for (size_t i = 0; i < x->plan->n; i++) {
-        const rl_rule *r = x->d->applied[i].rule;
-        if (r->type->commit)
-            r->type->commit(r->params, rec_state(&x->seg[i]->r[x->idx[i]], r->type), &x->ev[i],
-                            x->plan->items[i].cost);
+        const rl_applied *a = &x->d->applied[i];
+        const rl_rule *r = a->rule;
+        if (!r->type->commit)
+            continue;
+        void *st = rec_state(&x->seg[i]->r[x->idx[i]], r->type);
+        if (taken_before(x, i))
+            r->type->evaluate(r->params, st, a->key, a->keylen, x->plan->now,
+                              x->plan->items[i].need, &x->ev[i]);
+        r->type->commit(r->params, st, &x->ev[i], x->plan->items[i].cost);
     }
 }
 
@@ -426,6 +494,7 @@ static int ms_decide(void *cls, const rl_plan *plan, rl_decision *d, rl_err *err
     x.plan = plan;
     x.d = d;
     x.nlocked = 0;
+    x.several = 0;
     locate(&x);
     lock_and_find(&x);
     int rc = RL_OK;

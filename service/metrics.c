@@ -39,21 +39,27 @@ typedef struct slot {
     endpoint_counts ep[MAX_ENDPOINTS];
 } __attribute__((aligned(64))) slot;
 
-typedef struct denied_entry {
+typedef struct rule_entry {
     uint64_t count;
     uint16_t level;
     char rule[129]; /* "" marks an empty entry */
-} denied_entry;
+} rule_entry;
+
+/* Counts by (level, rule name): an open-addressing table under a mutex (the slow path: only
+ * denials are counted), with one "other" count per level once it is three quarters full. */
+typedef struct rule_counts {
+    pthread_mutex_t mu;
+    size_t n;
+    rule_entry *e; /* MAX_DENIED entries */
+    uint64_t other[RL_MAX_LEVELS];
+} rule_counts;
 
 struct rld_metrics {
     size_t nendpoints;
     const char *const *names;
     unsigned nslots; /* atomic: slots handed out */
     slot *slots;
-    pthread_mutex_t dmu; /* guards denied */
-    size_t ndenied;
-    denied_entry *denied;
-    uint64_t denied_other[RL_MAX_LEVELS];
+    rule_counts denied; /* by the rule that blocked */
 };
 
 static _Thread_local struct {
@@ -71,15 +77,15 @@ rld_metrics *rld_metrics_new(size_t nendpoints, const char *const *names)
     m->nendpoints = nendpoints;
     m->names = names;
     m->slots = aligned_alloc(64, sizeof(slot) * NSLOTS);
-    m->denied = calloc(MAX_DENIED, sizeof *m->denied);
-    if (!m->slots || !m->denied) {
+    m->denied.e = calloc(MAX_DENIED, sizeof *m->denied.e);
+    if (!m->slots || !m->denied.e) {
         free(m->slots);
-        free(m->denied);
+        free(m->denied.e);
         free(m);
         return NULL;
     }
     memset(m->slots, 0, sizeof(slot) * NSLOTS);
-    pthread_mutex_init(&m->dmu, NULL);
+    pthread_mutex_init(&m->denied.mu, NULL);
     return m;
 }
 
@@ -87,9 +93,9 @@ void rld_metrics_free(rld_metrics *m)
 {
     if (!m)
         return;
-    pthread_mutex_destroy(&m->dmu);
+    pthread_mutex_destroy(&m->denied.mu);
     free(m->slots);
-    free(m->denied);
+    free(m->denied.e);
     free(m);
 }
 
@@ -130,36 +136,36 @@ void rld_metrics_http(rld_metrics *m, size_t endpoint, int code, rl_ns duration)
     add(&e->sum_ns, duration > 0 ? (uint64_t)duration : 0);
 }
 
-static void count_denial(rld_metrics *m, size_t level, const char *rule)
+static void count_rule(rule_counts *t, size_t level, const char *rule)
 {
     size_t n = strlen(rule), h = level * 31;
-    if (n >= sizeof m->denied[0].rule)
-        n = sizeof m->denied[0].rule - 1;
+    if (n >= sizeof t->e[0].rule)
+        n = sizeof t->e[0].rule - 1;
     for (size_t i = 0; i < n; i++)
         h = h * 131 + (unsigned char)rule[i];
-    pthread_mutex_lock(&m->dmu);
+    pthread_mutex_lock(&t->mu);
     for (size_t probe = 0; probe < MAX_DENIED; probe++) {
-        denied_entry *e = &m->denied[(h + probe) % MAX_DENIED];
+        rule_entry *e = &t->e[(h + probe) % MAX_DENIED];
         if (e->rule[0] == '\0') {
             /* keep a quarter free so that probing stays short */
-            if (m->ndenied >= MAX_DENIED * 3 / 4)
+            if (t->n >= MAX_DENIED * 3 / 4)
                 break;
             e->level = (uint16_t)level;
             memcpy(e->rule, rule, n);
             e->rule[n] = '\0';
             e->count = 1;
-            m->ndenied++;
-            pthread_mutex_unlock(&m->dmu);
+            t->n++;
+            pthread_mutex_unlock(&t->mu);
             return;
         }
         if (e->level == level && strncmp(e->rule, rule, n) == 0 && e->rule[n] == '\0') {
             e->count++;
-            pthread_mutex_unlock(&m->dmu);
+            pthread_mutex_unlock(&t->mu);
             return;
         }
     }
-    m->denied_other[level]++;
-    pthread_mutex_unlock(&m->dmu);
+    t->other[level]++;
+    pthread_mutex_unlock(&t->mu);
 }
 
 void rld_metrics_decision(rld_metrics *m, const rl_decision *d, int dry_run, rl_fp cost)
@@ -174,8 +180,8 @@ void rld_metrics_decision(rld_metrics *m, const rl_decision *d, int dry_run, rl_
     add(&s->denied, 1);
     if (d->blocked >= 0) {
         const rl_applied *a = &d->applied[d->blocked];
-        count_denial(m, a->level,
-                     a->fallback == RL_FALLBACK_CLOSED ? RLD_STORE_UNAVAILABLE : a->rule->name);
+        count_rule(&m->denied, a->level,
+                   a->fallback == RL_FALLBACK_CLOSED ? RLD_STORE_UNAVAILABLE : a->rule->name);
     }
 }
 
@@ -211,6 +217,31 @@ static void u64_line(rld_buf *o, uint64_t v)
     rld_buf_printf(o, " %llu\n", (unsigned long long)v);
 }
 
+/* One series per (level, rule) of a table, and the levels' "other" counts. */
+static void render_rule_counts(rld_buf *o, const char *name, rule_counts *t, const rl_config *cfg)
+{
+    pthread_mutex_lock(&t->mu);
+    for (size_t i = 0; i < MAX_DENIED; i++) {
+        const rule_entry *e = &t->e[i];
+        if (!e->rule[0] || e->level >= cfg->nlevels)
+            continue;
+        rld_buf_printf(o, "%s{level=\"", name);
+        label(o, cfg->levels[e->level].name);
+        rld_buf_puts(o, "\",rule=\"");
+        label(o, e->rule);
+        rld_buf_puts(o, "\"}");
+        u64_line(o, e->count);
+    }
+    for (size_t l = 0; l < cfg->nlevels; l++)
+        if (t->other[l]) {
+            rld_buf_printf(o, "%s{level=\"", name);
+            label(o, cfg->levels[l].name);
+            rld_buf_puts(o, "\",rule=\"other\"}");
+            u64_line(o, t->other[l]);
+        }
+    pthread_mutex_unlock(&t->mu);
+}
+
 void rld_metrics_render(rld_metrics *m, rl_limiter *lim, rld_buf *o)
 {
     const rl_config *cfg = rl_limiter_config(lim);
@@ -234,26 +265,7 @@ void rld_metrics_render(rld_metrics *m, rl_limiter *lim, rld_buf *o)
 
     family(o, "ratelimit_denied_total", "counter",
            "Denied decisions by the level and rule that blocked them.");
-    pthread_mutex_lock(&m->dmu);
-    for (size_t i = 0; i < MAX_DENIED; i++) {
-        const denied_entry *e = &m->denied[i];
-        if (!e->rule[0] || e->level >= cfg->nlevels)
-            continue;
-        rld_buf_puts(o, "ratelimit_denied_total{level=\"");
-        label(o, cfg->levels[e->level].name);
-        rld_buf_puts(o, "\",rule=\"");
-        label(o, e->rule);
-        rld_buf_puts(o, "\"}");
-        u64_line(o, e->count);
-    }
-    for (size_t l = 0; l < cfg->nlevels; l++)
-        if (m->denied_other[l]) {
-            rld_buf_puts(o, "ratelimit_denied_total{level=\"");
-            label(o, cfg->levels[l].name);
-            rld_buf_puts(o, "\",rule=\"other\"}");
-            u64_line(o, m->denied_other[l]);
-        }
-    pthread_mutex_unlock(&m->dmu);
+    render_rule_counts(o, "ratelimit_denied_total", &m->denied, cfg);
 
     family(o, "ratelimit_cost_total", "counter",
            "Cost taken by allowed requests of POST /acquire (dry runs excluded).");

@@ -371,9 +371,11 @@ int main(int argc, char **argv)
             compare = optarg;
         else if (c == 'h')
             return fputs(usage, stdout) < 0;
-        else
-            return fprintf(stderr, "ratelimit-replay: unknown or incomplete option %s\n\n%s",
-                           argv[optind - 1], usage) < 0 ? 2 : 2;
+        else {
+            fprintf(stderr, "ratelimit-replay: unknown or incomplete option %s\n\n%s",
+                    argv[optind - 1], usage);
+            return 2;
+        }
     }
     int redis = strcmp(storename, "redis") == 0;
     if (!config || optind < argc || (!redis && strcmp(storename, "memory") != 0)) {

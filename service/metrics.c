@@ -60,6 +60,7 @@ struct rld_metrics {
     unsigned nslots; /* atomic: slots handed out */
     slot *slots;
     rule_counts denied; /* by the rule that blocked */
+    rule_counts shadow; /* by the shadow rule that would have denied */
 };
 
 static _Thread_local struct {
@@ -78,14 +79,17 @@ rld_metrics *rld_metrics_new(size_t nendpoints, const char *const *names)
     m->names = names;
     m->slots = aligned_alloc(64, sizeof(slot) * NSLOTS);
     m->denied.e = calloc(MAX_DENIED, sizeof *m->denied.e);
-    if (!m->slots || !m->denied.e) {
+    m->shadow.e = calloc(MAX_DENIED, sizeof *m->shadow.e);
+    if (!m->slots || !m->denied.e || !m->shadow.e) {
         free(m->slots);
         free(m->denied.e);
+        free(m->shadow.e);
         free(m);
         return NULL;
     }
     memset(m->slots, 0, sizeof(slot) * NSLOTS);
     pthread_mutex_init(&m->denied.mu, NULL);
+    pthread_mutex_init(&m->shadow.mu, NULL);
     return m;
 }
 
@@ -94,8 +98,10 @@ void rld_metrics_free(rld_metrics *m)
     if (!m)
         return;
     pthread_mutex_destroy(&m->denied.mu);
+    pthread_mutex_destroy(&m->shadow.mu);
     free(m->slots);
     free(m->denied.e);
+    free(m->shadow.e);
     free(m);
 }
 
@@ -171,6 +177,9 @@ static void count_rule(rule_counts *t, size_t level, const char *rule)
 void rld_metrics_decision(rld_metrics *m, const rl_decision *d, int dry_run, rl_fp cost)
 {
     slot *s = my_slot(m);
+    for (size_t i = 0; i < d->napplied; i++)
+        if (d->applied[i].shadow_denied)
+            count_rule(&m->shadow, d->applied[i].level, d->applied[i].rule->name);
     if (d->allowed) {
         add(&s->allowed, 1);
         if (!dry_run)
@@ -266,6 +275,10 @@ void rld_metrics_render(rld_metrics *m, rl_limiter *lim, rld_buf *o)
     family(o, "ratelimit_denied_total", "counter",
            "Denied decisions by the level and rule that blocked them.");
     render_rule_counts(o, "ratelimit_denied_total", &m->denied, cfg);
+
+    family(o, "ratelimit_shadow_denied_total", "counter",
+           "Decisions a shadow rule would have denied (it never denies), by level and rule.");
+    render_rule_counts(o, "ratelimit_shadow_denied_total", &m->shadow, cfg);
 
     family(o, "ratelimit_cost_total", "counter",
            "Cost taken by allowed requests of POST /acquire (dry runs excluded).");

@@ -26,7 +26,8 @@ void rld_metrics_free(rld_metrics *m);
  * duration nanoseconds. */
 void rld_metrics_http(rld_metrics *m, size_t endpoint, int code, rl_ns duration);
 /* One decision of POST /acquire. cost is counted when the request took it (allowed, not a
- * dry run); a denial is counted against the level and rule that blocked it. */
+ * dry run); a denial is counted against the level and rule that blocked it, and every shadow
+ * rule that did not fit (rl_applied.shadow_denied) against its own level and rule. */
 void rld_metrics_decision(rld_metrics *m, const rl_decision *d, int dry_run, rl_fp cost);
 /* One settled reservation. */
 void rld_metrics_settle(rld_metrics *m, const rl_settlement *s);

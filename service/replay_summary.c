@@ -56,7 +56,7 @@ static rld_summary_rule *rule_entry(rld_summary *s, uint16_t level, const char *
     if (!(r->rule = strdup(name)))
         return NULL;
     r->level = level;
-    r->allowed = r->denied = 0;
+    r->allowed = r->denied = r->shadow_denied = 0;
     s->nrules++;
     return r;
 }
@@ -106,6 +106,13 @@ static void count_key(rld_summary *s, uint16_t level, const char *k, size_t n)
 void rld_summary_add(rld_summary *s, const rl_decision *d, size_t line)
 {
     s->requests++;
+    for (size_t i = 0; i < d->napplied; i++) {
+        rld_summary_rule *r = d->applied[i].shadow_denied
+                                  ? rule_entry(s, d->applied[i].level, d->applied[i].rule->name)
+                                  : NULL;
+        if (r)
+            r->shadow_denied++;
+    }
     if (!d->allowed) {
         const rl_applied *a = &d->applied[d->blocked];
         rld_summary_rule *r = rule_entry(s, a->level, rule_name(a));
@@ -171,6 +178,7 @@ static void write_one(rld_buf *o, const rld_summary *s, const uint64_t *errors)
         rld_buf_json_str(o, r->rule, strlen(r->rule));
         put_count(o, ",\"allowed\":", r->allowed);
         put_count(o, ",\"denied\":", r->denied);
+        put_count(o, ",\"shadow_denied\":", r->shadow_denied);
         rld_buf_putc(o, '}');
     }
     rld_buf_puts(o, "],\"top_denied_keys\":[");

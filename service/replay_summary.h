@@ -2,12 +2,14 @@
  * replay_summary.h - what ratelimit-replay counts over a trace and writes at the end:
  *
  *   {"requests": 6, "allowed": 4, "denied": 2,
- *    "rules": [{"level": "user", "rule": "free", "allowed": 4, "denied": 2}, ...],
+ *    "rules": [{"level": "user", "rule": "free", "allowed": 4, "denied": 2,
+ *               "shadow_denied": 0}, ...],
  *    "top_denied_keys": [{"level": "user", "key": "alice", "denied": 2}, ...],
  *    "peak_wait": {"seconds": 0.5, "line": 6}}
  *
  * A rule's "allowed" counts the allowed requests it applied to, "denied" the requests it blocked
- * (the rule that gave the longest wait). top_denied_keys lists the ten keys blocked most often
+ * (the rule that gave the longest wait), "shadow_denied" the requests a shadow rule did not fit
+ * (it would have denied them; it never does). top_denied_keys lists the ten keys blocked most often
  * (ties by level and key), peak_wait the longest finite wait of a denial and its line (null when
  * nothing was denied with a finite wait).
  */
@@ -24,6 +26,7 @@ typedef struct rld_summary_rule {
     uint16_t level;
     char *rule;
     uint64_t allowed, denied;
+    uint64_t shadow_denied; /* a shadow rule: the requests it would have denied */
 } rld_summary_rule;
 
 typedef struct rld_summary_key {

@@ -198,9 +198,9 @@ START_TEST(replay_summary_by_hand)
      * 1 s by default; 3 waits 0.5 s, 8 never fits). Errors: lines 6 and 13. */
     const char *want =
         "{\"summary\":{\"requests\":9,\"allowed\":6,\"denied\":3,\"errors\":2,\"rules\":["
-        "{\"level\":\"user\",\"rule\":\"per-user\",\"allowed\":4,\"denied\":2},"
-        "{\"level\":\"global\",\"rule\":\"g\",\"allowed\":6,\"denied\":0},"
-        "{\"level\":\"pool\",\"rule\":\"slots\",\"allowed\":2,\"denied\":1}],"
+        "{\"level\":\"user\",\"rule\":\"per-user\",\"allowed\":4,\"denied\":2,\"shadow_denied\":0},"
+        "{\"level\":\"global\",\"rule\":\"g\",\"allowed\":6,\"denied\":0,\"shadow_denied\":0},"
+        "{\"level\":\"pool\",\"rule\":\"slots\",\"allowed\":2,\"denied\":1,\"shadow_denied\":0}],"
         "\"top_denied_keys\":[{\"level\":\"user\",\"key\":\"alice\",\"denied\":1},"
         "{\"level\":\"user\",\"key\":\"bob\",\"denied\":1},"
         "{\"level\":\"pool\",\"key\":\"p1\",\"denied\":1}],"

@@ -2,6 +2,7 @@
  * api.c - see api.h.
  */
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +13,7 @@
 #include "check_req.h"
 #include "log.h"
 #include "render.h"
+#include "values.h"
 
 /* Metrics labels: the routes' endpoints and "other" for unknown paths. */
 static const char *endpoint_names[16];
@@ -63,10 +65,10 @@ static void tick_to(rld_app *app, rl_ns t)
     pthread_mutex_unlock(&app->tick_mu);
 }
 
-/* The time of a request: the clock, or with --manual-clock its "now" (seconds, checked) or
- * the last one seen. A manual time that moves forward ticks first, so that reservations
- * expire exactly when a test says. */
-static rl_ns request_time(rld_app *app, int has_now, double now)
+/* The time of a request: the clock, or with --manual-clock its "now" (checked where it was
+ * read) or the last one seen. A manual time that moves forward ticks first, so that
+ * reservations expire exactly when a test says. */
+static rl_ns request_time(rld_app *app, int has_now, rl_ns now)
 {
     if (!app->manual_clock) {
         struct timespec ts;
@@ -75,7 +77,7 @@ static rl_ns request_time(rld_app *app, int has_now, double now)
     }
     if (!has_now)
         return __atomic_load_n(&app->manual_now, __ATOMIC_ACQUIRE);
-    rl_ns t = rl_ns_from_seconds(now);
+    rl_ns t = now;
     __atomic_store_n(&app->manual_now, t, __ATOMIC_RELEASE);
     if (t > __atomic_load_n(&app->ticked, __ATOMIC_ACQUIRE))
         tick_to(app, t);
@@ -133,7 +135,7 @@ static void h_acquire(void *ctx, rld_req *r)
     }
     rl_request req = {.desc = q.desc,
                       .ndesc = q.ndesc,
-                      .cost = q.has_cost ? rl_fp_from_double(q.cost) : RL_FP_ONE,
+                      .cost = q.cost,
                       .priority = q.priority,
                       .flags = (q.dry_run ? RL_DRY_RUN : 0u) | (q.reserve ? RL_RESERVE : 0u),
                       .now = request_time(app, q.has_now, q.now)};
@@ -203,9 +205,9 @@ typedef struct settle_body {
     json_t *root;
     const char *reservation;
     int has_actual;
-    double actual;
+    rl_fp actual;
     int has_now;
-    double now;
+    rl_ns now;
 } settle_body;
 
 /* Parses {"reservation", "actual_cost"?, "now"?}; replies 400 itself on a bad body. */
@@ -215,6 +217,7 @@ static int settle_body_or_reply(rld_app *app, rld_req *r, int with_actual, settl
     const char *k;
     json_t *v;
     size_t len;
+    rl_err err;
     const char *body = rld_req_body(r, &len);
     const char *known = with_actual ? "reservation, actual_cost, now" : "reservation, now";
     memset(b, 0, sizeof *b);
@@ -232,17 +235,15 @@ static int settle_body_or_reply(rld_app *app, rld_req *r, int with_actual, settl
                 return rld_reply_error(r, 400, "reservation: must be a string");
             b->reservation = json_string_value(v);
         } else if (with_actual && strcmp(k, "actual_cost") == 0) {
-            if (!json_is_number(v) || rl_fp_from_double(json_number_value(v)) < 0)
-                return rld_reply_error(r, 400, "actual_cost: must be a number from 0 to "
-                                               "1000000000000");
+            double n = json_is_number(v) ? json_number_value(v) : NAN;
+            if (rld_value_amount("actual_cost", n, &b->actual, &err) != 0)
+                return rld_reply_error(r, 400, "%s", err.msg);
             b->has_actual = 1;
-            b->actual = json_number_value(v);
         } else if (strcmp(k, "now") == 0) {
-            if (!json_is_number(v) || rl_ns_from_seconds(json_number_value(v)) < 0)
-                return rld_reply_error(r, 400,
-                                       "now: must be a number of seconds from 0 to 9200000000");
+            double n = json_is_number(v) ? json_number_value(v) : NAN;
+            if (rld_value_seconds("now", n, &b->now, &err) != 0)
+                return rld_reply_error(r, 400, "%s", err.msg);
             b->has_now = 1;
-            b->now = json_number_value(v);
         } else {
             return rld_reply_error(r, 400, "%.64s: unknown field (known: %s)", k, known);
         }
@@ -262,7 +263,7 @@ static void h_refund(void *ctx, rld_req *r)
     rl_err err;
     if (settle_body_or_reply(app, r, 1, &b) == 0) {
         rl_ns now = request_time(app, b.has_now, b.now);
-        int rc = rl_settle(app->lim, b.reservation, rl_fp_from_double(b.actual), now, &s, &err);
+        int rc = rl_settle(app->lim, b.reservation, b.actual, now, &s, &err);
         if (rc != RL_OK) {
             reply_rc(r, rc, &err);
         } else {

@@ -239,7 +239,7 @@ check-core:
 
 # Debian packages the build, the tests and the benchmarks use.
 DEB_PKGS := gcc libc6-dev make pkg-config libjansson-dev libmicrohttpd-dev check libsubunit-dev \
-            libcurl4-openssl-dev libhiredis-dev redis-server nginx wrk curl \
+            libcurl4-openssl-dev libhiredis-dev redis-server redis-sentinel redis-tools nginx wrk curl \
             libprotobuf-c-dev protobuf-c-compiler libnghttp2-dev nghttp2-client protobuf-compiler \
             python3 python3-grpcio python3-protobuf
 deps:
@@ -256,6 +256,7 @@ deps:
 # Installs only when something is missing; quiet otherwise.
 deps-quiet:
 	@pkg-config --exists $(PKG_ALL) hiredis 2>/dev/null && command -v redis-server >/dev/null \
+	    && command -v redis-sentinel >/dev/null && command -v redis-cli >/dev/null \
 	    && command -v protoc-c >/dev/null \
 	    || $(MAKE) --no-print-directory deps
 

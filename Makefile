@@ -258,7 +258,7 @@ deps-quiet:
 	@pkg-config --exists $(PKG_ALL) hiredis 2>/dev/null && command -v redis-server >/dev/null \
 	    && command -v redis-sentinel >/dev/null && command -v redis-cli >/dev/null \
 	    && command -v protoc-c >/dev/null \
-	    || $(MAKE) --no-print-directory deps
+	    && test -x /usr/sbin/nginx || $(MAKE) --no-print-directory deps
 
 # (deps, not deps-quiet: wrk and nginx are checked too)
 bench: deps

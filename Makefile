@@ -240,7 +240,9 @@ check-core:
 # Debian packages the build, the tests and the benchmarks use.
 DEB_PKGS := gcc libc6-dev make pkg-config libjansson-dev libmicrohttpd-dev check libsubunit-dev \
             libcurl4-openssl-dev libhiredis-dev redis-server redis-sentinel redis-tools nginx wrk curl \
-            libprotobuf-c-dev protobuf-c-compiler libnghttp2-dev nghttp2-client protobuf-compiler \
+            prometheus
+# gRPC: messages, HTTP/2, the Python client (grpcio, protobuf, protoc), h2load
+DEB_PKGS += libprotobuf-c-dev protobuf-c-compiler libnghttp2-dev nghttp2-client protobuf-compiler \
             python3 python3-grpcio python3-protobuf
 deps:
 	@missing=$$(for p in $(DEB_PKGS); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null \
@@ -255,10 +257,10 @@ deps:
 
 # Installs only when something is missing; quiet otherwise.
 deps-quiet:
-	@pkg-config --exists $(PKG_ALL) hiredis 2>/dev/null && command -v redis-server >/dev/null \
+	@command -v protoc-c >/dev/null && pkg-config --exists $(PKG_ALL) hiredis 2>/dev/null && command -v redis-server >/dev/null \
 	    && command -v redis-sentinel >/dev/null && command -v redis-cli >/dev/null \
-	    && command -v protoc-c >/dev/null \
-	    && test -x /usr/sbin/nginx || $(MAKE) --no-print-directory deps
+	    && test -x /usr/sbin/nginx && command -v promtool >/dev/null \
+	    || $(MAKE) --no-print-directory deps
 
 # (deps, not deps-quiet: wrk and nginx are checked too)
 bench: deps

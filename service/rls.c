@@ -137,9 +137,12 @@ static const struct {
     Envoy__Service__Ratelimit__V3__RateLimitResponse__RateLimit__Unit unit;
 } units[] = {
     {RL_NS_PER_SEC, ENVOY__SERVICE__RATELIMIT__V3__RATE_LIMIT_RESPONSE__RATE_LIMIT__UNIT__SECOND},
-    {60 * RL_NS_PER_SEC, ENVOY__SERVICE__RATELIMIT__V3__RATE_LIMIT_RESPONSE__RATE_LIMIT__UNIT__MINUTE},
-    {3600 * RL_NS_PER_SEC, ENVOY__SERVICE__RATELIMIT__V3__RATE_LIMIT_RESPONSE__RATE_LIMIT__UNIT__HOUR},
-    {86400 * RL_NS_PER_SEC, ENVOY__SERVICE__RATELIMIT__V3__RATE_LIMIT_RESPONSE__RATE_LIMIT__UNIT__DAY},
+    {60 * RL_NS_PER_SEC,
+     ENVOY__SERVICE__RATELIMIT__V3__RATE_LIMIT_RESPONSE__RATE_LIMIT__UNIT__MINUTE},
+    {3600 * RL_NS_PER_SEC,
+     ENVOY__SERVICE__RATELIMIT__V3__RATE_LIMIT_RESPONSE__RATE_LIMIT__UNIT__HOUR},
+    {86400 * RL_NS_PER_SEC,
+     ENVOY__SERVICE__RATELIMIT__V3__RATE_LIMIT_RESPONSE__RATE_LIMIT__UNIT__DAY},
     {7 * 86400 * RL_NS_PER_SEC,
      ENVOY__SERVICE__RATELIMIT__V3__RATE_LIMIT_RESPONSE__RATE_LIMIT__UNIT__WEEK},
 };
@@ -349,8 +352,8 @@ static int statuses_from_decision(const rl_config *cfg, const rld_rls_request *r
 
 /* RateLimit-Policy and RateLimit as response_headers_to_add (the same values POST /acquire
  * sends). */
-static int add_ratelimit_headers(const rl_config *cfg, const rl_decision *d,
-                                 rld_rls_response *resp, rld_arena *a)
+static int add_ratelimit_headers(const rl_config *cfg, const rl_decision *d, rld_rls_response *resp,
+                                 rld_arena *a)
 {
     char pbuf[1024], sbuf[1024];
     rld_buf policy, state;
@@ -359,7 +362,8 @@ static int add_ratelimit_headers(const rl_config *cfg, const rl_decision *d,
     rld_buf_init(&state, sbuf, sizeof sbuf);
     if (rld_render_ratelimit(&policy, &state, cfg, d) > 0) {
         rls_header *h = rld_arena_alloc(a, 2 * sizeof *h);
-        resp->response_headers_to_add = rld_arena_alloc(a, 2 * sizeof *resp->response_headers_to_add);
+        resp->response_headers_to_add =
+            rld_arena_alloc(a, 2 * sizeof *resp->response_headers_to_add);
         if (!h || !resp->response_headers_to_add || policy.oom || state.oom) {
             rc = -1;
         } else {
@@ -413,9 +417,8 @@ rld_grpc_code rld_rls_decide_native(const rld_rls *rls, const rld_rls_request *r
     return code;
 }
 
-rld_grpc_code rld_rls_should_rate_limit(const rld_rls *rls, const rld_rls_request *req,
-                                        rl_ns now, rld_rls_response *resp, rld_arena *a,
-                                        rl_err *err)
+rld_grpc_code rld_rls_should_rate_limit(const rld_rls *rls, const rld_rls_request *req, rl_ns now,
+                                        rld_rls_response *resp, rld_arena *a, rl_err *err)
 {
     rld_grpc_code code = rld_rls_check(req, err);
     if (code != RLD_GRPC_OK)

@@ -12,7 +12,8 @@
  *     -> statuses[i]: the tightest rule among the levels that read descriptor i's entries
  *
  * A matcher (rld_rls.decide, for example the YAML configuration's) decides instead of the
- * native mapping when set. Messages are the protobuf-c types generated from the .proto files under api/.
+ * native mapping when set. Messages are the protobuf-c types generated from the .proto files under
+ * api/.
  */
 #ifndef RLD_RLS_H
 #define RLD_RLS_H
@@ -64,8 +65,8 @@ typedef struct rld_arena {
     rld_arena_block *more; /* blocks beyond the inline one, newest first */
     size_t more_used;      /* used of the newest block */
     size_t more_cap;
-    size_t total;          /* bytes handed out, checked against limit */
-    size_t limit;          /* 0: no limit */
+    size_t total; /* bytes handed out, checked against limit */
+    size_t limit; /* 0: no limit */
     _Alignas(16) unsigned char inl[8192];
 } rld_arena;
 
@@ -87,11 +88,11 @@ typedef rld_grpc_code (*rld_rls_decide_fn)(const rld_rls *rls, const rld_rls_req
                                            rl_err *err);
 
 struct rld_rls {
-    rl_limiter *lim;        /* borrowed */
-    const char *domain;     /* the native configuration's "domain"; NULL: any domain */
-    int ratelimit_headers;  /* add the IETF RateLimit and RateLimit-Policy headers */
+    rl_limiter *lim;          /* borrowed */
+    const char *domain;       /* the native configuration's "domain"; NULL: any domain */
+    int ratelimit_headers;    /* add the IETF RateLimit and RateLimit-Policy headers */
     rld_rls_decide_fn decide; /* NULL: the native mapping (rld_rls_decide_native) */
-    void *cls;              /* the matcher's own state */
+    void *cls;                /* the matcher's own state */
 };
 
 /* Checks the parts of a request every configuration needs: a domain, at least one descriptor,
@@ -110,9 +111,8 @@ rld_grpc_code rld_rls_decide_native(const rld_rls *rls, const rld_rls_request *r
 
 /* ShouldRateLimit: checks req (rld_rls_check) and decides it with rls->decide or the native
  * mapping. */
-rld_grpc_code rld_rls_should_rate_limit(const rld_rls *rls, const rld_rls_request *req,
-                                        rl_ns now, rld_rls_response *resp, rld_arena *a,
-                                        rl_err *err);
+rld_grpc_code rld_rls_should_rate_limit(const rld_rls *rls, const rld_rls_request *req, rl_ns now,
+                                        rld_rls_response *resp, rld_arena *a, rl_err *err);
 
 /* The whole request path without a socket: unpacks len bytes of msg (a serialized
  * RateLimitRequest) into a, decides it at now and appends the serialized RateLimitResponse to

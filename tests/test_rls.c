@@ -123,8 +123,8 @@ static void resp_free(resp_t *r)
 
 /* Checks statuses[i]: code, the limit's name, requests_per_unit and unit, what remains and the
  * time until reset in milliseconds. */
-static void status_is(const resp_t *r, size_t i, int code, const char *name, uint32_t rpu,
-                      int unit, uint32_t remaining, int64_t reset_ms)
+static void status_is(const resp_t *r, size_t i, int code, const char *name, uint32_t rpu, int unit,
+                      uint32_t remaining, int64_t reset_ms)
 {
     ck_assert_uint_gt(r->n_statuses, i);
     const rld_rls_status *st = r->statuses[i];
@@ -237,11 +237,13 @@ static const struct {
     {"edge", 1, "", "descriptors: at least one required"},
     {"edge", 1, "user=a|#2", "descriptors[1].entries: at least one entry required"},
     {"edge", 1, "user=a,=b", "descriptors[0].entries[1].key: must not be empty"},
-    {"edge", 1, "user=a|user=b", "descriptors[1].entries[0].value: user has another value in an "
-                                 "earlier descriptor"},
-    {"edge", 1, "user=a#1|ip=b#2", "descriptors[1].hits_addend: differs from an earlier "
-                                   "descriptor's; with a native configuration a request is one "
-                                   "decision at one cost"},
+    {"edge", 1, "user=a|user=b",
+     "descriptors[1].entries[0].value: user has another value in an "
+     "earlier descriptor"},
+    {"edge", 1, "user=a#1|ip=b#2",
+     "descriptors[1].hits_addend: differs from an earlier "
+     "descriptor's; with a native configuration a request is one "
+     "decision at one cost"},
     {"edge", 1, "ip=10.0.0.1|user=", "descriptors[1].entries[0].value: must not be empty"},
 };
 

@@ -234,6 +234,7 @@ build-bench: $(BUILD)/ratelimitd $(BENCH_BIN)
 # ---- targets ----------------------------------------------------------------------------
 # The public targets first install what is missing, then build in a second make, so that
 # pkg-config is asked after the packages are there.
+.PHONY: grpc-check
 .PHONY: all run test check-core deps deps-quiet install clean format bench build-all build-test \
         build-bench settings-doc api-check container-deps container-test fuzz \
         build-libfuzzer
@@ -262,7 +263,15 @@ test: deps-quiet
 	    $(BUILD)/fuzz/$$f $(FUZZ_CORPUS)/$$f; \
 	done
 	@$(MAKE) --no-print-directory api-check
+	@$(MAKE) --no-print-directory grpc-check
 	@echo "all tests passed"
+
+# The gRPC server with real clients: Debian's python3-grpcio (the gRPC C core), loading the
+# messages from api/*.proto through protoc. Debian's own python3, which has the grpc module.
+PYTHON ?= /usr/bin/python3
+grpc-check: $(BUILD)/ratelimitd
+	@echo "== tests/grpc/test_grpc.py (python3-grpcio)"
+	$(Q)RL_BUILD=$(BUILD) $(PYTHON) tests/grpc/test_grpc.py
 
 # The API document: redocly's lint (every warning an error) and tests/api/openapi.test.js, which
 # calls every documented operation of the real daemon and validates each answer with ajv. The

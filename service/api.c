@@ -83,7 +83,7 @@ static rl_ns request_time(rld_app *app, int has_now, rl_ns now)
     return t;
 }
 
-rl_ns rld_app_time(rld_app *app, int has_now, double now)
+rl_ns rld_app_time(rld_app *app, int has_now, rl_ns now)
 {
     return request_time(app, has_now, now);
 }

@@ -220,6 +220,7 @@ $(BUILD)/bench/bench_core.o: bench/bench_core.c
 	$(Q)$(CC) $(BASE_CPPFLAGS) -Iservice $(SVC_CFLAGS) $(ALL_CFLAGS) -c $< -o $@
 
 $(BUILD)/bench/bench_core: $(BUILD)/bench/bench_core.o $(BUILD)/service/config_json.o \
+                           $(BUILD)/service/settings.o \
                            $(BUILD)/librl.a
 	$(call say,LD,$@)
 	$(Q)$(CC) $^ -o $@ $(LDFLAGS_ALL) $(SVC_LIBS)

@@ -3,7 +3,8 @@
  * against the real daemon: trailers of a good call, deadlines (passed on arrival, and passing
  * while the body is awaited), compressed messages, a body past the message limit while it is
  * still arriving, a wrong content type, 100 streams at once on one connection, and SIGTERM
- * with streams in flight (GOAWAY, the open streams finish, the daemon exits 0).
+ * with streams in flight (GOAWAY, the open streams finish, the daemon exits 0); Health over
+ * the Redis store, NOT_SERVING while Redis is down only when a level fails closed.
  *
  * user: 3 per 60 s (fixed windows from 0); burst: 60 per hour. The time is 10 s (manual
  * clock, the ratelimitd-now metadata).
@@ -24,6 +25,7 @@
 #include <unistd.h>
 
 #include "envoy/service/ratelimit/v3/rls.pb-c.h"
+#include "redis_server.h"
 #include "srvutil.h"
 
 static const char config[] =
@@ -43,8 +45,8 @@ typedef Envoy__Service__Ratelimit__V3__RateLimitResponse resp_t;
 /* What came back on one stream. */
 typedef struct call {
     int32_t id;
-    char status[8];       /* :status */
-    char grpc_status[8];  /* from the trailers (or the trailers-only HEADERS) */
+    char status[8];      /* :status */
+    char grpc_status[8]; /* from the trailers (or the trailers-only HEADERS) */
     char grpc_message[256];
     char accept_encoding[64];
     unsigned char data[4096];
@@ -137,8 +139,8 @@ static int on_frame(nghttp2_session *s, const nghttp2_frame *f, void *ud)
     return 0;
 }
 
-static ssize_t body_read(nghttp2_session *s, int32_t id, uint8_t *buf, size_t len,
-                         uint32_t *flags, nghttp2_data_source *src, void *ud)
+static ssize_t body_read(nghttp2_session *s, int32_t id, uint8_t *buf, size_t len, uint32_t *flags,
+                         nghttp2_data_source *src, void *ud)
 {
     call *k = src->ptr;
     (void)s;
@@ -243,8 +245,8 @@ static call *open_call(client *c, const char *path, const char *ctype, const cha
     nghttp2_nv nv[16];
     size_t n = 0;
 #define H(k, v)                                                                                    \
-    nv[n++] = (nghttp2_nv){(uint8_t *)(k), (uint8_t *)(v), strlen(k), strlen(v),                \
-                           NGHTTP2_NV_FLAG_NONE}
+    nv[n++] =                                                                                      \
+        (nghttp2_nv){(uint8_t *)(k), (uint8_t *)(v), strlen(k), strlen(v), NGHTTP2_NV_FLAG_NONE}
     H(":method", "POST");
     H(":scheme", "http");
     H(":authority", "127.0.0.1");
@@ -306,8 +308,8 @@ static resp_t *response_of(const call *k)
     ck_assert_msg(strcmp(k->grpc_status, "0") == 0, "grpc-status %s: %s", k->grpc_status,
                   k->grpc_message);
     ck_assert_uint_ge(k->len, 5);
-    size_t n = (size_t)k->data[1] << 24 | (size_t)k->data[2] << 16 | (size_t)k->data[3] << 8 |
-               k->data[4];
+    size_t n =
+        (size_t)k->data[1] << 24 | (size_t)k->data[2] << 16 | (size_t)k->data[3] << 8 | k->data[4];
     ck_assert_int_eq(k->data[0], 0);
     ck_assert_uint_eq(k->len, n + 5);
     resp_t *r = envoy__service__ratelimit__v3__rate_limit_response__unpack(NULL, n, k->data + 5);
@@ -504,6 +506,67 @@ START_TEST(sigterm_finishes_streams_in_flight)
 }
 END_TEST
 
+/* Health/Check's status on a fresh connection: 1 SERVING, 2 NOT_SERVING. */
+static int health_status(int port)
+{
+    static const uint8_t empty[5] = {0, 0, 0, 0, 0}; /* an empty HealthCheckRequest */
+    client h;
+    connect_to(&h, port);
+    call *k = open_call(&h, "/grpc.health.v1.Health/Check", "application/grpc", NULL, empty, 5, 0);
+    pump(&h, 5000, all_closed);
+    ck_assert_str_eq(k->grpc_status, "0");
+    /* HealthCheckResponse: field 1 (varint) = status, or nothing for UNKNOWN */
+    int st = k->len == 7 && k->data[5] == 0x08 ? k->data[6] : 0;
+    disconnect(&h);
+    return st;
+}
+
+/* Polls Health until it answers want (up to 10 s); returns the last answer. */
+static int health_becomes(int port, int want)
+{
+    int st = 0;
+    for (int i = 0; i < 100 && (st = health_status(port)) != want; i++)
+        usleep(100000);
+    return st;
+}
+
+static void health_with_redis(const char *mode, int want_down)
+{
+    static const char *const flags[] = {"--grpc-port", "0", NULL};
+    char cfg[1024];
+    rt_redis r;
+    su_server s;
+    rt_redis_start(&r);
+    snprintf(cfg, sizeof cfg,
+             "{\"store\": {\"type\": \"redis\", \"url\": \"%s\", \"timeout_ms\": 200},"
+             " \"levels\": [{\"name\": \"user\", \"on_store_error\": \"%s\", \"rules\":"
+             " [{\"type\": \"token_bucket\", \"capacity\": 10, \"per_second\": 1}]}]}",
+             r.url, mode);
+    su_tmpdir(&s);
+    su_start(&s, cfg, flags);
+    ck_assert_int_eq(health_becomes(s.grpc_port, 1), 1);
+    rt_redis_kill(&r);
+    ck_assert_int_eq(health_becomes(s.grpc_port, want_down), want_down);
+    if (want_down == 1) { /* still SERVING a second later */
+        usleep(1000000);
+        ck_assert_int_eq(health_status(s.grpc_port), 1);
+    }
+    ck_assert_int_eq(su_stop(&s), 0);
+    rt_redis_stop(&r);
+}
+
+START_TEST(health_not_serving_while_redis_is_down_and_a_level_fails_closed)
+{
+    health_with_redis("closed", 2);
+}
+END_TEST
+
+START_TEST(health_serving_while_redis_is_down_and_levels_fail_open)
+{
+    health_with_redis("open", 1);
+}
+END_TEST
+
 static Suite *grpc_suite(void)
 {
     Suite *s = suite_create("grpc");
@@ -519,6 +582,11 @@ static Suite *grpc_suite(void)
     tcase_add_test(tc, hundred_streams_on_one_connection);
     tcase_add_test(tc, sigterm_finishes_streams_in_flight);
     suite_add_tcase(s, tc);
+    TCase *th = tcase_create("health");
+    tcase_set_timeout(th, 120);
+    tcase_add_test(th, health_not_serving_while_redis_is_down_and_a_level_fails_closed);
+    tcase_add_test(th, health_serving_while_redis_is_down_and_levels_fail_open);
+    suite_add_tcase(s, th);
     return s;
 }
 

@@ -420,6 +420,7 @@ int rld_app_init(rld_app *app, rl_registry *reg, rl_limiter *lim, const rld_sett
     app->rules_json = rules ? json_dumps(rules, RLD_JSON_FLAGS) : NULL;
     json_decref(rules);
     app->metrics = rld_metrics_new(rld_nroutes + 1, endpoint_names);
+    app->rls.metrics = app->metrics;
     if (!app->rules_json || !app->metrics) {
         snprintf(err->msg, sizeof err->msg, "out of memory");
         rld_metrics_free(app->metrics);

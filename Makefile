@@ -24,7 +24,7 @@ ifneq ($(SANITIZE),)
 endif
 
 # Libraries come from pkg-config; the core library uses none of them.
-PKG_SVC  := jansson libmicrohttpd hiredis
+PKG_SVC  := jansson libmicrohttpd hiredis yaml-0.1
 PKG_TEST := check libcurl
 PKG_ALL  := $(PKG_SVC) $(PKG_TEST)
 pc_cflags = $(shell pkg-config --cflags $(1) 2>/dev/null)
@@ -221,7 +221,7 @@ check-core:
 
 # Debian packages the build, the tests and the benchmarks use.
 DEB_PKGS := gcc libc6-dev make pkg-config libjansson-dev libmicrohttpd-dev check libsubunit-dev \
-            libcurl4-openssl-dev libhiredis-dev redis-server redis-sentinel redis-tools nginx wrk curl
+            libcurl4-openssl-dev libhiredis-dev redis-server redis-sentinel redis-tools nginx wrk curl libyaml-dev
 deps:
 	@missing=$$(for p in $(DEB_PKGS); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null \
 	    | grep -q 'install ok installed' || echo $$p; done); \

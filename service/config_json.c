@@ -240,8 +240,12 @@ json_t *rld_config_to_json(const rl_config *cfg, const rld_settings *set)
         if (l->default_key)
             json_object_set_new(lo, "default_key", json_string(l->default_key));
         json_object_set_new(lo, "tiered", json_boolean(l->tiered));
-        /* a tiered level shows the default tier's rules; a user's own are at /quota/<user> */
-        json_object_set_new(lo, "rules", rld_rules_to_json(
+        /* a tiered level shows the default tier's rules; a user's own are at /quota/<user>;
+         * a keyed level's rules follow from each key (a YAML configuration's descriptors) */
+        if (l->key_rules)
+            json_object_set_new(lo, "keyed", json_true());
+        else
+            json_object_set_new(lo, "rules", rld_rules_to_json(
                                              l->tiered ? cfg->tiers[cfg->default_tier].rules
                                                        : l->rules));
         if (set && set->store == RLD_STORE_REDIS) {
@@ -594,7 +598,7 @@ static int parse_root(const json_t *root, rl_registry *reg, rld_settings *set, r
     return RL_OK;
 }
 
-static void settings_defaults(rld_settings *set)
+void rld_settings_defaults(rld_settings *set)
 {
     memset(set, 0, sizeof *set);
     snprintf(set->address, sizeof set->address, "127.0.0.1");
@@ -612,7 +616,7 @@ int rld_config_parse(const char *text, size_t len, rl_registry *reg, rld_setting
     json_error_t jerr;
     const char *default_tier = NULL;
     *out = NULL;
-    settings_defaults(set);
+    rld_settings_defaults(set);
     json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
     if (!root)
         return fail(err, "line %d, column %d: %s", jerr.line, jerr.column, jerr.text);

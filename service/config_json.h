@@ -56,6 +56,9 @@ int rld_config_load(const char *path, rl_registry *reg, rld_settings *set, rl_co
 char *rld_read_file(const char *path, size_t *len);
 /* Creates the directory a file goes in, and its parents (like mkdir -p). 0 or -1 (errno). */
 int rld_make_parent_dir(const char *path);
+/* The settings of a configuration that sets none (a YAML configuration's): 127.0.0.1:8080,
+ * the memory store, no quota or state file. Free with rld_settings_clear. */
+void rld_settings_defaults(rld_settings *set);
 /* Frees what the settings own. */
 void rld_settings_clear(rld_settings *set);
 

@@ -16,6 +16,7 @@
 
 #include "api.h"
 #include "config_json.h"
+#include "rls_yaml.h"
 #include "fleet.h"
 #include "http.h"
 #include "log.h"
@@ -33,7 +34,8 @@ static const char usage[] =
     "usage: ratelimitd [--config PATH] [--port N] [--manual-clock]\n"
     "       ratelimitd --check-config PATH\n"
     "\n"
-    "  --config PATH        configuration file (default: the built-in config/default.json)\n"
+    "  --config PATH        configuration file (default: the built-in config/default.json),\n"
+    "                       or envoyproxy/ratelimit's YAML: a .yaml/.yml file or a directory\n"
     "  --port N             listen on port N instead of the configuration's; 0 picks a free\n"
     "                       port. The first line of stdout is \"listening on ADDRESS:PORT\".\n"
     "  --manual-clock       take the time from \"now\" (seconds) in the bodies of /acquire,\n"
@@ -105,6 +107,25 @@ static int parse_flags(int argc, char **argv, opts *o)
     return -1;
 }
 
+/* Loads a configuration: JSON, or envoyproxy/ratelimit's YAML (a .yaml or .yml file or a
+ * directory of them), which sets no daemon settings and makes *yrls, the matcher that decides
+ * rate limit requests (freed after the limiter). err names the file for YAML. */
+static int load_config(const char *path, rl_registry *reg, rld_settings *set, rl_config **cfg,
+                       rld_yrls **yrls, rl_err *err)
+{
+    rld_yconf *c;
+    *yrls = NULL;
+    if (!rld_yaml_is_config(path))
+        return rld_config_load(path, reg, set, cfg, err);
+    rld_settings_defaults(set);
+    int rc = rld_yaml_load(path, &c, err);
+    if (rc == RL_OK)
+        rc = rld_yrls_new(c, reg, yrls, cfg, err);
+    if (rc != RL_OK)
+        rld_settings_clear(set);
+    return rc;
+}
+
 /* Checks what starting would check, without binding or connecting: with the Redis store its
  * URL and whether it can hold every rule type the configuration uses. */
 static int check_config(const char *path)
@@ -112,8 +133,9 @@ static int check_config(const char *path)
     rl_registry *reg = rl_registry_new();
     rld_settings set;
     rl_config *cfg = NULL;
+    rld_yrls *yrls = NULL;
     rl_err err = {{0}};
-    int rc = reg ? rld_config_load(path, reg, &set, &cfg, &err) : RL_ENOMEM;
+    int rc = reg ? load_config(path, reg, &set, &cfg, &yrls, &err) : RL_ENOMEM;
     if (rc == RL_OK && set.store == RLD_STORE_REDIS) {
         rld_redis_addr addr;
         char why[sizeof err.msg];
@@ -124,15 +146,17 @@ static int check_config(const char *path)
             rc = rld_redis_store_check_config(cfg, &err);
         }
     }
-    if (rc == RL_OK) {
+    if (rc == RL_OK)
         printf("ok\n");
-    } else {
+    else if (rld_yaml_is_config(path)) /* its messages name the file */
+        printf("%s\n", reg ? err.msg : "out of memory");
+    else
         printf("%s: %s\n", path, reg ? err.msg : "out of memory");
-    }
     if (cfg) {
         rl_config_free(cfg);
         rld_settings_clear(&set);
     }
+    rld_yrls_free(yrls);
     rl_registry_free(reg);
     return rc == RL_OK ? 0 : 1;
 }
@@ -231,6 +255,7 @@ static int serve(const opts *o)
     rl_limiter *lim = NULL;
     rl_store *store = NULL; /* NULL: the memory store */
     rld_fleet *fleet = NULL;
+    rld_yrls *yrls = NULL; /* with a YAML configuration */
     rl_err err = {{0}};
     char store_name[400] = "memory store";
     rld_app app;
@@ -251,7 +276,7 @@ static int serve(const opts *o)
         rld_log("error: out of memory");
         return 1;
     }
-    rc = o->config ? rld_config_load(o->config, reg, &set, &cfg, &err)
+    rc = o->config ? load_config(o->config, reg, &set, &cfg, &yrls, &err)
                    : rld_config_parse(rld_default_config, rld_default_config_len, reg, &set,
                                       &cfg, &err);
     if (rc != RL_OK) {
@@ -329,6 +354,7 @@ static int serve(const opts *o)
     rld_fleet_free(fleet); /* its follower applies quotas to the limiter */
     rld_app_free(&app);
     rl_limiter_free(lim);
+    rld_yrls_free(yrls);
     rld_settings_clear(&set);
     rl_registry_free(reg);
     rld_log("stopped");
@@ -340,6 +366,7 @@ fail_limiter:
     rld_fleet_free(fleet);
     rl_limiter_free(lim);
 fail_settings:
+    rld_yrls_free(yrls);
     rld_settings_clear(&set);
     rl_registry_free(reg);
     return 1;

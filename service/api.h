@@ -35,6 +35,7 @@ typedef struct rld_app {
     char *rules_json; /* GET /rules, fixed for the configuration's life */
     size_t rules_len;
     rld_http *http; /* set once serving */
+    struct rld_yrls *yrls; /* borrowed: the YAML configuration's matcher, NULL without one */
 } rld_app;
 
 /* The route table, for rld_http_config and for tests that hold the OpenAPI document to it. */

@@ -313,6 +313,7 @@ static int serve(const opts *o)
         rld_log("error: %s", err.msg);
         goto fail_limiter;
     }
+    app.yrls = yrls;
 
     rld_http_config hc = {.address = set.address,
                           .port = set.port,

@@ -22,8 +22,36 @@ typedef struct override {
     rl_rules *rules;
 } override;
 
+/* envoyproxy/ratelimit's statistics of a limit, as it counts them. */
+enum { ST_TOTAL, ST_OVER, ST_NEAR, ST_WITHIN, ST_SHADOW, NSTATS };
+static const char *const stat_names[NSTATS] = {"total_hits", "over_limit", "near_limit",
+                                               "within_limit", "shadow_mode"};
+static const char *const stat_help[NSTATS] = {
+    "Hits on the limit (its hits_addend summed)",
+    "Hits over the limit",
+    "Hits over 80% of the limit and within it",
+    "Hits within the limit",
+    "Hits over a shadow_mode limit, let through",
+};
+
+typedef struct ystat {
+    uint64_t v[NSTATS];
+} ystat;
+
+/* Statistics of keys made per request (detailed_metric, value_to_metric, overrides): a
+ * bounded table; past it they count under the configured key, or "overflow" for overrides. */
+#define DYN_MAX 1024
+typedef struct dynstat {
+    size_t dom;
+    char *key;
+    ystat s;
+} dynstat;
+
 typedef struct ydom {
     rl_rules **rules; /* by rld_ydesc.id; NULL for an unlimited one */
+    char **stat_key;  /* by id: the configured key, "message_type_marketing.to_number" */
+    ystat *stats;     /* by id */
+    ystat overflow;   /* overrides past DYN_MAX */
 } ydom;
 
 struct rld_yrls {
@@ -31,6 +59,8 @@ struct rld_yrls {
     rl_registry *reg;
     ydom *doms; /* parallel to conf->domains */
     pthread_mutex_t mu;
+    size_t ndyn;
+    dynstat dyn[DYN_MAX];
     size_t noverrides;
     override overrides[MAX_OVERRIDES];
 };
@@ -125,6 +155,7 @@ static int prefix(rl_err *err, int rc, const char *file, const char *path)
 typedef struct build {
     rld_yrls *y;
     ydom *dom;
+    const char *domain;
     rl_err *err;
 } build;
 
@@ -135,6 +166,9 @@ static int build_tree(build *b, const rld_ydesc *v, size_t n, const char *parent
         char composite[1024], name[160];
         snprintf(composite, sizeof composite, "%s.%s%s%s", parent, d->key, d->value ? "_" : "",
                  d->value ? d->value : "");
+        if (d->has_limit &&
+            !(b->dom->stat_key[d->id] = strdup(composite + strlen(b->domain) + 1)))
+            return rl_errf(b->err, RL_ENOMEM, "out of memory");
         if (d->has_limit && !d->limit.unlimited) {
             if (d->charge)
                 return rl_errf(b->err, RL_EINVAL, "%s: %s.charge: not available yet", d->file,
@@ -194,8 +228,12 @@ int rld_yrls_new(rld_yconf *c, rl_registry *reg, rld_yrls **out, rl_config **cfg
     pthread_mutex_init(&y->mu, NULL);
     for (size_t i = 0; rc == RL_OK && i < c->ndomains; i++) {
         const rld_ydomain *dom = &c->domains[i];
-        build b = {.y = y, .dom = &y->doms[i], .err = err};
-        if (!(y->doms[i].rules = calloc(dom->nlimits ? dom->nlimits : 1, sizeof(rl_rules *))))
+        build b = {.y = y, .dom = &y->doms[i], .domain = dom->domain, .err = err};
+        size_t n = dom->nlimits ? dom->nlimits : 1;
+        y->doms[i].stat_key = calloc(n, sizeof(char *));
+        y->doms[i].stats = calloc(n, sizeof(ystat));
+        if (!(y->doms[i].rules = calloc(n, sizeof(rl_rules *))) || !y->doms[i].stat_key ||
+            !y->doms[i].stats)
             rc = rl_errf(err, RL_ENOMEM, "out of memory");
         else
             rc = build_tree(&b, dom->children, dom->nchildren, dom->domain);
@@ -221,10 +259,16 @@ void rld_yrls_free(rld_yrls *y)
     for (size_t i = 0; i < y->conf->ndomains; i++) {
         for (size_t k = 0; y->doms[i].rules && k < y->conf->domains[i].nlimits; k++)
             rl_rules_unref(y->doms[i].rules[k]);
+        for (size_t k = 0; y->doms[i].stat_key && k < y->conf->domains[i].nlimits; k++)
+            free(y->doms[i].stat_key[k]);
         free(y->doms[i].rules);
+        free(y->doms[i].stat_key);
+        free(y->doms[i].stats);
     }
     for (size_t i = 0; i < y->noverrides; i++)
         rl_rules_unref(y->overrides[i].rules);
+    for (size_t i = 0; i < y->ndyn; i++)
+        free(y->dyn[i].key);
     free(y->doms);
     pthread_mutex_destroy(&y->mu);
     rld_yconf_free(y->conf);
@@ -476,6 +520,7 @@ typedef struct plan {
     rl_rules *main_rules[RL_MAX_APPLIED];
     size_t nmain, nshadow;
     char keys[RL_MAX_APPLIED][KEY_MAX];
+    const rld_ydesc *path[RL_MAX_APPLIED][64]; /* the node each entry selected */
 } plan;
 
 /* Matches descriptor i and fills st[i] with what is known before counting. */
@@ -483,7 +528,7 @@ static void resolve(rld_yrls *y, const rld_ydomain *dom, const rld_yreq *req, si
                     rld_ystatus *st, plan *p, const rld_ydesc **share)
 {
     const rld_ydescreq *d = &req->desc[i];
-    const rld_ydesc *path[64];
+    const rld_ydesc **path = p->path[i];
     st->code = RLD_YCODE_OK;
     st->hits = d->has_hits ? d->hits : req->hits_addend ? req->hits_addend : 1;
     st->name = "";
@@ -598,6 +643,162 @@ static void status_from(rld_ystatus *st, const rl_applied *a, int over, rl_ns no
         st->reset = (a->st.reset_after + RL_NS_PER_SEC - 1) / RL_NS_PER_SEC * RL_NS_PER_SEC;
 }
 
+/* ---- statistics ---------------------------------------------------------------------------- */
+
+static void put_entry(kbuf *k, const rld_yentry *e, const char *value, size_t vlen, int first)
+{
+    if (!first)
+        put(k, ".", 1, 0);
+    put(k, e->key, e->key_len, 0);
+    if (vlen) {
+        put(k, "_", 1, 0);
+        put(k, value, vlen, 0);
+    }
+}
+
+/* The statistics key of a descriptor when it is one of its own (detailed_metric,
+ * value_to_metric, an override) as upstream names it; 0 when it counts under the configured
+ * key. */
+static size_t own_stat_key(const rld_ydescreq *d, const rld_ystatus *st,
+                           const rld_ydesc *const *path, char *out, size_t cap)
+{
+    kbuf k = {.p = out, .cap = cap - 1};
+    int own = !st->matched || st->matched->detailed_metric;
+    for (size_t j = 0; !own && j < d->nentries; j++)
+        own = path[j]->value_to_metric;
+    if (!own)
+        return 0;
+    for (size_t j = 0; j < d->nentries; j++) {
+        const rld_yentry *e = &d->entries[j];
+        const rld_ydesc *n = st->matched ? path[j] : NULL;
+        if (!n || st->matched->detailed_metric || n->value_to_metric)
+            put_entry(&k, e, e->value, e->value_len, j == 0);
+        else
+            put_entry(&k, e, n->value ? n->value : "", n->value ? strlen(n->value) : 0, j == 0);
+    }
+    out[k.n] = '\0';
+    return k.full ? 0 : k.n;
+}
+
+/* The statistics a descriptor counts under: its own key's (made on first use, while the table
+ * has room) or the configured key's. */
+static ystat *stat_of(rld_yrls *y, size_t di, const rld_ydescreq *d, const rld_ystatus *st,
+                      const rld_ydesc *const *path)
+{
+    char key[KEY_MAX];
+    ydom *yd = &y->doms[di];
+    ystat *fallback = st->matched ? &yd->stats[st->matched->id] : &yd->overflow;
+    size_t n = own_stat_key(d, st, path, key, sizeof key);
+    if (!n)
+        return fallback;
+    ystat *found = NULL;
+    pthread_mutex_lock(&y->mu);
+    for (size_t i = 0; i < y->ndyn && !found; i++)
+        if (y->dyn[i].dom == di && strcmp(y->dyn[i].key, key) == 0)
+            found = &y->dyn[i].s;
+    if (!found && y->ndyn < DYN_MAX && (y->dyn[y->ndyn].key = strdup(key))) {
+        y->dyn[y->ndyn].dom = di;
+        found = &y->dyn[y->ndyn++].s;
+    }
+    pthread_mutex_unlock(&y->mu);
+    return found ? found : fallback;
+}
+
+static void add(ystat *s, int which, uint64_t v)
+{
+    if (v)
+        __atomic_add_fetch(&s->v[which], v, __ATOMIC_RELAXED);
+}
+
+/* Counts a decided descriptor as envoyproxy/ratelimit counts its hits (base_limiter.go): from
+ * the counter before and after its hits, over 100% and near (over 80%) of the limit. */
+static void count(ystat *s, const rld_ystatus *st, int taken, int shadow)
+{
+    uint64_t hits = st->hits, lim = st->requests_per_unit, near = lim * 4 / 5;
+    rl_fp used_fp = st->st.limit - st->st.remaining;
+    uint64_t used = used_fp > 0 ? (uint64_t)(used_fp / RL_FP_ONE) : 0;
+    uint64_t before = taken ? (used > hits ? used - hits : 0) : used, after = before + hits;
+    add(s, ST_TOTAL, hits);
+    if (after > lim) {
+        add(s, ST_OVER, before >= lim ? hits : after - lim);
+        if (before < lim)
+            add(s, ST_NEAR, lim - (near > before ? near : before));
+        if (shadow)
+            add(s, ST_SHADOW, before >= lim ? hits : after - lim);
+    } else {
+        if (after > near)
+            add(s, ST_NEAR, before >= near ? hits : after - near);
+        add(s, ST_WITHIN, hits);
+    }
+}
+
+/* Writes a label value with Prometheus's escapes. */
+static void label_value(rld_buf *out, const char *s, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        if (c == '\\' || c == '"')
+            rld_buf_putc(out, '\\');
+        if (c == '\n')
+            rld_buf_puts(out, "\\n");
+        else
+            rld_buf_putc(out, c);
+    }
+}
+
+/* domain="messaging",key1="message_type_marketing",key2="to_number" */
+static void labels(rld_buf *out, const char *domain, const char *key)
+{
+    rld_buf_puts(out, "{domain=\"");
+    label_value(out, domain, strlen(domain));
+    rld_buf_putc(out, '"');
+    for (unsigned n = 1; *key; n++) {
+        const char *dot = strchr(key, '.');
+        size_t len = dot ? (size_t)(dot - key) : strlen(key);
+        rld_buf_printf(out, ",key%u=\"", n);
+        label_value(out, key, len);
+        rld_buf_putc(out, '"');
+        key += len + (dot != NULL);
+    }
+    rld_buf_putc(out, '}');
+}
+
+void rld_yrls_metrics(rld_yrls *y, rld_buf *out)
+{
+    for (int f = 0; f < NSTATS; f++) {
+        rld_buf_printf(out,
+                       "# HELP ratelimit_service_rate_limit_%s %s, per limit of the YAML "
+                       "configuration (envoyproxy/ratelimit's stat of that name).\n"
+                       "# TYPE ratelimit_service_rate_limit_%s counter\n",
+                       stat_names[f], stat_help[f], stat_names[f]);
+        for (size_t d = 0; d < y->conf->ndomains; d++) {
+            const rld_ydomain *dom = &y->conf->domains[d];
+            for (size_t k = 0; k < dom->nlimits; k++) {
+                rld_buf_printf(out, "ratelimit_service_rate_limit_%s", stat_names[f]);
+                labels(out, dom->domain, y->doms[d].stat_key[k]);
+                rld_buf_printf(out, " %llu\n", (unsigned long long)__atomic_load_n(
+                                                   &y->doms[d].stats[k].v[f], __ATOMIC_RELAXED));
+            }
+        }
+        for (size_t d = 0; d < y->conf->ndomains; d++) {
+            uint64_t v = __atomic_load_n(&y->doms[d].overflow.v[f], __ATOMIC_RELAXED);
+            if (__atomic_load_n(&y->doms[d].overflow.v[ST_TOTAL], __ATOMIC_RELAXED) == 0)
+                continue;
+            rld_buf_printf(out, "ratelimit_service_rate_limit_%s", stat_names[f]);
+            labels(out, y->conf->domains[d].domain, "overflow");
+            rld_buf_printf(out, " %llu\n", (unsigned long long)v);
+        }
+        pthread_mutex_lock(&y->mu);
+        for (size_t i = 0; i < y->ndyn; i++) {
+            rld_buf_printf(out, "ratelimit_service_rate_limit_%s", stat_names[f]);
+            labels(out, y->conf->domains[y->dyn[i].dom].domain, y->dyn[i].key);
+            rld_buf_printf(out, " %llu\n", (unsigned long long)__atomic_load_n(
+                                               &y->dyn[i].s.v[f], __ATOMIC_RELAXED));
+        }
+        pthread_mutex_unlock(&y->mu);
+    }
+}
+
 int rld_yrls_decide(rld_yrls *y, rl_limiter *lim, const rld_yreq *req, rld_ystatus *st,
                     rld_ycode *overall, rl_err *err)
 {
@@ -620,6 +821,7 @@ int rld_yrls_decide(rld_yrls *y, rl_limiter *lim, const rld_yreq *req, rld_ystat
     const rld_ydomain *dom = rld_yconf_domain(y->conf, req->domain, req->domain_len);
     if (!dom)
         return RL_OK; /* an unknown domain limits nothing, as upstream */
+    size_t di = (size_t)(dom - y->conf->domains);
     p.nmain = p.nshadow = 0;
     for (size_t i = 0; i < req->ndesc; i++)
         resolve(y, dom, req, i, &st[i], &p, share[i]);
@@ -638,6 +840,7 @@ int rld_yrls_decide(rld_yrls *y, rl_limiter *lim, const rld_yreq *req, rld_ystat
             status_from(&st[i], a, a->wait > 0, req->now);
             if (a->wait > 0)
                 *overall = RLD_YCODE_OVER_LIMIT;
+            count(stat_of(y, di, &req->desc[i], &st[i], p.path[i]), &st[i], d.allowed, 0);
         }
     /* shadow_mode: counted like the others when the request passes and the hits fit, never
      * denying; a denied request counts nothing there either */
@@ -655,6 +858,7 @@ int rld_yrls_decide(rld_yrls *y, rl_limiter *lim, const rld_yreq *req, rld_ystat
                 status_from(&st[i], &sd.applied[0], !sd.allowed, req->now);
                 st[i].code = RLD_YCODE_OK; /* upstream's shadow_mode: over, yet OK */
                 st[i].shadow_denied = !sd.allowed;
+                count(stat_of(y, di, &req->desc[i], &st[i], p.path[i]), &st[i], sd.allowed, 1);
             }
     }
     return RL_OK;

@@ -21,6 +21,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "buf.h"
 #include "config_yaml.h"
 #include "ratelimit.h"
 
@@ -91,5 +92,12 @@ typedef struct rld_ystatus {
  * characters"), RL_ESTORE when the store failed; nothing is counted on an error. */
 int rld_yrls_decide(rld_yrls *y, rl_limiter *lim, const rld_yreq *req, rld_ystatus *st,
                     rld_ycode *overall, rl_err *err);
+
+/* Appends envoyproxy/ratelimit's statistics per limit as Prometheus counters
+ * (ratelimit_service_rate_limit_total_hits{domain,key1,key2,...}, over_limit, near_limit,
+ * within_limit, shadow_mode): one series per configured limit, plus the keys of
+ * detailed_metric, value_to_metric and limit overrides, at most 1024 of them; past that they
+ * count under the configured limit, overrides under key1="overflow" of their domain. */
+void rld_yrls_metrics(rld_yrls *y, rld_buf *out);
 
 #endif

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "buf.h"
 #include "testutil.h"
 #include "yamlutil.h"
 
@@ -521,6 +522,82 @@ START_TEST(keys_are_found_again_from_the_store)
 }
 END_TEST
 
+/* ---- statistics -------------------------------------------------------------------------- */
+
+static char *metrics_of(yt *t)
+{
+    static char text[16384];
+    rld_buf b;
+    rld_buf_init(&b, text, sizeof text);
+    rld_yrls_metrics(t->y, &b);
+    ck_assert(!rld_buf_on_heap(&b));
+    rld_buf_cstr(&b);
+    return text;
+}
+
+static void has_line(const char *text, const char *line)
+{
+    char want[400];
+    snprintf(want, sizeof want, "\n%s\n", line);
+    ck_assert_msg(strstr(text, want) != NULL, "no line \"%s\" in:\n%s", line, text);
+}
+
+START_TEST(statistics_as_upstream_counts)
+{
+    yt t;
+    yt_open(&t,
+            "domain: example8\n"
+            "descriptors:\n"
+            "  - key: key1\n"
+            "    detailed_metric: true\n"
+            "    rate_limit:\n"
+            "      unit: minute\n"
+            "      requests_per_unit: 10\n"
+            "  - key: key1\n"
+            "    value: value1\n"
+            "    rate_limit:\n"
+            "      unit: minute\n"
+            "      requests_per_unit: 20\n",
+            NULL);
+    /* 17 of 20: 1 near (past 16); 5 more: 2 over, 3 near, denied and not counted; 3 more fit:
+     * 3 near */
+    yt_ask(&t, "example8", 0, 17, "key1=value1");
+    ck_assert_int_eq(yt_ask(&t, "example8", 0, 5, "key1=value1"), OVER);
+    ck_assert_int_eq(yt_ask(&t, "example8", 0, 3, "key1=value1"), OK);
+    /* detailed_metric: a series per value */
+    yt_ask(&t, "example8", 0, 2, "key1=other");
+    yt_ask(&t, "example8", 0, 0, "key1=other2 @o5/HOUR");
+    const char *m = metrics_of(&t);
+    has_line(m, "# TYPE ratelimit_service_rate_limit_total_hits counter");
+    has_line(m, "ratelimit_service_rate_limit_total_hits{domain=\"example8\",key1=\"key1_value1\"} 25");
+    has_line(m, "ratelimit_service_rate_limit_over_limit{domain=\"example8\",key1=\"key1_value1\"} 2");
+    has_line(m, "ratelimit_service_rate_limit_near_limit{domain=\"example8\",key1=\"key1_value1\"} 7");
+    has_line(m, "ratelimit_service_rate_limit_within_limit{domain=\"example8\",key1=\"key1_value1\"} 20");
+    has_line(m, "ratelimit_service_rate_limit_total_hits{domain=\"example8\",key1=\"key1\"} 0");
+    has_line(m, "ratelimit_service_rate_limit_total_hits{domain=\"example8\",key1=\"key1_other\"} 2");
+    /* an override counts under its entries */
+    has_line(m, "ratelimit_service_rate_limit_total_hits{domain=\"example8\",key1=\"key1_other2\"} 1");
+    yt_close(&t);
+
+    yt_open(&t, ex6, NULL);
+    for (int i = 0; i < 11; i++)
+        yt_ask(&t, "example6", 5, 0, "service=auth-service, user=user-a");
+    m = metrics_of(&t);
+    /* 11 hits of 10: the 9th and 10th near (past 8), the 11th over and let through */
+    has_line(m, "ratelimit_service_rate_limit_total_hits{domain=\"example6\",key1=\"service\","
+                "key2=\"user_user-a\"} 11");
+    has_line(m, "ratelimit_service_rate_limit_near_limit{domain=\"example6\",key1=\"service\","
+                "key2=\"user_user-a\"} 2");
+    has_line(m, "ratelimit_service_rate_limit_over_limit{domain=\"example6\",key1=\"service\","
+                "key2=\"user_user-a\"} 1");
+    has_line(m, "ratelimit_service_rate_limit_shadow_mode{domain=\"example6\",key1=\"service\","
+                "key2=\"user_user-a\"} 1");
+    has_line(m, "ratelimit_service_rate_limit_shadow_mode{domain=\"example6\",key1=\"service\","
+                "key2=\"user_user-b\"} 0");
+    yt_close(&t);
+}
+END_TEST
+
 static Suite *rls_yaml_suite(void)
 {
     Suite *s = suite_create("rls_yaml");
@@ -542,6 +619,7 @@ static Suite *rls_yaml_suite(void)
     tcase_add_test(tc, hits_addends);
     tcase_add_test(tc, bad_requests);
     tcase_add_test(tc, keys_are_found_again_from_the_store);
+    tcase_add_test(tc, statistics_as_upstream_counts);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -60,6 +60,12 @@ START_TEST(serves_a_directory)
                                  "\"keyed\":true}]") != NULL,
                   "%s", r.body);
     su_resp_free(&r);
+    r = su_req(&s, "GET", "/metrics", NULL, NULL);
+    ck_assert_int_eq(r.status, 200);
+    ck_assert_msg(strstr(r.body, "\nratelimit_service_rate_limit_total_hits{domain=\"edge\","
+                                 "key1=\"remote_address\"} 0\n") != NULL,
+                  "%s", r.body);
+    su_resp_free(&r);
     r = su_req(&s, "GET", "/healthz", NULL, NULL);
     ck_assert_int_eq(r.status, 200);
     su_resp_free(&r);

@@ -3,6 +3,7 @@
 #   make            build build/ratelimitd (and the core library build/librl.a)
 #   make run        build and start the service on config/default.json (127.0.0.1:8080)
 #   make test       build and run the unit and integration tests
+#   make settings-doc  rewrite README.md's settings tables from service/settings.c
 #   make bench      optimised build and the benchmarks (not part of make test)
 #   make deps       install the Debian packages the build, tests and benchmarks need (as root)
 #   make SANITIZE=address,undefined test     tests under sanitizers
@@ -150,6 +151,13 @@ $(BUILD)/plugins/lib%.so: tests/plugins/%.c include/ratelimit_rule.h
 	$(call say,SO,$@)
 	$(Q)$(CC) -Iinclude $(WARN) $(CFLAGS) $(SAN) -fPIC -shared $< -o $@
 
+# ---- the README's settings tables ------------------------------------------------------
+# Made from the table in service/settings.c; test_config fails while README.md differs.
+$(BUILD)/tools/settings_doc: tools/settings_doc.c $(BUILD)/service/settings.o $(BUILD)/librl.a
+	@mkdir -p $(dir $@)
+	$(call say,LD,$@)
+	$(Q)$(CC) $(BASE_CPPFLAGS) -Iservice $(ALL_CFLAGS) $^ -o $@ $(LDFLAGS_ALL) -lm
+
 # ---- benchmarks -------------------------------------------------------------------------
 # make bench builds in its own directory with optimisation (portable: no -march=native) and
 # runs bench/run.sh, which starts what it needs on free loopback ports and stops it again.
@@ -178,7 +186,7 @@ build-bench: $(BUILD)/ratelimitd $(BENCH_BIN)
 # The public targets first install what is missing, then build in a second make, so that
 # pkg-config is asked after the packages are there.
 .PHONY: all run test check-core deps deps-quiet install clean format bench build-all build-test \
-        build-bench
+        build-bench settings-doc
 .DEFAULT_GOAL := all
 
 all: deps-quiet
@@ -195,6 +203,10 @@ test: deps-quiet
 	@set -e; for t in $(TEST_BIN); do \
 	    echo "== $$t"; RL_BUILD=$(BUILD) $$t; \
 	done; echo "all tests passed"
+
+settings-doc: deps-quiet
+	@$(MAKE) --no-print-directory $(BUILD)/tools/settings_doc
+	$(BUILD)/tools/settings_doc README.md
 
 build-test: $(BUILD)/ratelimitd $(TEST_BIN) $(PLUGINS)
 
@@ -221,7 +233,8 @@ check-core:
 
 # Debian packages the build, the tests and the benchmarks use.
 DEB_PKGS := gcc libc6-dev make pkg-config libjansson-dev libmicrohttpd-dev check libsubunit-dev \
-            libcurl4-openssl-dev libhiredis-dev redis-server redis-sentinel redis-tools nginx wrk curl libyaml-dev
+            libcurl4-openssl-dev libhiredis-dev redis-server redis-sentinel redis-tools nginx wrk curl \
+            prometheus libyaml-dev
 deps:
 	@missing=$$(for p in $(DEB_PKGS); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null \
 	    | grep -q 'install ok installed' || echo $$p; done); \
@@ -237,7 +250,8 @@ deps:
 deps-quiet:
 	@pkg-config --exists $(PKG_ALL) hiredis 2>/dev/null && command -v redis-server >/dev/null \
 	    && command -v redis-sentinel >/dev/null && command -v redis-cli >/dev/null \
-	    && test -x /usr/sbin/nginx || $(MAKE) --no-print-directory deps
+	    && test -x /usr/sbin/nginx && command -v promtool >/dev/null \
+	    || $(MAKE) --no-print-directory deps
 
 # (deps, not deps-quiet: wrk and nginx are checked too)
 bench: deps

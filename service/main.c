@@ -117,7 +117,8 @@ static int load_config(const char *path, rl_registry *reg, rld_settings *set, rl
     *yrls = NULL;
     if (!rld_yaml_is_config(path))
         return rld_config_load(path, reg, set, cfg, err);
-    rld_settings_defaults(set);
+    if (rld_settings_defaults(set) != RL_OK)
+        return rl_errf(err, RL_ENOMEM, "out of memory");
     int rc = rld_yaml_load(path, &c, err);
     if (rc == RL_OK)
         rc = rld_yrls_new(c, reg, yrls, cfg, err);

@@ -108,23 +108,49 @@ static int parse_flags(int argc, char **argv, opts *o)
 }
 
 /* Loads a configuration: JSON, or envoyproxy/ratelimit's YAML (a .yaml or .yml file or a
- * directory of them), which sets no daemon settings and makes *yrls, the matcher that decides
- * rate limit requests (freed after the limiter). err names the file for YAML. */
+ * directory of them, alone with default settings or named by the JSON's "ratelimit_config"),
+ * which makes *yrls, the matcher that decides rate limit requests (freed after the limiter).
+ * err names the file for YAML. */
 static int load_config(const char *path, rl_registry *reg, rld_settings *set, rl_config **cfg,
                        rld_yrls **yrls, rl_err *err)
 {
     rld_yconf *c;
+    const char *yaml = path;
+    int rc;
     *yrls = NULL;
-    if (!rld_yaml_is_config(path))
-        return rld_config_load(path, reg, set, cfg, err);
-    if (rld_settings_defaults(set) != RL_OK)
+    if (!rld_yaml_is_config(path)) {
+        if ((rc = rld_config_load(path, reg, set, cfg, err)) != RL_OK || !set->ratelimit_config)
+            return rc;
+        yaml = set->ratelimit_config;
+    } else if (rld_settings_defaults(set) != RL_OK) {
         return rl_errf(err, RL_ENOMEM, "out of memory");
-    int rc = rld_yaml_load(path, &c, err);
-    if (rc == RL_OK)
-        rc = rld_yrls_new(c, reg, yrls, cfg, err);
+    }
+    if ((rc = rld_yaml_load(yaml, &c, err)) == RL_OK &&
+        (rc = rld_yrls_new(c, reg, yrls, cfg, err)) == RL_OK)
+        (*cfg)->reservation_ttl = set->reservation_ttl;
     if (rc != RL_OK)
         rld_settings_clear(set);
     return rc;
+}
+
+/* envoyproxy/ratelimit's response headers, turned on as there by LIMIT_RESPONSE_HEADERS_ENABLED
+ * (a Go boolean: 1, t, T, true, True, TRUE) and named by LIMIT_LIMIT_HEADER,
+ * LIMIT_REMAINING_HEADER and LIMIT_RESET_HEADER. */
+static void upstream_headers_from_env(rld_yrls *yrls)
+{
+    static const char *const yes[] = {"1", "t", "T", "true", "True", "TRUE"};
+    const char *on = getenv("LIMIT_RESPONSE_HEADERS_ENABLED"), *v[3];
+    static const char *const vars[3][2] = {{"LIMIT_LIMIT_HEADER", "RateLimit-Limit"},
+                                           {"LIMIT_REMAINING_HEADER", "RateLimit-Remaining"},
+                                           {"LIMIT_RESET_HEADER", "RateLimit-Reset"}};
+    int enabled = 0;
+    for (size_t i = 0; on && i < sizeof yes / sizeof yes[0]; i++)
+        enabled |= strcmp(on, yes[i]) == 0;
+    if (!yrls || !enabled)
+        return;
+    for (int i = 0; i < 3; i++)
+        v[i] = getenv(vars[i][0]) && *getenv(vars[i][0]) ? getenv(vars[i][0]) : vars[i][1];
+    rld_yrls_set_upstream_headers(yrls, v[0], v[1], v[2]);
 }
 
 /* Checks what starting would check, without binding or connecting: with the Redis store its
@@ -315,6 +341,7 @@ static int serve(const opts *o)
         goto fail_limiter;
     }
     app.yrls = yrls;
+    upstream_headers_from_env(yrls);
 
     rld_http_config hc = {.address = set.address,
                           .port = set.port,

@@ -63,7 +63,25 @@ struct rld_yrls {
     dynstat dyn[DYN_MAX];
     size_t noverrides;
     override overrides[MAX_OVERRIDES];
+    int upstream_headers;
+    char header[3][64]; /* envoyproxy/ratelimit's limit, remaining and reset header names */
 };
+
+void rld_yrls_set_upstream_headers(rld_yrls *y, const char *limit, const char *remaining,
+                                   const char *reset)
+{
+    const char *v[3] = {limit, remaining, reset};
+    y->upstream_headers = 1;
+    for (int i = 0; i < 3; i++)
+        snprintf(y->header[i], sizeof y->header[i], "%s", v[i]);
+}
+
+int rld_yrls_upstream_headers(const rld_yrls *y, const char *names[3])
+{
+    for (int i = 0; y->upstream_headers && i < 3; i++)
+        names[i] = y->header[i];
+    return y->upstream_headers;
+}
 
 /* ---- rules from limits --------------------------------------------------------------------- */
 

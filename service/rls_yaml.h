@@ -38,6 +38,15 @@ void rld_yrls_free(rld_yrls *y);
 /* The configuration it reads (borrowed). */
 const rld_yconf *rld_yrls_conf(const rld_yrls *y);
 
+/* Turns on envoyproxy/ratelimit's response headers (its LIMIT_RESPONSE_HEADERS_ENABLED) with
+ * these names (its defaults: RateLimit-Limit, RateLimit-Remaining, RateLimit-Reset): the
+ * limit, what remains and the seconds until the window ends, of the descriptor nearest its
+ * limit. Names are copied (up to 63 bytes). Before the matcher decides anything. */
+void rld_yrls_set_upstream_headers(rld_yrls *y, const char *limit, const char *remaining,
+                                   const char *reset);
+/* 1 and the three names when they are on, else 0. */
+int rld_yrls_upstream_headers(const rld_yrls *y, const char *names[3]);
+
 /* ---- one request ------------------------------------------------------------------------- */
 
 typedef struct rld_yentry {

@@ -59,6 +59,7 @@ typedef struct rld_settings {
     unsigned shards[RL_MAX_LEVELS]; /* 1: not sharded */
     size_t nplugins;
     char **plugins;
+    char *ratelimit_config; /* envoyproxy/ratelimit's YAML instead of levels; NULL: none */
 } rld_settings;
 
 typedef enum rld_setting_kind {

@@ -73,6 +73,32 @@ START_TEST(serves_a_directory)
 }
 END_TEST
 
+START_TEST(json_settings_with_yaml_limits)
+{
+    /* the daemon's settings from JSON, the limits from envoyproxy/ratelimit's YAML */
+    su_server s;
+    char *out, path[400], want[600];
+    su_tmpdir(&s);
+    su_write(s.dir, "edge.yaml", good);
+    snprintf(path, sizeof path, "%s",
+             su_write(s.dir, "both.json", "{\"reservation_ttl\": 60, \"ratelimit_config\": "
+                                          "\"edge.yaml\", \"levels\": []}"));
+    const char *a1[] = {su_binary(), "--check-config", path, NULL};
+    ck_assert_int_eq(su_run(a1, &out), 1);
+    snprintf(want, sizeof want, "%s: levels: not with ratelimit_config (its YAML describes the "
+             "limits)\n", path);
+    ck_assert_str_eq(out, want);
+    free(out);
+    su_start(&s, "{\"reservation_ttl\": 60, \"ratelimit_config\": \"edge.yaml\"}", NULL);
+    su_resp r = su_req(&s, "GET", "/rules", NULL, NULL);
+    ck_assert_int_eq(r.status, 200);
+    ck_assert_msg(strstr(r.body, "\"keyed\":true") && strstr(r.body, "\"reservation_ttl\":60"),
+                  "%s", r.body);
+    su_resp_free(&r);
+    ck_assert_int_eq(su_stop(&s), 0);
+}
+END_TEST
+
 static Suite *yaml_daemon_suite(void)
 {
     Suite *s = suite_create("yaml_daemon");
@@ -80,6 +106,7 @@ static Suite *yaml_daemon_suite(void)
     tcase_set_timeout(tc, 30);
     tcase_add_test(tc, check_config_on_yaml);
     tcase_add_test(tc, serves_a_directory);
+    tcase_add_test(tc, json_settings_with_yaml_limits);
     suite_add_tcase(s, tc);
     return s;
 }

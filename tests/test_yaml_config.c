@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "config_yaml.h"
+#include "rls_yaml.h"
 #include "testutil.h"
 #include "yamlutil.h"
 
@@ -253,6 +254,25 @@ START_TEST(empty_directory)
 }
 END_TEST
 
+START_TEST(shipped_yaml_loads)
+{
+    /* config/ratelimit/ (run from the repository's top), with its rules built */
+    rld_yconf *c;
+    rld_yrls *y;
+    rl_config *cfg;
+    rl_err err;
+    rl_registry *reg = rl_registry_new();
+    ck_assert_msg(rld_yaml_load("config/ratelimit", &c, &err) == 0, "%s", err.msg);
+    ck_assert_uint_eq(c->ndomains, 2);
+    ck_assert_str_eq(c->domains[0].domain, "edge");
+    ck_assert_str_eq(c->domains[1].domain, "messaging");
+    ck_assert_msg(rld_yrls_new(c, reg, &y, &cfg, &err) == 0, "%s", err.msg);
+    rl_config_free(cfg);
+    rld_yrls_free(y);
+    rl_registry_free(reg);
+}
+END_TEST
+
 START_TEST(units)
 {
     ck_assert_int_eq(rld_unit_seconds(RLD_UNIT_SECOND), 1);
@@ -280,6 +300,7 @@ static Suite *yaml_suite(void)
     tcase_add_test(tc, malformed_yaml);
     tcase_add_test(tc, directory_of_files);
     tcase_add_test(tc, empty_directory);
+    tcase_add_test(tc, shipped_yaml_loads);
     tcase_add_test(tc, units);
     suite_add_tcase(s, tc);
     return s;

@@ -126,7 +126,7 @@ static int make_rules(rl_registry *reg, const char *algorithm, uint32_t n, int u
 {
     const algo *al = algo_named(algorithm ? algorithm : "fixed_window");
     int64_t secs = rld_unit_seconds(unit);
-    rl_rules *rs = rl_rules_new(1);
+    rl_rules *rs;
     rl_rule *r;
     int rc;
     if (!al)
@@ -134,7 +134,7 @@ static int make_rules(rl_registry *reg, const char *algorithm, uint32_t n, int u
                         "algorithm: '%s' is not one of fixed_window, sliding_window, "
                         "sliding_window_counter, token_bucket, gcra",
                         algorithm);
-    if (!rs)
+    if (!(rs = rl_rules_new(1)))
         return rl_errf(err, RL_ENOMEM, "out of memory");
     if (n == 0)
         al = algo_named("fixed_window");

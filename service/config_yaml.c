@@ -22,10 +22,10 @@ static const struct {
     const char *name;
     int64_t seconds;
 } units[] = {
-    [RLD_UNIT_UNKNOWN] = {"UNKNOWN", 0},       [RLD_UNIT_SECOND] = {"SECOND", 1},
-    [RLD_UNIT_MINUTE] = {"MINUTE", 60},        [RLD_UNIT_HOUR] = {"HOUR", 3600},
-    [RLD_UNIT_DAY] = {"DAY", 86400},           [RLD_UNIT_MONTH] = {"MONTH", 86400 * 30},
-    [RLD_UNIT_YEAR] = {"YEAR", 86400 * 365},   [RLD_UNIT_WEEK] = {"WEEK", 86400 * 7},
+    [RLD_UNIT_UNKNOWN] = {"UNKNOWN", 0},     [RLD_UNIT_SECOND] = {"SECOND", 1},
+    [RLD_UNIT_MINUTE] = {"MINUTE", 60},      [RLD_UNIT_HOUR] = {"HOUR", 3600},
+    [RLD_UNIT_DAY] = {"DAY", 86400},         [RLD_UNIT_MONTH] = {"MONTH", 86400 * 30},
+    [RLD_UNIT_YEAR] = {"YEAR", 86400 * 365}, [RLD_UNIT_WEEK] = {"WEEK", 86400 * 7},
 };
 #define NUNITS (sizeof units / sizeof units[0])
 
@@ -59,10 +59,10 @@ static int in_list(const char *s, const char *const *v)
     return 0;
 }
 
-static const char *const trues[] = {"y", "Y", "yes", "Yes", "YES", "true", "True", "TRUE",
-                                    "on", "On", "ON", NULL};
-static const char *const falses[] = {"n", "N", "no", "No", "NO", "false", "False", "FALSE",
-                                     "off", "Off", "OFF", NULL};
+static const char *const trues[] = {"y",    "Y",    "yes", "Yes", "YES", "true",
+                                    "True", "TRUE", "on",  "On",  "ON",  NULL};
+static const char *const falses[] = {"n",     "N",     "no",  "No",  "NO",  "false",
+                                     "False", "FALSE", "off", "Off", "OFF", NULL};
 
 static int is_int(const char *s)
 {
@@ -81,8 +81,8 @@ static int is_int(const char *s)
 
 static int is_float(const char *s)
 {
-    static const char *const special[] = {".inf", ".Inf", ".INF", "-.inf", "+.inf", "-.Inf",
-                                          "+.Inf", ".nan", ".NaN", ".NAN", NULL};
+    static const char *const special[] = {".inf",  ".Inf", ".INF", "-.inf", "+.inf", "-.Inf",
+                                          "+.Inf", ".nan", ".NaN", ".NAN",  NULL};
     if (in_list(s, special))
         return 1;
     char *end;
@@ -292,8 +292,8 @@ static int limit_field(walk *w, const char *key, const yaml_node_t *v, void *ctx
 
 static int get_limit(walk *w, const yaml_node_t *n, rld_ydesc *d)
 {
-    static const char *const fields[] = {"requests_per_unit", "unit", "unlimited", "name",
-                                         "replaces", "algorithm", NULL};
+    static const char *const fields[] = {"requests_per_unit", "unit",      "unlimited", "name",
+                                         "replaces",          "algorithm", NULL};
     limit_ctx lc = {.l = &d->limit};
     if (n->type == YAML_SCALAR_NODE && scalar_type(n) == S_NULL)
         return 0;
@@ -368,10 +368,10 @@ static int desc_field(walk *w, const char *key, const yaml_node_t *v, void *ctx)
 
 static int get_descriptor(walk *w, const yaml_node_t *n, list_ctx *lc, rld_ydesc *d)
 {
-    static const char *const fields[] = {"key",        "value",           "rate_limit",
-                                         "descriptors", "shadow_mode",    "detailed_metric",
-                                         "value_to_metric", "share_threshold", "quota_mode",
-                                         "metadata",   "charge",          NULL};
+    static const char *const fields[] = {
+        "key",         "value",           "rate_limit",      "descriptors",
+        "shadow_mode", "detailed_metric", "value_to_metric", "share_threshold",
+        "quota_mode",  "metadata",        "charge",          NULL};
     desc_ctx dc = {.d = d};
     int rc;
     d->file = lc->dom->file;
@@ -390,8 +390,9 @@ static int get_descriptor(walk *w, const yaml_node_t *n, list_ctx *lc, rld_ydesc
     }
     d->wildcard = d->value && strchr(d->value, '*');
     if (d->share_threshold && !d->wildcard)
-        return fail(w, "share_threshold can only be used with wildcard values (containing '*'), "
-                       "but found key '%s%s%s'",
+        return fail(w,
+                    "share_threshold can only be used with wildcard values (containing '*'), "
+                    "but found key '%s%s%s'",
                     d->key, d->value ? "_" : "", d->value ? d->value : "");
     if (dc.limit) {
         size_t old = push(w, "rate_limit", -1);
@@ -446,8 +447,8 @@ static int get_descriptors(walk *w, const yaml_node_t *n, list_ctx *lc, rld_ydes
             return rc;
         for (size_t j = 0; j < i; j++)
             if (same_desc(&(*out)[j], d))
-                return fail(w, "duplicate descriptor composite key '%s%s%s%s'", lc->parent,
-                            d->key, d->value ? "_" : "", d->value ? d->value : "");
+                return fail(w, "duplicate descriptor composite key '%s%s%s%s'", lc->parent, d->key,
+                            d->value ? "_" : "", d->value ? d->value : "");
         pop(w, old);
     }
     return 0;
@@ -536,8 +537,8 @@ int rld_yaml_parse(rld_yconf *c, const char *name, const char *text, size_t len,
     if (!yaml_parser_load(&parser, &doc)) {
         rc = rl_errf(err, RL_EINVAL, "%s: error loading config file: line %zu, column %zu: %s%s%s",
                      name, parser.problem_mark.line + 1, parser.problem_mark.column + 1,
-                     parser.problem ? parser.problem : "malformed YAML",
-                     parser.context ? " " : "", parser.context ? parser.context : "");
+                     parser.problem ? parser.problem : "malformed YAML", parser.context ? " " : "",
+                     parser.context ? parser.context : "");
         yaml_parser_delete(&parser);
         return rc;
     }

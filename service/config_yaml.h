@@ -47,34 +47,34 @@ rld_unit rld_unit_parse(const char *s);
 
 typedef struct rld_ylimit {
     uint32_t requests_per_unit;
-    rld_unit unit;          /* RLD_UNIT_UNKNOWN when unlimited */
+    rld_unit unit; /* RLD_UNIT_UNKNOWN when unlimited */
     int unlimited;
-    char *name;             /* NULL when not named */
+    char *name; /* NULL when not named */
     size_t nreplaces;
-    char **replaces;        /* names of the limits this one replaces */
-    char *algorithm;        /* extension: a native rule type; NULL: the fixed window */
+    char **replaces; /* names of the limits this one replaces */
+    char *algorithm; /* extension: a native rule type; NULL: the fixed window */
 } rld_ylimit;
 
 typedef struct rld_ydesc {
     char *key;
-    char *value;            /* NULL: every value counted on its own */
-    int wildcard;           /* value holds '*' */
-    char *path;             /* YAML path, "descriptors[0].descriptors[1]" */
-    const char *file;       /* borrowed from the domain */
+    char *value;      /* NULL: every value counted on its own */
+    int wildcard;     /* value holds '*' */
+    char *path;       /* YAML path, "descriptors[0].descriptors[1]" */
+    const char *file; /* borrowed from the domain */
     int has_limit;
     rld_ylimit limit;
     int shadow_mode, detailed_metric, value_to_metric, share_threshold, charge;
     size_t nchildren;
     struct rld_ydesc *children;
-    size_t id;              /* index of a descriptor with a limit among its domain's, from 0 */
+    size_t id; /* index of a descriptor with a limit among its domain's, from 0 */
 } rld_ydesc;
 
 typedef struct rld_ydomain {
     char *domain;
-    char *file;             /* the file's name as given, for messages */
+    char *file; /* the file's name as given, for messages */
     size_t nchildren;
     rld_ydesc *children;
-    size_t nlimits;         /* descriptors with a rate_limit (their ids are 0..nlimits-1) */
+    size_t nlimits; /* descriptors with a rate_limit (their ids are 0..nlimits-1) */
 } rld_ydomain;
 
 typedef struct rld_yconf {

@@ -27,10 +27,8 @@ enum { ST_TOTAL, ST_OVER, ST_NEAR, ST_WITHIN, ST_SHADOW, NSTATS };
 static const char *const stat_names[NSTATS] = {"total_hits", "over_limit", "near_limit",
                                                "within_limit", "shadow_mode"};
 static const char *const stat_help[NSTATS] = {
-    "Hits on the limit (its hits_addend summed)",
-    "Hits over the limit",
-    "Hits over 80% of the limit and within it",
-    "Hits within the limit",
+    "Hits on the limit (its hits_addend summed)", "Hits over the limit",
+    "Hits over 80% of the limit and within it",   "Hits within the limit",
     "Hits over a shadow_mode limit, let through",
 };
 
@@ -131,9 +129,9 @@ static int make_rules(rl_registry *reg, const char *algorithm, uint32_t n, int u
     int rc;
     if (!al)
         return rl_errf(err, RL_EINVAL,
-                        "algorithm: '%s' is not one of fixed_window, sliding_window, "
-                        "sliding_window_counter, token_bucket, gcra",
-                        algorithm);
+                       "algorithm: '%s' is not one of fixed_window, sliding_window, "
+                       "sliding_window_counter, token_bucket, gcra",
+                       algorithm);
     if (!(rs = rl_rules_new(1)))
         return rl_errf(err, RL_ENOMEM, "out of memory");
     if (n == 0)
@@ -184,13 +182,12 @@ static int build_tree(build *b, const rld_ydesc *v, size_t n, const char *parent
         char composite[1024], name[160];
         snprintf(composite, sizeof composite, "%s.%s%s%s", parent, d->key, d->value ? "_" : "",
                  d->value ? d->value : "");
-        if (d->has_limit &&
-            !(b->dom->stat_key[d->id] = strdup(composite + strlen(b->domain) + 1)))
+        if (d->has_limit && !(b->dom->stat_key[d->id] = strdup(composite + strlen(b->domain) + 1)))
             return rl_errf(b->err, RL_ENOMEM, "out of memory");
         if (d->has_limit && !d->limit.unlimited) {
             if (d->charge)
                 return rl_errf(b->err, RL_EINVAL, "%s: %s.charge: not available yet", d->file,
-                                d->path);
+                               d->path);
             rule_name(name, sizeof name, composite);
             int rc = make_rules(b->y->reg, d->limit.algorithm, d->limit.requests_per_unit,
                                 d->limit.unit, name, &b->dom->rules[d->id], b->err);
@@ -513,19 +510,20 @@ static int check_desc(const rld_ydescreq *d, size_t i, rl_err *err)
     for (size_t j = 0; j < d->nentries; j++) {
         const rld_yentry *e = &d->entries[j];
         for (size_t k = 0; k < e->key_len + e->value_len; k++) {
-            unsigned char c = (unsigned char)(k < e->key_len ? e->key[k] : e->value[k - e->key_len]);
+            unsigned char c =
+                (unsigned char)(k < e->key_len ? e->key[k] : e->value[k - e->key_len]);
             if (c < 0x20 || c == 0x7f)
                 return rl_errf(err, RL_EINVAL,
-                                "descriptors[%zu].entries[%zu].%s: must not hold control "
-                                "characters",
-                                i, j, k < e->key_len ? "key" : "value");
+                               "descriptors[%zu].entries[%zu].%s: must not hold control "
+                               "characters",
+                               i, j, k < e->key_len ? "key" : "value");
         }
     }
     if (d->has_hits && d->hits > HITS_MAX)
         return rl_errf(err, RL_EINVAL, "descriptors[%zu].hits_addend: at most 1000000000000", i);
     if (d->has_override && rld_unit_seconds(d->override_unit) == 0)
         return rl_errf(err, RL_EINVAL, "descriptors[%zu].limit.unit: unknown unit %d", i,
-                        d->override_unit);
+                       d->override_unit);
     return RL_OK;
 }
 
@@ -599,8 +597,8 @@ static void apply_replaces(const rld_yreq *req, rld_ystatus *st, plan *p)
 
 /* Adds descriptor i's counter to the main or the shadow items; descriptors with the same key
  * share one item and its cost (they are one counter). */
-static int add_item(const rld_ydomain *dom, const rld_yreq *req, size_t i, rld_ystatus *st,
-                    plan *p, const rld_ydesc *const *share, rl_err *err)
+static int add_item(const rld_ydomain *dom, const rld_yreq *req, size_t i, rld_ystatus *st, plan *p,
+                    const rld_ydesc *const *share, rl_err *err)
 {
     int sh = st[i].matched && st[i].matched->shadow_mode;
     rl_item *v = sh ? p->shadows : p->main;
@@ -608,8 +606,8 @@ static int add_item(const rld_ydomain *dom, const rld_yreq *req, size_t i, rld_y
     char *key = p->keys[i];
     size_t klen = make_key(key, KEY_MAX, dom, &req->desc[i], share);
     if (!klen)
-        return rl_errf(err, RL_EINVAL, "descriptors[%zu].entries: longer than %d bytes together",
-                        i, KEY_MAX - 64);
+        return rl_errf(err, RL_EINVAL, "descriptors[%zu].entries: longer than %d bytes together", i,
+                       KEY_MAX - 64);
     p->shadow[i] = sh;
     for (size_t k = 0; k < *n; k++)
         if (v[k].keylen == klen && memcmp(v[k].key, key, klen) == 0) {
@@ -622,8 +620,8 @@ static int add_item(const rld_ydomain *dom, const rld_yreq *req, size_t i, rld_y
     p->item[i] = (int)*n;
     if (!sh)
         p->main_rules[*n] = p->rules[i];
-    v[(*n)++] = (rl_item){.level = 0, .key = key, .keylen = klen,
-                          .cost = (rl_fp)st[i].hits * RL_FP_ONE};
+    v[(*n)++] =
+        (rl_item){.level = 0, .key = key, .keylen = klen, .cost = (rl_fp)st[i].hits * RL_FP_ONE};
     return RL_OK;
 }
 
@@ -794,8 +792,9 @@ void rld_yrls_metrics(rld_yrls *y, rld_buf *out)
             for (size_t k = 0; k < dom->nlimits; k++) {
                 rld_buf_printf(out, "ratelimit_service_rate_limit_%s", stat_names[f]);
                 labels(out, dom->domain, y->doms[d].stat_key[k]);
-                rld_buf_printf(out, " %llu\n", (unsigned long long)__atomic_load_n(
-                                                   &y->doms[d].stats[k].v[f], __ATOMIC_RELAXED));
+                rld_buf_printf(out, " %llu\n",
+                               (unsigned long long)__atomic_load_n(&y->doms[d].stats[k].v[f],
+                                                                   __ATOMIC_RELAXED));
             }
         }
         for (size_t d = 0; d < y->conf->ndomains; d++) {
@@ -810,8 +809,9 @@ void rld_yrls_metrics(rld_yrls *y, rld_buf *out)
         for (size_t i = 0; i < y->ndyn; i++) {
             rld_buf_printf(out, "ratelimit_service_rate_limit_%s", stat_names[f]);
             labels(out, y->conf->domains[y->dyn[i].dom].domain, y->dyn[i].key);
-            rld_buf_printf(out, " %llu\n", (unsigned long long)__atomic_load_n(
-                                               &y->dyn[i].s.v[f], __ATOMIC_RELAXED));
+            rld_buf_printf(
+                out, " %llu\n",
+                (unsigned long long)__atomic_load_n(&y->dyn[i].s.v[f], __ATOMIC_RELAXED));
         }
         pthread_mutex_unlock(&y->mu);
     }

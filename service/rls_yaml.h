@@ -31,8 +31,7 @@ typedef struct rld_yrls rld_yrls;
  * configuration of one keyed level, "rls", for the limiter. The matcher must outlive the
  * limiter made from *cfg. Errors name the file and the YAML path
  * ("api.yaml: descriptors[0].rate_limit.algorithm: unknown rule type \"leaky\""). */
-int rld_yrls_new(rld_yconf *c, rl_registry *reg, rld_yrls **out, rl_config **cfg,
-                 rl_err *err);
+int rld_yrls_new(rld_yconf *c, rl_registry *reg, rld_yrls **out, rl_config **cfg, rl_err *err);
 /* Frees the matcher (after the limiter). NULL is ok. */
 void rld_yrls_free(rld_yrls *y);
 /* The configuration it reads (borrowed). */
@@ -59,10 +58,10 @@ typedef struct rld_yentry {
 typedef struct rld_ydescreq {
     const rld_yentry *entries;
     size_t nentries;
-    int has_override;        /* the descriptor's limit: its own counter, a fixed window */
+    int has_override; /* the descriptor's limit: its own counter, a fixed window */
     uint32_t override_rpu;
-    int override_unit;       /* rld_unit */
-    int has_hits;            /* the descriptor's own hits_addend (0: check only) */
+    int override_unit; /* rld_unit */
+    int has_hits;      /* the descriptor's own hits_addend (0: check only) */
     uint64_t hits;
 } rld_ydescreq;
 
@@ -71,27 +70,31 @@ typedef struct rld_yreq {
     size_t domain_len;
     const rld_ydescreq *desc;
     size_t ndesc;
-    uint32_t hits_addend;    /* 0 means 1 */
+    uint32_t hits_addend; /* 0 means 1 */
     rl_ns now;
 } rld_yreq;
 
-typedef enum rld_ycode { RLD_YCODE_UNKNOWN = 0, RLD_YCODE_OK = 1, RLD_YCODE_OVER_LIMIT = 2 } rld_ycode;
+typedef enum rld_ycode {
+    RLD_YCODE_UNKNOWN = 0,
+    RLD_YCODE_OK = 1,
+    RLD_YCODE_OVER_LIMIT = 2
+} rld_ycode;
 
 /* The answer for one request descriptor, as DescriptorStatus carries it. */
 typedef struct rld_ystatus {
     rld_ycode code;
-    int has_limit;           /* current_limit is set */
+    int has_limit; /* current_limit is set */
     uint32_t requests_per_unit;
-    int unit;                /* rld_unit */
-    const char *name;        /* "" when the limit has none; borrowed from the configuration */
-    uint32_t remaining;      /* limit_remaining */
-    int has_reset;           /* duration_until_reset is set */
-    rl_ns reset;             /* whole seconds for a fixed window, as upstream */
+    int unit;           /* rld_unit */
+    const char *name;   /* "" when the limit has none; borrowed from the configuration */
+    uint32_t remaining; /* limit_remaining */
+    int has_reset;      /* duration_until_reset is set */
+    rl_ns reset;        /* whole seconds for a fixed window, as upstream */
     /* besides the wire fields, for statistics and headers */
-    const rld_ydesc *matched;   /* the configured descriptor, NULL for none or an override */
-    const rl_rule *rule;        /* the rule that decided, NULL when none */
-    rl_rule_status st;          /* its status after the decision */
-    int shadow_denied;          /* a shadow_mode limit that would have denied */
+    const rld_ydesc *matched; /* the configured descriptor, NULL for none or an override */
+    const rl_rule *rule;      /* the rule that decided, NULL when none */
+    rl_rule_status st;        /* its status after the decision */
+    int shadow_denied;        /* a shadow_mode limit that would have denied */
     int unlimited;
     uint64_t hits;
 } rld_ystatus;

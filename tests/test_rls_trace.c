@@ -36,11 +36,8 @@ static const struct {
     uint32_t limit;
     int64_t unit;
 } pool[] = {
-    {"ip=10.0.0.1", 5, 1},
-    {"ip=10.0.0.2", 5, 1},
-    {"user=vip", 7, 60},
-    {"user=bob, path=/a", 12, 60},
-    {"user=bob, path=/b", 12, 60},
+    {"ip=10.0.0.1", 5, 1},         {"ip=10.0.0.2", 5, 1},         {"user=vip", 7, 60},
+    {"user=bob, path=/a", 12, 60}, {"user=bob, path=/b", 12, 60},
 };
 #define NPOOL (sizeof pool / sizeof pool[0])
 
@@ -112,8 +109,10 @@ static void run(yt *t, unsigned n, int upstream, uint64_t seed)
             uint32_t want = fits[i] ? pool[p].limit - (uint32_t)c : 0;
             ck_assert_msg(s->code == (fits[i] ? RLD_YCODE_OK : RLD_YCODE_OVER_LIMIT),
                           "request %u descriptor %zu: code %d", r, i, s->code);
-            ck_assert_msg(s->remaining == want, "request %u (%s at %.3f) descriptor %zu: "
-                          "remaining %u, model %u", r, spec, now, i, s->remaining, want);
+            ck_assert_msg(s->remaining == want,
+                          "request %u (%s at %.3f) descriptor %zu: "
+                          "remaining %u, model %u",
+                          r, spec, now, i, s->remaining, want);
             ck_assert_int_eq(s->reset, (pool[p].unit - now_s % pool[p].unit) * RL_NS_PER_SEC);
             ck_assert_uint_eq(s->requests_per_unit, pool[p].limit);
         }
@@ -152,8 +151,12 @@ static void redis_down(void)
 
 static rl_store *redis_store(const char *prefix)
 {
-    rld_redis_options o = {.url = srv.url, .prefix = prefix, .timeout_ms = 10000, .pool = 2,
-                           .manual_clock = 1, .ttl_floor_ms = 3600 * 1000};
+    rld_redis_options o = {.url = srv.url,
+                           .prefix = prefix,
+                           .timeout_ms = 10000,
+                           .pool = 2,
+                           .manual_clock = 1,
+                           .ttl_floor_ms = 3600 * 1000};
     rl_store *st;
     rl_err err = {{0}};
     ck_assert_msg(rld_redis_store_new(&o, &st, &err) == RL_OK, "%s", err.msg);

@@ -24,8 +24,8 @@ static void expect(const yt *t, size_t i, rld_ycode code, uint32_t rpu, int unit
     ck_assert_msg(s->has_limit, "status %zu: no limit", i);
     ck_assert_uint_eq(s->requests_per_unit, rpu);
     ck_assert_int_eq(s->unit, unit);
-    ck_assert_msg(s->remaining == remaining, "status %zu: remaining %u, want %u", i,
-                  s->remaining, remaining);
+    ck_assert_msg(s->remaining == remaining, "status %zu: remaining %u, want %u", i, s->remaining,
+                  remaining);
     ck_assert(s->has_reset);
     ck_assert_int_eq(s->reset, (rl_ns)reset_s * RL_NS_PER_SEC);
 }
@@ -115,16 +115,16 @@ START_TEST(example2_nested_and_denial_consumes_nothing)
     ck_assert_int_eq(yt_ask(&t, "messaging", 2000, 0, "to_number=2061111111"), OK);
     expect(&t, 0, OK, 100, RLD_UNIT_DAY, 94, 84400);
     /* every number counts on its own */
-    ck_assert_int_eq(yt_ask(&t, "messaging", 2000, 0,
-                            "message_type=marketing, to_number=2062222222"), OK);
+    ck_assert_int_eq(
+        yt_ask(&t, "messaging", 2000, 0, "message_type=marketing, to_number=2062222222"), OK);
     expect(&t, 0, OK, 5, RLD_UNIT_DAY, 4, 84400);
     /* the next day starts at 86400 */
     ck_assert_int_eq(yt_ask(&t, "messaging", 86400, 0, both), OK);
     expect(&t, 0, OK, 5, RLD_UNIT_DAY, 4, 86400);
     expect(&t, 1, OK, 100, RLD_UNIT_DAY, 99, 86400);
     /* a request deeper than the configuration, and message_type alone, match nothing */
-    ck_assert_int_eq(yt_ask(&t, "messaging", 86400, 0,
-                            "to_number=1, x=y; message_type=marketing"), OK);
+    ck_assert_int_eq(yt_ask(&t, "messaging", 86400, 0, "to_number=1, x=y; message_type=marketing"),
+                     OK);
     expect_none(&t, 0);
     expect_none(&t, 1);
     yt_close(&t);
@@ -364,9 +364,8 @@ START_TEST(example9_wildcards)
             "      unit: minute\n"
             "      requests_per_unit: 20\n",
             NULL);
-    ck_assert_int_eq(yt_ask(&t, "example9", 61, 0,
-                            "key1=value1; key1=value1; key1=valueXYZ; key1=valu"),
-                     OK);
+    ck_assert_int_eq(
+        yt_ask(&t, "example9", 61, 0, "key1=value1; key1=value1; key1=valueXYZ; key1=valu"), OK);
     /* one counter per value: value1 twice in one request counts 2 */
     expect(&t, 0, OK, 20, RLD_UNIT_MINUTE, 18, 59);
     expect(&t, 1, OK, 20, RLD_UNIT_MINUTE, 18, 59);
@@ -444,12 +443,15 @@ START_TEST(limit_override_counts_on_its_own)
     const char *d = "key1=value1, subkey1=something";
     yt_open(&t, basic, NULL);
     /* 3 a minute from the request: at t = 10 the minute ends in 50 s */
-    ck_assert_int_eq(yt_ask(&t, "test-domain", 10, 0, "key1=value1, subkey1=something @o3/MINUTE"), OK);
+    ck_assert_int_eq(yt_ask(&t, "test-domain", 10, 0, "key1=value1, subkey1=something @o3/MINUTE"),
+                     OK);
     expect(&t, 0, OK, 3, RLD_UNIT_MINUTE, 2, 50);
     ck_assert_str_eq(t.st[0].name, "");
-    ck_assert_int_eq(yt_ask(&t, "test-domain", 10, 2, "key1=value1, subkey1=something @o3/MINUTE"), OK);
+    ck_assert_int_eq(yt_ask(&t, "test-domain", 10, 2, "key1=value1, subkey1=something @o3/MINUTE"),
+                     OK);
     expect(&t, 0, OK, 3, RLD_UNIT_MINUTE, 0, 50);
-    ck_assert_int_eq(yt_ask(&t, "test-domain", 10, 0, "key1=value1, subkey1=something @o3/MINUTE"), OVER);
+    ck_assert_int_eq(yt_ask(&t, "test-domain", 10, 0, "key1=value1, subkey1=something @o3/MINUTE"),
+                     OVER);
     /* the configured 50 a minute is another counter, untouched */
     ck_assert_int_eq(yt_ask(&t, "test-domain", 10, 0, d), OK);
     expect(&t, 0, OK, 50, RLD_UNIT_MINUTE, 49, 50);
@@ -569,14 +571,21 @@ START_TEST(statistics_as_upstream_counts)
     yt_ask(&t, "example8", 0, 0, "key1=other2 @o5/HOUR");
     const char *m = metrics_of(&t);
     has_line(m, "# TYPE ratelimit_service_rate_limit_total_hits counter");
-    has_line(m, "ratelimit_service_rate_limit_total_hits{domain=\"example8\",key1=\"key1_value1\"} 25");
-    has_line(m, "ratelimit_service_rate_limit_over_limit{domain=\"example8\",key1=\"key1_value1\"} 2");
-    has_line(m, "ratelimit_service_rate_limit_near_limit{domain=\"example8\",key1=\"key1_value1\"} 7");
-    has_line(m, "ratelimit_service_rate_limit_within_limit{domain=\"example8\",key1=\"key1_value1\"} 20");
+    has_line(
+        m, "ratelimit_service_rate_limit_total_hits{domain=\"example8\",key1=\"key1_value1\"} 25");
+    has_line(m,
+             "ratelimit_service_rate_limit_over_limit{domain=\"example8\",key1=\"key1_value1\"} 2");
+    has_line(m,
+             "ratelimit_service_rate_limit_near_limit{domain=\"example8\",key1=\"key1_value1\"} 7");
+    has_line(
+        m,
+        "ratelimit_service_rate_limit_within_limit{domain=\"example8\",key1=\"key1_value1\"} 20");
     has_line(m, "ratelimit_service_rate_limit_total_hits{domain=\"example8\",key1=\"key1\"} 0");
-    has_line(m, "ratelimit_service_rate_limit_total_hits{domain=\"example8\",key1=\"key1_other\"} 2");
+    has_line(m,
+             "ratelimit_service_rate_limit_total_hits{domain=\"example8\",key1=\"key1_other\"} 2");
     /* an override counts under its entries */
-    has_line(m, "ratelimit_service_rate_limit_total_hits{domain=\"example8\",key1=\"key1_other2\"} 1");
+    has_line(m,
+             "ratelimit_service_rate_limit_total_hits{domain=\"example8\",key1=\"key1_other2\"} 1");
     yt_close(&t);
 
     yt_open(&t, ex6, NULL);

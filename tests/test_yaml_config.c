@@ -107,7 +107,8 @@ static const struct {
     {"domain: \"\"\n", "bad.yaml: domain: config file cannot have empty domain"},
     {"descriptors: []\n", "bad.yaml: domain: config file cannot have empty domain"},
     {"", "bad.yaml: domain: config file cannot have empty domain"},
-    {"domain: d\ndescriptors:\n  - value: v\n", "bad.yaml: descriptors[0]: descriptor has empty key"},
+    {"domain: d\ndescriptors:\n  - value: v\n",
+     "bad.yaml: descriptors[0]: descriptor has empty key"},
     {"domain: test-domain\ndescriptors:\n  - key: key1\n    value: value1\n"
      "  - key: key1\n    value: value1\n",
      "bad.yaml: descriptors[1]: duplicate descriptor composite key 'test-domain.key1_value1'"},
@@ -135,7 +136,8 @@ static const struct {
     {"domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: -1}\n",
      "bad.yaml: descriptors[0].rate_limit.requests_per_unit: must be a whole number from 0 to "
      "4294967295"},
-    {"domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 4294967296}\n",
+    {"domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: "
+     "4294967296}\n",
      "bad.yaml: descriptors[0].rate_limit.requests_per_unit: must be a whole number from 0 to "
      "4294967295"},
     {"domain: d\ndescriptors:\n  - key: a\n    shadow_mode: maybe\n",

@@ -30,8 +30,10 @@ START_TEST(check_config_on_yaml)
     free(out);
     const char *a2[] = {su_binary(), "--check-config", bad, NULL};
     ck_assert_int_eq(su_run(a2, &out), 1);
-    snprintf(want, sizeof want, "%s: descriptors[1].rate_limit.unit: invalid rate limit unit "
-             "'fortnight'\n", bad);
+    snprintf(want, sizeof want,
+             "%s: descriptors[1].rate_limit.unit: invalid rate limit unit "
+             "'fortnight'\n",
+             bad);
     ck_assert_str_eq(out, want);
     free(out);
     /* the directory holds the bad file too */
@@ -50,8 +52,9 @@ START_TEST(serves_a_directory)
     snprintf(dir, sizeof dir, "%s/ratelimit", s.dir);
     ck_assert_int_eq(mkdir(dir, 0755), 0);
     su_write(dir, "edge.yaml", good);
-    su_write(dir, "internal.yaml", "domain: internal\ndescriptors:\n  - key: ldap\n"
-                                   "    rate_limit: {unlimited: true}\n");
+    su_write(dir, "internal.yaml",
+             "domain: internal\ndescriptors:\n  - key: ldap\n"
+             "    rate_limit: {unlimited: true}\n");
     const char *extra[] = {"--config", dir, NULL};
     su_start(&s, NULL, extra);
     su_resp r = su_req(&s, "GET", "/rules", NULL, NULL);
@@ -81,12 +84,15 @@ START_TEST(json_settings_with_yaml_limits)
     su_tmpdir(&s);
     su_write(s.dir, "edge.yaml", good);
     snprintf(path, sizeof path, "%s",
-             su_write(s.dir, "both.json", "{\"reservation_ttl\": 60, \"ratelimit_config\": "
-                                          "\"edge.yaml\", \"levels\": []}"));
+             su_write(s.dir, "both.json",
+                      "{\"reservation_ttl\": 60, \"ratelimit_config\": "
+                      "\"edge.yaml\", \"levels\": []}"));
     const char *a1[] = {su_binary(), "--check-config", path, NULL};
     ck_assert_int_eq(su_run(a1, &out), 1);
-    snprintf(want, sizeof want, "%s: levels: not with ratelimit_config (its YAML describes the "
-             "limits)\n", path);
+    snprintf(want, sizeof want,
+             "%s: levels: not with ratelimit_config (its YAML describes the "
+             "limits)\n",
+             path);
     ck_assert_str_eq(out, want);
     free(out);
     su_start(&s, "{\"reservation_ttl\": 60, \"ratelimit_config\": \"edge.yaml\"}", NULL);

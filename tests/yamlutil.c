@@ -92,8 +92,7 @@ static void parse(parsed *p, const char *spec)
             char *eq = strchr(es, '=');
             ck_assert_ptr_nonnull(eq);
             *eq = '\0';
-            p->e[p->n][d->nentries++] =
-                (rld_yentry){es, strlen(es), eq + 1, strlen(eq + 1)};
+            p->e[p->n][d->nentries++] = (rld_yentry){es, strlen(es), eq + 1, strlen(eq + 1)};
         }
         p->n++;
     }
@@ -104,8 +103,12 @@ rld_ycode yt_ask(yt *t, const char *domain, double now, unsigned hits_addend, co
     static _Thread_local parsed p;
     rl_err err = {{0}};
     parse(&p, spec);
-    rld_yreq r = {.domain = domain, .domain_len = strlen(domain), .desc = p.d, .ndesc = p.n,
-                  .hits_addend = hits_addend, .now = (rl_ns)(now * 1e9 + 0.5)};
+    rld_yreq r = {.domain = domain,
+                  .domain_len = strlen(domain),
+                  .desc = p.d,
+                  .ndesc = p.n,
+                  .hits_addend = hits_addend,
+                  .now = (rl_ns)(now * 1e9 + 0.5)};
     int rc = rld_yrls_decide(t->y, t->lim, &r, t->st, &t->overall, &err);
     ck_assert_msg(rc == RL_OK, "refused: %s", err.msg);
     return t->overall;

@@ -133,10 +133,10 @@ static int load_config(const char *path, rl_registry *reg, rld_settings *set, rl
     return rc;
 }
 
-/* envoyproxy/ratelimit's response headers, turned on as there by LIMIT_RESPONSE_HEADERS_ENABLED
- * (a Go boolean: 1, t, T, true, True, TRUE) and named by LIMIT_LIMIT_HEADER,
- * LIMIT_REMAINING_HEADER and LIMIT_RESET_HEADER. */
-static void upstream_headers_from_env(rld_yrls *yrls)
+/* envoyproxy/ratelimit's environment variables: its response headers, turned on as there by
+ * LIMIT_RESPONSE_HEADERS_ENABLED (a Go boolean: 1, t, T, true, True, TRUE) and named by
+ * LIMIT_LIMIT_HEADER, LIMIT_REMAINING_HEADER and LIMIT_RESET_HEADER; its global SHADOW_MODE. */
+static void upstream_env(rld_yrls *yrls)
 {
     static const char *const yes[] = {"1", "t", "T", "true", "True", "TRUE"};
     const char *on = getenv("LIMIT_RESPONSE_HEADERS_ENABLED"), *v[3];
@@ -146,7 +146,13 @@ static void upstream_headers_from_env(rld_yrls *yrls)
     int enabled = 0;
     for (size_t i = 0; on && i < sizeof yes / sizeof yes[0]; i++)
         enabled |= strcmp(on, yes[i]) == 0;
-    if (!yrls || !enabled)
+    if (!yrls)
+        return;
+    on = getenv("SHADOW_MODE"); /* its global shadow mode */
+    for (size_t i = 0; on && i < sizeof yes / sizeof yes[0]; i++)
+        if (strcmp(on, yes[i]) == 0)
+            rld_yrls_set_global_shadow(yrls);
+    if (!enabled)
         return;
     for (int i = 0; i < 3; i++)
         v[i] = getenv(vars[i][0]) && *getenv(vars[i][0]) ? getenv(vars[i][0]) : vars[i][1];
@@ -341,7 +347,7 @@ static int serve(const opts *o)
         goto fail_limiter;
     }
     app.yrls = yrls;
-    upstream_headers_from_env(yrls);
+    upstream_env(yrls);
 
     rld_http_config hc = {.address = set.address,
                           .port = set.port,

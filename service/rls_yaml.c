@@ -61,6 +61,7 @@ struct rld_yrls {
     dynstat dyn[DYN_MAX];
     size_t noverrides;
     override overrides[MAX_OVERRIDES];
+    int global_shadow;
     int upstream_headers;
     char header[3][64]; /* envoyproxy/ratelimit's limit, remaining and reset header names */
 };
@@ -72,6 +73,11 @@ void rld_yrls_set_upstream_headers(rld_yrls *y, const char *limit, const char *r
     y->upstream_headers = 1;
     for (int i = 0; i < 3; i++)
         snprintf(y->header[i], sizeof y->header[i], "%s", v[i]);
+}
+
+void rld_yrls_set_global_shadow(rld_yrls *y)
+{
+    y->global_shadow = 1;
 }
 
 int rld_yrls_upstream_headers(const rld_yrls *y, const char *names[3])
@@ -598,9 +604,9 @@ static void apply_replaces(const rld_yreq *req, rld_ystatus *st, plan *p)
 /* Adds descriptor i's counter to the main or the shadow items; descriptors with the same key
  * share one item and its cost (they are one counter). */
 static int add_item(const rld_ydomain *dom, const rld_yreq *req, size_t i, rld_ystatus *st, plan *p,
-                    const rld_ydesc *const *share, rl_err *err)
+                    const rld_ydesc *const *share, int all_shadow, rl_err *err)
 {
-    int sh = st[i].matched && st[i].matched->shadow_mode;
+    int sh = all_shadow || (st[i].matched && st[i].matched->shadow_mode);
     rl_item *v = sh ? p->shadows : p->main;
     size_t *n = sh ? &p->nshadow : &p->nmain;
     char *key = p->keys[i];
@@ -845,7 +851,7 @@ int rld_yrls_decide(rld_yrls *y, rl_limiter *lim, const rld_yreq *req, rld_ystat
         resolve(y, dom, req, i, &st[i], &p, share[i]);
     apply_replaces(req, st, &p);
     for (size_t i = 0; i < req->ndesc; i++)
-        if (p.rules[i] && (rc = add_item(dom, req, i, st, &p, share[i], err)) != RL_OK)
+        if (p.rules[i] && (rc = add_item(dom, req, i, st, &p, share[i], y->global_shadow, err)) != RL_OK)
             return rc;
 
     d.allowed = 1;
@@ -876,7 +882,8 @@ int rld_yrls_decide(rld_yrls *y, rl_limiter *lim, const rld_yreq *req, rld_ystat
                 status_from(&st[i], &sd.applied[0], !sd.allowed, req->now);
                 st[i].code = RLD_YCODE_OK; /* upstream's shadow_mode: over, yet OK */
                 st[i].shadow_denied = !sd.allowed;
-                count(stat_of(y, di, &req->desc[i], &st[i], p.path[i]), &st[i], sd.allowed, 1);
+                count(stat_of(y, di, &req->desc[i], &st[i], p.path[i]), &st[i], sd.allowed,
+                      st[i].matched && st[i].matched->shadow_mode);
             }
     }
     return RL_OK;

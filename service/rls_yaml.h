@@ -43,6 +43,9 @@ const rld_yconf *rld_yrls_conf(const rld_yrls *y);
  * limit. Names are copied (up to 63 bytes). Before the matcher decides anything. */
 void rld_yrls_set_upstream_headers(rld_yrls *y, const char *limit, const char *remaining,
                                    const char *reset);
+/* envoyproxy/ratelimit's global shadow mode (its SHADOW_MODE): every limit is counted as a
+ * shadow_mode one, so nothing is ever denied. Before the matcher decides anything. */
+void rld_yrls_set_global_shadow(rld_yrls *y);
 /* 1 and the three names when they are on, else 0. */
 int rld_yrls_upstream_headers(const rld_yrls *y, const char *names[3]);
 

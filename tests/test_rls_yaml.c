@@ -273,6 +273,22 @@ START_TEST(example6_shadow_mode)
 }
 END_TEST
 
+START_TEST(global_shadow_mode)
+{
+    /* SHADOW_MODE: user-b's 20 is counted, never denies; a 21st is let through uncounted */
+    yt t;
+    yt_open(&t, ex6, NULL);
+    rld_yrls_set_global_shadow(t.y);
+    ck_assert_int_eq(yt_ask(&t, "example6", 5, 20, "service=s, user=user-b"), OK);
+    expect(&t, 0, OK, 20, RLD_UNIT_SECOND, 0, 1);
+    ck_assert_int_eq(yt_ask(&t, "example6", 5, 0, "service=s, user=user-b"), OK);
+    ck_assert(t.st[0].shadow_denied);
+    ck_assert_int_eq(yt_ask(&t, "example6", 6, 0, "service=s, user=user-b"), OK);
+    expect(&t, 0, OK, 20, RLD_UNIT_SECOND, 19, 1);
+    yt_close(&t);
+}
+END_TEST
+
 /* ---- README example 7: replaces ------------------------------------------------------------ */
 
 static const char *ex7 = "domain: example7\n"
@@ -617,6 +633,7 @@ static Suite *rls_yaml_suite(void)
     tcase_add_test(tc, example4_depth);
     tcase_add_test(tc, example5_unlimited);
     tcase_add_test(tc, example6_shadow_mode);
+    tcase_add_test(tc, global_shadow_mode);
     tcase_add_test(tc, example7_replaces);
     tcase_add_test(tc, example8_value_beats_key);
     tcase_add_test(tc, example9_wildcards);

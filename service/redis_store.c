@@ -410,8 +410,7 @@ static int build_decide(redis_store *rs, const rl_plan *plan, const rl_decision 
         const type_info *ti = info_of(rs, r);
         const rl_plan_item *it = &plan->items[i];
         if (ti && ti->stateless) {
-            rl_ns w =
-                r->type->wait(r->params, zero_state, ap->key, ap->keylen, plan->now, it->need);
+            rl_ns w = rl_rule_peek(r, zero_state, ap->key, ap->keylen, plan->now, it->need, NULL);
             for (int f = 0; f < 6; f++)
                 ab_str(a, f == 1 ? "0" : "");
             ab_i64(a, w);
@@ -512,12 +511,11 @@ static int rs_decide(void *cls, const rl_plan *plan, rl_decision *d, rl_err *err
         if (r)
             ap->wait = parse_i64(r->element[1 + 6 * i]);
         allowed &= ap->wait == 0;
-        ap->has_status = rule->type->status != NULL;
+        ap->has_status = rule->type->report != NULL;
         if (!ap->has_status)
             continue;
         if (ti && ti->stateless) {
-            rule->type->status(rule->params, zero_state, plan->now, &ap->st);
-            rl_status_next(rule, zero_state, ap->key, ap->keylen, plan->now, &ap->st);
+            rl_rule_peek(rule, zero_state, ap->key, ap->keylen, plan->now, 0, &ap->st);
         } else {
             redisReply **e = &r->element[2 + 6 * i];
             ap->st.limit = parse_i64(e[0]);

@@ -1,0 +1,149 @@
+/*
+ * rule_leaky_bucket.c - a rule type loaded as a plug-in, written against version 2 of the rule
+ * API (evaluate, commit, report) and built against include/ratelimit_rule.h only.
+ *
+ * leaky_bucket {capacity, per_second}: each key's bucket fills with what it is sent and leaks
+ * per_second; a cost fits while level + cost <= capacity. Worked example: capacity 4, 2/s:
+ * 4 at t = 0 fill it (2 s until empty, 0.5 s until one unit fits: next); at t = 1 it holds
+ * 2, so 3 waits 0.5 s. The level is exact: what has not yet leaked a whole fixed
+ * point unit is kept in nanounits (frac < 1e9).
+ */
+#include <stddef.h>
+#include <stdio.h>
+
+#include "ratelimit_rule.h"
+
+typedef struct lb_params {
+    rl_fp capacity;
+    rl_fp rate; /* per second */
+} lb_params;
+
+typedef struct lb_state {
+    rl_fp level;
+    rl_ns last;
+    int64_t frac; /* leaked, not yet a whole unit, in 1e-9 units */
+} lb_state;
+
+/* The evaluation: the state brought to max(now, last). */
+typedef struct lb_ev {
+    lb_state s;
+} lb_ev;
+
+_Static_assert(sizeof(lb_ev) <= RL_EVAL_MAX, "the evaluation fits");
+
+__extension__ typedef unsigned __int128 u128;
+
+static void leak(const lb_params *p, lb_state *s, rl_ns now)
+{
+    if (now <= s->last)
+        return;
+    u128 n = (u128)(uint64_t)(now - s->last) * (uint64_t)p->rate + (uint64_t)s->frac;
+    u128 gone = n / (uint64_t)RL_NS_PER_SEC;
+    if (gone >= (u128)(uint64_t)s->level) {
+        s->level = 0;
+        s->frac = 0;
+    } else {
+        s->level -= (rl_fp)gone;
+        s->frac = (int64_t)(n % (uint64_t)RL_NS_PER_SEC);
+    }
+    s->last = now;
+}
+
+/* From s (at max(now, last)): how long until the level is at most target, counted from now. */
+static rl_ns until(const lb_params *p, const lb_state *s, rl_ns now, rl_fp target)
+{
+    if (s->level <= target)
+        return 0;
+    u128 need = (u128)(uint64_t)(s->level - target) * (uint64_t)RL_NS_PER_SEC - (uint64_t)s->frac;
+    u128 dt = (need + (uint64_t)p->rate - 1) / (uint64_t)p->rate;
+    u128 w = dt + (uint64_t)(s->last - now);
+    return w >= (u128)RL_WAIT_NEVER ? RL_WAIT_NEVER : (rl_ns)w;
+}
+
+static rl_ns wait_for(const lb_params *p, const lb_state *s, rl_ns now, rl_fp cost)
+{
+    return cost > p->capacity ? RL_WAIT_NEVER : until(p, s, now, p->capacity - cost);
+}
+
+static rl_ns lb_evaluate(const void *pp, const void *st, const char *key, size_t keylen,
+                         rl_ns now, rl_fp cost, rl_eval *ev)
+{
+    lb_ev *e = (lb_ev *)(void *)ev;
+    (void)key;
+    (void)keylen;
+    e->s = *(const lb_state *)st;
+    leak(pp, &e->s, now);
+    return wait_for(pp, &e->s, now, cost);
+}
+
+static void lb_commit(const void *pp, void *st, rl_eval *ev, rl_fp cost)
+{
+    lb_ev *e = (lb_ev *)(void *)ev;
+    (void)pp;
+    /* a charge may overfill it: saturate rather than overflow */
+    e->s.level = e->s.level > INT64_MAX / 2 - cost ? INT64_MAX / 2 : e->s.level + cost;
+    *(lb_state *)st = e->s;
+}
+
+static void lb_report(const void *pp, const rl_eval *ev, rl_ns now, rl_rule_status *out)
+{
+    const lb_params *p = pp;
+    const lb_state *s = &((const lb_ev *)(const void *)ev)->s;
+    out->limit = p->capacity;
+    out->remaining = p->capacity - s->level;
+    out->reset_after = until(p, s, now, 0);
+    out->window = until(p, &(lb_state){p->capacity, 0, 0}, 0, 0);
+    out->next = s->level > 0 ? wait_for(p, s, now, rl_status_want(out->limit, out->remaining))
+                             : 0;
+}
+
+static rl_ns lb_idle_at(const void *pp, const void *st)
+{
+    const lb_state *s = st;
+    return s->level == 0 ? 0 : s->last + until(pp, s, s->last, 0);
+}
+
+static void lb_name(const void *pp, char *buf, size_t len)
+{
+    const lb_params *p = pp;
+    char c[32], r[32];
+    rl_fmt_fp(c, sizeof c, p->capacity);
+    rl_fmt_fp(r, sizeof r, p->rate);
+    snprintf(buf, len, "leaky_bucket(%s, %s/s)", c, r);
+}
+
+static rl_fp lb_capacity(const void *pp)
+{
+    return ((const lb_params *)pp)->capacity;
+}
+
+static const rl_param_def lb_params_def[] = {
+    {"capacity", RL_PARAM_AMOUNT, offsetof(lb_params, capacity), 1e-6, 1e12, 0, 1,
+     "most the bucket holds"},
+    {"per_second", RL_PARAM_RATE, offsetof(lb_params, rate), 1e-6, 1e12, 0, 1,
+     "what leaks out per second"},
+};
+
+static const rl_rule_type leaky_bucket = {
+    .api_version = 2,
+    .name = "leaky_bucket",
+    .params = lb_params_def,
+    .nparams = sizeof lb_params_def / sizeof lb_params_def[0],
+    .params_size = sizeof(lb_params),
+    .state_size = sizeof(lb_state),
+    .default_name = lb_name,
+    .capacity = lb_capacity,
+    .idle_at = lb_idle_at,
+    .eval_size = sizeof(lb_ev),
+    .evaluate = lb_evaluate,
+    .commit = lb_commit,
+    .report = lb_report,
+};
+
+int rl_plugin_init(rl_registry *reg, unsigned api_version);
+int rl_plugin_init(rl_registry *reg, unsigned api_version)
+{
+    if (api_version < 2)
+        return -1; /* written for version 2 */
+    return rl_register_rule_type(reg, &leaky_bucket);
+}

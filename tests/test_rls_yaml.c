@@ -431,6 +431,60 @@ START_TEST(example11_share_threshold)
 }
 END_TEST
 
+START_TEST(every_unit)
+{
+    /* windows from 0 of every unit; at t = 100000000.5 (day 1157, 09:46:40) each ends in
+     * unit - 100000000 % unit seconds */
+    yt t;
+    yt_open(&t,
+            "domain: u\n"
+            "descriptors:\n"
+            "  - {key: s, rate_limit: {unit: second, requests_per_unit: 2}}\n"
+            "  - {key: m, rate_limit: {unit: minute, requests_per_unit: 2}}\n"
+            "  - {key: h, rate_limit: {unit: hour, requests_per_unit: 2}}\n"
+            "  - {key: d, rate_limit: {unit: day, requests_per_unit: 2}}\n"
+            "  - {key: w, rate_limit: {unit: week, requests_per_unit: 2}}\n"
+            "  - {key: mo, rate_limit: {unit: month, requests_per_unit: 2}}\n"
+            "  - {key: y, rate_limit: {unit: year, requests_per_unit: 2}}\n",
+            NULL);
+    ck_assert_int_eq(yt_ask(&t, "u", 100000000.5, 0, "s=1; m=1; h=1; d=1; w=1; mo=1; y=1"), OK);
+    expect(&t, 0, OK, 2, RLD_UNIT_SECOND, 1, 1);
+    expect(&t, 1, OK, 2, RLD_UNIT_MINUTE, 1, 20);     /* 100000000 % 60 = 40 */
+    expect(&t, 2, OK, 2, RLD_UNIT_HOUR, 1, 800);      /* % 3600 = 2800 */
+    expect(&t, 3, OK, 2, RLD_UNIT_DAY, 1, 51200);     /* % 86400 = 35200 */
+    expect(&t, 4, OK, 2, RLD_UNIT_WEEK, 1, 396800);   /* % 604800 = 208000 */
+    expect(&t, 5, OK, 2, RLD_UNIT_MONTH, 1, 1088000); /* % 2592000 = 1504000 */
+    expect(&t, 6, OK, 2, RLD_UNIT_YEAR, 1, 26144000); /* % 31536000 = 5392000 */
+    /* the week ends at 100396800: a second before, w has none left after a hit; then two */
+    ck_assert_int_eq(yt_ask(&t, "u", 100396799, 0, "w=1"), OK);
+    expect(&t, 0, OK, 2, RLD_UNIT_WEEK, 0, 1);
+    ck_assert_int_eq(yt_ask(&t, "u", 100396800, 0, "w=1"), OK);
+    expect(&t, 0, OK, 2, RLD_UNIT_WEEK, 1, 604800);
+    yt_close(&t);
+}
+END_TEST
+
+START_TEST(native_algorithms)
+{
+    /* the same numbers, another shape: a token bucket of 60 refilled at 60 a minute (1/s) */
+    yt t;
+    yt_open(&t,
+            "domain: n\n"
+            "descriptors:\n"
+            "  - key: k\n"
+            "    rate_limit: {unit: minute, requests_per_unit: 60, algorithm: token_bucket}\n",
+            NULL);
+    ck_assert_int_eq(yt_ask(&t, "n", 30, 60, "k=a"), OK);
+    ck_assert_uint_eq(t.st[0].remaining, 0);
+    ck_assert_int_eq(yt_ask(&t, "n", 30, 0, "k=a"), OVER);
+    /* 5 s later 5 tokens are back (a fixed window would wait for the minute's end) */
+    ck_assert_int_eq(yt_ask(&t, "n", 35, 5, "k=a"), OK);
+    ck_assert_uint_eq(t.st[0].remaining, 0);
+    ck_assert_str_eq(t.st[0].rule->type->name, "token_bucket");
+    yt_close(&t);
+}
+END_TEST
+
 /* ---- the request: domain, override, hits_addend -------------------------------------------- */
 
 static const char *basic = "domain: test-domain\n"
@@ -638,6 +692,8 @@ static Suite *rls_yaml_suite(void)
     tcase_add_test(tc, example8_value_beats_key);
     tcase_add_test(tc, example9_wildcards);
     tcase_add_test(tc, example11_share_threshold);
+    tcase_add_test(tc, every_unit);
+    tcase_add_test(tc, native_algorithms);
     suite_add_tcase(s, tc);
     tc = tcase_create("request");
     tcase_add_test(tc, unknown_domain_limits_nothing);

@@ -4,6 +4,7 @@
  * are worked out by hand, the limit override, both hits_addends, and the cases where
  * ratelimitd differs on purpose (a denied request counts against none of its descriptors).
  */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -677,6 +678,62 @@ START_TEST(statistics_as_upstream_counts)
 }
 END_TEST
 
+/* ---- threads -------------------------------------------------------------------------------- */
+
+static yt shared;
+
+static void *hammer(void *arg)
+{
+    /* 1000 requests of two descriptors: the configured counter, and an override's */
+    rld_yentry e[2] = {{"key1", 4, "value1", 6}, {"subkey1", 7, "x", 1}};
+    rld_ydescreq d[2] = {{.entries = e, .nentries = 2},
+                         {.entries = e,
+                          .nentries = 2,
+                          .has_override = 1,
+                          .override_rpu = 100000,
+                          .override_unit = RLD_UNIT_HOUR}};
+    rld_ystatus st[2];
+    rld_ycode overall;
+    rl_err err;
+    (void)arg;
+    for (int i = 0; i < 1000; i++) {
+        rld_yreq r = {
+            .domain = "test-domain", .domain_len = 11, .desc = d, .ndesc = 2, .now = S(1)};
+        ck_assert_int_eq(rld_yrls_decide(shared.y, shared.lim, &r, st, &overall, &err), RL_OK);
+        ck_assert_int_eq(overall, OK);
+    }
+    return NULL;
+}
+
+START_TEST(threads_share_counters_and_stats)
+{
+    pthread_t th[4];
+    yt_open(&shared,
+            "domain: test-domain\n"
+            "descriptors:\n"
+            "  - key: key1\n"
+            "    value: value1\n"
+            "    descriptors:\n"
+            "      - key: subkey1\n"
+            "        detailed_metric: true\n"
+            "        rate_limit: {unit: minute, requests_per_unit: 5000}\n",
+            NULL);
+    for (int i = 0; i < 4; i++)
+        ck_assert_int_eq(pthread_create(&th[i], NULL, hammer, NULL), 0);
+    for (int i = 0; i < 4; i++)
+        pthread_join(th[i], NULL);
+    /* 4000 of 5000 taken, and 4000 of the override's 100000 */
+    ck_assert_int_eq(yt_ask(&shared, "test-domain", 1, 0, "key1=value1, subkey1=x @h0"), OK);
+    ck_assert_uint_eq(shared.st[0].remaining, 1000);
+    ck_assert_int_eq(
+        yt_ask(&shared, "test-domain", 1, 0, "key1=value1, subkey1=x @h0 @o100000/HOUR"), OK);
+    ck_assert_uint_eq(shared.st[0].remaining, 96000);
+    has_line(metrics_of(&shared), "ratelimit_service_rate_limit_total_hits{domain=\"test-domain\","
+                                  "key1=\"key1_value1\",key2=\"subkey1_x\"} 8000");
+    yt_close(&shared);
+}
+END_TEST
+
 static Suite *rls_yaml_suite(void)
 {
     Suite *s = suite_create("rls_yaml");
@@ -702,6 +759,7 @@ static Suite *rls_yaml_suite(void)
     tcase_add_test(tc, bad_requests);
     tcase_add_test(tc, keys_are_found_again_from_the_store);
     tcase_add_test(tc, statistics_as_upstream_counts);
+    tcase_add_test(tc, threads_share_counters_and_stats);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -84,6 +84,11 @@ static rl_ns request_time(rld_app *app, int has_now, double now)
     return t;
 }
 
+rl_ns rld_app_time(rld_app *app, int has_now, double now)
+{
+    return request_time(app, has_now, now);
+}
+
 void rld_app_tick(rld_app *app)
 {
     tick_to(app, request_time(app, 0, 0));
@@ -408,6 +413,8 @@ int rld_app_init(rld_app *app, rl_registry *reg, rl_limiter *lim, const rld_sett
     app->lim = lim;
     app->set = set;
     app->manual_clock = manual_clock;
+    app->rls = (rld_rls){
+        .lim = lim, .domain = set->domain, .ratelimit_headers = set->grpc_ratelimit_headers};
     pthread_mutex_init(&app->tick_mu, NULL);
     for (size_t i = 0; i < rld_nroutes; i++)
         endpoint_names[i] = rld_routes[i].endpoint;

@@ -62,6 +62,7 @@ struct rld_yrls {
     size_t noverrides;
     override overrides[MAX_OVERRIDES];
     int global_shadow;
+    int charge; /* some limit is charge: true */
     int upstream_headers;
     char header[3][64]; /* envoyproxy/ratelimit's limit, remaining and reset header names */
 };
@@ -191,14 +192,14 @@ static int build_tree(build *b, const rld_ydesc *v, size_t n, const char *parent
         if (d->has_limit && !(b->dom->stat_key[d->id] = strdup(composite + strlen(b->domain) + 1)))
             return rl_errf(b->err, RL_ENOMEM, "out of memory");
         if (d->has_limit && !d->limit.unlimited) {
-            if (d->charge)
-                return rl_errf(b->err, RL_EINVAL, "%s: %s.charge: not available yet", d->file,
-                               d->path);
             rule_name(name, sizeof name, composite);
             int rc = make_rules(b->y->reg, d->limit.algorithm, d->limit.requests_per_unit,
                                 d->limit.unit, name, &b->dom->rules[d->id], b->err);
             if (rc != RL_OK)
                 return prefix(b->err, rc, d->file, d->path);
+            /* charged after the fact: hits always count, checks wait out a negative balance */
+            b->dom->rules[d->id]->v[0].charge = d->charge;
+            b->y->charge |= d->charge;
         }
         int rc = build_tree(b, d->children, d->nchildren, composite);
         if (rc != RL_OK)
@@ -294,6 +295,11 @@ void rld_yrls_free(rld_yrls *y)
     pthread_mutex_destroy(&y->mu);
     rld_yconf_free(y->conf);
     free(y);
+}
+
+int rld_yrls_charges(const rld_yrls *y)
+{
+    return y->charge;
 }
 
 const rld_yconf *rld_yrls_conf(const rld_yrls *y)
@@ -851,7 +857,8 @@ int rld_yrls_decide(rld_yrls *y, rl_limiter *lim, const rld_yreq *req, rld_ystat
         resolve(y, dom, req, i, &st[i], &p, share[i]);
     apply_replaces(req, st, &p);
     for (size_t i = 0; i < req->ndesc; i++)
-        if (p.rules[i] && (rc = add_item(dom, req, i, st, &p, share[i], y->global_shadow, err)) != RL_OK)
+        if (p.rules[i] &&
+            (rc = add_item(dom, req, i, st, &p, share[i], y->global_shadow, err)) != RL_OK)
             return rc;
 
     d.allowed = 1;
@@ -861,8 +868,10 @@ int rld_yrls_decide(rld_yrls *y, rl_limiter *lim, const rld_yreq *req, rld_ystat
     for (size_t i = 0; i < req->ndesc; i++)
         if (p.rules[i] && !p.shadow[i]) {
             const rl_applied *a = &d.applied[p.item[i]];
-            status_from(&st[i], a, a->wait > 0, req->now);
-            if (a->wait > 0)
+            /* a charge rule blocks only a check (hits 0) */
+            int over = a->wait > 0 && !(a->charge && p.main[p.item[i]].cost > 0);
+            status_from(&st[i], a, over, req->now);
+            if (over)
                 *overall = RLD_YCODE_OVER_LIMIT;
             count(stat_of(y, di, &req->desc[i], &st[i], p.path[i]), &st[i], d.allowed, 0);
         }

@@ -486,6 +486,35 @@ START_TEST(native_algorithms)
 }
 END_TEST
 
+START_TEST(charge_after_the_fact)
+{
+    /* an AI gateway's token limit: a check (hits 0) before the model call, the real count
+     * after it, recorded even past the limit; later checks wait out the debt */
+    yt t;
+    yt_open(&t,
+            "domain: ai\n"
+            "descriptors:\n"
+            "  - key: api_key\n"
+            "    charge: true\n"
+            "    rate_limit: {unit: minute, requests_per_unit: 1000}\n",
+            NULL);
+    ck_assert_int_eq(yt_ask(&t, "ai", 1, 0, "api_key=k @h0"), OK);
+    expect(&t, 0, OK, 1000, RLD_UNIT_MINUTE, 1000, 59);
+    ck_assert_int_eq(yt_ask(&t, "ai", 2, 0, "api_key=k @h800"), OK);
+    expect(&t, 0, OK, 1000, RLD_UNIT_MINUTE, 200, 58);
+    /* 700 more: 1500 of 1000, recorded, and not denied (nobody waits for this answer) */
+    ck_assert_int_eq(yt_ask(&t, "ai", 3, 0, "api_key=k @h700"), OK);
+    expect(&t, 0, OK, 1000, RLD_UNIT_MINUTE, 0, 57);
+    ck_assert_int_eq(t.st[0].st.remaining, -500 * RL_FP_ONE);
+    /* the next check is over until the window ends */
+    ck_assert_int_eq(yt_ask(&t, "ai", 4, 0, "api_key=k @h0"), OVER);
+    ck_assert_int_eq(yt_ask(&t, "ai", 60, 0, "api_key=k @h0"), OK);
+    expect(&t, 0, OK, 1000, RLD_UNIT_MINUTE, 1000, 60);
+    ck_assert(rld_yrls_charges(t.y));
+    yt_close(&t);
+}
+END_TEST
+
 /* ---- the request: domain, override, hits_addend -------------------------------------------- */
 
 static const char *basic = "domain: test-domain\n"
@@ -756,6 +785,7 @@ static Suite *rls_yaml_suite(void)
     tcase_add_test(tc, unknown_domain_limits_nothing);
     tcase_add_test(tc, limit_override_counts_on_its_own);
     tcase_add_test(tc, hits_addends);
+    tcase_add_test(tc, charge_after_the_fact);
     tcase_add_test(tc, bad_requests);
     tcase_add_test(tc, keys_are_found_again_from_the_store);
     tcase_add_test(tc, statistics_as_upstream_counts);

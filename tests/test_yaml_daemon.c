@@ -105,6 +105,29 @@ START_TEST(json_settings_with_yaml_limits)
 }
 END_TEST
 
+START_TEST(charge_needs_the_memory_store)
+{
+    su_server s;
+    char *out, path[400], want[600];
+    su_tmpdir(&s);
+    su_write(s.dir, "ai.yaml",
+             "domain: ai\ndescriptors:\n  - key: api_key\n    charge: true\n"
+             "    rate_limit: {unit: minute, requests_per_unit: 1000}\n");
+    char json[600]; /* the YAML by its full path: --check-config runs in the test's directory */
+    snprintf(json, sizeof json, "{\"store\": \"redis\", \"ratelimit_config\": \"%s/ai.yaml\"}",
+             s.dir);
+    snprintf(path, sizeof path, "%s", su_write(s.dir, "redis.json", json));
+    const char *a1[] = {su_binary(), "--check-config", path, NULL};
+    ck_assert_int_eq(su_run(a1, &out), 1);
+    snprintf(want, sizeof want,
+             "%s: ratelimit_config: charge: the Redis store does not support "
+             "charged limits yet (use the memory store)\n",
+             path);
+    ck_assert_str_eq(out, want);
+    free(out);
+}
+END_TEST
+
 static Suite *yaml_daemon_suite(void)
 {
     Suite *s = suite_create("yaml_daemon");
@@ -113,6 +136,7 @@ static Suite *yaml_daemon_suite(void)
     tcase_add_test(tc, check_config_on_yaml);
     tcase_add_test(tc, serves_a_directory);
     tcase_add_test(tc, json_settings_with_yaml_limits);
+    tcase_add_test(tc, charge_needs_the_memory_store);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -328,7 +328,16 @@ static const rld_setting root_rows[] = {
      .kind = RLD_SET_CONFIG,
      .required = 1,
      .doc_value = "list of levels",
-     .help = "the ordered list of levels, see the `levels` table below"},
+     .help = "the ordered list of levels, see the `levels` table below (unless "
+             "`ratelimit_config` is given)"},
+    {.name = "ratelimit_config",
+     .kind = RLD_SET_STRING,
+     .offset = OFF(ratelimit_config),
+     .min = 1,
+     .max = 4096,
+     .help = "envoyproxy/ratelimit's YAML configuration instead of `levels`: a `.yaml` or `.yml` "
+             "file or a directory of them, relative to the working directory (see [Coming from "
+             "envoyproxy/ratelimit](#coming-from-envoyproxyratelimit))"},
     {.name = "tiers",
      .kind = RLD_SET_CONFIG,
      .doc_value = "object",

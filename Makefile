@@ -26,6 +26,7 @@ ifneq ($(SANITIZE),)
 endif
 
 # Libraries come from pkg-config; the core library uses none of them.
+# A library added here goes into both apt-get lines of the Dockerfile too (make container-test).
 PKG_SVC  := jansson libmicrohttpd hiredis libprotobuf-c libnghttp2 yaml-0.1
 PKG_TEST := check libcurl
 PKG_ALL  := $(PKG_SVC) $(PKG_TEST)

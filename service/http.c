@@ -81,6 +81,7 @@ struct rld_http {
     char *auth; /* "Bearer <token>", or NULL */
     int port;
     int stopping; /* atomic */
+    long open;    /* atomic: connections accepted and not yet closed */
 };
 
 static rl_ns mono_now(void)
@@ -507,7 +508,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
 static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
                           enum MHD_ConnectionNotificationCode toe)
 {
-    (void)cls;
+    worker *w = cls;
     (void)c;
     if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
         conn_ctx *cc = malloc(sizeof *cc);
@@ -523,6 +524,7 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_con
         else
             free(cc);
         *socket_context = NULL;
+        __atomic_sub_fetch(&w->h->open, 1, __ATOMIC_RELAXED);
     }
 }
 
@@ -537,6 +539,24 @@ static void on_mhd_log(void *cls, const char *fmt, va_list ap)
 }
 
 /* ---- the daemon ------------------------------------------------------------------------- */
+
+/* Answers a connection past max_connections with 503 and closes it, so that a client learns at
+ * once rather than waiting in a queue. The socket is new, so the short answer fits its buffer. */
+static void refuse(const rld_http *h, int fd)
+{
+    char body[128], msg[384];
+    int nb = snprintf(body, sizeof body,
+                      "{\"error\":\"connections: %u open, the most max_connections allows\"}",
+                      h->cfg.max_connections);
+    int n = snprintf(msg, sizeof msg,
+                     "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+                     "Retry-After: 1\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s",
+                     nb, body);
+    if (write(fd, msg, (size_t)n) < 0) {
+        /* the client is gone already */
+    }
+    close(fd);
+}
 
 /* Connections go round-robin to the workers. libmicrohttpd's own thread pool lets every worker
  * accept from one shared socket, and a burst of new connections (a client opening its pool)
@@ -573,10 +593,18 @@ static void *accept_loop(void *arg)
                 break;
             }
             int one = 1;
+            if (h->cfg.max_connections &&
+                __atomic_load_n(&h->open, __ATOMIC_RELAXED) >= (long)h->cfg.max_connections) {
+                refuse(h, fd);
+                continue;
+            }
             setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+            __atomic_add_fetch(&h->open, 1, __ATOMIC_RELAXED);
             /* closes fd itself when it fails */
-            if (MHD_add_connection(h->d[next], fd, (struct sockaddr *)&ss, sl) != MHD_YES)
+            if (MHD_add_connection(h->d[next], fd, (struct sockaddr *)&ss, sl) != MHD_YES) {
+                __atomic_sub_fetch(&h->open, 1, __ATOMIC_RELAXED);
                 rld_log("error: a new connection could not be taken: %s", strerror(errno));
+            }
             next = next + 1 == h->nd ? 0 : next + 1;
         }
     }
@@ -676,7 +704,8 @@ rld_http *rld_http_start(const rld_http_config *cfg, rl_err *err)
         h->d[h->nd] = MHD_start_daemon(
             flags, 0, NULL, NULL, on_access, w, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, h,
             MHD_OPTION_NOTIFY_COMPLETED, on_completed, w, MHD_OPTION_NOTIFY_CONNECTION,
-            on_connection, w, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120,
+            on_connection, w, MHD_OPTION_CONNECTION_TIMEOUT,
+            cfg->connection_timeout ? cfg->connection_timeout : 30u,
             MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)CONN_MEMORY, MHD_OPTION_END);
         if (!h->d[h->nd]) {
             snprintf(err->msg, sizeof err->msg, "cannot start the HTTP workers");

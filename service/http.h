@@ -55,6 +55,9 @@ typedef struct rld_http_config {
     const char *address; /* IPv4 or IPv6 literal */
     int port;            /* 0: any free port */
     int threads;         /* worker threads (1 to RLD_MAX_WORKERS) */
+    unsigned max_connections;    /* open at once; past it a new one gets 503 and is closed (0:
+                                    no limit) */
+    unsigned connection_timeout; /* seconds idle before a connection is closed (0: 30) */
     const char *admin_token; /* NULL: admin routes are open */
     const rld_route *routes;
     size_t nroutes;

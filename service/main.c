@@ -293,6 +293,8 @@ static int serve(const opts *o)
     rld_http_config hc = {.address = set.address,
                           .port = set.port,
                           .threads = threads_for(&set),
+                          .max_connections = (unsigned)set.max_connections,
+                          .connection_timeout = (unsigned)set.connection_timeout,
                           .admin_token = set.admin_token,
                           .routes = rld_routes,
                           .nroutes = rld_nroutes,

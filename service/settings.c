@@ -184,6 +184,22 @@ static const rld_setting root_rows[] = {
      .def = 0,
      .help = "HTTP worker threads; 0 = one per CPU, and with the Redis store at least one per "
              "pooled connection (`pool`, 8), since a worker waits on Redis for each decision"},
+    {.name = "max_connections",
+     .kind = RLD_SET_INT,
+     .offset = OFF(max_connections),
+     .min = 1,
+     .max = 1000000,
+     .def = 4096,
+     .help = "connections served at once; past it a new connection is answered 503 and closed "
+             "at once, not queued"},
+    {.name = "connection_timeout",
+     .kind = RLD_SET_INT,
+     .offset = OFF(connection_timeout),
+     .min = 1,
+     .max = 86400,
+     .def = 30,
+     .help = "seconds a connection may stay idle (no request, or a request that stalls) before "
+             "it is closed, so that slow clients cannot pin the server"},
     {.name = "store",
      .kind = RLD_SET_OBJECT,
      .sub = &rld_settings_store,

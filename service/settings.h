@@ -48,6 +48,8 @@ typedef struct rld_settings {
     char address[64]; /* listen address */
     int port;
     int threads;           /* HTTP worker threads; 0 = one per CPU */
+    int max_connections;   /* connections served at once */
+    int connection_timeout; /* seconds a connection may stay idle */
     char *admin_token;     /* NULL: admin endpoints are open */
     char *quota_file;      /* NULL: quotas set at run time are not kept */
     char *state_file;      /* NULL: per-key state and reservations are not kept across restarts */

@@ -1,0 +1,259 @@
+/*
+ * test_hardening.c - the real ratelimitd against abuse: the connection limit (a connection past
+ * max_connections is answered 503 at once and closed), the idle timeout (a connection that
+ * sends nothing is closed after connection_timeout), and the limits of a request (a key over
+ * 256 bytes, a body over 64 KiB). Connections are raw sockets, so that nothing in between
+ * opens, reuses or times out connections on its own.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "srvutil.h"
+
+static const char *limits_cfg =
+    "{\"max_connections\": 2, \"connection_timeout\": 1, \"threads\": 1, \"levels\": ["
+    " {\"name\": \"user\", \"rules\": [{\"type\": \"token_bucket\", \"capacity\": 5, "
+    "\"per_second\": 1}]}]}";
+
+static int connect_to(const su_server *s)
+{
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)s->port)};
+    inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_msg(connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0, "connect: %s",
+                  strerror(errno));
+    return fd;
+}
+
+/* Reads until the peer closes or ms pass; returns what came (malloc'd) and sets *closed. */
+static char *read_until_closed(int fd, int ms, int *closed)
+{
+    size_t n = 0, cap = 65536;
+    char *buf = malloc(cap + 1);
+    *closed = 0;
+    for (;;) {
+        struct pollfd pf = {fd, POLLIN, 0};
+        if (poll(&pf, 1, ms) <= 0)
+            break;
+        ssize_t r = read(fd, buf + n, cap - n);
+        if (r <= 0) {
+            *closed = 1;
+            break;
+        }
+        n += (size_t)r;
+        if (n == cap)
+            break;
+    }
+    buf[n] = '\0';
+    return buf;
+}
+
+/* Sends a whole request on fd and reads one answer's head and body (up to the body's end as
+ * told by Content-Length). */
+static char *exchange(int fd, const char *req)
+{
+    ck_assert_int_eq(write(fd, req, strlen(req)), (ssize_t)strlen(req));
+    char *buf = calloc(1, 65537);
+    size_t n = 0;
+    while (n < 65536) {
+        struct pollfd pf = {fd, POLLIN, 0};
+        ck_assert_msg(poll(&pf, 1, 10000) == 1, "no answer to %s", req);
+        ssize_t r = read(fd, buf + n, 65536 - n);
+        ck_assert_msg(r > 0, "closed before the answer to %s", req);
+        n += (size_t)r;
+        const char *end = strstr(buf, "\r\n\r\n"), *cl = strstr(buf, "Content-Length: ");
+        if (end && cl && n >= (size_t)(end + 4 - buf) + strtoul(cl + 16, NULL, 10))
+            break;
+    }
+    return buf;
+}
+
+static const char healthz[] = "GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n";
+
+START_TEST(connections_past_the_limit_are_refused_at_once)
+{
+    su_server s;
+    int closed;
+    su_tmpdir(&s);
+    su_start(&s, limits_cfg, NULL);
+    /* two connections, each served once so the server holds them both */
+    int a = connect_to(&s), b = connect_to(&s);
+    char *r = exchange(a, healthz);
+    ck_assert_ptr_nonnull(strstr(r, "HTTP/1.1 200"));
+    free(r);
+    r = exchange(b, healthz);
+    ck_assert_ptr_nonnull(strstr(r, "HTTP/1.1 200"));
+    free(r);
+    /* the third is answered 503 and closed without sending anything */
+    int c = connect_to(&s);
+    r = read_until_closed(c, 5000, &closed);
+    ck_assert_msg(closed, "the third connection stayed open: %s", r);
+    ck_assert_msg(strncmp(r, "HTTP/1.1 503 ", 13) == 0, "got %s", r);
+    ck_assert_ptr_nonnull(strstr(r, "Retry-After: 1\r\n"));
+    ck_assert_ptr_nonnull(
+        strstr(r, "{\"error\":\"connections: 2 open, the most max_connections allows\"}"));
+    free(r);
+    close(c);
+    /* the two still work; once one closes, a new connection is served again */
+    r = exchange(a, healthz);
+    ck_assert_ptr_nonnull(strstr(r, "HTTP/1.1 200"));
+    free(r);
+    close(a);
+    int d = -1;
+    for (int i = 0; i < 100; i++) {
+        /* the server counts the close when its worker sees it */
+        d = connect_to(&s);
+        r = exchange(d, healthz);
+        int ok = strstr(r, "HTTP/1.1 200") != NULL;
+        free(r);
+        if (ok)
+            break;
+        close(d);
+        d = -1;
+        usleep(20000);
+    }
+    ck_assert_msg(d >= 0, "no connection was served after one closed");
+    close(d);
+    close(b);
+    ck_assert_int_eq(su_stop(&s), 0);
+}
+END_TEST
+
+START_TEST(idle_connections_are_closed_after_the_timeout)
+{
+    su_server s;
+    int closed;
+    su_tmpdir(&s);
+    su_start(&s, limits_cfg, NULL);
+    /* one that never sends, and one that stalls in the middle of its headers: both closed after
+     * about 1 s (connection_timeout); 20 s is only a bound for a slow machine */
+    int idle = connect_to(&s), stalled = connect_to(&s);
+    const char part[] = "POST /acquire HTTP/1.1\r\nHost: t\r\nContent-Le";
+    ck_assert_int_eq(write(stalled, part, sizeof part - 1), (ssize_t)(sizeof part - 1));
+    char *r = read_until_closed(idle, 20000, &closed);
+    ck_assert_msg(closed, "an idle connection stayed open 20 s");
+    ck_assert_str_eq(r, "");
+    free(r);
+    r = read_until_closed(stalled, 20000, &closed);
+    ck_assert_msg(closed, "a stalled connection stayed open 20 s");
+    free(r);
+    close(idle);
+    close(stalled);
+    /* the slots they held are free again */
+    int c = -1;
+    for (int i = 0; i < 100 && c < 0; i++) {
+        c = connect_to(&s);
+        r = exchange(c, healthz);
+        if (!strstr(r, "HTTP/1.1 200")) {
+            close(c);
+            c = -1;
+            usleep(20000);
+        }
+        free(r);
+    }
+    ck_assert_int_ge(c, 0);
+    close(c);
+    ck_assert_int_eq(su_stop(&s), 0);
+}
+END_TEST
+
+START_TEST(default_timeout_keeps_a_quiet_connection)
+{
+    su_server s;
+    int closed;
+    su_tmpdir(&s);
+    /* the default connection_timeout is 30 s: a connection quiet for 2 s is still served */
+    su_start(&s,
+             "{\"levels\": [{\"name\": \"user\", \"rules\": [{\"type\": \"token_bucket\", "
+             "\"capacity\": 5, \"per_second\": 1}]}]}",
+             NULL);
+    int fd = connect_to(&s);
+    char *r = read_until_closed(fd, 2000, &closed);
+    ck_assert_msg(!closed, "closed after less than 2 s");
+    free(r);
+    r = exchange(fd, healthz);
+    ck_assert_ptr_nonnull(strstr(r, "HTTP/1.1 200"));
+    free(r);
+    close(fd);
+    ck_assert_int_eq(su_stop(&s), 0);
+}
+END_TEST
+
+START_TEST(request_limits)
+{
+    su_server s;
+    char body[400];
+    su_tmpdir(&s);
+    su_start(&s, limits_cfg, NULL);
+    /* a key of exactly 256 bytes is fine, 257 is refused and changes nothing */
+    snprintf(body, sizeof body, "{\"keys\": {\"user\": \"%0256d\"}}", 0);
+    su_resp r = su_req(&s, "POST", "/acquire", body, NULL);
+    ck_assert_int_eq(r.status, 200);
+    su_resp_free(&r);
+    snprintf(body, sizeof body, "{\"keys\": {\"user\": \"%0257d\"}}", 0);
+    r = su_req(&s, "POST", "/acquire", body, NULL);
+    ck_assert_int_eq(r.status, 400);
+    ck_assert_str_eq(su_error(&r), "keys.user: must be at most 256 bytes");
+    su_resp_free(&r);
+    /* a body of 64 KiB + 1 is refused with 413 */
+    char *big = malloc(65538);
+    memset(big, ' ', 65537);
+    big[0] = '{';
+    big[65536] = '}';
+    big[65537] = '\0';
+    r = su_req(&s, "POST", "/acquire", big, NULL);
+    ck_assert_int_eq(r.status, 413);
+    ck_assert_str_eq(su_error(&r), "body: larger than 65536 bytes");
+    su_resp_free(&r);
+    free(big);
+    ck_assert_int_eq(su_stop(&s), 0);
+}
+END_TEST
+
+START_TEST(limit_settings_are_checked)
+{
+    const char *argv[] = {su_binary(), "--check-config", NULL, NULL};
+    char *out;
+    su_server s;
+    su_tmpdir(&s);
+    argv[2] = su_write(s.dir, "c.json",
+                       "{\"max_connections\": 0, \"levels\": [{\"name\": \"u\", \"rules\": "
+                       "[{\"type\": \"gcra\", \"per_second\": 1}]}]}");
+    ck_assert_int_eq(su_run(argv, &out), 1);
+    ck_assert_msg(strstr(out, "max_connections: "), "%s", out);
+    free(out);
+    argv[2] = su_write(s.dir, "c.json",
+                       "{\"connection_timeout\": 0.5, \"levels\": [{\"name\": \"u\", \"rules\": "
+                       "[{\"type\": \"gcra\", \"per_second\": 1}]}]}");
+    ck_assert_int_eq(su_run(argv, &out), 1);
+    ck_assert_msg(strstr(out, "connection_timeout: "), "%s", out);
+    free(out);
+}
+END_TEST
+
+static Suite *hardening_suite(void)
+{
+    Suite *s = suite_create("hardening");
+    TCase *tc = tcase_create("server");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, connections_past_the_limit_are_refused_at_once);
+    tcase_add_test(tc, idle_connections_are_closed_after_the_timeout);
+    tcase_add_test(tc, default_timeout_keeps_a_quiet_connection);
+    tcase_add_test(tc, request_limits);
+    tcase_add_test(tc, limit_settings_are_checked);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    return su_main(hardening_suite());
+}

@@ -357,10 +357,10 @@ static void h_quota_delete(void *ctx, rld_req *r)
 /* ---- the table ---------------------------------------------------------------------------- */
 
 const rld_route rld_routes[] = {
-    {"/acquire", "/acquire", "POST", {{"POST", h_acquire, 0}, {NULL, NULL, 0}}},
-    {"/check", "/check", "GET", {{"GET", h_check, 0}, {NULL, NULL, 0}}},
-    {"/refund", "/refund", "POST", {{"POST", h_refund, 0}, {NULL, NULL, 0}}},
-    {"/release", "/release", "POST", {{"POST", h_release, 0}, {NULL, NULL, 0}}},
+    {"/acquire", "/acquire", "POST", {{"POST", h_acquire, RLD_ACQUIRE}, {NULL, NULL, 0}}},
+    {"/check", "/check", "GET", {{"GET", h_check, RLD_ACQUIRE}, {NULL, NULL, 0}}},
+    {"/refund", "/refund", "POST", {{"POST", h_refund, RLD_ACQUIRE}, {NULL, NULL, 0}}},
+    {"/release", "/release", "POST", {{"POST", h_release, RLD_ACQUIRE}, {NULL, NULL, 0}}},
     {"/rules", "/rules", "GET", {{"GET", h_rules, 0}, {NULL, NULL, 0}}},
     {"/quota/",
      "/quota",
@@ -369,8 +369,8 @@ const rld_route rld_routes[] = {
       {"PUT", h_quota_put, RLD_ADMIN},
       {"DELETE", h_quota_delete, RLD_ADMIN},
       {NULL, NULL, 0}}},
-    {"/metrics", "/metrics", "GET", {{"GET", h_metrics, 0}, {NULL, NULL, 0}}},
-    {"/healthz", "/healthz", "GET", {{"GET", h_healthz, 0}, {NULL, NULL, 0}}},
+    {"/metrics", "/metrics", "GET", {{"GET", h_metrics, RLD_METRICS}, {NULL, NULL, 0}}},
+    {"/healthz", "/healthz", "GET", {{"GET", h_healthz, RLD_METRICS}, {NULL, NULL, 0}}},
 };
 const size_t rld_nroutes = sizeof rld_routes / sizeof rld_routes[0];
 

@@ -20,6 +20,7 @@
 
 #include "http.h"
 #include "log.h"
+#include "tokens.h"
 
 #define BODY_INLINE 2048
 #define OUT_INLINE 4096
@@ -78,7 +79,7 @@ struct rld_http {
     pthread_t acceptor;
     int accepting;  /* the acceptor thread runs */
     rld_http_config cfg;
-    char *auth; /* "Bearer <token>", or NULL */
+    char *token[3]; /* admin, acquire and metrics tokens (copies), NULL when not needed */
     int port;
     int stopping; /* atomic */
     long open;    /* atomic: connections accepted and not yet closed */
@@ -369,19 +370,14 @@ void rld_reply_text(rld_req *r, int status, const char *ctype, char *text)
 
 /* ---- the access handler ----------------------------------------------------------------- */
 
-static int authorized(const rld_http *h, struct MHD_Connection *c)
+static int authorized(const rld_http *h, struct MHD_Connection *c, unsigned flags)
 {
-    const char *got = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
-                                                  MHD_HTTP_HEADER_AUTHORIZATION);
-    if (!h->auth)
-        return 1;
-    if (!got || strlen(got) != strlen(h->auth) || strncasecmp(got, "Bearer ", 7) != 0)
-        return 0;
-    /* the token is compared in constant time */
-    unsigned char diff = 0;
-    for (size_t i = 7; h->auth[i]; i++)
-        diff |= (unsigned char)(got[i] ^ h->auth[i]);
-    return diff == 0;
+    const char *want = flags & RLD_ADMIN     ? h->token[0]
+                       : flags & RLD_ACQUIRE ? h->token[1]
+                       : flags & RLD_METRICS ? h->token[2]
+                                             : NULL;
+    return rld_token_matches(want, MHD_lookup_connection_value(c, MHD_HEADER_KIND,
+                                                               MHD_HTTP_HEADER_AUTHORIZATION));
 }
 
 int rld_route_find(const rld_route *routes, size_t n, const char *url, const char *method,
@@ -425,7 +421,7 @@ static void reply_early(rld_req *r, const char *url, const char *method)
         rld_header www = {"WWW-Authenticate", "Bearer realm=\"ratelimitd\""};
         reply_error_with(r, 401, &www, 1,
                          "authorization: this endpoint needs \"Authorization: Bearer "
-                         "<admin_token>\"");
+                         "<token>\" with a valid token");
     }
 }
 
@@ -445,7 +441,7 @@ static enum MHD_Result first_call(rld_http *h, rld_req *r, const char *url, cons
         r->early = routed;
     else if (length > RLD_MAX_BODY)
         r->early = 413;
-    else if ((r->m->flags & RLD_ADMIN) && !authorized(h, r->c))
+    else if (!authorized(h, r->c, r->m->flags))
         r->early = 401;
     if (r->early == 413) {
         reply_early(r, url, method);
@@ -681,14 +677,12 @@ rld_http *rld_http_start(const rld_http_config *cfg, rl_err *err)
     h->cfg = *cfg;
     h->lfd = -1;
     h->wake[0] = h->wake[1] = -1;
-    if (cfg->admin_token) {
-        size_t n = strlen(cfg->admin_token);
-        if (!(h->auth = malloc(n + 8))) {
+    const char *tokens[3] = {cfg->admin_token, cfg->acquire_token, cfg->metrics_token};
+    for (int i = 0; i < 3; i++)
+        if (tokens[i] && !(h->token[i] = strdup(tokens[i]))) {
             snprintf(err->msg, sizeof err->msg, "out of memory");
             goto fail;
         }
-        snprintf(h->auth, n + 8, "Bearer %s", cfg->admin_token);
-    }
     if ((h->lfd = listen_on(cfg, err)) < 0)
         goto fail;
     struct sockaddr_storage ss;
@@ -724,7 +718,8 @@ fail:
         close(h->wake[0]);
         close(h->wake[1]);
     }
-    free(h->auth);
+    for (int i = 0; i < 3; i++)
+        free(h->token[i]);
     free(h);
     return NULL;
 }
@@ -768,7 +763,8 @@ unsigned rld_http_stop(rld_http *h, unsigned drain_ms)
     teardown(h);
     close(h->wake[0]);
     close(h->wake[1]);
-    free(h->auth);
+    for (int i = 0; i < 3; i++)
+        free(h->token[i]);
     free(h);
     return left;
 }

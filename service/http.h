@@ -28,7 +28,9 @@
 typedef struct rld_req rld_req;
 typedef void (*rld_handler)(void *app, rld_req *r);
 
-#define RLD_ADMIN 0x1u /* needs "Authorization: Bearer <admin_token>" when a token is set */
+#define RLD_ADMIN 0x1u   /* needs "Authorization: Bearer <admin_token>" when a token is set */
+#define RLD_ACQUIRE 0x2u /* the same with acquire_token */
+#define RLD_METRICS 0x4u /* the same with metrics_token */
 
 typedef struct rld_method {
     const char *name; /* "GET", "POST", ...; NULL ends the list */
@@ -58,7 +60,9 @@ typedef struct rld_http_config {
     unsigned max_connections;    /* open at once; past it a new one gets 503 and is closed (0:
                                     no limit) */
     unsigned connection_timeout; /* seconds idle before a connection is closed (0: 30) */
-    const char *admin_token; /* NULL: admin routes are open */
+    const char *admin_token;   /* NULL: admin routes are open */
+    const char *acquire_token; /* NULL: RLD_ACQUIRE routes are open */
+    const char *metrics_token; /* NULL: RLD_METRICS routes are open */
     const rld_route *routes;
     size_t nroutes;
     void *app; /* handed to handlers */

@@ -21,6 +21,7 @@
 #include "log.h"
 #include "redis_pool.h"
 #include "redis_store.h"
+#include "tokens.h"
 
 /* config/default.json, embedded by the Makefile. */
 extern const char rld_default_config[];
@@ -114,6 +115,8 @@ static int check_config(const char *path)
     rl_config *cfg = NULL;
     rl_err err = {{0}};
     int rc = reg ? rld_config_load(path, reg, &set, &cfg, &err) : RL_ENOMEM;
+    if (rc == RL_OK)
+        rc = rld_tokens_resolve(&set, &err);
     if (rc == RL_OK && set.store == RLD_STORE_REDIS) {
         rld_redis_addr addr;
         char why[sizeof err.msg];
@@ -260,6 +263,11 @@ static int serve(const opts *o)
         return 1;
     }
     rld_log_configure(set.log_level, set.log_format);
+    if ((rc = rld_tokens_resolve(&set, &err)) != RL_OK) {
+        rld_log("error: configuration %s: %s", source, err.msg);
+        rl_config_free(cfg);
+        goto fail_settings;
+    }
     if (o->port >= 0)
         set.port = o->port;
     if (set.store == RLD_STORE_REDIS) {
@@ -296,6 +304,8 @@ static int serve(const opts *o)
                           .max_connections = (unsigned)set.max_connections,
                           .connection_timeout = (unsigned)set.connection_timeout,
                           .admin_token = set.admin_token,
+                          .acquire_token = set.acquire_token,
+                          .metrics_token = set.metrics_token,
                           .routes = rld_routes,
                           .nroutes = rld_nroutes,
                           .app = &app,

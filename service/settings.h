@@ -51,6 +51,11 @@ typedef struct rld_settings {
     int max_connections;   /* connections served at once */
     int connection_timeout; /* seconds a connection may stay idle */
     char *admin_token;     /* NULL: admin endpoints are open */
+    char *admin_token_file;   /* where admin_token is read from (tokens.h) */
+    char *acquire_token;      /* NULL: the decision endpoints are open */
+    char *acquire_token_file;
+    char *metrics_token;      /* NULL: /metrics and /healthz are open */
+    char *metrics_token_file;
     char *quota_file;      /* NULL: quotas set at run time are not kept */
     char *state_file;      /* NULL: per-key state and reservations are not kept across restarts */
     int state_interval;    /* seconds between snapshots to state_file; 0: only at stop */

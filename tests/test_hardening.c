@@ -2,7 +2,9 @@
  * test_hardening.c - the real ratelimitd against abuse: the connection limit (a connection past
  * max_connections is answered 503 at once and closed), the idle timeout (a connection that
  * sends nothing is closed after connection_timeout), and the limits of a request (a key over
- * 256 bytes, a body over 64 KiB). Connections are raw sockets, so that nothing in between
+ * 256 bytes, a body over 64 KiB); the tokens (acquire, admin and metrics tokens from the
+ * configuration, a file or the environment, one 401 for every wrong or missing token).
+ * Connections are raw sockets, so that nothing in between
  * opens, reuses or times out connections on its own.
  */
 #include <arpa/inet.h>
@@ -192,7 +194,10 @@ START_TEST(request_limits)
     su_server s;
     char body[400];
     su_tmpdir(&s);
-    su_start(&s, limits_cfg, NULL);
+    su_start(&s,
+             "{\"levels\": [{\"name\": \"user\", \"rules\": [{\"type\": \"token_bucket\", "
+             "\"capacity\": 5, \"per_second\": 1}]}]}",
+             NULL);
     /* a key of exactly 256 bytes is fine, 257 is refused and changes nothing */
     snprintf(body, sizeof body, "{\"keys\": {\"user\": \"%0256d\"}}", 0);
     su_resp r = su_req(&s, "POST", "/acquire", body, NULL);
@@ -239,6 +244,153 @@ START_TEST(limit_settings_are_checked)
 }
 END_TEST
 
+/* ---- tokens ------------------------------------------------------------------------------ */
+
+static const char unauthorized[] =
+    "authorization: this endpoint needs \"Authorization: Bearer <token>\" with a valid token";
+
+/* The status of a request with an Authorization header (NULL: none). */
+static long status_with(const su_server *s, const char *method, const char *path,
+                        const char *body, const char *authorization)
+{
+    char h[300];
+    const char *const hs[] = {h, NULL};
+    snprintf(h, sizeof h, "Authorization: %s", authorization ? authorization : "");
+    su_resp r = su_req(s, method, path, body, authorization ? hs : NULL);
+    long st = r.status;
+    if (st == 401) {
+        /* the same answer whatever was wrong: no header, another scheme, another token */
+        ck_assert_str_eq(su_error(&r), unauthorized);
+        ck_assert_str_eq(su_header(&r, "WWW-Authenticate"), "Bearer realm=\"ratelimitd\"");
+    }
+    su_resp_free(&r);
+    return st;
+}
+
+static const char acq[] = "{\"keys\": {\"user\": \"u\"}}";
+
+START_TEST(acquire_token_from_the_config)
+{
+    su_server s;
+    su_tmpdir(&s);
+    su_start(&s,
+             "{\"acquire_token\": \"acq-1\", \"admin_token\": \"adm-1\", \"levels\": [{\"name\": "
+             "\"user\", \"tiered\": true}], \"tiers\": {\"t\": [{\"type\": \"token_bucket\", "
+             "\"capacity\": 5, \"per_second\": 1}]}, \"default_tier\": \"t\"}",
+             NULL);
+    const char *const wrong[] = {NULL, "Bearer acq-2", "Bearer acq-1x", "Bearer acq-", "Basic acq-1",
+                                 "Bearer adm-1", "Bearer  acq-1", "acq-1"};
+    for (size_t i = 0; i < sizeof wrong / sizeof wrong[0]; i++) {
+        ck_assert_int_eq(status_with(&s, "POST", "/acquire", acq, wrong[i]), 401);
+        ck_assert_int_eq(status_with(&s, "POST", "/refund",
+                                     "{\"reservation\": \"r-1\", \"actual_cost\": 1}", wrong[i]),
+                         401);
+        ck_assert_int_eq(status_with(&s, "POST", "/release", "{\"reservation\": \"r-1\"}",
+                                     wrong[i]),
+                         401);
+        ck_assert_int_eq(status_with(&s, "GET", "/check", NULL, wrong[i]), 401);
+    }
+    /* nothing was taken by the refusals: 5 in the bucket, this takes 1 */
+    su_resp r = su_req(&s, "POST", "/acquire", acq,
+                       (const char *const[]){"Authorization: bearer acq-1", NULL});
+    ck_assert_int_eq(r.status, 200);
+    ck_assert_ptr_nonnull(strstr(r.body, "\"remaining\":4"));
+    su_resp_free(&r);
+    /* an unknown reservation is a 404 once the token is right */
+    ck_assert_int_eq(status_with(&s, "POST", "/release", "{\"reservation\": \"r-1\"}",
+                                 "Bearer acq-1"),
+                     404);
+    /* each token opens its own endpoints only */
+    ck_assert_int_eq(status_with(&s, "GET", "/quota/u", NULL, "Bearer acq-1"), 401);
+    ck_assert_int_eq(status_with(&s, "GET", "/quota/u", NULL, "Bearer adm-1"), 200);
+    /* without metrics_token, /metrics, /healthz and /rules stay open */
+    ck_assert_int_eq(status_with(&s, "GET", "/metrics", NULL, NULL), 200);
+    ck_assert_int_eq(status_with(&s, "GET", "/healthz", NULL, NULL), 200);
+    ck_assert_int_eq(status_with(&s, "GET", "/rules", NULL, NULL), 200);
+    ck_assert_int_eq(su_stop(&s), 0);
+}
+END_TEST
+
+START_TEST(tokens_from_a_file_and_the_environment)
+{
+    su_server s;
+    su_tmpdir(&s);
+    su_write(s.dir, "acquire.token", "from-file\n");
+    setenv("RATELIMITD_METRICS_TOKEN", "from-env", 1);
+    setenv("RATELIMITD_ACQUIRE_TOKEN", "not-used", 1); /* the file comes first */
+    su_start(&s,
+             "{\"acquire_token_file\": \"acquire.token\", \"levels\": [{\"name\": \"user\", "
+             "\"rules\": [{\"type\": \"token_bucket\", \"capacity\": 5, \"per_second\": 1}]}]}",
+             NULL);
+    ck_assert_int_eq(status_with(&s, "POST", "/acquire", acq, "Bearer from-fil"), 401);
+    ck_assert_int_eq(status_with(&s, "POST", "/acquire", acq, "Bearer not-used"), 401);
+    ck_assert_int_eq(status_with(&s, "POST", "/acquire", acq, "Bearer from-file"), 200);
+    ck_assert_int_eq(status_with(&s, "GET", "/metrics", NULL, NULL), 401);
+    ck_assert_int_eq(status_with(&s, "GET", "/healthz", NULL, "Bearer from-file"), 401);
+    ck_assert_int_eq(status_with(&s, "GET", "/metrics", NULL, "Bearer from-env"), 200);
+    ck_assert_int_eq(status_with(&s, "GET", "/healthz", NULL, "Bearer from-env"), 200);
+    ck_assert_int_eq(su_stop(&s), 0);
+    unsetenv("RATELIMITD_METRICS_TOKEN");
+    unsetenv("RATELIMITD_ACQUIRE_TOKEN");
+}
+END_TEST
+
+/* --check-config's answer for a configuration with these members. */
+static char *check_with(const su_server *s, const char *members, int *rc)
+{
+    char cfg[1024];
+    char *out;
+    const char *argv[] = {su_binary(), "--check-config", NULL, NULL};
+    snprintf(cfg, sizeof cfg,
+             "{%s, \"levels\": [{\"name\": \"u\", \"rules\": [{\"type\": \"gcra\", "
+             "\"per_second\": 1}]}]}",
+             members);
+    argv[2] = su_write(s->dir, "c.json", cfg);
+    /* su_run runs in the test's directory: the token files are named with s->dir */
+    *rc = su_run(argv, &out);
+    return out;
+}
+
+START_TEST(bad_token_settings_are_refused)
+{
+    su_server s;
+    char m[600];
+    int rc;
+    su_tmpdir(&s);
+    snprintf(m, sizeof m, "\"admin_token_file\": \"%s/none.txt\"", s.dir);
+    char *out = check_with(&s, m, &rc);
+    ck_assert_int_eq(rc, 1);
+    ck_assert_msg(strstr(out, "admin_token_file: ") && strstr(out, "/none.txt: No such file"),
+                  "%s", out);
+    free(out);
+    snprintf(m, sizeof m, "\"acquire_token\": \"x\", \"acquire_token_file\": \"%s/c.json\"",
+             s.dir);
+    out = check_with(&s, m, &rc);
+    ck_assert_int_eq(rc, 1);
+    ck_assert_msg(strstr(out, "acquire_token: give acquire_token or acquire_token_file, not "
+                              "both"),
+                  "%s", out);
+    free(out);
+    out = check_with(&s, "\"metrics_token\": \"two words\"", &rc);
+    ck_assert_int_eq(rc, 1);
+    ck_assert_msg(strstr(out, "metrics_token: must be printable ASCII without spaces"), "%s",
+                  out);
+    free(out);
+    su_write(s.dir, "empty.token", "\n");
+    snprintf(m, sizeof m, "\"metrics_token_file\": \"%s/empty.token\"", s.dir);
+    out = check_with(&s, m, &rc);
+    ck_assert_int_eq(rc, 1);
+    ck_assert_msg(strstr(out, "/empty.token: must be 1 to 1024 characters"), "%s", out);
+    free(out);
+    setenv("RATELIMITD_ADMIN_TOKEN", "a b", 1);
+    out = check_with(&s, "\"threads\": 1", &rc);
+    ck_assert_int_eq(rc, 1);
+    ck_assert_msg(strstr(out, "RATELIMITD_ADMIN_TOKEN: must be printable ASCII"), "%s", out);
+    free(out);
+    unsetenv("RATELIMITD_ADMIN_TOKEN");
+}
+END_TEST
+
 static Suite *hardening_suite(void)
 {
     Suite *s = suite_create("hardening");
@@ -249,6 +401,9 @@ static Suite *hardening_suite(void)
     tcase_add_test(tc, default_timeout_keeps_a_quiet_connection);
     tcase_add_test(tc, request_limits);
     tcase_add_test(tc, limit_settings_are_checked);
+    tcase_add_test(tc, acquire_token_from_the_config);
+    tcase_add_test(tc, tokens_from_a_file_and_the_environment);
+    tcase_add_test(tc, bad_token_settings_are_refused);
     suite_add_tcase(s, tc);
     return s;
 }

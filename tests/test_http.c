@@ -657,7 +657,7 @@ START_TEST(quotas_need_the_token)
     for (size_t i = 0; i < 3; i++) {
         su_resp r = su_req(&s, "GET", "/quota/bob", NULL, bad[i]);
         check_error(&r, 401, "authorization: this endpoint needs \"Authorization: Bearer "
-                             "<admin_token>\"");
+                             "<token>\" with a valid token");
         ck_assert_str_eq(su_header(&r, "WWW-Authenticate"), "Bearer realm=\"ratelimitd\"");
         su_resp_free(&r);
         r = su_req(&s, "PUT", "/quota/bob", "{\"tier\": \"gold\"}", bad[i]);

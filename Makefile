@@ -308,7 +308,7 @@ check-core:
 # Debian packages the build, the tests and the benchmarks use.
 DEB_PKGS := gcc libc6-dev make pkg-config libjansson-dev libmicrohttpd-dev check libsubunit-dev \
             libcurl4-openssl-dev libhiredis-dev redis-server redis-sentinel redis-tools nginx wrk curl \
-            prometheus clang libclang-rt-14-dev
+            prometheus clang libclang-rt-14-dev openssl
 # node and npm for tests/api, looked for by command: a machine may have node from another
 # packaging that brings its own npm (Debian's npm would conflict with it).
 NODE_PKGS := nodejs npm

@@ -677,6 +677,11 @@ rld_http *rld_http_start(const rld_http_config *cfg, rl_err *err)
     h->cfg = *cfg;
     h->lfd = -1;
     h->wake[0] = h->wake[1] = -1;
+    if ((cfg->tls_cert_pem || cfg->tls_key_pem) &&
+        MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES) {
+        snprintf(err->msg, sizeof err->msg, "tls: this libmicrohttpd was built without TLS");
+        goto fail;
+    }
     const char *tokens[3] = {cfg->admin_token, cfg->acquire_token, cfg->metrics_token};
     for (int i = 0; i < 3; i++)
         if (tokens[i] && !(h->token[i] = strdup(tokens[i]))) {
@@ -695,12 +700,18 @@ rld_http *rld_http_start(const rld_http_config *cfg, rl_err *err)
     for (; h->nd < nd; h->nd++) {
         worker *w = &h->w[h->nd];
         w->h = h;
+        int tls = cfg->tls_cert_pem && cfg->tls_key_pem;
+        struct MHD_OptionItem tls_opts[] = {
+            {tls ? MHD_OPTION_HTTPS_MEM_CERT : MHD_OPTION_END, 0, (void *)cfg->tls_cert_pem},
+            {MHD_OPTION_HTTPS_MEM_KEY, 0, (void *)cfg->tls_key_pem},
+            {MHD_OPTION_END, 0, NULL}};
         h->d[h->nd] = MHD_start_daemon(
-            flags, 0, NULL, NULL, on_access, w, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, h,
-            MHD_OPTION_NOTIFY_COMPLETED, on_completed, w, MHD_OPTION_NOTIFY_CONNECTION,
-            on_connection, w, MHD_OPTION_CONNECTION_TIMEOUT,
+            flags | (tls ? MHD_USE_TLS : 0u), 0, NULL, NULL, on_access, w,
+            MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, h, MHD_OPTION_NOTIFY_COMPLETED, on_completed,
+            w, MHD_OPTION_NOTIFY_CONNECTION, on_connection, w, MHD_OPTION_CONNECTION_TIMEOUT,
             cfg->connection_timeout ? cfg->connection_timeout : 30u,
-            MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)CONN_MEMORY, MHD_OPTION_END);
+            MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)CONN_MEMORY, MHD_OPTION_ARRAY, tls_opts,
+            MHD_OPTION_END);
         if (!h->d[h->nd]) {
             snprintf(err->msg, sizeof err->msg, "cannot start the HTTP workers");
             goto fail;

@@ -63,6 +63,8 @@ typedef struct rld_http_config {
     const char *admin_token;   /* NULL: admin routes are open */
     const char *acquire_token; /* NULL: RLD_ACQUIRE routes are open */
     const char *metrics_token; /* NULL: RLD_METRICS routes are open */
+    const char *tls_cert_pem;  /* both set: HTTPS only, with this certificate and key (PEM */
+    const char *tls_key_pem;   /* text that outlives the server); both NULL: plain HTTP */
     const rld_route *routes;
     size_t nroutes;
     void *app; /* handed to handlers */

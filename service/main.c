@@ -106,6 +106,29 @@ static int parse_flags(int argc, char **argv, opts *o)
     return -1;
 }
 
+/* Reads the certificate and key PEM files of "tls" (both NULL when it is not set). On failure
+ * returns RL_EINVAL with err naming the member and nothing to free. */
+static int read_tls(const rld_settings *set, char **cert, char **key, rl_err *err)
+{
+    *cert = *key = NULL;
+    if (!set->tls_cert && !set->tls_key)
+        return RL_OK;
+    if (!set->tls_cert || !set->tls_key)
+        return rl_errf(err, RL_EINVAL, "tls: give both cert and key");
+    errno = 0;
+    if (!(*cert = rld_read_file(set->tls_cert, NULL)))
+        return rl_errf(err, RL_EINVAL, "tls.cert: %.200s: %s", set->tls_cert,
+                       errno ? strerror(errno) : "cannot be read");
+    errno = 0;
+    if (!(*key = rld_read_file(set->tls_key, NULL))) {
+        free(*cert);
+        *cert = NULL;
+        return rl_errf(err, RL_EINVAL, "tls.key: %.200s: %s", set->tls_key,
+                       errno ? strerror(errno) : "cannot be read");
+    }
+    return RL_OK;
+}
+
 /* Checks what starting would check, without binding or connecting: with the Redis store its
  * URL and whether it can hold every rule type the configuration uses. */
 static int check_config(const char *path)
@@ -115,8 +138,13 @@ static int check_config(const char *path)
     rl_config *cfg = NULL;
     rl_err err = {{0}};
     int rc = reg ? rld_config_load(path, reg, &set, &cfg, &err) : RL_ENOMEM;
+    char *cert = NULL, *key = NULL;
     if (rc == RL_OK)
         rc = rld_tokens_resolve(&set, &err);
+    if (rc == RL_OK)
+        rc = read_tls(&set, &cert, &key, &err);
+    free(cert);
+    free(key);
     if (rc == RL_OK && set.store == RLD_STORE_REDIS) {
         rld_redis_addr addr;
         char why[sizeof err.msg];
@@ -239,6 +267,7 @@ static int serve(const opts *o)
     rld_app app;
     housekeeper hk;
     const char *source = o->config ? o->config : "built-in config/default.json";
+    char *tls_cert = NULL, *tls_key = NULL; /* PEM text of "tls" */
     int rc;
 
     /* signals are taken by sigwait below: block them before any thread starts (the quota
@@ -263,7 +292,8 @@ static int serve(const opts *o)
         return 1;
     }
     rld_log_configure(set.log_level, set.log_format);
-    if ((rc = rld_tokens_resolve(&set, &err)) != RL_OK) {
+    if ((rc = rld_tokens_resolve(&set, &err)) != RL_OK ||
+        (rc = read_tls(&set, &tls_cert, &tls_key, &err)) != RL_OK) {
         rld_log("error: configuration %s: %s", source, err.msg);
         rl_config_free(cfg);
         goto fail_settings;
@@ -306,6 +336,8 @@ static int serve(const opts *o)
                           .admin_token = set.admin_token,
                           .acquire_token = set.acquire_token,
                           .metrics_token = set.metrics_token,
+                          .tls_cert_pem = tls_cert,
+                          .tls_key_pem = tls_key,
                           .routes = rld_routes,
                           .nroutes = rld_nroutes,
                           .app = &app,
@@ -343,6 +375,8 @@ static int serve(const opts *o)
     rld_fleet_free(fleet); /* its follower applies quotas to the limiter */
     rld_app_free(&app);
     rl_limiter_free(lim);
+    free(tls_cert);
+    free(tls_key);
     rld_settings_clear(&set);
     rl_registry_free(reg);
     rld_log("stopped");
@@ -354,6 +388,8 @@ fail_limiter:
     rld_fleet_free(fleet);
     rl_limiter_free(lim);
 fail_settings:
+    free(tls_cert);
+    free(tls_key);
     rld_settings_clear(&set);
     rl_registry_free(reg);
     return 1;

@@ -129,6 +129,22 @@ static const rld_setting log_rows[] = {
              "a token. See [Access logs](#access-logs)"},
 };
 
+static const rld_setting tls_rows[] = {
+    {.name = "cert",
+     .kind = RLD_SET_STRING,
+     .offset = OFF(tls_cert),
+     .min = 1,
+     .max = 4096,
+     .help = "PEM file of the server's certificate (with its chain), relative to the working "
+             "directory"},
+    {.name = "key",
+     .kind = RLD_SET_STRING,
+     .offset = OFF(tls_key),
+     .min = 1,
+     .max = 4096,
+     .help = "PEM file of its private key (unencrypted)"},
+};
+
 static const rld_setting level_rows[] = {
     {.name = "name",
      .kind = RLD_SET_CONFIG,
@@ -184,6 +200,12 @@ static const rld_setting root_rows[] = {
      .def = 0,
      .help = "HTTP worker threads; 0 = one per CPU, and with the Redis store at least one per "
              "pooled connection (`pool`, 8), since a worker waits on Redis for each decision"},
+    {.name = "tls",
+     .kind = RLD_SET_OBJECT,
+     .sub = &rld_settings_tls,
+     .doc_value = "object",
+     .help = "`{\"cert\", \"key\"}`: serve HTTPS only (GnuTLS, through libmicrohttpd), see the "
+             "`tls` table below"},
     {.name = "max_connections",
      .kind = RLD_SET_INT,
      .offset = OFF(max_connections),
@@ -321,10 +343,11 @@ const rld_setting_table rld_settings_listen = {"listen", listen_rows, COUNT(list
 const rld_setting_table rld_settings_store = {"store", store_rows, COUNT(store_rows), "type", 0};
 const rld_setting_table rld_settings_level = {"level", level_rows, COUNT(level_rows), NULL, 1};
 const rld_setting_table rld_settings_log = {"log", log_rows, COUNT(log_rows), NULL, 0};
+const rld_setting_table rld_settings_tls = {"tls", tls_rows, COUNT(tls_rows), NULL, 0};
 
 static const rld_setting_table *const all_tables[] = {&rld_settings_root, &rld_settings_listen,
                                                       &rld_settings_store, &rld_settings_level,
-                                                      &rld_settings_log};
+                                                      &rld_settings_log, &rld_settings_tls};
 
 const rld_setting *rld_setting_find(const rld_setting_table *t, const char *name, size_t len)
 {

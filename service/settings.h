@@ -48,6 +48,8 @@ typedef struct rld_settings {
     char address[64]; /* listen address */
     int port;
     int threads;           /* HTTP worker threads; 0 = one per CPU */
+    char *tls_cert;        /* PEM files; both NULL: plain HTTP */
+    char *tls_key;
     int max_connections;   /* connections served at once */
     int connection_timeout; /* seconds a connection may stay idle */
     char *admin_token;     /* NULL: admin endpoints are open */
@@ -122,7 +124,7 @@ struct rld_setting_table {
 };
 
 extern const rld_setting_table rld_settings_root, rld_settings_listen, rld_settings_store,
-    rld_settings_level, rld_settings_log;
+    rld_settings_level, rld_settings_log, rld_settings_tls;
 
 /* The row of t named name (length len), or NULL. */
 const rld_setting *rld_setting_find(const rld_setting_table *t, const char *name, size_t len);

@@ -3,7 +3,8 @@
  * max_connections is answered 503 at once and closed), the idle timeout (a connection that
  * sends nothing is closed after connection_timeout), and the limits of a request (a key over
  * 256 bytes, a body over 64 KiB); the tokens (acquire, admin and metrics tokens from the
- * configuration, a file or the environment, one 401 for every wrong or missing token).
+ * configuration, a file or the environment, one 401 for every wrong or missing token); HTTPS
+ * with a certificate the test makes, checked by curl.
  * Connections are raw sockets, so that nothing in between
  * opens, reuses or times out connections on its own.
  */
@@ -391,6 +392,65 @@ START_TEST(bad_token_settings_are_refused)
 }
 END_TEST
 
+/* ---- TLS --------------------------------------------------------------------------------- */
+
+START_TEST(https_with_a_certificate_made_here)
+{
+    su_server s;
+    char cert[400], key[400], url[128], *out;
+    su_tmpdir(&s);
+    snprintf(cert, sizeof cert, "%s/cert.pem", s.dir);
+    snprintf(key, sizeof key, "%s/key.pem", s.dir);
+    const char *gen[] = {"/usr/bin/openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+                         "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", key, "-out", cert,
+                         "-days", "2", "-subj", "/CN=127.0.0.1", "-addext",
+                         "subjectAltName=IP:127.0.0.1", NULL};
+    ck_assert_msg(su_run(gen, &out) == 0, "openssl: %s", out);
+    free(out);
+    su_start(&s,
+             "{\"tls\": {\"cert\": \"cert.pem\", \"key\": \"key.pem\"}, \"acquire_token\": \"t1\","
+             " \"levels\": [{\"name\": \"user\", \"rules\": [{\"type\": \"token_bucket\", "
+             "\"capacity\": 5, \"per_second\": 1}]}]}",
+             NULL);
+    /* curl checks the certificate against the one made above */
+    snprintf(url, sizeof url, "https://127.0.0.1:%d/acquire", s.port);
+    const char *acquire[] = {"/usr/bin/curl", "-sS", "--cacert", cert, "-H", "Authorization: Bearer t1",
+                             "-d", "{\"keys\": {\"user\": \"u\"}, \"cost\": 2}", url, NULL};
+    ck_assert_int_eq(su_run(acquire, &out), 0);
+    ck_assert_msg(strstr(out, "\"allowed\":true") && strstr(out, "\"remaining\":3"), "%s", out);
+    free(out);
+    /* without the token: 401 over TLS too */
+    const char *noauth[] = {"/usr/bin/curl", "-sS", "--cacert", cert, "-d", "{\"keys\": {\"user\": \"u\"}}",
+                            url, NULL};
+    ck_assert_int_eq(su_run(noauth, &out), 0);
+    ck_assert_msg(strstr(out, "{\"error\":\"authorization: this endpoint needs"), "%s", out);
+    free(out);
+    /* a client that does not trust the certificate stops at the handshake */
+    const char *untrusted[] = {"/usr/bin/curl", "-sS", url, NULL};
+    ck_assert_int_ne(su_run(untrusted, &out), 0);
+    free(out);
+    /* plain HTTP on the HTTPS port gets no answer */
+    snprintf(url, sizeof url, "http://127.0.0.1:%d/healthz", s.port);
+    const char *plain[] = {"/usr/bin/curl", "-sS", "-m", "5", url, NULL};
+    ck_assert_int_ne(su_run(plain, &out), 0);
+    ck_assert_ptr_null(strstr(out, "status"));
+    free(out);
+    ck_assert_int_eq(su_stop(&s), 0);
+
+    /* a key without its certificate, or a missing file, is refused at start */
+    int rc;
+    out = check_with(&s, "\"tls\": {\"key\": \"k.pem\"}", &rc);
+    ck_assert_int_eq(rc, 1);
+    ck_assert_msg(strstr(out, "tls: give both cert and key"), "%s", out);
+    free(out);
+    out = check_with(&s, "\"tls\": {\"cert\": \"/nonexistent/c.pem\", \"key\": \"k.pem\"}", &rc);
+    ck_assert_int_eq(rc, 1);
+    ck_assert_msg(strstr(out, "tls.cert: /nonexistent/c.pem: No such file or directory"), "%s",
+                  out);
+    free(out);
+}
+END_TEST
+
 static Suite *hardening_suite(void)
 {
     Suite *s = suite_create("hardening");
@@ -404,6 +464,7 @@ static Suite *hardening_suite(void)
     tcase_add_test(tc, acquire_token_from_the_config);
     tcase_add_test(tc, tokens_from_a_file_and_the_environment);
     tcase_add_test(tc, bad_token_settings_are_refused);
+    tcase_add_test(tc, https_with_a_certificate_made_here);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -392,6 +392,7 @@ static void load_state(rld_app *app)
     }
     char aside[4200];
     snprintf(aside, sizeof aside, "%s.corrupt", path);
+    rld_metrics_snapshot_corrupt(app->metrics);
     rld_log("error: state_file %s; moved to %s, starting without it", err.msg,
             rename(path, aside) == 0 ? aside : "(could not move it)");
 }

@@ -4,7 +4,9 @@
  * sends nothing is closed after connection_timeout), and the limits of a request (a key over
  * 256 bytes, a body over 64 KiB); the tokens (acquire, admin and metrics tokens from the
  * configuration, a file or the environment, one 401 for every wrong or missing token); HTTPS
- * with a certificate the test makes, checked by curl.
+ * with a certificate the test makes, checked by curl; state across restarts (a snapshot
+ * round trip with elapsed time and a clock gone back, SIGKILL after a periodic snapshot, a
+ * truncated snapshot moved aside, counted and not half-loaded).
  * Connections are raw sockets, so that nothing in between
  * opens, reuses or times out connections on its own.
  */
@@ -15,7 +17,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "srvutil.h"
@@ -451,6 +457,148 @@ START_TEST(https_with_a_certificate_made_here)
 }
 END_TEST
 
+/* ---- state across restarts --------------------------------------------------------------- */
+
+static const char *const manual[] = {"--manual-clock", NULL};
+
+static const char *state_cfg =
+    "{\"state_file\": \"var/state.bin\", \"state_interval\": 1, \"levels\": [{\"name\": "
+    "\"user\", \"rules\": [{\"type\": \"token_bucket\", \"capacity\": 10, \"per_second\": "
+    "1}]}]}";
+
+/* remaining of the first limit of a decision of cost for user u at now (dry run or not). */
+static double remaining_at(const su_server *s, const char *user, double cost, double now,
+                           int dry_run, long want_status)
+{
+    char body[200];
+    snprintf(body, sizeof body,
+             "{\"keys\": {\"user\": \"%s\"}, \"cost\": %g, \"now\": %g, \"dry_run\": %s}", user,
+             cost, now, dry_run ? "true" : "false");
+    su_resp r = su_req(s, "POST", "/acquire", body, NULL);
+    ck_assert_msg(r.status == want_status, "%s: %ld %s", body, r.status, r.body);
+    json_t *l = json_array_get(json_object_get(r.json, "limits"), 0);
+    double v = json_number_value(json_object_get(l, "remaining"));
+    su_resp_free(&r);
+    return v;
+}
+
+static int log_has(const su_server *s, const char *text)
+{
+    char *log = su_read(s->log);
+    int found = log && strstr(log, text) != NULL;
+    free(log);
+    return found;
+}
+
+START_TEST(snapshot_round_trip_with_elapsed_time)
+{
+    su_server s;
+    char path[400];
+    su_tmpdir(&s);
+    su_start(&s, state_cfg, manual);
+    /* 10 at 1/s: 8 taken at t = 100 leave 2 */
+    ck_assert_double_eq(remaining_at(&s, "u", 8, 100, 0, 200), 2);
+    ck_assert_int_eq(su_stop(&s), 0);
+    ck_assert(log_has(&s, "state saved to var/state.bin"));
+    snprintf(path, sizeof path, "%s/var/state.bin.tmp", s.dir);
+    ck_assert_msg(access(path, F_OK) != 0, "the temporary file was left behind");
+
+    su_start(&s, state_cfg, manual);
+    ck_assert(log_has(&s, "state: loaded 1 key states and reservations from var/state.bin"));
+    /* 3 s later: 2 + 3 */
+    ck_assert_double_eq(remaining_at(&s, "u", 1, 103, 1, 200), 5);
+    /* a clock that went back refills nothing and takes nothing from time: still 2 at t = 50,
+     * where 2 fit and 3 do not */
+    ck_assert_double_eq(remaining_at(&s, "u", 3, 50, 1, 429), 2);
+    ck_assert_double_eq(remaining_at(&s, "u", 2, 50, 0, 200), 0);
+    ck_assert_double_eq(remaining_at(&s, "u", 1, 101, 1, 200), 1);
+    ck_assert_int_eq(su_stop(&s), 0);
+}
+END_TEST
+
+static long long mtime_ns(const char *path)
+{
+    struct stat st;
+    if (stat(path, &st) != 0)
+        return -1;
+    return (long long)st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec;
+}
+
+START_TEST(sigkill_loses_at_most_the_interval)
+{
+    su_server s;
+    char path[400];
+    int st;
+    su_tmpdir(&s);
+    snprintf(path, sizeof path, "%s/var/state.bin", s.dir);
+    su_start(&s, state_cfg, manual);
+    ck_assert_double_eq(remaining_at(&s, "u", 8, 100, 0, 200), 2);
+    struct timespec t;
+    clock_gettime(CLOCK_REALTIME, &t);
+    long long after = (long long)t.tv_sec * 1000000000LL + t.tv_nsec;
+    /* two snapshots written after the decision (state_interval 1 s; 30 s bounds a slow run):
+     * the second surely holds it */
+    int saves = 0;
+    for (int i = 0; i < 3000 && saves < 2; i++) {
+        long long m = mtime_ns(path);
+        if (m > after) {
+            saves++;
+            after = m;
+        }
+        usleep(10000);
+    }
+    ck_assert_msg(saves == 2, "no snapshot within 30 s");
+    kill(s.pid, SIGKILL);
+    while (waitpid(s.pid, &st, 0) < 0 && errno == EINTR)
+        ;
+    s.pid = 0;
+    ck_assert(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
+
+    su_start(&s, state_cfg, manual);
+    ck_assert(log_has(&s, "state: loaded 1 key states"));
+    ck_assert_double_eq(remaining_at(&s, "u", 1, 100, 1, 200), 2);
+    ck_assert_int_eq(su_stop(&s), 0);
+}
+END_TEST
+
+START_TEST(corrupt_snapshot_is_moved_aside_and_counted)
+{
+    su_server s;
+    char path[400], aside[420];
+    su_tmpdir(&s);
+    snprintf(path, sizeof path, "%s/var/state.bin", s.dir);
+    snprintf(aside, sizeof aside, "%s.corrupt", path);
+    su_start(&s, state_cfg, manual);
+    ck_assert_double_eq(remaining_at(&s, "u", 8, 100, 0, 200), 2);
+    ck_assert_double_eq(remaining_at(&s, "v", 4, 100, 0, 200), 6);
+    ck_assert_int_eq(su_stop(&s), 0);
+    /* the end record ('E' and two 8-byte counts) cut off: every key record is whole, and still
+     * none of them may be loaded */
+    struct stat stt;
+    ck_assert_int_eq(stat(path, &stt), 0);
+    ck_assert_int_eq(truncate(path, stt.st_size - 17), 0);
+
+    su_start(&s, state_cfg, manual);
+    ck_assert_msg(log_has(&s, "error: state_file var/state.bin: truncated or malformed; moved to "
+                              "var/state.bin.corrupt, starting without it"),
+                  "no message about the truncated file");
+    ck_assert_msg(access(aside, F_OK) == 0 && access(path, F_OK) != 0, "not moved aside");
+    ck_assert_double_eq(remaining_at(&s, "u", 1, 100, 1, 200), 10);
+    ck_assert_double_eq(remaining_at(&s, "v", 1, 100, 1, 200), 10);
+    su_resp r = su_req(&s, "GET", "/metrics", NULL, NULL);
+    ck_assert_msg(strstr(r.body, "\nratelimit_snapshot_corrupt_total 1\n"), "%s", r.body);
+    su_resp_free(&r);
+    ck_assert_int_eq(su_stop(&s), 0);
+
+    /* a good start counts nothing */
+    su_start(&s, state_cfg, manual);
+    r = su_req(&s, "GET", "/metrics", NULL, NULL);
+    ck_assert_msg(strstr(r.body, "\nratelimit_snapshot_corrupt_total 0\n"), "%s", r.body);
+    su_resp_free(&r);
+    ck_assert_int_eq(su_stop(&s), 0);
+}
+END_TEST
+
 static Suite *hardening_suite(void)
 {
     Suite *s = suite_create("hardening");
@@ -465,6 +613,9 @@ static Suite *hardening_suite(void)
     tcase_add_test(tc, tokens_from_a_file_and_the_environment);
     tcase_add_test(tc, bad_token_settings_are_refused);
     tcase_add_test(tc, https_with_a_certificate_made_here);
+    tcase_add_test(tc, snapshot_round_trip_with_elapsed_time);
+    tcase_add_test(tc, sigkill_loses_at_most_the_interval);
+    tcase_add_test(tc, corrupt_snapshot_is_moved_aside_and_counted);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -37,7 +37,8 @@ extern "C" {
     X(ESETTLED, -4, "reservation already settled")                                                 \
     X(ESTORE, -5, "store unavailable")                                                             \
     X(EPLUGIN, -6, "plug-in not loaded")                                                           \
-    X(EIO, -7, "input/output error")
+    X(EIO, -7, "input/output error")                                                               \
+    X(EFULL, -8, "store full")
 
 typedef enum rl_code {
     RL_OK = 0,

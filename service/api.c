@@ -27,6 +27,7 @@ static int status_of(int rc)
     case RL_ESETTLED:
         return 409;
     case RL_ESTORE:
+    case RL_EFULL:
         return 503;
     default:
         return 500;
@@ -37,6 +38,12 @@ static int status_of(int rc)
 static void reply_rc(rld_req *r, int rc, const rl_err *err)
 {
     int status = status_of(rc);
+    if (rc == RL_EFULL) {
+        /* not logged: a flood of new keys would flood the log; the metric counts it */
+        rld_header retry = {"Retry-After", "1"};
+        rld_reply_error_with(r, status, &retry, 1, "%s", err->msg);
+        return;
+    }
     /* the store's own messages name Redis; the answer names the field, as every error does */
     const char *field = rc == RL_ESTORE && strncmp(err->msg, "store: ", 7) != 0 ? "store: " : "";
     if (status >= 500)
@@ -143,6 +150,8 @@ static void h_acquire(void *ctx, rld_req *r)
                       .flags = (q.dry_run ? RL_DRY_RUN : 0u) | (q.reserve ? RL_RESERVE : 0u),
                       .now = request_time(app, q.has_now, q.now)};
     int rc = rl_acquire(app->lim, &req, &d, &err);
+    if (rc == RL_EFULL)
+        rld_metrics_keys_refused(app->metrics);
     if (rc != RL_OK) {
         rld_acquire_req_clear(&q);
         reply_rc(r, rc, &err);
@@ -192,6 +201,8 @@ static void h_check(void *ctx, rld_req *r)
                       .flags = 0,
                       .now = request_time(app, 0, 0)};
     int rc = rl_acquire(app->lim, &req, &d, &c.err);
+    if (rc == RL_EFULL)
+        rld_metrics_keys_refused(app->metrics);
     if (rc != RL_OK) {
         rld_check_error_to_header(&c.err);
         reply_rc(r, rc, &c.err);

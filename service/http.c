@@ -343,10 +343,8 @@ int rld_reply_error(rld_req *r, int status, const char *fmt, ...)
     return -1;
 }
 
-static int reply_error_with(rld_req *r, int status, const rld_header *hs, size_t nh,
-                            const char *fmt, ...) __attribute__((format(printf, 5, 6)));
-static int reply_error_with(rld_req *r, int status, const rld_header *hs, size_t nh,
-                            const char *fmt, ...)
+int rld_reply_error_with(rld_req *r, int status, const rld_header *hs, size_t nh,
+                         const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -413,13 +411,13 @@ static void reply_early(rld_req *r, const char *url, const char *method)
         rld_reply_error(r, 404, "path: no such endpoint: %.200s", url);
     } else if (r->early == 405) {
         rld_header allow = {"Allow", rt->allow};
-        reply_error_with(r, 405, &allow, 1, "method: %.16s is not allowed on %s (allowed: %s)",
+        rld_reply_error_with(r, 405, &allow, 1, "method: %.16s is not allowed on %s (allowed: %s)",
                          method, rt->path, rt->allow);
     } else if (r->early == 413) {
         rld_reply_error(r, 413, "body: larger than %d bytes", RLD_MAX_BODY);
     } else {
         rld_header www = {"WWW-Authenticate", "Bearer realm=\"ratelimitd\""};
-        reply_error_with(r, 401, &www, 1,
+        rld_reply_error_with(r, 401, &www, 1,
                          "authorization: this endpoint needs \"Authorization: Bearer "
                          "<token>\" with a valid token");
     }

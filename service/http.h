@@ -126,6 +126,9 @@ void rld_reply_json(rld_req *r, int status);
 /* Sends {"error": "<message>"}; returns -1 so that helpers can "return rld_reply_error(...)". */
 int rld_reply_error(rld_req *r, int status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* The same with extra headers. */
+int rld_reply_error_with(rld_req *r, int status, const rld_header *h, size_t nh,
+                         const char *fmt, ...) __attribute__((format(printf, 5, 6)));
 /* Sends a malloc'd JSON text (taken over, freed by libmicrohttpd); NULL answers 500. */
 void rld_reply_text(rld_req *r, int status, const char *ctype, char *text);
 

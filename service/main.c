@@ -314,6 +314,11 @@ static int serve(const opts *o)
                     set.quota_file && set.state_file ? " and " : "",
                     set.state_file ? "state_file" : "");
     }
+    if (!store && set.max_keys && !(store = rl_memory_store_new_bounded((uint64_t)set.max_keys))) {
+        rld_log("error: out of memory");
+        rl_config_free(cfg);
+        goto fail_settings;
+    }
     if ((rc = rl_limiter_new(cfg, store, &lim, &err)) != RL_OK) {
         rld_log("error: configuration %s: %s", source, err.msg);
         rld_fleet_free(fleet);

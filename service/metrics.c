@@ -55,12 +55,18 @@ struct rld_metrics {
     denied_entry *denied;
     uint64_t denied_other[RL_MAX_LEVELS];
     uint64_t snapshots_corrupt; /* atomic */
+    uint64_t keys_refused;      /* atomic */
 };
 
 static _Thread_local struct {
     const rld_metrics *owner;
     slot *s;
 } mine;
+
+void rld_metrics_keys_refused(rld_metrics *m)
+{
+    __atomic_add_fetch(&m->keys_refused, 1, __ATOMIC_RELAXED);
+}
 
 void rld_metrics_snapshot_corrupt(rld_metrics *m)
 {
@@ -292,6 +298,11 @@ void rld_metrics_render(rld_metrics *m, rl_limiter *lim, rld_buf *o)
            "State files found corrupt or truncated at start and moved aside unloaded.");
     rld_buf_puts(o, "ratelimit_snapshot_corrupt_total");
     u64_line(o, __atomic_load_n(&m->snapshots_corrupt, __ATOMIC_RELAXED));
+
+    family(o, "ratelimit_keys_refused_total", "counter",
+           "Decisions refused (503) because the store held max_keys key states, none idle.");
+    rld_buf_puts(o, "ratelimit_keys_refused_total");
+    u64_line(o, __atomic_load_n(&m->keys_refused, __ATOMIC_RELAXED));
 
     family(o, "ratelimit_keys", "gauge", "Keys with state held in the store, by level.");
     for (size_t l = 0; l < cfg->nlevels; l++) {

@@ -214,6 +214,16 @@ static const rld_setting root_rows[] = {
      .def = 4096,
      .help = "connections served at once; past it a new connection is answered 503 and closed "
              "at once, not queued"},
+    {.name = "max_keys",
+     .kind = RLD_SET_INT,
+     .offset = OFF(max_keys),
+     .min = 0,
+     .max = 1000000000,
+     .def = 10000000,
+     .help = "key states (one per rule of a key) the memory store holds at most; past it idle "
+             "ones are dropped first, and when none is idle a decision that needs a new one is "
+             "answered 503 with `Retry-After` (`ratelimit_keys_refused_total`) while keys with "
+             "state keep being served. 0: no bound"},
     {.name = "connection_timeout",
      .kind = RLD_SET_INT,
      .offset = OFF(connection_timeout),

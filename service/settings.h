@@ -51,6 +51,7 @@ typedef struct rld_settings {
     char *tls_cert;        /* PEM files; both NULL: plain HTTP */
     char *tls_key;
     int max_connections;   /* connections served at once */
+    int max_keys;          /* key states the memory store holds at most; 0: no bound */
     int connection_timeout; /* seconds a connection may stay idle */
     char *admin_token;     /* NULL: admin endpoints are open */
     char *admin_token_file;   /* where admin_token is read from (tokens.h) */

@@ -599,6 +599,36 @@ START_TEST(corrupt_snapshot_is_moved_aside_and_counted)
 }
 END_TEST
 
+/* ---- max_keys ---------------------------------------------------------------------------- */
+
+START_TEST(max_keys_answers_503_and_counts)
+{
+    su_server s;
+    su_tmpdir(&s);
+    su_start(&s,
+             "{\"max_keys\": 2, \"levels\": [{\"name\": \"user\", \"rules\": [{\"type\": "
+             "\"token_bucket\", \"capacity\": 10, \"per_second\": 1}]}]}",
+             manual);
+    ck_assert_double_eq(remaining_at(&s, "a", 5, 1, 0, 200), 5);
+    ck_assert_double_eq(remaining_at(&s, "b", 5, 1, 0, 200), 5);
+    su_resp r = su_req(&s, "POST", "/acquire", "{\"keys\": {\"user\": \"c\"}, \"now\": 1}", NULL);
+    ck_assert_int_eq(r.status, 503);
+    ck_assert_str_eq(su_header(&r, "Retry-After"), "1");
+    ck_assert_str_eq(su_error(&r), "store: max_keys (2) key states held and none idle; keys "
+                                   "with state are still served, try again later");
+    su_resp_free(&r);
+    /* a dry run needs no state, and the keys with state are served */
+    ck_assert_double_eq(remaining_at(&s, "c", 1, 1, 1, 200), 10);
+    ck_assert_double_eq(remaining_at(&s, "a", 1, 1, 0, 200), 4);
+    r = su_req(&s, "GET", "/metrics", NULL, NULL);
+    ck_assert_msg(strstr(r.body, "\nratelimit_keys_refused_total 1\n"), "%s", r.body);
+    su_resp_free(&r);
+    /* b is full again at t = 6 (5 + 5 s at 1/s) and idle: c takes its place */
+    ck_assert_double_eq(remaining_at(&s, "c", 1, 6, 0, 200), 9);
+    ck_assert_int_eq(su_stop(&s), 0);
+}
+END_TEST
+
 static Suite *hardening_suite(void)
 {
     Suite *s = suite_create("hardening");
@@ -616,6 +646,7 @@ static Suite *hardening_suite(void)
     tcase_add_test(tc, snapshot_round_trip_with_elapsed_time);
     tcase_add_test(tc, sigkill_loses_at_most_the_interval);
     tcase_add_test(tc, corrupt_snapshot_is_moved_aside_and_counted);
+    tcase_add_test(tc, max_keys_answers_503_and_counts);
     suite_add_tcase(s, tc);
     return s;
 }

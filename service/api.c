@@ -1,6 +1,7 @@
 /*
  * api.c - see api.h.
  */
+#define _GNU_SOURCE /* pthread_rwlockattr_setkind_np */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -92,7 +93,14 @@ static rl_ns request_time(rld_app *app, int has_now, double now)
 
 void rld_app_tick(rld_app *app)
 {
+    pthread_rwlock_rdlock(&app->gate);
     tick_to(app, request_time(app, 0, 0));
+    pthread_rwlock_unlock(&app->gate);
+}
+
+rl_ns rld_app_now(rld_app *app)
+{
+    return request_time(app, 0, 0);
 }
 
 /* ---- POST /acquire ---------------------------------------------------------------------- */
@@ -293,6 +301,17 @@ static void h_metrics(void *ctx, rld_req *r)
     rld_reply(r, 200, "text/plain; version=0.0.4; charset=utf-8", NULL, 0);
 }
 
+static void h_reload(void *ctx, rld_req *r)
+{
+    rl_err err;
+    if (rld_app_reload(ctx, &err) != RL_OK) {
+        rld_reply_error(r, 400, "%s", err.msg);
+        return;
+    }
+    rld_buf_puts(rld_req_out(r), "{\"reloaded\":true}");
+    rld_reply_json(r, 200);
+}
+
 static void h_healthz(void *ctx, rld_req *r)
 {
     rld_app *app = ctx;
@@ -382,6 +401,10 @@ const rld_route rld_routes[] = {
       {NULL, NULL, 0}}},
     {"/metrics", "/metrics", "GET", {{"GET", h_metrics, RLD_METRICS}, {NULL, NULL, 0}}},
     {"/healthz", "/healthz", "GET", {{"GET", h_healthz, RLD_METRICS}, {NULL, NULL, 0}}},
+    {"/admin/reload",
+     "/admin/reload",
+     "POST",
+     {{"POST", h_reload, RLD_ADMIN | RLD_UNGATED}, {NULL, NULL, 0}}},
 };
 const size_t rld_nroutes = sizeof rld_routes / sizeof rld_routes[0];
 
@@ -418,6 +441,12 @@ int rld_app_init(rld_app *app, rl_registry *reg, rl_limiter *lim, const rld_sett
     app->set = set;
     app->manual_clock = manual_clock;
     pthread_mutex_init(&app->tick_mu, NULL);
+    pthread_rwlockattr_t ga;
+    pthread_rwlockattr_init(&ga);
+    /* a reload waits for the requests in flight, not for every request that comes after */
+    pthread_rwlockattr_setkind_np(&ga, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+    pthread_rwlock_init(&app->gate, &ga);
+    pthread_rwlockattr_destroy(&ga);
     for (size_t i = 0; i < rld_nroutes; i++)
         endpoint_names[i] = rld_routes[i].endpoint;
     endpoint_names[rld_nroutes] = "other";
@@ -430,6 +459,7 @@ int rld_app_init(rld_app *app, rl_registry *reg, rl_limiter *lim, const rld_sett
         rld_metrics_free(app->metrics);
         free(app->rules_json);
         pthread_mutex_destroy(&app->tick_mu);
+        pthread_rwlock_destroy(&app->gate);
         return RL_ENOMEM;
     }
     app->rules_len = strlen(app->rules_json);
@@ -439,6 +469,7 @@ int rld_app_init(rld_app *app, rl_registry *reg, rl_limiter *lim, const rld_sett
         rld_metrics_free(app->metrics);
         free(app->rules_json);
         pthread_mutex_destroy(&app->tick_mu);
+        pthread_rwlock_destroy(&app->gate);
         return rc;
     }
     if (!fleet)
@@ -451,7 +482,10 @@ int rld_app_save_state(rld_app *app)
     rl_err err = {{0}};
     if (!app->set->state_file)
         return 0;
-    if (rl_limiter_save(app->lim, app->set->state_file, &err) != RL_OK) {
+    pthread_rwlock_rdlock(&app->gate);
+    int rc = rl_limiter_save(app->lim, app->set->state_file, &err);
+    pthread_rwlock_unlock(&app->gate);
+    if (rc != RL_OK) {
         rld_log("error: state_file %s", err.msg);
         return -1;
     }
@@ -464,6 +498,7 @@ void rld_app_free(rld_app *app)
     rld_metrics_free(app->metrics);
     free(app->rules_json);
     pthread_mutex_destroy(&app->tick_mu);
+    pthread_rwlock_destroy(&app->gate);
 }
 
 void rld_app_on_done(void *ctx, size_t route, int status, rl_ns duration)

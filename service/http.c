@@ -475,8 +475,13 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char
         rld_reply_error(r, 413, "body: larger than %d bytes", RLD_MAX_BODY);
     else if (r->body_oom)
         rld_reply_error(r, 500, "out of memory");
-    else
+    else if (!h->cfg.gate || (r->m->flags & RLD_UNGATED))
         r->m->fn(h->cfg.app, r);
+    else {
+        pthread_rwlock_rdlock(h->cfg.gate);
+        r->m->fn(h->cfg.app, r);
+        pthread_rwlock_unlock(h->cfg.gate);
+    }
     if (!r->status) {
         rld_log("error: the handler of %s %s gave no answer", method, url);
         rld_reply_error(r, 500, "internal error: no answer");

@@ -15,6 +15,7 @@
 #ifndef RLD_HTTP_H
 #define RLD_HTTP_H
 
+#include <pthread.h>
 #include <stddef.h>
 
 #include "buf.h"
@@ -31,6 +32,7 @@ typedef void (*rld_handler)(void *app, rld_req *r);
 #define RLD_ADMIN 0x1u   /* needs "Authorization: Bearer <admin_token>" when a token is set */
 #define RLD_ACQUIRE 0x2u /* the same with acquire_token */
 #define RLD_METRICS 0x4u /* the same with metrics_token */
+#define RLD_UNGATED 0x8u /* runs without holding the gate (a handler that takes it to write) */
 
 typedef struct rld_method {
     const char *name; /* "GET", "POST", ...; NULL ends the list */
@@ -68,6 +70,9 @@ typedef struct rld_http_config {
     const rld_route *routes;
     size_t nroutes;
     void *app; /* handed to handlers */
+    /* Handlers run holding it for reading, so that whoever holds it for writing (a reload)
+     * sees no request in flight; NULL: no gate. */
+    pthread_rwlock_t *gate;
     /* Called for each answer as it is queued (before it is sent) with the route index
      * (nroutes for an unknown path), the status and the time since the request's headers
      * arrived. May be NULL. */

@@ -44,7 +44,8 @@ static const char usage[] =
     "  --help               this text\n"
     "  --version            the version\n"
     "\n"
-    "SIGTERM or SIGINT stop it: it stops accepting, finishes requests in flight, exits 0.\n";
+    "SIGTERM or SIGINT stop it: it stops accepting, finishes requests in flight, exits 0.\n"
+    "SIGHUP reloads the configuration file (as POST /admin/reload does).\n";
 
 typedef struct opts {
     const char *config;
@@ -276,6 +277,7 @@ static int serve(const opts *o)
     sigemptyset(&stop_signals);
     sigaddset(&stop_signals, SIGTERM);
     sigaddset(&stop_signals, SIGINT);
+    sigaddset(&stop_signals, SIGHUP); /* a reload, not a stop */
     pthread_sigmask(SIG_BLOCK, &stop_signals, NULL);
     signal(SIGPIPE, SIG_IGN);
 
@@ -332,6 +334,7 @@ static int serve(const opts *o)
         rld_log("error: %s", err.msg);
         goto fail_limiter;
     }
+    app.config_path = o->config;
 
     rld_http_config hc = {.address = set.address,
                           .port = set.port,
@@ -346,6 +349,7 @@ static int serve(const opts *o)
                           .routes = rld_routes,
                           .nroutes = rld_nroutes,
                           .app = &app,
+                          .gate = &app.gate,
                           .on_done = rld_app_on_done,
                           .access_log = set.log_access};
     if (!(app.http = rld_http_start(&hc, &err))) {
@@ -366,8 +370,14 @@ static int serve(const opts *o)
             o->manual_clock ? "manual" : "real", source);
 
     int sig = 0;
-    while (sigwait(&stop_signals, &sig) != 0)
-        ;
+    for (;;) {
+        while (sigwait(&stop_signals, &sig) != 0)
+            ;
+        if (sig != SIGHUP)
+            break;
+        rl_err rerr;
+        rld_app_reload(&app, &rerr); /* logs and counts either way */
+    }
     rld_log("stopping on %s: no new connections, finishing requests in flight",
             sig == SIGTERM ? "SIGTERM" : "SIGINT");
     unsigned left = rld_http_stop(app.http, DRAIN_MS);
@@ -378,6 +388,7 @@ static int serve(const opts *o)
     if (set.state_file && !fleet && rld_app_save_state(&app) == 0)
         rld_log("state saved to %s", set.state_file);
     rld_fleet_free(fleet); /* its follower applies quotas to the limiter */
+    lim = app.lim;         /* another one after a reload */
     rld_app_free(&app);
     rl_limiter_free(lim);
     free(tls_cert);

@@ -56,12 +56,18 @@ struct rld_metrics {
     uint64_t denied_other[RL_MAX_LEVELS];
     uint64_t snapshots_corrupt; /* atomic */
     uint64_t keys_refused;      /* atomic */
+    uint64_t reloads[2];        /* atomic: refused, ok */
 };
 
 static _Thread_local struct {
     const rld_metrics *owner;
     slot *s;
 } mine;
+
+void rld_metrics_reload(rld_metrics *m, int ok)
+{
+    __atomic_add_fetch(&m->reloads[ok != 0], 1, __ATOMIC_RELAXED);
+}
 
 void rld_metrics_keys_refused(rld_metrics *m)
 {
@@ -298,6 +304,13 @@ void rld_metrics_render(rld_metrics *m, rl_limiter *lim, rld_buf *o)
            "State files found corrupt or truncated at start and moved aside unloaded.");
     rld_buf_puts(o, "ratelimit_snapshot_corrupt_total");
     u64_line(o, __atomic_load_n(&m->snapshots_corrupt, __ATOMIC_RELAXED));
+
+    family(o, "ratelimit_config_reloads_total", "counter",
+           "Configuration reloads (SIGHUP, POST /admin/reload), by result.");
+    rld_buf_puts(o, "ratelimit_config_reloads_total{result=\"ok\"}");
+    u64_line(o, __atomic_load_n(&m->reloads[1], __ATOMIC_RELAXED));
+    rld_buf_puts(o, "ratelimit_config_reloads_total{result=\"error\"}");
+    u64_line(o, __atomic_load_n(&m->reloads[0], __ATOMIC_RELAXED));
 
     family(o, "ratelimit_keys_refused_total", "counter",
            "Decisions refused (503) because the store held max_keys key states, none idle.");

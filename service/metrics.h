@@ -33,6 +33,8 @@ void rld_metrics_settle(rld_metrics *m, const rl_settlement *s);
 
 /* A decision refused because the memory store holds max_keys key states, none idle. */
 void rld_metrics_keys_refused(rld_metrics *m);
+/* A configuration reload, ok or refused. */
+void rld_metrics_reload(rld_metrics *m, int ok);
 /* A state file found corrupt or truncated at start (and moved aside). */
 void rld_metrics_snapshot_corrupt(rld_metrics *m);
 

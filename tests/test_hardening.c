@@ -629,6 +629,113 @@ START_TEST(max_keys_answers_503_and_counts)
 }
 END_TEST
 
+/* ---- reload ------------------------------------------------------------------------------ */
+
+/* Waits up to 20 s for text in the log. */
+static int log_waits_for(const su_server *s, const char *text)
+{
+    for (int i = 0; i < 2000; i++) {
+        if (log_has(s, text))
+            return 1;
+        usleep(10000);
+    }
+    return 0;
+}
+
+static int count_in(const char *hay, const char *needle)
+{
+    int n = 0;
+    for (const char *p = hay; (p = strstr(p, needle)) != NULL; p++)
+        n++;
+    return n;
+}
+
+START_TEST(reload_keeps_state_and_refuses_bad_configs)
+{
+    su_server s;
+    const char *const adm[] = {"Authorization: Bearer adm", NULL};
+    su_tmpdir(&s);
+    const char *a =
+        "{\"admin_token\": \"adm\", \"levels\": ["
+        " {\"name\": \"user\", \"rules\": [{\"type\": \"token_bucket\", \"capacity\": 10, "
+        "\"per_second\": 1}]},"
+        " {\"name\": \"team\", \"rules\": [{\"type\": \"token_bucket\", \"capacity\": 5, "
+        "\"per_second\": 1}]}]}";
+    su_start(&s, a, manual);
+    ck_assert_double_eq(remaining_at(&s, "u", 8, 100, 0, 200), 2);
+    su_resp r = su_req(&s, "POST", "/acquire",
+                       "{\"keys\": {\"team\": \"t\"}, \"cost\": 3, \"now\": 100}", NULL);
+    ck_assert_int_eq(r.status, 200);
+    su_resp_free(&r);
+
+    /* user's rule stays, team's changes type, a level ip is new */
+    su_write(s.dir, "config.json",
+             "{\"admin_token\": \"adm\", \"levels\": ["
+             " {\"name\": \"user\", \"rules\": [{\"type\": \"token_bucket\", \"capacity\": 10, "
+             "\"per_second\": 1}]},"
+             " {\"name\": \"team\", \"rules\": [{\"type\": \"fixed_window\", \"limit\": 7, "
+             "\"window\": 1000}]},"
+             " {\"name\": \"ip\", \"rules\": [{\"type\": \"gcra\", \"per_second\": 1}]}]}");
+    kill(s.pid, SIGHUP);
+    ck_assert_msg(log_waits_for(&s, "/config.json (levels, tiers, quotas"), "no reload");
+    ck_assert_double_eq(remaining_at(&s, "u", 1, 100, 1, 200), 2);
+    r = su_req(&s, "POST", "/acquire",
+               "{\"keys\": {\"team\": \"t\", \"ip\": \"i\"}, \"dry_run\": true, \"now\": 100}",
+               NULL);
+    ck_assert_int_eq(r.status, 200);
+    ck_assert_msg(strstr(r.body, "\"level\":\"team\",\"key\":\"t\",\"rule\":\"fixed_window(7, "
+                                 "1000s)\",\"limit\":7,\"remaining\":7"),
+                  "%s", r.body);
+    ck_assert_msg(strstr(r.body, "\"level\":\"ip\""), "%s", r.body);
+    su_resp_free(&r);
+
+    /* a configuration that does not load: refused over the endpoint with its error as the
+     * body, and over SIGHUP in the log; the one in force stays */
+    su_write(s.dir, "config.json",
+             "{\"admin_token\": \"adm\", \"levels\": [{\"name\": \"user\", \"rules\": "
+             "[{\"type\": \"token_bucket\", \"capacity\": 0, \"per_second\": 1}]}]}");
+    r = su_req(&s, "POST", "/admin/reload", NULL, NULL);
+    ck_assert_int_eq(r.status, 401);
+    su_resp_free(&r);
+    r = su_req(&s, "POST", "/admin/reload", NULL, adm);
+    ck_assert_int_eq(r.status, 400);
+    ck_assert_msg(strncmp(su_error(&r), "levels[0].rules[0].capacity: ", 29) == 0, "%s", r.body);
+    su_resp_free(&r);
+    kill(s.pid, SIGHUP);
+    /* the endpoint's refusal was logged too: wait for the second line */
+    int lines = 0;
+    for (int i = 0; i < 2000 && lines < 2; i++) {
+        char *log = su_read(s.log);
+        lines = count_in(log, "error: reload refused, the configuration in force stays: "
+                              "levels[0].rules[0].capacity: ");
+        free(log);
+        usleep(10000);
+    }
+    ck_assert_int_eq(lines, 2);
+    ck_assert_double_eq(remaining_at(&s, "u", 1, 100, 1, 200), 2);
+    r = su_req(&s, "GET", "/rules", NULL, NULL);
+    ck_assert_msg(strstr(r.body, "\"name\":\"ip\""), "%s", r.body);
+    su_resp_free(&r);
+    r = su_req(&s, "GET", "/metrics", NULL, NULL);
+    ck_assert_msg(strstr(r.body, "\nratelimit_config_reloads_total{result=\"ok\"} 1\n") &&
+                      strstr(r.body, "\nratelimit_config_reloads_total{result=\"error\"} 2\n"),
+                  "%s", r.body);
+    su_resp_free(&r);
+
+    /* a good file again over the endpoint: in force, the state still there */
+    su_write(s.dir, "config.json", a);
+    r = su_req(&s, "POST", "/admin/reload", NULL, adm);
+    ck_assert_int_eq(r.status, 200);
+    ck_assert_str_eq(r.body, "{\"reloaded\":true}");
+    su_resp_free(&r);
+    ck_assert_double_eq(remaining_at(&s, "u", 1, 101, 1, 200), 3);
+    r = su_req(&s, "GET", "/rules", NULL, NULL);
+    ck_assert_msg(!strstr(r.body, "\"name\":\"ip\""), "%s", r.body);
+    su_resp_free(&r);
+    ck_assert_int_eq(su_stop(&s), 0);
+}
+END_TEST
+
 static Suite *hardening_suite(void)
 {
     Suite *s = suite_create("hardening");
@@ -647,6 +754,7 @@ static Suite *hardening_suite(void)
     tcase_add_test(tc, sigkill_loses_at_most_the_interval);
     tcase_add_test(tc, corrupt_snapshot_is_moved_aside_and_counted);
     tcase_add_test(tc, max_keys_answers_503_and_counts);
+    tcase_add_test(tc, reload_keeps_state_and_refuses_bad_configs);
     suite_add_tcase(s, tc);
     return s;
 }

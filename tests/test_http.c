@@ -1282,6 +1282,8 @@ static const char *const families[] = {
     "ratelimit_charged_cost_total",  "ratelimit_reservations_active",
     "ratelimit_reservations_expired_total", "ratelimit_keys",
     "ratelimit_http_requests_total", "ratelimit_http_request_duration_seconds",
+    "ratelimit_config_reloads_total", "ratelimit_keys_refused_total",
+    "ratelimit_snapshot_corrupt_total",
 };
 
 START_TEST(metrics_exposition)

@@ -8,6 +8,7 @@
 #   make deps       install the Debian packages the build, tests and benchmarks need (as root)
 #   make SANITIZE=address,undefined test     tests under sanitizers
 #   make fuzz       each fuzz target under libFuzzer for FUZZ_SECONDS (60), new inputs kept
+#   make soak       clients far past capacity against both stores: latency, errors, RSS
 #   make V=1        show the commands
 
 CC      ?= cc
@@ -213,12 +214,23 @@ $(BUILD)/bench/loadgen: bench/loadgen.c
 
 build-bench: $(BUILD)/ratelimitd $(BENCH_BIN)
 
+$(BUILD)/bench/soak: bench/soak.c
+	@mkdir -p $(dir $@)
+	$(call say,CC,$<)
+	$(Q)$(CC) $(WARN) $(CFLAGS) $(SAN) -pthread $< -o $@ $(LDFLAGS) $(SAN) -pthread
+
+# make soak: many clients far past capacity for a bounded time, against the memory store and
+# Redis (bench/soak.sh; SOAK_CLIENTS, SOAK_SECONDS, SOAK_KEYS). Not part of make test.
+soak: deps-quiet
+	@$(MAKE) --no-print-directory $(BUILD)/ratelimitd $(BUILD)/bench/soak
+	@bench/soak.sh $(BUILD)
+
 # ---- targets ----------------------------------------------------------------------------
 # The public targets first install what is missing, then build in a second make, so that
 # pkg-config is asked after the packages are there.
 .PHONY: all run test check-core deps deps-quiet install clean format bench build-all build-test \
         build-bench settings-doc api-check container-deps container-test fuzz \
-        build-libfuzzer
+        build-libfuzzer soak
 .DEFAULT_GOAL := all
 
 all: deps-quiet

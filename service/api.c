@@ -91,16 +91,16 @@ static rl_ns request_time(rld_app *app, int has_now, double now)
     return t;
 }
 
+rl_ns rld_app_time(rld_app *app, int has_now, double now)
+{
+    return request_time(app, has_now, now);
+}
+
 void rld_app_tick(rld_app *app)
 {
     pthread_rwlock_rdlock(&app->gate);
     tick_to(app, request_time(app, 0, 0));
     pthread_rwlock_unlock(&app->gate);
-}
-
-rl_ns rld_app_now(rld_app *app)
-{
-    return request_time(app, 0, 0);
 }
 
 /* ---- POST /acquire ---------------------------------------------------------------------- */
@@ -440,6 +440,8 @@ int rld_app_init(rld_app *app, rl_registry *reg, rl_limiter *lim, const rld_sett
     app->lim = lim;
     app->set = set;
     app->manual_clock = manual_clock;
+    app->rls = (rld_rls){
+        .lim = lim, .domain = set->domain, .ratelimit_headers = set->grpc_ratelimit_headers};
     pthread_mutex_init(&app->tick_mu, NULL);
     pthread_rwlockattr_t ga;
     pthread_rwlockattr_init(&ga);

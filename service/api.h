@@ -20,6 +20,7 @@
 #include "metrics.h"
 #include "quotas.h"
 #include "ratelimit.h"
+#include "rls.h"
 
 typedef struct rld_app {
     rl_registry *reg;        /* borrowed */
@@ -39,6 +40,8 @@ typedef struct rld_app {
      * sees the configuration before a reload or after it, never a mix. */
     pthread_rwlock_t gate;
     const char *config_path; /* what a reload reads; NULL: the built-in configuration */
+    rld_rls rls;    /* ShouldRateLimit over gRPC */
+    int grpc_stopping; /* atomic: the gRPC server is stopping (Health answers NOT_SERVING) */
 } rld_app;
 
 /* The route table, for rld_http_config and for tests that hold the OpenAPI document to it. */
@@ -60,8 +63,6 @@ int rld_app_init(rld_app *app, rl_registry *reg, rl_limiter *lim, const rld_sett
  * flight. On failure (a bad file, the Redis store) the configuration in force stays, err says
  * why, and it is logged; both outcomes are counted. Not from a request holding the gate. */
 int rld_app_reload(rld_app *app, rl_err *err);
-/* The time of a request that gives none: the real clock, or the last manual "now". */
-rl_ns rld_app_now(rld_app *app);
 /* Frees what rld_app_init made (not the limiter, registry or settings; app->lim may be another
  * limiter than the one given after a reload: the caller frees app->lim). */
 void rld_app_free(rld_app *app);
@@ -71,6 +72,9 @@ void rld_app_tick(rld_app *app);
 /* Saves a snapshot to state_file when the settings name one; logs and returns -1 when it
  * cannot be written. */
 int rld_app_save_state(rld_app *app);
+/* The time of a request: the clock, or with --manual-clock the given seconds (has_now) or the
+ * last time seen. A manual time that moves forward ticks the limiter first. */
+rl_ns rld_app_time(rld_app *app, int has_now, double now);
 /* The http layer's on_done: counts the request in the metrics. */
 void rld_app_on_done(void *app, size_t route, int status, rl_ns duration);
 

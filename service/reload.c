@@ -74,7 +74,7 @@ static int carry_state(rld_app *app, generation *g, rl_err *err)
     close(fd);
     int rc = rl_limiter_save(app->lim, path, err);
     if (rc == RL_OK)
-        rc = rl_limiter_load(g->lim, path, rld_app_now(app), NULL, err);
+        rc = rl_limiter_load(g->lim, path, rld_app_time(app, 0, 0), NULL, err);
     unlink(path);
     return rc;
 }
@@ -92,6 +92,7 @@ int rld_app_reload(rld_app *app, rl_err *err)
             json_t *overrides = app->quotas.overrides;
             char *rules = app->rules_json;
             app->lim = g.lim;
+            app->rls.lim = g.lim;
             app->quotas.overrides = g.quotas.overrides;
             app->rules_json = g.rules_json;
             app->rules_len = strlen(g.rules_json);

@@ -27,7 +27,7 @@ ifneq ($(SANITIZE),)
 endif
 
 # Libraries come from pkg-config; the core library uses none of them.
-PKG_SVC  := jansson libmicrohttpd hiredis libprotobuf-c libnghttp2
+PKG_SVC  := jansson libmicrohttpd hiredis libprotobuf-c libnghttp2 yaml-0.1
 PKG_TEST := check libcurl
 PKG_ALL  := $(PKG_SVC) $(PKG_TEST)
 pc_cflags = $(shell pkg-config --cflags $(1) 2>/dev/null)
@@ -221,6 +221,7 @@ $(BUILD)/bench/bench_core.o: bench/bench_core.c
 	$(Q)$(CC) $(BASE_CPPFLAGS) -Iservice $(SVC_CFLAGS) $(ALL_CFLAGS) -c $< -o $@
 
 $(BUILD)/bench/bench_core: $(BUILD)/bench/bench_core.o $(BUILD)/service/config_json.o \
+                           $(BUILD)/service/settings.o \
                            $(BUILD)/librl.a
 	$(call say,LD,$@)
 	$(Q)$(CC) $^ -o $@ $(LDFLAGS_ALL) $(SVC_LIBS)
@@ -280,10 +281,20 @@ test: deps-quiet
 
 # The gRPC server with real clients: Debian's python3-grpcio (the gRPC C core), loading the
 # messages from api/*.proto through protoc. Debian's own python3, which has the grpc module.
+# And @grpc/grpc-js with @grpc/proto-loader (pinned in tests/grpc-js, installed by make deps).
 PYTHON ?= /usr/bin/python3
-grpc-check: $(BUILD)/ratelimitd
+GRPC_NODE := tests/grpc-js/node_modules/.installed
+$(GRPC_NODE): tests/grpc-js/package.json tests/grpc-js/package-lock.json
+	$(call say,NPM,tests/grpc-js)
+	$(Q)cd tests/grpc-js && npm ci --no-audit --no-fund --loglevel=error >/dev/null && touch node_modules/.installed
+
+grpc-check: $(GRPC_NODE) $(BUILD)/ratelimitd
 	@echo "== tests/grpc/test_grpc.py (python3-grpcio)"
 	$(Q)RL_BUILD=$(BUILD) $(PYTHON) tests/grpc/test_grpc.py
+	@echo "== tests/grpc/test_grpc_yaml.py (python3-grpcio, a YAML configuration)"
+	$(Q)RL_BUILD=$(BUILD) $(PYTHON) tests/grpc/test_grpc_yaml.py
+	@echo "== tests/grpc-js (node --test, @grpc/grpc-js)"
+	$(Q)cd tests/grpc-js && RL_BUILD=$(abspath $(BUILD)) node --test
 
 # The API document: redocly's lint (every warning an error) and tests/api/openapi.test.js, which
 # calls every documented operation of the real daemon and validates each answer with ajv. The
@@ -347,7 +358,7 @@ check-core:
 # Debian packages the build, the tests and the benchmarks use.
 DEB_PKGS := gcc libc6-dev make pkg-config libjansson-dev libmicrohttpd-dev check libsubunit-dev \
             libcurl4-openssl-dev libhiredis-dev redis-server redis-sentinel redis-tools nginx wrk curl \
-            prometheus clang libclang-rt-14-dev openssl
+            prometheus clang libclang-rt-14-dev libyaml-dev openssl
 # gRPC: messages, HTTP/2, the Python client (grpcio, protobuf, protoc), h2load
 DEB_PKGS += libprotobuf-c-dev protobuf-c-compiler libnghttp2-dev nghttp2-client protobuf-compiler \
             python3 python3-grpcio python3-protobuf
@@ -365,7 +376,7 @@ deps:
 	    apt-get update -qq && apt-get install -y -qq --no-install-recommends $$missing >/dev/null \
 	    || { echo "make deps: apt-get failed"; exit 1; }; \
 	fi
-	@$(MAKE) --no-print-directory $(API_NODE)
+	@$(MAKE) --no-print-directory $(API_NODE) $(GRPC_NODE)
 
 # Installs only when something is missing; quiet otherwise.
 deps-quiet:

@@ -42,6 +42,7 @@ typedef struct rld_app {
     const char *config_path; /* what a reload reads; NULL: the built-in configuration */
     rld_rls rls;    /* ShouldRateLimit over gRPC */
     int grpc_stopping; /* atomic: the gRPC server is stopping (Health answers NOT_SERVING) */
+    struct rld_yrls *yrls; /* borrowed: the YAML configuration's matcher, NULL without one */
 } rld_app;
 
 /* The route table, for rld_http_config and for tests that hold the OpenAPI document to it. */
@@ -72,9 +73,10 @@ void rld_app_tick(rld_app *app);
 /* Saves a snapshot to state_file when the settings name one; logs and returns -1 when it
  * cannot be written. */
 int rld_app_save_state(rld_app *app);
-/* The time of a request: the clock, or with --manual-clock the given seconds (has_now) or the
- * last time seen. A manual time that moves forward ticks the limiter first. */
-rl_ns rld_app_time(rld_app *app, int has_now, double now);
+/* The time of a request: the clock, or with --manual-clock the given time (has_now; checked
+ * where it was read, values.h) or the last time seen. A manual time that moves forward ticks
+ * the limiter first. */
+rl_ns rld_app_time(rld_app *app, int has_now, rl_ns now);
 /* The http layer's on_done: counts the request in the metrics. */
 void rld_app_on_done(void *app, size_t route, int status, rl_ns duration);
 

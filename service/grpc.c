@@ -42,6 +42,7 @@ typedef struct stream {
     int not_grpc;       /* content-type is not application/grpc[+proto] */
     int other_encoding; /* grpc-encoding names something other than identity */
     int answered;
+    int early; /* answered before the request ended: reset the stream once the answer is sent */
     int too_big;
     rl_ns deadline; /* CLOCK_MONOTONIC; 0: none */
     char now[40];   /* ratelimitd-now metadata */
@@ -375,14 +376,14 @@ static int on_data(nghttp2_session *s, uint8_t flags, int32_t id, const uint8_t 
     if (!st || st->answered)
         return 0;
     if (st->body.len + len > c->w->g->cfg.max_message + 5) {
-        st->too_big = 1;
+        st->too_big = st->early = 1;
         rld_buf_reset(&st->body);
         answer_status(st, RLD_GRPC_RESOURCE_EXHAUSTED, "message: larger than the limit");
         return 0;
     }
     rld_buf_put(&st->body, (const char *)data, len);
     if (st->body.oom) {
-        st->too_big = 1;
+        st->too_big = st->early = 1;
         answer_status(st, RLD_GRPC_RESOURCE_EXHAUSTED, "message: out of memory");
     }
     return 0;
@@ -397,6 +398,19 @@ static int on_frame(nghttp2_session *s, const nghttp2_frame *f, void *ud)
         if (st)
             handle_call(st);
     }
+    return 0;
+}
+
+/* After an answer sent before the request ended, RST_STREAM(NO_ERROR) tells the client to stop
+ * sending (RFC 9113, 8.1). */
+static int on_frame_sent(nghttp2_session *s, const nghttp2_frame *f, void *ud)
+{
+    (void)ud;
+    if (f->hd.type != NGHTTP2_HEADERS || !(f->hd.flags & NGHTTP2_FLAG_END_STREAM))
+        return 0;
+    stream *st = nghttp2_session_get_stream_user_data(s, f->hd.stream_id);
+    if (st && st->early)
+        nghttp2_submit_rst_stream(s, NGHTTP2_FLAG_NONE, st->id, NGHTTP2_NO_ERROR);
     return 0;
 }
 
@@ -429,6 +443,7 @@ static void callbacks_init(void)
     nghttp2_session_callbacks_set_on_data_chunk_recv_callback(callbacks, on_data);
     nghttp2_session_callbacks_set_on_frame_recv_callback(callbacks, on_frame);
     nghttp2_session_callbacks_set_on_stream_close_callback(callbacks, on_close);
+    nghttp2_session_callbacks_set_on_frame_send_callback(callbacks, on_frame_sent);
 }
 
 /* ---- connections ------------------------------------------------------------------------ */
@@ -581,6 +596,7 @@ static int expire(worker *w)
         nx = st->wnext;
         if (st->deadline <= now) {
             conn *c = st->c;
+            st->early = 1;
             answer_status(st, RLD_GRPC_DEADLINE_EXCEEDED,
                           "deadline passed before the call "
                           "was complete");

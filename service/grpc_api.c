@@ -1,6 +1,7 @@
 /*
  * grpc_api.c - see grpc_api.h.
  */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -8,6 +9,7 @@
 #include "grpc/health/v1/health.pb-c.h"
 #include "grpc_api.h"
 #include "tokens.h"
+#include "values.h"
 
 #define RLS_SERVICE "envoy.service.ratelimit.v3.RateLimitService"
 /* the same whatever was wrong, as the HTTP 401 */
@@ -18,6 +20,7 @@
 static rld_grpc_code call_time(rld_app *app, const rld_grpc_call *call, rl_ns *now, rl_err *err)
 {
     char *end;
+    rl_ns t;
     if (!call->now) {
         *now = rld_app_time(app, 0, 0);
         return RLD_GRPC_OK;
@@ -26,10 +29,9 @@ static rld_grpc_code call_time(rld_app *app, const rld_grpc_call *call, rl_ns *n
         return rl_errf(err, RLD_GRPC_INVALID_ARGUMENT,
                        "ratelimitd-now: only accepted when ratelimitd runs with --manual-clock");
     double s = strtod(call->now, &end);
-    if (end == call->now || *end || rl_ns_from_seconds(s) < 0)
-        return rl_errf(err, RLD_GRPC_INVALID_ARGUMENT,
-                       "ratelimitd-now: must be a number of seconds from 0 to 9200000000");
-    *now = rld_app_time(app, 1, s);
+    if (rld_value_seconds("ratelimitd-now", end == call->now || *end ? NAN : s, &t, err) != 0)
+        return RLD_GRPC_INVALID_ARGUMENT;
+    *now = rld_app_time(app, 1, t);
     return RLD_GRPC_OK;
 }
 

@@ -32,6 +32,9 @@ static int prepare(rld_app *app, generation *g, rl_err *err)
     if (!app->config_path)
         return rl_errf(err, RL_EINVAL, "reload: the daemon runs on the built-in configuration; "
                                        "start it with --config to reload one");
+    if (app->yrls)
+        return rl_errf(err, RL_EINVAL, "reload: a configuration with envoyproxy/ratelimit's "
+                                       "YAML is applied at the next start");
     int rc = rld_config_load(app->config_path, app->reg, &ns, &cfg, err);
     if (rc != RL_OK)
         return rc;

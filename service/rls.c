@@ -409,6 +409,8 @@ rld_grpc_code rld_rls_decide_native(const rld_rls *rls, const rld_rls_request *r
         name_entry(req, err);
         return rld_grpc_code_of(rc);
     }
+    if (rls->metrics)
+        rld_metrics_decision(rls->metrics, d, dry, r.cost);
     code = RLD_GRPC_OK;
     if (statuses_from_decision(cfg, req, d, resp, a) != 0 ||
         (rls->ratelimit_headers && add_ratelimit_headers(cfg, d, resp, a) != 0))

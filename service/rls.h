@@ -22,6 +22,7 @@
 #include <stdint.h>
 
 #include "buf.h"
+#include "metrics.h"
 #include "envoy/service/ratelimit/v3/rls.pb-c.h"
 #include "ratelimit.h"
 
@@ -92,6 +93,7 @@ struct rld_rls {
     rl_limiter *lim;          /* borrowed */
     const char *domain;       /* the native configuration's "domain"; NULL: any domain */
     int ratelimit_headers;    /* add the IETF RateLimit and RateLimit-Policy headers */
+    rld_metrics *metrics;     /* counts the decisions; may be NULL */
     rld_rls_decide_fn decide; /* NULL: the native mapping (rld_rls_decide_native) */
     void *cls;                /* the matcher's own state */
 };

@@ -15,7 +15,7 @@ import subprocess
 import sys
 import tempfile
 import unittest
-from concurrent import futures
+import urllib.request
 
 import grpc
 from google.protobuf import descriptor_pb2, message_factory
@@ -68,6 +68,7 @@ class Daemon:
             self.proc.kill()
             raise RuntimeError("ratelimitd did not start: %r %r" % (first, second))
         self.grpc_addr = second.split()[-1]
+        self.http_addr = first.split()[-1]
 
     def stop(self):
         self.proc.terminate()
@@ -207,6 +208,19 @@ class GrpcTest(unittest.TestCase):
         code, _ = self.code_of(self.srl, self.req([({"user": "z" * 600}, None)]), timeout=5,
                                compression=grpc.Compression.Gzip)
         self.assertEqual(code, grpc.StatusCode.UNIMPLEMENTED)
+
+    def allowed_total(self):
+        url = "http://%s/metrics" % self.d.http_addr
+        with urllib.request.urlopen(url, timeout=5) as r:
+            for line in r.read().decode().splitlines():
+                if line.startswith('ratelimit_acquire_total{decision="allowed"}'):
+                    return int(line.split()[-1])
+        raise AssertionError("no ratelimit_acquire_total in /metrics")
+
+    def test_decisions_counted_in_metrics(self):
+        before = self.allowed_total()
+        self.call([({"user": "metrics"}, None)], 400)
+        self.assertEqual(self.allowed_total(), before + 1)
 
     def test_100_concurrent_calls(self):
         # 100 calls at once on the channel's connection: exactly 60 fit the burst limit

@@ -133,7 +133,7 @@ async function startDaemon(config) {
   const { proc, m } = await startProcess(path.join(BUILD, 'ratelimitd'),
     ['--config', 'config.json', '--port', '0', '--manual-clock'], dir,
     /^listening on 127\.0\.0\.1:(\d+)\n/);
-  return { proc, base: `http://127.0.0.1:${m[1]}` };
+  return { proc, dir, base: `http://127.0.0.1:${m[1]}` };
 }
 
 async function stop(proc, signal = 'SIGTERM') {
@@ -237,7 +237,8 @@ const auth = { Authorization: `Bearer ${TOKEN}` };
 const big = JSON.stringify({ keys: { user: 'x'.repeat(70000) } });
 
 test('every documented operation, each answer valid against the document', async () => {
-  ({ base } = await startDaemon(CONFIG));
+  const mem = await startDaemon(CONFIG);
+  base = mem.base;
   // POST /acquire: allowed, reserved, denied, never fits, bad, wrong method, too large
   let r = await call('POST', '/acquire', { body: { keys: { user: 'alice', team: 'acme' }, now: 1 }, status: 200 });
   assert.equal(r.json.allowed, true);
@@ -307,6 +308,18 @@ test('every documented operation, each answer valid against the document', async
   r = await call('GET', '/healthz', { status: 200 });
   assert.deepEqual(r.json, { status: 'ok' });
   await call('PUT', '/healthz', { body: {}, status: 405 });
+
+  // POST /admin/reload: the same file again (state kept), then one that does not load
+  await call('POST', '/admin/reload', { status: 401 });
+  r = await call('POST', '/admin/reload', { headers: auth, status: 200 });
+  assert.deepEqual(r.json, { reloaded: true });
+  const cfgPath = path.join(mem.dir, 'config.json');
+  const good = fs.readFileSync(cfgPath, 'utf8');
+  fs.writeFileSync(cfgPath, '{"levels": []}');
+  r = await call('POST', '/admin/reload', { headers: auth, status: 400 });
+  assert.match(r.json.error, /^levels: /);
+  fs.writeFileSync(cfgPath, good);
+  await call('GET', '/admin/reload', { status: 405 });
 
 });
 

@@ -156,6 +156,14 @@ typedef struct housekeeper {
     rld_app *app;
 } housekeeper;
 
+/* The real clock the decisions use: the daemon's only reading of wall-clock time. */
+static rl_ns real_clock(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (rl_ns)ts.tv_sec * RL_NS_PER_SEC + ts.tv_nsec;
+}
+
 static double monotonic_s(void)
 {
     struct timespec ts;
@@ -327,7 +335,8 @@ static int serve(const opts *o)
         rld_log("error: %s", err.msg);
         goto fail_limiter;
     }
-    if ((rc = rld_app_init(&app, reg, lim, &set, fleet, o->manual_clock, &err)) != RL_OK) {
+    if ((rc = rld_app_init(&app, reg, lim, &set, fleet, o->manual_clock ? NULL : real_clock,
+                           &err)) != RL_OK) {
         rld_log("error: %s", err.msg);
         goto fail_limiter;
     }

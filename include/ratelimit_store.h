@@ -111,6 +111,11 @@ rl_ns rl_rule_peek(const rl_rule *rule, const void *state, const char *key, size
 
 /* A new in-memory store, or NULL when out of memory. */
 rl_store *rl_memory_store_new(void);
+/* The same holding at most max_keys key states (one per rule of a key; 0: no bound). A
+ * decision that needs a new state past it drops the idle states of that key's segment first;
+ * when none is idle it fails with RL_EFULL and changes nothing, while keys that have state
+ * keep being decided. The bound holds under concurrent decisions. */
+rl_store *rl_memory_store_new_bounded(uint64_t max_keys);
 
 #ifdef __cplusplus
 }

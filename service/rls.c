@@ -7,6 +7,7 @@
 
 #include "render.h"
 #include "rls.h"
+#include "values.h"
 
 /* Most entries one request may carry (all descriptors together). */
 #define MAX_ENTRIES 64
@@ -245,10 +246,11 @@ static int level_of_descriptor(const rl_level *l, const rld_rls_request *req, si
 }
 
 /* The cost of the request: hits_addend (0 means 1), replaced by the descriptors' own, which
- * must all agree; *dry when that is 0 (check only). */
+ * must all agree; *dry when that is 0 (check only: does one more hit fit). */
 static rld_grpc_code request_cost(const rld_rls_request *req, rl_fp *cost, int *dry, rl_err *err)
 {
     uint64_t hits = req->hits_addend ? req->hits_addend : 1;
+    char field[48] = "hits_addend";
     int set = 0;
     for (size_t i = 0; i < req->n_descriptors; i++) {
         const Google__Protobuf__UInt64Value *h = req->descriptors[i]->hits_addend;
@@ -260,13 +262,12 @@ static rld_grpc_code request_cost(const rld_rls_request *req, rl_fp *cost, int *
                            "with a native configuration a request is one decision at one cost",
                            i);
         hits = h->value;
+        snprintf(field, sizeof field, "descriptors[%zu].hits_addend", i);
         set = 1;
     }
     *dry = hits == 0;
-    if (hits > (uint64_t)(RL_FP_MAX / RL_FP_ONE))
-        return rl_errf(err, RLD_GRPC_INVALID_ARGUMENT,
-                       "hits_addend: must be at most 1000000000000");
-    *cost = (rl_fp)(*dry ? 1 : hits) * RL_FP_ONE;
+    if (rld_value_cost_units(field, *dry ? 1 : hits, cost, err) != 0)
+        return RLD_GRPC_INVALID_ARGUMENT;
     return RLD_GRPC_OK;
 }
 

@@ -26,7 +26,7 @@ ifneq ($(SANITIZE),)
 endif
 
 # Libraries come from pkg-config; the core library uses none of them.
-PKG_SVC  := jansson libmicrohttpd hiredis libprotobuf-c libnghttp2
+PKG_SVC  := jansson libmicrohttpd hiredis libprotobuf-c libnghttp2 yaml-0.1
 PKG_TEST := check libcurl
 PKG_ALL  := $(PKG_SVC) $(PKG_TEST)
 pc_cflags = $(shell pkg-config --cflags $(1) 2>/dev/null)
@@ -279,6 +279,8 @@ $(GRPC_NODE): tests/grpc-js/package.json tests/grpc-js/package-lock.json
 grpc-check: $(GRPC_NODE) $(BUILD)/ratelimitd
 	@echo "== tests/grpc/test_grpc.py (python3-grpcio)"
 	$(Q)RL_BUILD=$(BUILD) $(PYTHON) tests/grpc/test_grpc.py
+	@echo "== tests/grpc/test_grpc_yaml.py (python3-grpcio, a YAML configuration)"
+	$(Q)RL_BUILD=$(BUILD) $(PYTHON) tests/grpc/test_grpc_yaml.py
 	@echo "== tests/grpc-js (node --test, @grpc/grpc-js)"
 	$(Q)cd tests/grpc-js && RL_BUILD=$(abspath $(BUILD)) node --test
 
@@ -344,7 +346,7 @@ check-core:
 # Debian packages the build, the tests and the benchmarks use.
 DEB_PKGS := gcc libc6-dev make pkg-config libjansson-dev libmicrohttpd-dev check libsubunit-dev \
             libcurl4-openssl-dev libhiredis-dev redis-server redis-sentinel redis-tools nginx wrk curl \
-            prometheus clang libclang-rt-14-dev
+            prometheus clang libclang-rt-14-dev libyaml-dev
 # gRPC: messages, HTTP/2, the Python client (grpcio, protobuf, protoc), h2load
 DEB_PKGS += libprotobuf-c-dev protobuf-c-compiler libnghttp2-dev nghttp2-client protobuf-compiler \
             python3 python3-grpcio python3-protobuf

@@ -12,6 +12,7 @@
 #include "check_req.h"
 #include "log.h"
 #include "render.h"
+#include "rls_yaml.h"
 #include "settle_req.h"
 
 /* Metrics labels: the routes' endpoints and "other" for unknown paths. */
@@ -284,6 +285,8 @@ static void h_metrics(void *ctx, rld_req *r)
     rld_metrics_render(app->metrics, app->lim, rld_req_out(r));
     if (app->fleet)
         rld_fleet_metrics(app->fleet, rld_req_out(r));
+    if (app->yrls)
+        rld_yrls_metrics(app->yrls, rld_req_out(r));
     rld_reply(r, 200, "text/plain; version=0.0.4; charset=utf-8", NULL, 0);
 }
 

@@ -38,6 +38,7 @@ typedef struct rld_app {
     rld_http *http; /* set once serving */
     rld_rls rls;    /* ShouldRateLimit over gRPC */
     int grpc_stopping; /* atomic: the gRPC server is stopping (Health answers NOT_SERVING) */
+    struct rld_yrls *yrls; /* borrowed: the YAML configuration's matcher, NULL without one */
 } rld_app;
 
 /* The route table, for rld_http_config and for tests that hold the OpenAPI document to it. */

@@ -22,6 +22,7 @@
 #include "log.h"
 #include "redis_pool.h"
 #include "redis_store.h"
+#include "rls_yaml_grpc.h"
 
 /* config/default.json, embedded by the Makefile. */
 extern const char rld_default_config[];
@@ -34,7 +35,8 @@ static const char usage[] =
     "usage: ratelimitd [--config PATH] [--port N] [--grpc-port N] [--manual-clock]\n"
     "       ratelimitd --check-config PATH\n"
     "\n"
-    "  --config PATH        configuration file (default: the built-in config/default.json)\n"
+    "  --config PATH        configuration file (default: the built-in config/default.json),\n"
+    "                       or envoyproxy/ratelimit's YAML: a .yaml/.yml file or a directory\n"
     "  --port N             listen on port N instead of the configuration's; 0 picks a free\n"
     "                       port. The first line of stdout is \"listening on ADDRESS:PORT\".\n"
     "  --grpc-port N        serve Envoy's rate limit service (gRPC) on port N, at the\n"
@@ -114,6 +116,66 @@ static int parse_flags(int argc, char **argv, opts *o)
     return -1;
 }
 
+/* Loads a configuration: JSON, or envoyproxy/ratelimit's YAML (a .yaml or .yml file or a
+ * directory of them, alone with default settings or named by the JSON's "ratelimit_config"),
+ * which makes *yrls, the matcher that decides rate limit requests (freed after the limiter).
+ * err names the file for YAML. */
+static int load_config(const char *path, rl_registry *reg, rld_settings *set, rl_config **cfg,
+                       rld_yrls **yrls, rl_err *err)
+{
+    rld_yconf *c;
+    const char *yaml = path;
+    int rc;
+    *yrls = NULL;
+    if (!rld_yaml_is_config(path)) {
+        if ((rc = rld_config_load(path, reg, set, cfg, err)) != RL_OK || !set->ratelimit_config)
+            return rc;
+        yaml = set->ratelimit_config;
+    } else if (rld_settings_defaults(set) != RL_OK) {
+        return rl_errf(err, RL_ENOMEM, "out of memory");
+    }
+    if ((rc = rld_yaml_load(yaml, &c, err)) == RL_OK &&
+        (rc = rld_yrls_new(c, reg, yrls, cfg, err)) == RL_OK)
+        (*cfg)->reservation_ttl = set->reservation_ttl;
+    if (rc == RL_OK && set->store == RLD_STORE_REDIS && rld_yrls_charges(*yrls)) {
+        rc = rl_errf(err, RL_EINVAL, "ratelimit_config: charge: the Redis store does not "
+                                     "support charged limits yet (use the memory store)");
+        rl_config_free(*cfg);
+        rld_yrls_free(*yrls);
+        *cfg = NULL;
+        *yrls = NULL;
+    }
+    if (rc != RL_OK)
+        rld_settings_clear(set);
+    return rc;
+}
+
+/* envoyproxy/ratelimit's environment variables: its response headers, turned on as there by
+ * LIMIT_RESPONSE_HEADERS_ENABLED (a Go boolean: 1, t, T, true, True, TRUE) and named by
+ * LIMIT_LIMIT_HEADER, LIMIT_REMAINING_HEADER and LIMIT_RESET_HEADER; its global SHADOW_MODE. */
+static void upstream_env(rld_yrls *yrls)
+{
+    static const char *const yes[] = {"1", "t", "T", "true", "True", "TRUE"};
+    const char *on = getenv("LIMIT_RESPONSE_HEADERS_ENABLED"), *v[3];
+    static const char *const vars[3][2] = {{"LIMIT_LIMIT_HEADER", "RateLimit-Limit"},
+                                           {"LIMIT_REMAINING_HEADER", "RateLimit-Remaining"},
+                                           {"LIMIT_RESET_HEADER", "RateLimit-Reset"}};
+    int enabled = 0;
+    for (size_t i = 0; on && i < sizeof yes / sizeof yes[0]; i++)
+        enabled |= strcmp(on, yes[i]) == 0;
+    if (!yrls)
+        return;
+    on = getenv("SHADOW_MODE"); /* its global shadow mode */
+    for (size_t i = 0; on && i < sizeof yes / sizeof yes[0]; i++)
+        if (strcmp(on, yes[i]) == 0)
+            rld_yrls_set_global_shadow(yrls);
+    if (!enabled)
+        return;
+    for (int i = 0; i < 3; i++)
+        v[i] = getenv(vars[i][0]) && *getenv(vars[i][0]) ? getenv(vars[i][0]) : vars[i][1];
+    rld_yrls_set_upstream_headers(yrls, v[0], v[1], v[2]);
+}
+
 /* Checks what starting would check, without binding or connecting: with the Redis store its
  * URL and whether it can hold every rule type the configuration uses. */
 static int check_config(const char *path)
@@ -121,8 +183,9 @@ static int check_config(const char *path)
     rl_registry *reg = rl_registry_new();
     rld_settings set;
     rl_config *cfg = NULL;
+    rld_yrls *yrls = NULL;
     rl_err err = {{0}};
-    int rc = reg ? rld_config_load(path, reg, &set, &cfg, &err) : RL_ENOMEM;
+    int rc = reg ? load_config(path, reg, &set, &cfg, &yrls, &err) : RL_ENOMEM;
     if (rc == RL_OK && set.store == RLD_STORE_REDIS) {
         rld_redis_addr addr;
         char why[sizeof err.msg];
@@ -133,15 +196,17 @@ static int check_config(const char *path)
             rc = rld_redis_store_check_config(cfg, &err);
         }
     }
-    if (rc == RL_OK) {
+    if (rc == RL_OK)
         printf("ok\n");
-    } else {
+    else if (rld_yaml_is_config(path)) /* its messages name the file */
+        printf("%s\n", reg ? err.msg : "out of memory");
+    else
         printf("%s: %s\n", path, reg ? err.msg : "out of memory");
-    }
     if (cfg) {
         rl_config_free(cfg);
         rld_settings_clear(&set);
     }
+    rld_yrls_free(yrls);
     rl_registry_free(reg);
     return rc == RL_OK ? 0 : 1;
 }
@@ -273,6 +338,7 @@ static int serve(const opts *o)
     rl_limiter *lim = NULL;
     rl_store *store = NULL; /* NULL: the memory store */
     rld_fleet *fleet = NULL;
+    rld_yrls *yrls = NULL; /* with a YAML configuration */
     rl_err err = {{0}};
     char store_name[400] = "memory store";
     rld_app app;
@@ -293,7 +359,7 @@ static int serve(const opts *o)
         rld_log("error: out of memory");
         return 1;
     }
-    rc = o->config ? rld_config_load(o->config, reg, &set, &cfg, &err)
+    rc = o->config ? load_config(o->config, reg, &set, &cfg, &yrls, &err)
                    : rld_config_parse(rld_default_config, rld_default_config_len, reg, &set,
                                       &cfg, &err);
     if (rc != RL_OK) {
@@ -330,6 +396,12 @@ static int serve(const opts *o)
     if ((rc = rld_app_init(&app, reg, lim, &set, fleet, o->manual_clock, &err)) != RL_OK) {
         rld_log("error: %s", err.msg);
         goto fail_limiter;
+    }
+    app.yrls = yrls;
+    upstream_env(yrls);
+    if (yrls) { /* ShouldRateLimit is decided by the YAML configuration's matcher */
+        app.rls.decide = rld_yrls_decide_rls;
+        app.rls.cls = yrls;
     }
 
     rld_http_config hc = {.address = set.address,
@@ -383,6 +455,7 @@ static int serve(const opts *o)
     rld_fleet_free(fleet); /* its follower applies quotas to the limiter */
     rld_app_free(&app);
     rl_limiter_free(lim);
+    rld_yrls_free(yrls);
     rld_settings_clear(&set);
     rl_registry_free(reg);
     rld_log("stopped");
@@ -394,6 +467,7 @@ fail_limiter:
     rld_fleet_free(fleet);
     rl_limiter_free(lim);
 fail_settings:
+    rld_yrls_free(yrls);
     rld_settings_clear(&set);
     rl_registry_free(reg);
     return 1;

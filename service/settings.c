@@ -214,6 +214,11 @@ static const rld_setting level_rows[] = {
      .kind = RLD_SET_CONFIG,
      .doc_value = "list of 1 to 16 rules",
      .help = "the level's rules, unless it is tiered"},
+    {.name = "shadow",
+     .kind = RLD_SET_CONFIG,
+     .doc_value = "`true` / `false`",
+     .help = "every rule of the level is a shadow rule: evaluated and its would-be denials "
+             "reported, never denying (see the rule option `shadow`)"},
     {.name = "on_store_error",
      .kind = RLD_SET_ENUM,
      .offset = OFF(on_error),
@@ -323,7 +328,16 @@ static const rld_setting root_rows[] = {
      .kind = RLD_SET_CONFIG,
      .required = 1,
      .doc_value = "list of levels",
-     .help = "the ordered list of levels, see the `levels` table below"},
+     .help = "the ordered list of levels, see the `levels` table below (unless "
+             "`ratelimit_config` is given)"},
+    {.name = "ratelimit_config",
+     .kind = RLD_SET_STRING,
+     .offset = OFF(ratelimit_config),
+     .min = 1,
+     .max = 4096,
+     .help = "envoyproxy/ratelimit's YAML configuration instead of `levels`: a `.yaml` or `.yml` "
+             "file or a directory of them, relative to the working directory (see [Coming from "
+             "envoyproxy/ratelimit](#coming-from-envoyproxyratelimit))"},
     {.name = "tiers",
      .kind = RLD_SET_CONFIG,
      .doc_value = "object",

@@ -71,6 +71,7 @@ typedef struct rld_settings {
     char *grpc_listen;          /* "ADDR:PORT" of the gRPC server; NULL: no gRPC server */
     int grpc_ratelimit_headers; /* RateLimit headers in ShouldRateLimit's answers */
     int grpc_max_message;       /* bytes of the largest request message */
+    char *ratelimit_config; /* envoyproxy/ratelimit's YAML instead of levels; NULL: none */
 } rld_settings;
 
 typedef enum rld_setting_kind {

@@ -246,11 +246,10 @@ static int level_of_descriptor(const rl_level *l, const rld_rls_request *req, si
 }
 
 /* The cost of the request: hits_addend (0 means 1), replaced by the descriptors' own, which
- * must all agree; *dry when that is 0 (check only: does one more hit fit). */
+ * must all agree; *dry when that is 0 (check only). */
 static rld_grpc_code request_cost(const rld_rls_request *req, rl_fp *cost, int *dry, rl_err *err)
 {
     uint64_t hits = req->hits_addend ? req->hits_addend : 1;
-    char field[48] = "hits_addend";
     int set = 0;
     for (size_t i = 0; i < req->n_descriptors; i++) {
         const Google__Protobuf__UInt64Value *h = req->descriptors[i]->hits_addend;
@@ -262,11 +261,10 @@ static rld_grpc_code request_cost(const rld_rls_request *req, rl_fp *cost, int *
                            "with a native configuration a request is one decision at one cost",
                            i);
         hits = h->value;
-        snprintf(field, sizeof field, "descriptors[%zu].hits_addend", i);
         set = 1;
     }
     *dry = hits == 0;
-    if (rld_value_cost_units(field, *dry ? 1 : hits, cost, err) != 0)
+    if (rld_value_cost_units("hits_addend", *dry ? 1 : hits, cost, err) != 0)
         return RLD_GRPC_INVALID_ARGUMENT;
     return RLD_GRPC_OK;
 }

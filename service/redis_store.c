@@ -23,6 +23,7 @@
 #define HEARTBEAT_NS (1000 * 1000000LL)
 #define PEER_STALE_MS 3000 /* an instance silent this long is gone */
 #define FLEET_TTL_MS 10000
+#define DEFAULT_URL "redis://127.0.0.1:6379/0"
 #define EXPIRE_BATCH 100 /* reservations expired per tick at most */
 
 /* What the store knows of a rule type, by registry index. */
@@ -974,17 +975,16 @@ int rld_redis_store_new(const rld_redis_options *opt, rl_store **out, rl_err *er
 {
     rld_redis_addr addr;
     *out = NULL;
-    int rc = rld_redis_parse_url(opt->url ? opt->url : "redis://127.0.0.1:6379/0", &addr, err);
+    int rc = RL_OK;
+    if (opt->addr)
+        addr = *opt->addr;
+    else
+        rc = rld_redis_parse_url(opt->url ? opt->url : DEFAULT_URL, &addr, err);
     if (rc != RL_OK)
         return rc;
-    if (opt->sentinel) {
-        if (opt->sentinel->n < 1 || opt->sentinel->n > RLD_MAX_SENTINELS ||
-            !opt->sentinel->master[0])
-            return rl_errf(err, RL_EINVAL,
-                           "store.sentinel: needs 1 to %d nodes and the master's name",
-                           RLD_MAX_SENTINELS);
-        addr.sentinel = *opt->sentinel;
-    }
+    if (addr.sentinel.n > RLD_MAX_SENTINELS || (addr.sentinel.n && !addr.sentinel.master[0]))
+        return rl_errf(err, RL_EINVAL, "store.sentinel: needs 1 to %d nodes and the master's name",
+                       RLD_MAX_SENTINELS);
     if (opt->ttl_floor_ms < 0)
         return rl_errf(err, RL_EINVAL, "ttl_floor_ms: must not be negative");
     redis_store *rs = calloc(1, sizeof *rs);
@@ -1020,10 +1020,61 @@ int rld_redis_store_new(const rld_redis_options *opt, rl_store **out, rl_err *er
     return RL_OK;
 }
 
+/* A string setting into a fixed buffer (the rows' bounds make it fit). */
+static void copy_setting(char *dst, size_t cap, const char *s)
+{
+    snprintf(dst, cap, "%s", s ? s : "");
+}
+
+int rld_redis_store_addr(const rld_settings *set, rld_redis_addr *out, rl_err *err)
+{
+    const char *extra = set->redis_password ? "password"
+                        : set->redis_username ? "username"
+                        : set->redis_db       ? "db"
+                                              : NULL;
+    memset(out, 0, sizeof *out);
+    if (!set->nsentinels && !set->sentinel_master) {
+        if (extra)
+            return rl_errf(err, RL_EINVAL,
+                           "store.%s: only with store.sentinel (with store.url, the credentials "
+                           "and the database are part of the URL)",
+                           extra);
+        return rld_redis_parse_url(set->redis_url ? set->redis_url : DEFAULT_URL, out, err);
+    }
+    if (set->redis_url && strcmp(set->redis_url, DEFAULT_URL) != 0)
+        return rl_errf(err, RL_EINVAL,
+                       "store.url: not with store.sentinel (the sentinels name the primary; give "
+                       "the data nodes' store.username, store.password and store.db instead)");
+    rld_sentinel *s = &out->sentinel;
+    if (set->nsentinels < 1 || set->nsentinels > RLD_MAX_SENTINELS)
+        return rl_errf(err, RL_EINVAL, "store.sentinel.nodes: must list 1 to %d sentinels",
+                       RLD_MAX_SENTINELS);
+    for (size_t i = 0; i < set->nsentinels; i++) {
+        char what[64];
+        snprintf(what, sizeof what, "store.sentinel.nodes[%zu]", i);
+        int rc = rld_redis_parse_hostport(set->sentinels[i], what, s->host[i], sizeof s->host[i],
+                                          &s->port[i], err);
+        if (rc != RL_OK)
+            return rc;
+    }
+    s->n = set->nsentinels;
+    copy_setting(s->master, sizeof s->master, set->sentinel_master);
+    copy_setting(s->user, sizeof s->user, set->sentinel_username);
+    copy_setting(s->pass, sizeof s->pass, set->sentinel_password);
+    copy_setting(out->user, sizeof out->user, set->redis_username);
+    copy_setting(out->pass, sizeof out->pass, set->redis_password);
+    out->db = set->redis_db;
+    return RL_OK;
+}
+
 int rld_redis_store_open(const rld_settings *set, int manual_clock, rl_store **out,
                          rl_store **redis, rl_err *err)
 {
-    rld_redis_options o = {.url = set->redis_url,
+    rld_redis_addr addr;
+    int rc = rld_redis_store_addr(set, &addr, err);
+    if (rc != RL_OK)
+        return rc;
+    rld_redis_options o = {.addr = &addr,
                            .prefix = set->redis_prefix,
                            .timeout_ms = set->redis_timeout_ms,
                            .pool = set->redis_pool,
@@ -1035,7 +1086,7 @@ int rld_redis_store_open(const rld_settings *set, int manual_clock, rl_store **o
     *out = NULL;
     memcpy(o.shards, set->shards, sizeof o.shards);
     memcpy(f.mode, set->on_error, sizeof f.mode);
-    int rc = rld_redis_store_new(&o, &rs, err);
+    rc = rld_redis_store_new(&o, &rs, err);
     if (rc != RL_OK)
         return rc;
     f.peers_ctx = rs;

@@ -884,6 +884,27 @@ START_TEST(check_config_redis)
          "{\"name\": \"user\", \"on_store_error\": \"sometimes\", \"rules\": [{\"type\": "
          "\"gcra\", \"per_second\": 5}]}",
          "levels[0].on_store_error: ", 1},
+        {"{\"type\": \"redis\", \"sentinel\": {\"nodes\": [\"127.0.0.1:26379\", "
+         "\"[::1]:26380\"], \"master\": \"mymaster\", \"password\": \"s\"}, \"password\": \"d\", "
+         "\"db\": 2}",
+         "{\"name\": \"user\", \"rules\": [{\"type\": \"gcra\", \"per_second\": 5}]}", "ok\n", 0},
+        {"{\"type\": \"redis\", \"sentinel\": {\"nodes\": [\"127.0.0.1:26379\", "
+         "\"127.0.0.1\"], \"master\": \"mymaster\"}}",
+         "{\"name\": \"user\", \"rules\": [{\"type\": \"gcra\", \"per_second\": 5}]}",
+         "store.sentinel.nodes[1]: must be host:port", 1},
+        {"{\"type\": \"redis\", \"sentinel\": {\"nodes\": [\"127.0.0.1:26379\"]}}",
+         "{\"name\": \"user\", \"rules\": [{\"type\": \"gcra\", \"per_second\": 5}]}",
+         "store.sentinel.master: ", 1},
+        {"{\"type\": \"redis\", \"sentinel\": {\"nodes\": [], \"master\": \"m\"}}",
+         "{\"name\": \"user\", \"rules\": [{\"type\": \"gcra\", \"per_second\": 5}]}",
+         "store.sentinel.nodes: must list 1 to 16 sentinels", 1},
+        {"{\"type\": \"redis\", \"url\": \"redis://10.0.0.1:6379/0\", \"sentinel\": "
+         "{\"nodes\": [\"127.0.0.1:26379\"], \"master\": \"m\"}}",
+         "{\"name\": \"user\", \"rules\": [{\"type\": \"gcra\", \"per_second\": 5}]}",
+         "store.url: not with store.sentinel", 1},
+        {"{\"type\": \"redis\", \"password\": \"x\"}",
+         "{\"name\": \"user\", \"rules\": [{\"type\": \"gcra\", \"per_second\": 5}]}",
+         "store.password: only with store.sentinel", 1},
         {"{\"type\": \"redis\"}",
          "{\"name\": \"user\", \"rules\": [{\"type\": \"max_keys\", \"limit\": 2}]}",
          "levels[0].rules[0]: rule type max_keys keeps state that the Redis store cannot hold", 1},

@@ -50,6 +50,8 @@ struct rld_pool {
     char host[256];
     int port;
     int resolved;         /* 0: ask the sentinels before opening the next connection */
+    char bad_host[256];   /* the primary last found unreachable or not a primary */
+    int bad_port;
     size_t next_sentinel; /* the one to ask first: the last that answered */
     uint64_t switches;
     /* with sentinels: the thread following +switch-master, woken through wake[] to stop */
@@ -364,10 +366,16 @@ static void checkin(rld_pool *p, pconn *pc, int probe, int link_failed, int fail
         if (err)
             snprintf(p->last_error, sizeof p->last_error, "%.255s", err->msg);
     }
-    if (link_failed) {
+    if (link_failed && pc->gen != p->gen) {
+        /* it went to a primary that has been replaced meanwhile (a failover followed): that
+         * says nothing of the new one, whose first try the switch may just have allowed */
+    } else if (link_failed) {
         rl_ns now = rld_mono_ns();
-        if (p->addr.sentinel.n)
-            p->resolved = 0; /* the primary may have moved: ask the sentinels */
+        if (p->addr.sentinel.n) { /* the primary may have moved: ask the sentinels */
+            p->resolved = 0;
+            memcpy(p->bad_host, p->host, sizeof p->bad_host);
+            p->bad_port = p->port;
+        }
         if (p->up) {
             p->up = 0;
             p->gen++;
@@ -531,33 +539,47 @@ static redisContext *open_sentinel(rld_pool *p, size_t i, rl_ns deadline, rl_err
     return open_conn(s->host[i], s->port[i], s->user, s->pass, 0, deadline, err);
 }
 
-/* Asks the sentinels in turn, from the one that answered last, where the primary is. */
+/* Asks the sentinels in turn, from the one that answered last, where the primary is. A
+ * sentinel that still names the primary just found failed may not have heard of the failover
+ * yet (they tell each other every 2 s): the others are asked too, and that answer is taken
+ * only when none names another. */
 static int resolve(rld_pool *p, rl_ns deadline, rl_err *err)
 {
     size_t n = p->addr.sentinel.n;
+    char bad[256], found[256] = "";
+    int bad_port, found_port = 0;
     pthread_mutex_lock(&p->mu);
-    size_t first = p->next_sentinel;
+    size_t first = p->next_sentinel, found_at = first;
+    memcpy(bad, p->bad_host, sizeof bad);
+    bad_port = p->bad_port;
     pthread_mutex_unlock(&p->mu);
     int rc = rl_errf(err, RL_ESTORE, "redis: no sentinel answered within the timeout");
     for (size_t k = 0; k < n && rld_mono_ns() < deadline; k++) {
         size_t i = (first + k) % n;
         char host[256];
         int port;
-        rc = RL_ESTORE;
         redisContext *c = open_sentinel(p, i, deadline, err);
-        if (c) {
-            rc = ask_master(p, c, deadline, host, sizeof host, &port, err);
-            redisFree(c);
+        if (!c || ask_master(p, c, deadline, host, sizeof host, &port, err) != RL_OK) {
+            if (c)
+                redisFree(c);
+            continue;
         }
-        if (rc == RL_OK) {
-            pthread_mutex_lock(&p->mu);
-            p->next_sentinel = i;
-            pthread_mutex_unlock(&p->mu);
-            set_primary(p, host, port);
-            return RL_OK;
+        redisFree(c);
+        if (!found[0] || !(port == bad_port && strcmp(host, bad) == 0)) {
+            memcpy(found, host, sizeof found);
+            found_port = port;
+            found_at = i;
         }
+        if (!(port == bad_port && strcmp(host, bad) == 0))
+            break;
     }
-    return rc;
+    if (!found[0])
+        return rc;
+    pthread_mutex_lock(&p->mu);
+    p->next_sentinel = found_at;
+    pthread_mutex_unlock(&p->mu);
+    set_primary(p, found, found_port);
+    return RL_OK;
 }
 
 /* ROLE on a node the sentinels named: RL_OK when it is a primary. */
@@ -586,6 +608,7 @@ static redisContext *open_primary(rld_pool *p, rl_ns deadline, unsigned *gen, rl
     int sentinel = p->addr.sentinel.n > 0;
     pthread_mutex_lock(&p->mu);
     int known = p->resolved;
+    *gen = p->gen;
     pthread_mutex_unlock(&p->mu);
     if (sentinel && !known && resolve(p, deadline, err) != RL_OK)
         return NULL;
@@ -604,6 +627,8 @@ static redisContext *open_primary(rld_pool *p, rl_ns deadline, unsigned *gen, rl
         forget_primary(p, 0);
         pthread_mutex_lock(&p->mu);
         p->next_sentinel = (p->next_sentinel + 1) % p->addr.sentinel.n;
+        memcpy(p->bad_host, host, sizeof p->bad_host);
+        p->bad_port = port;
         pthread_mutex_unlock(&p->mu);
     }
     return c;

@@ -188,6 +188,9 @@ static void *load_loop(void *arg)
                 l->wrong++;
         }
         rl_decision_done(&d);
+        /* clients with a little think time: answers that fall back come at once, and
+         * spinning on them would starve the sentinels and Redis of the machine's CPUs */
+        usleep(200);
     }
     return NULL;
 }

@@ -891,7 +891,7 @@ START_TEST(check_config_redis)
         {"{\"type\": \"redis\", \"sentinel\": {\"nodes\": [\"127.0.0.1:26379\", "
          "\"127.0.0.1\"], \"master\": \"mymaster\"}}",
          "{\"name\": \"user\", \"rules\": [{\"type\": \"gcra\", \"per_second\": 5}]}",
-         "store.sentinel.nodes[1]: must be host:port", 1},
+         "store.sentinel.nodes[1]: must be ADDRESS:PORT", 1},
         {"{\"type\": \"redis\", \"sentinel\": {\"nodes\": [\"127.0.0.1:26379\"]}}",
          "{\"name\": \"user\", \"rules\": [{\"type\": \"gcra\", \"per_second\": 5}]}",
          "store.sentinel.master: ", 1},

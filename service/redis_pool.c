@@ -813,8 +813,8 @@ static int functions_refused(const char *e)
  * needed and again after NOSCRIPT. *link_failed: Redis could not be reached; *reset: the
  * connection was found closed (EOF or reset) rather than slow. */
 static int run(rld_pool *p, pconn *pc, int s, int argc, const char **av, size_t *al,
-               const size_t *len, rl_ns deadline, redisReply **reply, int *link_failed,
-               int *reset, rl_err *err)
+               const size_t *len, unsigned flags, rl_ns deadline, redisReply **reply,
+               int *link_failed, int *reset, rl_err *err)
 {
     char sha[41] = "";
     int rc = RL_ESTORE, loaded = 0, reloaded = 0;
@@ -842,7 +842,12 @@ static int run(rld_pool *p, pconn *pc, int s, int argc, const char **av, size_t 
             al[0] = 7;
             al[1] = 40;
         }
-        r = send_pc(pc, deadline, argc, av, al ? al : len);
+        if (flags & RLD_POOL_ASKING) {
+            const char *asking[1] = {"ASKING"};
+            if ((r = send_pc(pc, deadline, 1, asking, NULL)) != NULL)
+                freeReplyObject(r);
+        }
+        r = (flags & RLD_POOL_ASKING) && !r ? NULL : send_pc(pc, deadline, argc, av, al ? al : len);
         if (!r) {
             int e = errno;
             *link_failed = 1;
@@ -890,6 +895,10 @@ static int run(rld_pool *p, pconn *pc, int s, int argc, const char **av, size_t 
             sha[0] = '\0';
             continue;
         }
+        if (flags & RLD_POOL_REPLY_ERRORS) {
+            rc = RL_OK;
+            break;
+        }
         rc = rl_errf(err, RL_ESTORE, "redis: %.400s", r->str);
         freeReplyObject(r);
         r = NULL;
@@ -901,7 +910,7 @@ static int run(rld_pool *p, pconn *pc, int s, int argc, const char **av, size_t 
 
 /* One call: a script (s >= 0) or a plain command. */
 static int call(rld_pool *p, int s, int nkeys, int argc, const char **argv, const size_t *len,
-                redisReply **reply, rl_err *err)
+                unsigned flags, redisReply **reply, rl_err *err)
 {
     rl_ns deadline = rld_mono_ns() + p->timeout;
     pconn *pc = NULL;
@@ -947,7 +956,7 @@ static int call(rld_pool *p, int s, int nkeys, int argc, const char **argv, cons
             link_failed = 1;
             break;
         }
-        rc = run(p, pc, s, argc, av, al, len, deadline, reply, &link_failed, &reset, err);
+        rc = run(p, pc, s, argc, av, al, len, flags, deadline, reply, &link_failed, &reset, err);
         if (rc == RL_OK || !link_failed || !reset || opened || rld_mono_ns() >= deadline)
             break;
         /* a connection opened earlier was closed under us (Redis restarted, or dropped it as
@@ -967,13 +976,19 @@ static int call(rld_pool *p, int s, int nkeys, int argc, const char **argv, cons
 int rld_pool_eval(rld_pool *p, rld_script s, int nkeys, int argc, const char **argv,
                   const size_t *argvlen, redisReply **reply, rl_err *err)
 {
-    return call(p, (int)s, nkeys, argc, argv, argvlen, reply, err);
+    return call(p, (int)s, nkeys, argc, argv, argvlen, 0, reply, err);
+}
+
+int rld_pool_exec(rld_pool *p, int s, int nkeys, int argc, const char **argv,
+                  const size_t *argvlen, unsigned flags, redisReply **reply, rl_err *err)
+{
+    return call(p, s < 0 ? -1 : s, nkeys, argc, argv, argvlen, flags, reply, err);
 }
 
 int rld_pool_command(rld_pool *p, int argc, const char **argv, const size_t *argvlen,
                      redisReply **reply, rl_err *err)
 {
-    return call(p, -1, 0, argc, argv, argvlen, reply, err);
+    return call(p, -1, 0, argc, argv, argvlen, 0, reply, err);
 }
 
 int rld_pool_probe(rld_pool *p)

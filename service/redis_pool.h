@@ -90,6 +90,14 @@ int rld_pool_eval(rld_pool *p, rld_script s, int nkeys, int argc, const char **a
 int rld_pool_command(rld_pool *p, int argc, const char **argv, const size_t *argvlen,
                      redisReply **reply, rl_err *err);
 
+/* Flags of rld_pool_exec. */
+#define RLD_POOL_ASKING 1u       /* ASKING first, on the same connection (a Redis Cluster ASK) */
+#define RLD_POOL_REPLY_ERRORS 2u /* an error reply is the reply (RL_OK), not a failure */
+
+/* rld_pool_eval (s >= 0: an rld_script) or rld_pool_command (s < 0) with flags. */
+int rld_pool_exec(rld_pool *p, int s, int nkeys, int argc, const char **argv,
+                  const size_t *argvlen, unsigned flags, redisReply **reply, rl_err *err);
+
 /* Whether the store's larger scripts go as Redis Functions (FCALL of a library loaded once)
  * rather than EVALSHA: off (0) by default, on (1) when the store is configured so, and off
  * again for good when Redis refuses Functions (before Redis 7, or a user not permitted

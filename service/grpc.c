@@ -47,6 +47,8 @@ typedef struct stream {
     rl_ns deadline; /* CLOCK_MONOTONIC; 0: none */
     char now[40];   /* ratelimitd-now metadata */
     int has_now;
+    char auth[1040]; /* authorization metadata ("Bearer <token>", tokens are 1024 at most) */
+    int has_auth;
     rld_buf body;
     char body_inl[256];
     rld_buf resp; /* the length-prefixed answer */
@@ -261,7 +263,8 @@ static void handle_call(stream *st)
     }
     if (message_or_answer(st, g->cfg.max_message, &msg, &len) != 0)
         return;
-    rld_grpc_call call = {msg, len, st->has_now ? st->now : NULL, &w->arena};
+    rld_grpc_call call = {msg, len, st->has_now ? st->now : NULL,
+                          st->has_auth ? st->auth : NULL, &w->arena};
     rld_buf_reset(&st->resp);
     rld_buf_put(&st->resp, "\0\0\0\0\0", 5);
     rld_grpc_code code = g->cfg.methods[st->method].fn(g->cfg.app, &call, &st->resp, &err);
@@ -356,6 +359,10 @@ static int on_header(nghttp2_session *s, const nghttp2_frame *f, const uint8_t *
         memcpy(st->now, v, vlen);
         st->now[vlen] = '\0';
         st->has_now = 1;
+    } else if (header_is(name, nlen, "authorization") && vlen < sizeof st->auth) {
+        memcpy(st->auth, v, vlen);
+        st->auth[vlen] = '\0';
+        st->has_auth = 1;
     }
     return 0;
 }

@@ -24,7 +24,16 @@ static const struct {
     {"{\"levels\": [{\"name\": \"user\", \"rules\": [{\"type\": \"token_bucket\", \"capcity\": "
      "10, \"per_second\": 1}]}]}",
      "levels[0].rules[0].capcity: unknown parameter of token_bucket (known: type, name, unit, "
-     "reserved, capacity, per_second)"},
+     "shadow, charge, reserved, capacity, per_second)"},
+    {"{\"levels\": [{\"name\": \"user\", \"rules\": [{\"type\": \"token_bucket\", \"capacity\": "
+     "10, \"per_second\": 1, \"shadow\": 1}]}]}",
+     "levels[0].rules[0].shadow: must be true or false"},
+    {"{\"levels\": [{\"name\": \"user\", \"rules\": [{\"type\": \"token_bucket\", \"capacity\": "
+     "10, \"per_second\": 1, \"charge\": \"yes\"}]}]}",
+     "levels[0].rules[0].charge: must be true or false"},
+    {"{\"levels\": [{\"name\": \"user\", \"shadow\": null, \"rules\": [{\"type\": "
+     "\"token_bucket\", \"capacity\": 10, \"per_second\": 1}]}]}",
+     "levels[0].shadow: must be true or false"},
     {"{\"levels\": [{\"name\": \"user\", \"rules\": [{\"type\": \"token_bucket\", \"capacity\": "
      "10}]}]}",
      "levels[0].rules[0].per_second: required by token_bucket"},
@@ -49,9 +58,11 @@ static const struct {
      "\"default_tier\": \"free\", \"quotas\": {\"bob\": \"gold\"}}",
      "quotas.bob: unknown tier \"gold\""},
     {"{\"colour\": 1, \"levels\": [{\"name\": \"user\", \"rules\": [" TB "]}]}",
-     "colour: unknown field (known: listen, threads, store, admin_token, quota_file, "
-     "state_file, state_interval, reservation_ttl, log, domain, grpc, plugins, levels, tiers, "
-     "default_tier, quotas)"},
+     "colour: unknown field (known: listen, threads, tls, max_connections, max_keys, "
+     "connection_timeout, store, admin_token, admin_token_file, acquire_token, "
+     "acquire_token_file, metrics_token, metrics_token_file, quota_file, state_file, "
+     "state_interval, reservation_ttl, log, domain, grpc, plugins, levels, ratelimit_config, "
+     "tiers, default_tier, quotas)"},
     {"{\"levels\": [{\"name\": \"user\", \"rules\": [{\"type\": \"deny_list\", \"keys\": [], "
      "\"reserved\": {\"fraction\": 0.2}}]}]}",
      "levels[0].rules[0].reserved: deny_list has no quota to reserve a share of"},
@@ -143,7 +154,7 @@ static const struct {
      "default_tier: must be a string"},
     {"{\"levels\": [{\"name\": \"user\", \"colour\": 1, \"rules\": [" TB "]}]}",
      "levels[0].colour: unknown field (known: name, compose, default_key, tiered, rules, "
-     "on_store_error, shards)"},
+     "shadow, on_store_error, shards)"},
     {"{\"levels\": [{\"name\": \"user\", \"shards\": 0, \"rules\": [" TB "]}]}",
      "levels[0].shards: must be a whole number from 1 to 1024"},
     {"{\"levels\": [{\"name\": \"user\", \"tiered\": 1}]}",

@@ -908,6 +908,21 @@ START_TEST(check_config_redis)
         {"{\"type\": \"redis\"}",
          "{\"name\": \"user\", \"rules\": [{\"type\": \"max_keys\", \"limit\": 2}]}",
          "levels[0].rules[0]: rule type max_keys keeps state that the Redis store cannot hold", 1},
+        {"{\"type\": \"redis\"}",
+         "{\"name\": \"user\", \"rules\": [{\"type\": \"gcra\", \"per_second\": 5}, {\"type\": "
+         "\"gcra\", \"name\": \"try\", \"per_second\": 1, \"shadow\": true}]}",
+         "levels[0].rules[1]: rule \"try\" is shadow: the Redis store does not support that option "
+         "yet (use the memory store)", 1},
+        {"{\"type\": \"redis\"}",
+         "{\"name\": \"user\", \"rules\": [{\"type\": \"gcra\", \"name\": \"pay\", "
+         "\"per_second\": 1, \"charge\": true}]}",
+         "levels[0].rules[0]: rule \"pay\" is charge: the Redis store does not support that option "
+         "yet (use the memory store)", 1},
+        {"{\"type\": \"redis\"}",
+         "{\"name\": \"team\", \"shadow\": true, \"rules\": [{\"type\": \"gcra\", "
+         "\"per_second\": 1}]}",
+         "levels[0].shadow: level \"team\" is shadow: the Redis store does not support that option "
+         "yet (use the memory store)", 1},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char cfg[2048], path[400], *out;

@@ -240,9 +240,13 @@ static int load_key(reader *rd)
         rl__seg *s = rl__table_seg(&ms->tables[l], kh);
         uint32_t h = rl__rec_hash(kh, slot), i = RL__NONE;
         rl__spin_lock(&s->lock);
-        if (!idle && rl__seg_find(s, h, slot, rd->key, klen) == RL__NONE)
+        if (!idle && rl__seg_find(s, h, slot, rd->key, klen) == RL__NONE &&
+            rl__ms_key_claim(ms)) {
             i = rl__seg_insert(s, h, slot, rd->key, klen, type_code(rule->type_id),
                                ext_size(rt));
+            if (i == RL__NONE)
+                rl__ms_key_drop(ms, 1);
+        }
         if (i != RL__NONE) {
             memcpy(rec_state(&s->r[i], rt), st, rt->state_size);
             loaded = 1;
@@ -326,6 +330,7 @@ static void wipe(mem_store *ms)
             rl__seg_free(s);
             rl__spin_unlock(&s->lock);
         }
+    __atomic_store_n(&ms->nkeys, 0, __ATOMIC_RELAXED);
     pthread_mutex_lock(&ms->rmu);
     for (resv *rv = ms->oldest, *next; rv; rv = next) {
         next = rv->next;

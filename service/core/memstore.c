@@ -35,6 +35,22 @@ void rl__ms_state_clear(mem_store *ms, rl__rec *r)
     memset(&r->st, 0, sizeof r->st);
 }
 
+int rl__ms_key_claim(mem_store *ms)
+{
+    if (!ms->max_keys)
+        return 1;
+    if (__atomic_add_fetch(&ms->nkeys, 1, __ATOMIC_RELAXED) <= ms->max_keys)
+        return 1;
+    __atomic_sub_fetch(&ms->nkeys, 1, __ATOMIC_RELAXED);
+    return 0;
+}
+
+void rl__ms_key_drop(mem_store *ms, uint64_t n)
+{
+    if (ms->max_keys && n)
+        __atomic_sub_fetch(&ms->nkeys, n, __ATOMIC_RELAXED);
+}
+
 /* Gives r a zero state of another type (a tier change put another rule at its position). */
 static int rec_retype(mem_store *ms, rl__rec *r, const rl_rule_type *t, unsigned type_id)
 {
@@ -181,13 +197,15 @@ void rl__ms_resv_release_all(mem_store *ms, resv *rv, rl_ns now)
             resv_apply(ms, rv, &rv->item[k], now, rv->item[k].taken, 1);
 }
 
-/* A reservation for the plan's takes, not yet added; NULL when out of memory. */
-static resv *resv_new(const rl_plan *plan, const rl_decision *d, rl_ns ttl)
+/* A reservation for the plan's takes (items i with takes[i]), not yet added; NULL when out of
+ * memory. */
+static resv *resv_new(const rl_plan *plan, const rl_decision *d, const uint8_t *takes, rl_ns ttl)
 {
     size_t keys = 0, n = 0;
     for (size_t i = 0; i < plan->n; i++) {
         const rl_rule *r = d->applied[i].rule;
-        if ((r->unit == RL_UNIT_COST && r->type->refund) || (r->type->flags & RL_RULE_HOLDS)) {
+        if (takes[i] &&
+            ((r->unit == RL_UNIT_COST && r->type->refund) || (r->type->flags & RL_RULE_HOLDS))) {
             keys += d->applied[i].keylen;
             n++;
         }
@@ -203,7 +221,7 @@ static resv *resv_new(const rl_plan *plan, const rl_decision *d, rl_ns ttl)
         const rl_rule *r = a->rule;
         int refundable = r->unit == RL_UNIT_COST && r->type->refund;
         int holds = (r->type->flags & RL_RULE_HOLDS) != 0;
-        if (!refundable && !holds)
+        if (!takes[i] || (!refundable && !holds))
             continue;
         rv->holds |= (uint8_t)holds;
         ritem *it = &rv->item[rv->n++];
@@ -317,6 +335,7 @@ typedef struct run {
     uint32_t h[RL_MAX_APPLIED];
     uint32_t idx[RL_MAX_APPLIED]; /* RL__NONE: no record (yet) */
     int several;                  /* a level has several keys (a request of items) */
+    uint8_t takes[RL_MAX_APPLIED]; /* takes when the request is allowed (a shadow rule: fits) */
     rl_eval ev[RL_MAX_APPLIED];
 } run;
 
@@ -380,7 +399,8 @@ static const void *state_of(const run *x, size_t i)
     return rec && code_is(rec->type, r) ? rec_state(rec, r->type) : zero_state;
 }
 
-/* Phase 1: every rule evaluated once at now; returns whether every one fits. */
+/* Phase 1: every rule evaluated once at now; returns whether every rule that decides fits
+ * (shadow rules, and charge rules of a request that takes, do not decide). */
 static int evaluate_all(run *x)
 {
     const rl_plan *plan = x->plan;
@@ -390,24 +410,79 @@ static int evaluate_all(run *x)
         const rl_rule *r = a->rule;
         a->wait = r->type->evaluate(r->params, state_of(x, i), a->key, a->keylen, plan->now,
                                     plan->items[i].need, &x->ev[i]);
-        allowed &= a->wait == 0;
+        a->shadow_denied = (plan->items[i].mode & RL_ITEM_SHADOW) && a->wait != 0;
+        x->takes[i] = (uint8_t)rl_plan_item_takes(plan, i, a->wait);
+        allowed &= a->wait == 0 || !rl_plan_item_blocks(plan, i);
     }
     return allowed;
 }
 
+/* Whether record r of level behaves like a missing one at now: its rule is gone or of another
+ * type, or the rule says its state is idle. */
+static int rec_idle(mem_store *ms, size_t level, rl__rec *r, rl_ns now)
+{
+    rl_rules *ref = NULL;
+    const rl_rule *rule =
+        ms->res->rule_at(ms->res->ctx, level, r->slot, rl__rec_key(r), r->klen, &ref);
+    int idle = !rule || !code_is(r->type, rule);
+    if (!idle && rule->type->idle_at)
+        idle = rule->type->idle_at(rule->params, rec_state(r, rule->type)) <= now;
+    rl_rules_unref(ref);
+    return idle;
+}
+
+/* Drops the idle records of s (locked); returns how many. */
+static uint64_t drop_idle(mem_store *ms, size_t level, rl__seg *s, rl_ns now)
+{
+    uint64_t n = 0;
+    for (uint32_t i = 0; i < s->cap;) {
+        rl__rec *r = &s->r[i];
+        if (r->type && rec_idle(ms, level, r, now)) {
+            rl__ms_state_clear(ms, r);
+            rl__seg_remove(s, i); /* the next record may now sit here: look again */
+            n++;
+        } else {
+            i++;
+        }
+    }
+    rl__ms_key_drop(ms, n);
+    return n;
+}
+
+/* Finds the record of every stateful rule that takes again (an insert may move them). */
+static void find_again(run *x)
+{
+    for (size_t i = 0; i < x->plan->n; i++) {
+        const rl_applied *a = &x->d->applied[i];
+        if (a->rule->type->state_size && x->takes[i])
+            x->idx[i] = rl__seg_find(x->seg[i], x->h[i], a->slot, a->key, a->keylen);
+    }
+}
+
 /* Gives every stateful rule a record of its type (a new key's, or one whose position now has
- * another type); then finds them again, since an insert may move the records found before. */
+ * another type); then finds them again, since an insert may move the records found before.
+ * RL_EFULL when a new record would pass max_keys. */
 static int make_records(run *x, rl_err *err)
 {
     int moved = 0;
     for (size_t i = 0; i < x->plan->n; i++) {
         const rl_applied *a = &x->d->applied[i];
         const rl_rule *r = a->rule;
-        if (!r->type->state_size)
+        if (!r->type->state_size || !x->takes[i])
             continue;
         if (x->idx[i] == RL__NONE) {
+            if (!rl__ms_key_claim(x->ms)) {
+                if (moved)
+                    find_again(x);
+                return rl_errf(err, RL_EFULL,
+                               "store: max_keys (%llu) key states held and none idle; keys "
+                               "with state are still served, try again later",
+                               (unsigned long long)x->ms->max_keys);
+            }
             x->idx[i] = rl__seg_insert(x->seg[i], x->h[i], a->slot, a->key, a->keylen,
                                        type_code(r->type_id), ext_size(r->type));
+            if (x->idx[i] == RL__NONE)
+                rl__ms_key_drop(x->ms, 1);
             moved = 1;
         } else if (!code_is(x->seg[i]->r[x->idx[i]].type, r) &&
                    rec_retype(x->ms, &x->seg[i]->r[x->idx[i]], r->type, r->type_id) != 0) {
@@ -416,12 +491,30 @@ static int make_records(run *x, rl_err *err)
         if (x->idx[i] == RL__NONE)
             return rl_errf(err, RL_ENOMEM, "out of memory");
     }
-    for (size_t i = 0; moved && i < x->plan->n; i++) {
-        const rl_applied *a = &x->d->applied[i];
-        if (a->rule->type->state_size)
-            x->idx[i] = rl__seg_find(x->seg[i], x->h[i], a->slot, a->key, a->keylen);
-    }
+    if (moved)
+        find_again(x);
     return RL_OK;
+}
+
+/* Near max_keys, drops the idle records of every segment before a decision locks its own (no
+ * other lock is held, so this cannot deadlock). One caller at a time and at most every
+ * MAKE_ROOM_EVERY of request time, so that a flood of new keys while nothing is idle costs
+ * a scan ten times a second, not one per request. */
+#define MAKE_ROOM_EVERY (RL_NS_PER_SEC / 10)
+static void make_room(mem_store *ms, rl_ns now)
+{
+    rl_ns last = __atomic_load_n(&ms->room_at, __ATOMIC_RELAXED);
+    if ((now >= last && now - last < MAKE_ROOM_EVERY && last != 0) ||
+        !__atomic_compare_exchange_n(&ms->room_at, &last, now ? now : 1, 0, __ATOMIC_RELAXED,
+                                     __ATOMIC_RELAXED))
+        return;
+    for (size_t l = 0; l < ms->cfg->nlevels; l++)
+        for (size_t k = 0; k < RL__NSEG; k++) {
+            rl__seg *s = &ms->tables[l].s[k];
+            rl__spin_lock(&s->lock);
+            drop_idle(ms, l, s, now);
+            rl__spin_unlock(&s->lock);
+        }
 }
 
 /* Records the takes as a reservation when the plan asks for one or a rule holds slots. */
@@ -429,10 +522,10 @@ static int reserve(run *x, rl_err *err)
 {
     int holds = 0;
     for (size_t i = 0; i < x->plan->n; i++)
-        holds |= (x->d->applied[i].rule->type->flags & RL_RULE_HOLDS) != 0;
+        holds |= x->takes[i] && (x->d->applied[i].rule->type->flags & RL_RULE_HOLDS) != 0;
     if (!holds && !(x->plan->flags & RL_RESERVE))
         return RL_OK;
-    resv *rv = resv_new(x->plan, x->d, x->ms->cfg->reservation_ttl);
+    resv *rv = resv_new(x->plan, x->d, x->takes, x->ms->cfg->reservation_ttl);
     if (!rv)
         return rl_errf(err, RL_ENOMEM, "out of memory");
     pthread_mutex_lock(&x->ms->rmu);
@@ -464,7 +557,7 @@ static void commit_all(run *x)
     for (size_t i = 0; i < x->plan->n; i++) {
         const rl_applied *a = &x->d->applied[i];
         const rl_rule *r = a->rule;
-        if (!r->type->commit)
+        if (!r->type->commit || !x->takes[i])
             continue;
         void *st = rec_state(&x->seg[i]->r[x->idx[i]], r->type);
         if (taken_before(x, i))
@@ -495,6 +588,9 @@ static int ms_decide(void *cls, const rl_plan *plan, rl_decision *d, rl_err *err
     x.d = d;
     x.nlocked = 0;
     x.several = 0;
+    if (x.ms->max_keys && !(plan->flags & RL_DRY_RUN) &&
+        __atomic_load_n(&x.ms->nkeys, __ATOMIC_RELAXED) + plan->n > x.ms->max_keys)
+        make_room(x.ms, plan->now);
     locate(&x);
     lock_and_find(&x);
     int rc = RL_OK;
@@ -589,16 +685,10 @@ static uint32_t sweep_seg(mem_store *ms, size_t level, rl__seg *s, rl_ns now, in
             s->sweep++;
             continue;
         }
-        rl_rules *ref = NULL;
-        const rl_rule *rule =
-            ms->res->rule_at(ms->res->ctx, level, r->slot, rl__rec_key(r), r->klen, &ref);
-        int idle = !rule || !code_is(r->type, rule);
-        if (!idle && rule->type->idle_at)
-            idle = rule->type->idle_at(rule->params, rec_state(r, rule->type)) <= now;
-        rl_rules_unref(ref);
-        if (idle) {
+        if (rec_idle(ms, level, r, now)) {
             rl__ms_state_clear(ms, r);
             rl__seg_remove(s, s->sweep); /* the next record may now sit here: look again */
+            rl__ms_key_drop(ms, 1);
         } else {
             s->sweep++;
         }
@@ -707,9 +797,15 @@ static const rl_store_ops memory_ops = {
 
 rl_store *rl_memory_store_new(void)
 {
+    return rl_memory_store_new_bounded(0);
+}
+
+rl_store *rl_memory_store_new_bounded(uint64_t max_keys)
+{
     mem_store *ms = calloc(1, sizeof *ms);
     if (!ms)
         return NULL;
+    ms->max_keys = max_keys;
     pthread_mutex_init(&ms->rmu, NULL);
     ms->seed = rl__random64();
     ms->idkey = rl__random64();

@@ -354,6 +354,9 @@ check-core:
 	if grep -nwE "$$names" $(filter-out service/core/rules/%,$(CORE_SRC)) service/core/*.h; then \
 	    echo "check-core: a rule type is named outside its own file (above)"; exit 1; fi; \
 	echo "check-core: no rule type ($$names) is named outside service/core/rules/"
+	@if grep -n CLOCK_REALTIME $(filter-out service/main.c service/log.c,$(wildcard service/*.c)); then \
+	    echo "check-core: the wall clock is read outside service/main.c (above)"; exit 1; fi; \
+	echo "check-core: only service/main.c reads the wall clock for decisions (log.c for log lines)"
 
 # Debian packages the build, the tests and the benchmarks use.
 DEB_PKGS := gcc libc6-dev make pkg-config libjansson-dev libmicrohttpd-dev check libsubunit-dev \

@@ -6,7 +6,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "acquire_req.h"
 #include "api.h"
@@ -78,11 +77,8 @@ static void tick_to(rld_app *app, rl_ns t)
  * expire exactly when a test says. */
 static rl_ns request_time(rld_app *app, int has_now, rl_ns now)
 {
-    if (!app->manual_clock) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        return (rl_ns)ts.tv_sec * RL_NS_PER_SEC + ts.tv_nsec;
-    }
+    if (!app->manual_clock)
+        return app->clock();
     if (!has_now)
         return __atomic_load_n(&app->manual_now, __ATOMIC_ACQUIRE);
     rl_ns t = now;
@@ -435,14 +431,15 @@ static void load_state(rld_app *app)
 }
 
 int rld_app_init(rld_app *app, rl_registry *reg, rl_limiter *lim, const rld_settings *set,
-                 rld_fleet *fleet, int manual_clock, rl_err *err)
+                 rld_fleet *fleet, rl_ns (*clock)(void), rl_err *err)
 {
     memset(app, 0, sizeof *app);
     app->fleet = fleet;
     app->reg = reg;
     app->lim = lim;
     app->set = set;
-    app->manual_clock = manual_clock;
+    app->clock = clock;
+    app->manual_clock = clock == NULL;
     app->rls = (rld_rls){
         .lim = lim, .domain = set->domain, .ratelimit_headers = set->grpc_ratelimit_headers};
     pthread_mutex_init(&app->tick_mu, NULL);

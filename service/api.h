@@ -26,7 +26,8 @@ typedef struct rld_app {
     rl_registry *reg;        /* borrowed */
     rl_limiter *lim;         /* borrowed */
     const rld_settings *set; /* borrowed */
-    int manual_clock;        /* time comes from "now" in bodies */
+    rl_ns (*clock)(void);    /* the real clock; NULL with the manual clock */
+    int manual_clock;        /* time comes from "now" in bodies (clock is NULL) */
     rl_ns manual_now;        /* atomic: the last "now" seen */
     rl_ns ticked;            /* atomic, written under tick_mu: the latest time ticked */
     pthread_mutex_t tick_mu; /* rl_limiter_tick is called by one thread at a time */
@@ -53,10 +54,11 @@ extern const size_t rld_nroutes;
  * and applied now) and the state file's snapshot (loaded now; one that cannot be read is
  * moved aside to <state_file>.corrupt, logged, and the service starts without it). With a
  * fleet (the Redis store; NULL for the memory store) neither file is used: Redis keeps the
- * quotas and the state, and /quota, /healthz and /metrics go through the fleet. On failure
- * returns an error with err set and app needs no freeing. */
+ * quotas and the state, and /quota, /healthz and /metrics go through the fleet. clock is the
+ * real clock (ns since the epoch), which only main.c reads; NULL runs on the manual clock
+ * ("now" in requests). On failure returns an error with err set and app needs no freeing. */
 int rld_app_init(rld_app *app, rl_registry *reg, rl_limiter *lim, const rld_settings *set,
-                 rld_fleet *fleet, int manual_clock, rl_err *err);
+                 rld_fleet *fleet, rl_ns (*clock)(void), rl_err *err);
 /* Reads config_path again and puts its limiter configuration in force (levels, tiers, quotas,
  * reservation_ttl, max_keys; the other settings wait for a restart): a new limiter over a new
  * memory store, the quota file applied to it, and the state carried over as a snapshot would

@@ -23,6 +23,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "grpc.h"
 #include "log.h"
 
@@ -93,13 +94,6 @@ struct rld_grpc {
     int nworkers;
     worker w[MAX_WORKERS];
 };
-
-static rl_ns mono_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (rl_ns)ts.tv_sec * RL_NS_PER_SEC + ts.tv_nsec;
-}
 
 /* ---- small pieces ----------------------------------------------------------------------- */
 
@@ -255,7 +249,7 @@ static void handle_call(stream *st)
         answer_status(st, RLD_GRPC_UNIMPLEMENTED, "unknown method");
         return;
     }
-    if (st->deadline && mono_now() >= st->deadline) {
+    if (st->deadline && rld_mono_ns() >= st->deadline) {
         answer_status(st, RLD_GRPC_DEADLINE_EXCEEDED,
                       "deadline passed before the call "
                       "was complete");
@@ -275,7 +269,7 @@ static void handle_call(stream *st)
         answer_status(st, code, err.msg);
         return;
     }
-    if (st->deadline && mono_now() >= st->deadline) {
+    if (st->deadline && rld_mono_ns() >= st->deadline) {
         answer_status(st, RLD_GRPC_DEADLINE_EXCEEDED, "deadline passed while deciding");
         return;
     }
@@ -319,7 +313,7 @@ static void set_deadline(stream *st, const uint8_t *v, size_t vlen)
     worker *w = st->c->w;
     if (t < 0)
         return;
-    rl_ns now = mono_now();
+    rl_ns now = rld_mono_ns();
     st->deadline = t > INT64_MAX - now ? INT64_MAX : now + t;
     if (!st->deadline)
         st->deadline = 1;
@@ -591,7 +585,7 @@ static void accept_all(worker *w)
  * the next deadline (-1: none). */
 static int expire(worker *w)
 {
-    rl_ns now = mono_now(), next = INT64_MAX;
+    rl_ns now = rld_mono_ns(), next = INT64_MAX;
     for (stream *st = w->waiting, *nx; st; st = nx) {
         nx = st->wnext;
         if (st->deadline <= now) {
@@ -633,7 +627,7 @@ static void *worker_main(void *arg)
         if (stopping && !w->goaway_sent)
             begin_stop(w);
         if (stopping &&
-            (w->nconns == 0 || mono_now() >= __atomic_load_n(&g->drain_until, __ATOMIC_ACQUIRE)))
+            (w->nconns == 0 || rld_mono_ns() >= __atomic_load_n(&g->drain_until, __ATOMIC_ACQUIRE)))
             break;
         int timeout = expire(w);
         if (stopping && (timeout < 0 || timeout > 50))
@@ -757,7 +751,7 @@ int rld_grpc_port(const rld_grpc *g)
 
 unsigned rld_grpc_stop(rld_grpc *g, unsigned drain_ms)
 {
-    __atomic_store_n(&g->drain_until, mono_now() + (rl_ns)drain_ms * 1000000, __ATOMIC_RELEASE);
+    __atomic_store_n(&g->drain_until, rld_mono_ns() + (rl_ns)drain_ms * 1000000, __ATOMIC_RELEASE);
     __atomic_store_n(&g->stopping, 1, __ATOMIC_RELEASE);
     for (int i = 0; i < g->nworkers; i++) {
         uint64_t one = 1;

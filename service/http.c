@@ -18,6 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "http.h"
 #include "log.h"
 #include "tokens.h"
@@ -85,12 +86,6 @@ struct rld_http {
     long open;    /* atomic: connections accepted and not yet closed */
 };
 
-static rl_ns mono_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (rl_ns)ts.tv_sec * RL_NS_PER_SEC + ts.tv_nsec;
-}
 
 /* ---- requests --------------------------------------------------------------------------- */
 
@@ -125,7 +120,7 @@ static rld_req *req_begin(worker *w, struct MHD_Connection *c)
     r->status = 0;
     r->queued = MHD_NO;
     rld_buf_init(&r->out, r->out_inl, sizeof r->out_inl);
-    r->t0 = mono_now();
+    r->t0 = rld_mono_ns();
     __atomic_add_fetch(&w->active, 1, __ATOMIC_RELAXED);
     return r;
 }
@@ -223,7 +218,7 @@ static void access_line(const rld_req *r, int status)
     rld_access a = {.method = r->method ? r->method : "",
                     .path = r->url ? r->url : "",
                     .status = status,
-                    .duration = mono_now() - r->t0,
+                    .duration = rld_mono_ns() - r->t0,
                     .client = client,
                     .blocked_by = r->note_by,
                     .key = r->note_key,
@@ -294,7 +289,7 @@ void rld_reply(rld_req *r, int status, const char *ctype, const rld_header *hs, 
             r->status = 500;
             r->queued = MHD_NO;
             if (r->h->cfg.on_done)
-                r->h->cfg.on_done(r->h->cfg.app, r->route, 500, mono_now() - r->t0);
+                r->h->cfg.on_done(r->h->cfg.app, r->route, 500, rld_mono_ns() - r->t0);
             return;
         }
     }
@@ -307,7 +302,7 @@ void rld_reply(rld_req *r, int status, const char *ctype, const rld_header *hs, 
     r->status = status;
     /* counted before the answer leaves, so that a client that has it sees it counted */
     if (r->h->cfg.on_done)
-        r->h->cfg.on_done(r->h->cfg.app, r->route, status, mono_now() - r->t0);
+        r->h->cfg.on_done(r->h->cfg.app, r->route, status, rld_mono_ns() - r->t0);
     if (r->h->cfg.access_log)
         access_line(r, status);
     r->queued = MHD_queue_response(r->c, (unsigned)status, resp);

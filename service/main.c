@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "api.h"
+#include "clock.h"
 #include "config_json.h"
 #include "fleet.h"
 #include "grpc_api.h"
@@ -248,36 +249,33 @@ typedef struct housekeeper {
     rld_app *app;
 } housekeeper;
 
-static double monotonic_s(void)
+/* The real clock the decisions use: the daemon's only reading of wall-clock time. */
+static rl_ns real_clock(void)
 {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (rl_ns)ts.tv_sec * RL_NS_PER_SEC + ts.tv_nsec;
 }
+
 
 /* Ticks the limiter ten times a second and saves a snapshot every state_interval seconds. */
 static void *housekeeping(void *arg)
 {
     housekeeper *hk = arg;
     int interval = hk->app->set->state_file && !hk->app->fleet ? hk->app->set->state_interval : 0;
-    double next_save = monotonic_s() + interval;
+    rl_ns next_save = rld_mono_ns() + interval * RL_NS_PER_SEC;
     pthread_mutex_lock(&hk->mu);
     while (!hk->stop) {
-        struct timespec until;
-        clock_gettime(CLOCK_MONOTONIC, &until);
-        until.tv_nsec += 100000000;
-        if (until.tv_nsec >= 1000000000) {
-            until.tv_sec++;
-            until.tv_nsec -= 1000000000;
-        }
+        rl_ns t = rld_mono_ns() + RL_NS_PER_SEC / 10; /* the condition's clock is CLOCK_MONOTONIC */
+        struct timespec until = {.tv_sec = t / RL_NS_PER_SEC, .tv_nsec = t % RL_NS_PER_SEC};
         pthread_cond_timedwait(&hk->cv, &hk->mu, &until);
         if (hk->stop)
             break;
         pthread_mutex_unlock(&hk->mu);
         rld_app_tick(hk->app);
-        if (interval > 0 && monotonic_s() >= next_save) {
+        if (interval > 0 && rld_mono_ns() >= next_save) {
             rld_app_save_state(hk->app);
-            next_save = monotonic_s() + interval;
+            next_save = rld_mono_ns() + interval * RL_NS_PER_SEC;
         }
         pthread_mutex_lock(&hk->mu);
     }
@@ -433,7 +431,8 @@ static int serve(const opts *o)
         rld_log("error: %s", err.msg);
         goto fail_limiter;
     }
-    if ((rc = rld_app_init(&app, reg, lim, &set, fleet, o->manual_clock, &err)) != RL_OK) {
+    if ((rc = rld_app_init(&app, reg, lim, &set, fleet, o->manual_clock ? NULL : real_clock,
+                           &err)) != RL_OK) {
         rld_log("error: %s", err.msg);
         goto fail_limiter;
     }

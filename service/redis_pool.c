@@ -74,12 +74,6 @@ static const char *const script_text[RLD_NSCRIPTS] = {
     [RLD_SCRIPT_HEARTBEAT] = rld_lua_heartbeat, [RLD_SCRIPT_QUOTA] = rld_lua_quota,
 };
 
-rl_ns rld_mono_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (rl_ns)ts.tv_sec * RL_NS_PER_SEC + ts.tv_nsec;
-}
 
 
 /* ---- URLs ---------------------------------------------------------------------------------- */

@@ -200,6 +200,18 @@ static int fill_state(const rl_rule *rule, void *st, const void *bytes, size_t l
     return t->state_load ? t->state_load(rule->params, st, bytes, len) : -1;
 }
 
+/* Whether a state read from a file fits the rule now in force: at the load's time it holds no
+ * more than the rule's limit and answers no negative wait. One that does not comes from a
+ * damaged file or from a rule whose limit has shrunk since (a bucket above its capacity, more
+ * slots free than there are); it is not loaded, and the key starts as a new one. */
+static int plausible(const rl_rule *rule, const void *st, const reader *rd, size_t klen)
+{
+    rl_rule_status status;
+    memset(&status, 0, sizeof status);
+    rl_ns wait = rl_rule_peek(rule, st, rd->key, klen, rd->now, RL_FP_ONE, &status);
+    return wait >= 0 && status.remaining <= status.limit;
+}
+
 /* One 'K' record. Returns 1 when loaded, 0 when skipped, -1 when malformed. */
 static int load_key(reader *rd)
 {
@@ -234,6 +246,12 @@ static int load_key(reader *rd)
         if (fill_state(rule, st, rd->buf, slen) != 0) {
             rl_rules_unref(ref);
             return -1;
+        }
+        if (!plausible(rule, st, rd, klen)) {
+            if (rt->state_free)
+                rt->state_free(rule->params, st);
+            rl_rules_unref(ref);
+            return 0;
         }
         int idle = rt->idle_at && rt->idle_at(rule->params, st) <= rd->now;
         uint64_t kh = rl__hash(rd->key, klen, ms->seed);

@@ -66,37 +66,9 @@ static int rec_retype(mem_store *ms, rl__rec *r, const rl_rule_type *t, unsigned
 
 /* ---- reservations ------------------------------------------------------------------------ */
 
-/* A bijection of 64-bit values (the splitmix64 finaliser): ids follow a counter but cannot be
- * guessed from one another without the key. */
-static uint64_t permute(uint64_t x)
-{
-    x ^= x >> 30;
-    x *= 0xbf58476d1ce4e5b9ull;
-    x ^= x >> 27;
-    x *= 0x94d049bb133111ebull;
-    x ^= x >> 31;
-    return x;
-}
-
-static int parse_id(const char *s, uint64_t *out)
-{
-    uint64_t v = 0;
-    if (strlen(s) != RL_RESERVATION_ID - 1 || s[0] != 'r' || s[1] != '-')
-        return -1;
-    for (int i = 2; i < RL_RESERVATION_ID - 1; i++) {
-        char c = s[i];
-        int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
-        if (d < 0)
-            return -1;
-        v = v << 4 | (uint64_t)d;
-    }
-    *out = v;
-    return 0;
-}
-
 static resv **resv_link(mem_store *ms, uint64_t id)
 {
-    resv **l = &ms->rbucket[permute(id) & (ms->nrbucket - 1)];
+    resv **l = &ms->rbucket[rl_store_permute(id) & (ms->nrbucket - 1)];
     while (*l && (*l)->id != id)
         l = &(*l)->hnext;
     return l;
@@ -111,7 +83,7 @@ static int resv_grow(mem_store *ms)
     for (size_t i = 0; i < ms->nrbucket; i++)
         for (resv *r = ms->rbucket[i], *next; r; r = next) {
             next = r->hnext;
-            size_t k = permute(r->id) & (nb - 1);
+            size_t k = rl_store_permute(r->id) & (nb - 1);
             r->hnext = b[k];
             b[k] = r;
         }
@@ -144,7 +116,7 @@ int rl__ms_resv_add(mem_store *ms, resv *r, int keep_id)
     resv **l;
     for (;;) {
         if (!keep_id)
-            r->id = permute(++ms->idseq ^ ms->idkey);
+            r->id = rl_store_permute(++ms->idseq ^ ms->idkey);
         l = resv_link(ms, r->id);
         if (!*l)
             break;
@@ -531,8 +503,7 @@ static int reserve(run *x, rl_err *err)
     pthread_mutex_lock(&x->ms->rmu);
     int added = rl__ms_resv_add(x->ms, rv, 0) == 0;
     if (added)
-        snprintf(x->d->reservation, sizeof x->d->reservation, "r-%016llx",
-                 (unsigned long long)rv->id);
+        rl_store_id_format(x->d->reservation, rv->id);
     pthread_mutex_unlock(&x->ms->rmu);
     if (!added) {
         free(rv);
@@ -617,7 +588,7 @@ static int ms_settle(void *cls, const char *id, rl_fp actual, rl_ns now, rl_sett
     resv *rv = NULL, *copy = NULL;
     int rc = RL_OK;
 
-    if (parse_id(id, &v) != 0)
+    if (rl_store_id_parse(id, &v) != 0)
         return rl_errf(err, RL_ENOTFOUND, "reservation: unknown or expired");
     pthread_mutex_lock(&ms->rmu);
     if (ms->nrbucket)
@@ -655,7 +626,7 @@ static int ms_release(void *cls, const char *id, rl_ns now, rl_err *err)
     uint64_t v;
     resv *rv = NULL;
 
-    if (parse_id(id, &v) != 0)
+    if (rl_store_id_parse(id, &v) != 0)
         return rl_errf(err, RL_ENOTFOUND, "reservation: unknown, expired or released");
     pthread_mutex_lock(&ms->rmu);
     if (ms->nrbucket)
@@ -807,8 +778,8 @@ rl_store *rl_memory_store_new_bounded(uint64_t max_keys)
         return NULL;
     ms->max_keys = max_keys;
     pthread_mutex_init(&ms->rmu, NULL);
-    ms->seed = rl__random64();
-    ms->idkey = rl__random64();
+    ms->seed = rl_random64();
+    ms->idkey = rl_random64();
     ms->base.ops = &memory_ops;
     ms->base.cls = ms;
     return &ms->base;

@@ -32,8 +32,9 @@
 extern "C" {
 #endif
 
-/* Version of this interface; a plug-in is handed the version the host implements. */
-#define RL_RULE_API_VERSION 1
+/* Version of this interface; a plug-in is handed the version the host implements. Version 2
+ * added the Redis port (rl_rule_type.redis); a type of version 1 has none. */
+#define RL_RULE_API_VERSION 2
 
 typedef int64_t rl_ns; /* nanoseconds */
 typedef int64_t rl_fp; /* fixed point amount, RL_FP_ONE units per token/request/slot */
@@ -93,6 +94,20 @@ typedef struct rl_rule_status {
     rl_ns next;        /* until remaining, in whole units, grows by one (0 when full) */
 } rl_rule_status;
 
+/* What the Redis store needs to keep a rule type's state in Redis: its port, a Lua file that
+ * registers the type under tag in the store's scripts (docs/redis.md, "A rule type's Redis
+ * port"), and the parameters the store sends it. A type without state needs none: the store
+ * decides it in C. */
+typedef struct rl_rule_redis {
+    const char *tag;           /* the port's name in the scripts: [a-z0-9_], unique */
+    const char *const *params; /* the parameters sent to the port, by name, in order; each of a
+                                * kind held in 64 bits (not RL_PARAM_STRINGS) */
+    size_t nparams;
+    unsigned layout; /* the version of the state's binary layout in Redis, as the port says */
+    const char *lua; /* a plug-in's port, its Lua text; NULL for the built-in types, whose ports
+                      * are built into the store (service/core/rules/<type>.lua) */
+} rl_rule_redis;
+
 /* Flags of a rule type. */
 #define RL_RULE_UNIT_REQUESTS 0x1u /* default unit is "requests" (one per request) */
 #define RL_RULE_HOLDS 0x2u         /* a take holds something until release (concurrency) */
@@ -141,11 +156,16 @@ typedef struct rl_rule_type {
      * rebuilds a zeroed state from such bytes and returns 0, or -1 when they are malformed. */
     size_t (*state_save)(const void *params, const void *state, void *buf, size_t len);
     int (*state_load)(const void *params, void *state, const void *buf, size_t len);
+
+    /* Since version 2: the Redis port; NULL when the type has none (a type with state then
+     * cannot be used with the Redis store). */
+    const rl_rule_redis *redis;
 } rl_rule_type;
 
 /* Adds a rule type to the registry. The type struct must outlive the registry. Returns 0, or
- * -1 when the name is taken, the registry is full, the API version is newer than the host's or
- * the type is malformed. */
+ * -1 when the name (or the Redis port's tag) is taken, the registry is full, the API version is
+ * newer than the host's or the type is malformed (a Redis port naming a parameter the type does
+ * not have, or one of RL_PARAM_STRINGS, or a tag not of [a-z0-9_], 1 to 32 characters). */
 int rl_register_rule_type(rl_registry *reg, const rl_rule_type *type);
 
 /* Looks key up in a loaded string list. Returns 1 when present, 0 otherwise. */

@@ -555,7 +555,8 @@ START_TEST(quotas_apply_to_the_fleet_and_outlive_it)
     a = su_req(&s[0], "PUT", "/quota/bob", "{\"rules\": [{\"type\": \"max_keys\", \"limit\": 2}]}",
                NULL);
     check_error(&a, 400,
-                "rules[0]: rule type max_keys keeps state that the Redis store cannot hold");
+                "rules[0]: rule type max_keys keeps state that the Redis store cannot hold: it "
+                "has no Redis port");
     su_resp_free(&a);
     ck_assert_int_eq(hlen(&r), 2);
     ck_assert_str_eq(stored(&r, "bob"), "{\"tier\":\"gold\"}");
@@ -886,7 +887,9 @@ START_TEST(check_config_redis)
          "levels[0].on_store_error: ", 1},
         {"{\"type\": \"redis\"}",
          "{\"name\": \"user\", \"rules\": [{\"type\": \"max_keys\", \"limit\": 2}]}",
-         "levels[0].rules[0]: rule type max_keys keeps state that the Redis store cannot hold", 1},
+         "levels[0].rules[0]: rule type max_keys keeps state that the Redis store cannot hold: "
+         "it has no Redis port",
+         1},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char cfg[2048], path[400], *out;

@@ -789,16 +789,21 @@ static i128 rnd_value(uint64_t *s)
     return rng_next(s) % 4 == 0 ? -v : v;
 }
 
+/* The lib as embedded in the binary (lib.lua and the built-in rule types' ports) followed by
+ * harness, in buf. */
+static void lib_with(const char *harness, char *buf, size_t cap)
+{
+    size_t n = strlen(rld_lua_lib);
+    ck_assert_uint_lt(n + 1 + strlen(harness), cap);
+    memcpy(buf, rld_lua_lib, n);
+    buf[n] = '\n';
+    strcpy(buf + n + 1, harness);
+}
+
 START_TEST(lua_arithmetic_matches_c)
 {
-    /* the library as embedded in the binary: the part of a script before its own file */
-    static char script[65536];
-    const char *own = strstr(rld_lua_due, "-- due.lua - ");
-    ck_assert_ptr_nonnull(own);
-    size_t n = (size_t)(own - rld_lua_due);
-    ck_assert_uint_lt(n + strlen(arith_harness), sizeof script);
-    memcpy(script, rld_lua_due, n);
-    strcpy(script + n, arith_harness);
+    static char script[131072];
+    lib_with(arith_harness, script, sizeof script);
 
     redisContext *c = rt_redis_connect(&srv);
     uint64_t s = 0xa817;
@@ -872,18 +877,6 @@ START_TEST(lua_arithmetic_matches_c)
     redisFree(c);
 }
 END_TEST
-
-/* The library as embedded in the binary (the part of a script before its own file) followed by
- * harness, in buf. */
-static void lib_with(const char *harness, char *buf, size_t cap)
-{
-    const char *own = strstr(rld_lua_due, "-- due.lua - ");
-    ck_assert_ptr_nonnull(own);
-    size_t n = (size_t)(own - rld_lua_due);
-    ck_assert_uint_lt(n + strlen(harness), cap);
-    memcpy(buf, rld_lua_due, n);
-    strcpy(buf + n, harness);
-}
 
 /* Runs script with ARGV (no keys); fails on an error reply. */
 static redisReply *eval_args(redisContext *c, const char *script, int n, const char **args)
@@ -1670,6 +1663,68 @@ START_TEST(quotas_reach_every_instance)
 }
 END_TEST
 
+/* What a rule type's C side declares its Redis port takes (rl_rule_redis: the parameters, in
+ * order, and the state's layout version) is what the port itself says (T.params, T.layout), for
+ * every registered type with a port; every built-in port's tag belongs to a registered type,
+ * and every built-in type with state has a port. */
+static const char *port_harness =
+    "local T = rule_type(ARGV[1])\n"
+    "if not T then return {'none'} end\n"
+    "local out = {tostring(T.layout)}\n"
+    "for i = 1, #T.params do out[#out + 1] = T.params[i] end\n"
+    "return out\n";
+
+static void check_ports(rl_registry *reg, const char *script)
+{
+    redisContext *c = rt_redis_connect(&srv);
+    size_t ported = 0;
+    for (size_t i = 0; i < rl_registry_count(reg); i++) {
+        const rl_rule_type *t = rl_registry_at(reg, i);
+        const rl_rule_redis *port = t->api_version >= 2 ? t->redis : NULL;
+        if (!port) {
+            ck_assert_msg(t->state_size == 0, "%s keeps state and has no Redis port", t->name);
+            continue;
+        }
+        ported++;
+        redisReply *r = redisCommand(c, "EVAL %s 0 %s", script, port->tag);
+        ck_assert_ptr_nonnull(r);
+        ck_assert_msg(r->type == REDIS_REPLY_ARRAY, "%s: %s", t->name,
+                      r->type == REDIS_REPLY_ERROR ? r->str : "not an array");
+        ck_assert_msg(r->elements == 1 + port->nparams,
+                      "%s: the port takes %zu parameters, C sends %zu", t->name, r->elements - 1,
+                      port->nparams);
+        ck_assert_msg(strtoul(r->element[0]->str, NULL, 10) == port->layout,
+                      "%s: the port's layout %s, C's %u", t->name, r->element[0]->str,
+                      port->layout);
+        for (size_t j = 0; j < port->nparams; j++)
+            ck_assert_msg(strcmp(r->element[1 + j]->str, port->params[j]) == 0,
+                          "%s: parameter %zu is %s in the port, %s in C", t->name, j,
+                          r->element[1 + j]->str, port->params[j]);
+        freeReplyObject(r);
+    }
+    ck_assert_uint_ge(ported, 6);
+    redisFree(c);
+}
+
+START_TEST(ports_match_their_declarations)
+{
+    static char script[131072];
+    lib_with(port_harness, script, sizeof script);
+    rl_registry *reg = rl_registry_new();
+    check_ports(reg, script);
+    for (size_t i = 0; rld_lua_builtin_tags[i]; i++) {
+        size_t j = 0;
+        while (j < rl_registry_count(reg) &&
+               !(rl_registry_at(reg, j)->redis &&
+                 strcmp(rl_registry_at(reg, j)->redis->tag, rld_lua_builtin_tags[i]) == 0))
+            j++;
+        ck_assert_msg(j < rl_registry_count(reg), "the port %s belongs to no built-in type",
+                      rld_lua_builtin_tags[i]);
+    }
+    rl_registry_free(reg);
+}
+END_TEST
+
 Suite *redis_store_suite(void);
 Suite *redis_store_suite(void)
 {
@@ -1680,6 +1735,7 @@ Suite *redis_store_suite(void)
     tcase_add_test(tc, lua_arithmetic_matches_c);
     tcase_add_test(tc, lua_products_match_c);
     tcase_add_test(tc, lua_times_match_c);
+    tcase_add_test(tc, ports_match_their_declarations);
     tcase_add_loop_test(tc, conformance_table, 0,
                         (int)(sizeof conformance / sizeof conformance[0]));
     suite_add_tcase(s, tc);

@@ -44,6 +44,31 @@ const rl_rule_type *rl_registry_at(const rl_registry *reg, size_t i)
     return i < reg->n ? reg->types[i] : NULL;
 }
 
+/* The Redis port of a type of version 2 or later, or NULL. */
+static const rl_rule_redis *redis_of(const rl_rule_type *t)
+{
+    return t->api_version >= 2 ? t->redis : NULL;
+}
+
+/* A Redis port's tag is [a-z0-9_]+ and each of its parameters one of the type's, held in 64
+ * bits. */
+static int redis_is_wellformed(const rl_rule_type *t, const rl_rule_redis *r)
+{
+    if (!r->tag || !*r->tag || strlen(r->tag) > 32 || (r->nparams > 0 && !r->params))
+        return 0;
+    for (const char *c = r->tag; *c; c++)
+        if (!((*c >= 'a' && *c <= 'z') || (*c >= '0' && *c <= '9') || *c == '_'))
+            return 0;
+    for (size_t i = 0; i < r->nparams; i++) {
+        size_t j = 0;
+        while (j < t->nparams && (!r->params[i] || strcmp(t->params[j].name, r->params[i]) != 0))
+            j++;
+        if (j == t->nparams || t->params[j].kind == RL_PARAM_STRINGS)
+            return 0;
+    }
+    return 1;
+}
+
 static int type_is_wellformed(const rl_rule_type *t)
 {
     if (!t->name || !*t->name || !t->wait || !t->default_name)
@@ -60,14 +85,26 @@ static int type_is_wellformed(const rl_rule_type *t)
         if (!d->name || d->offset + width > t->params_size)
             return 0;
     }
-    return 1;
+    return !redis_of(t) || redis_is_wellformed(t, redis_of(t));
+}
+
+/* Whether another type already has t's Redis tag. */
+static int tag_taken(const rl_registry *reg, const rl_rule_type *t)
+{
+    const rl_rule_redis *r = redis_of(t);
+    for (size_t i = 0; r && i < reg->n; i++) {
+        const rl_rule_redis *o = redis_of(reg->types[i]);
+        if (o && strcmp(o->tag, r->tag) == 0)
+            return 1;
+    }
+    return 0;
 }
 
 int rl_register_rule_type(rl_registry *reg, const rl_rule_type *type)
 {
     if (!reg || !type || reg->n >= RL__MAX_TYPES || !type_is_wellformed(type))
         return -1;
-    if (rl_registry_find(reg, type->name))
+    if (rl_registry_find(reg, type->name) || tag_taken(reg, type))
         return -1;
     reg->types[reg->n++] = type;
     return 0;

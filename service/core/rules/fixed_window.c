@@ -109,6 +109,15 @@ static const rl_param_def fw_params_def[] = {
      "window length in seconds"},
 };
 
+/* The Redis port: fixed_window.lua beside this file. */
+static const char *const fw_redis_params[] = {"limit", "window"};
+static const rl_rule_redis fw_redis = {
+    .tag = "fw",
+    .params = fw_redis_params,
+    .nparams = 2,
+    .layout = 1,
+};
+
 const rl_rule_type rl__fixed_window = {
     .api_version = RL_RULE_API_VERSION,
     .name = "fixed_window",
@@ -123,4 +132,5 @@ const rl_rule_type rl__fixed_window = {
     .refund = fw_refund,
     .idle_at = fw_idle_at,
     .status = fw_status,
+    .redis = &fw_redis,
 };

@@ -243,6 +243,15 @@ static const rl_param_def swl_params_def[] = {
      "window length in seconds"},
 };
 
+/* The Redis port: sliding_window.lua beside this file. */
+static const char *const swl_redis_params[] = {"limit", "window"};
+static const rl_rule_redis swl_redis = {
+    .tag = "sw",
+    .params = swl_redis_params,
+    .nparams = 2,
+    .layout = 1,
+};
+
 const rl_rule_type rl__sliding_window = {
     .api_version = RL_RULE_API_VERSION,
     .name = "sliding_window",
@@ -260,4 +269,5 @@ const rl_rule_type rl__sliding_window = {
     .state_free = swl_free,
     .state_save = swl_save,
     .state_load = swl_load,
+    .redis = &swl_redis,
 };

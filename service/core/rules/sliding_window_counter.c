@@ -156,6 +156,15 @@ static const rl_param_def swc_params_def[] = {
      "window length in seconds"},
 };
 
+/* The Redis port: sliding_window_counter.lua beside this file. */
+static const char *const swc_redis_params[] = {"limit", "window"};
+static const rl_rule_redis swc_redis = {
+    .tag = "swc",
+    .params = swc_redis_params,
+    .nparams = 2,
+    .layout = 1,
+};
+
 const rl_rule_type rl__sliding_window_counter = {
     .api_version = RL_RULE_API_VERSION,
     .name = "sliding_window_counter",
@@ -170,4 +179,5 @@ const rl_rule_type rl__sliding_window_counter = {
     .refund = swc_refund,
     .idle_at = swc_idle_at,
     .status = swc_status,
+    .redis = &swc_redis,
 };

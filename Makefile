@@ -255,7 +255,7 @@ check-core:
 
 # Debian packages the build, the tests and the benchmarks use.
 DEB_PKGS := gcc libc6-dev make pkg-config libjansson-dev libmicrohttpd-dev check libsubunit-dev \
-            libcurl4-openssl-dev libhiredis-dev redis-server nginx wrk curl
+            libcurl4-openssl-dev libhiredis-dev redis-server redis-sentinel redis-tools nginx wrk curl
 deps:
 	@missing=$$(for p in $(DEB_PKGS); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null \
 	    | grep -q 'install ok installed' || echo $$p; done); \
@@ -270,7 +270,8 @@ deps:
 # Installs only when something is missing; quiet otherwise.
 deps-quiet:
 	@pkg-config --exists $(PKG_ALL) hiredis 2>/dev/null && command -v redis-server >/dev/null \
-	    || $(MAKE) --no-print-directory deps
+	    && command -v redis-sentinel >/dev/null && command -v redis-cli >/dev/null \
+	    && test -x /usr/sbin/nginx || $(MAKE) --no-print-directory deps
 
 # (deps, not deps-quiet: wrk and nginx are checked too)
 bench: deps

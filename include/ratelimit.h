@@ -145,13 +145,23 @@ void rl_rules_unref(rl_rules *rs);
 
 /* ---- configuration -------------------------------------------------------------------- */
 
+/* The rules of a keyed level for one key, or NULL when none apply to it. The list must stay
+ * valid as long as the limiter; *ref receives a reference to drop with rl_rules_unref when
+ * the list is counted (NULL otherwise). Called from any thread, also by stores (to expire,
+ * settle or sweep a key's state), so it must be fast, must not block, and must give the same
+ * rules for the same key for the limiter's life. */
+typedef const rl_rules *(*rl_key_rules_fn)(void *ctx, const char *key, size_t keylen,
+                                           rl_rules **ref);
+
 typedef struct rl_level {
     char *name;
     size_t ncompose;    /* 0: the key is the descriptor of the level's name */
     char **compose;     /* descriptors joined with ':' to form the key */
     char *default_key;  /* used when the descriptor is absent; NULL: the level is skipped */
     int tiered;         /* rules come from the key's tier or custom quota */
-    rl_rules *rules;    /* the rules of a level that is not tiered */
+    rl_rules *rules;    /* the rules of a level that is neither tiered nor keyed */
+    rl_key_rules_fn key_rules; /* a keyed level: the rules follow from the key */
+    void *key_rules_ctx;
 } rl_level;
 
 typedef struct rl_tier {
@@ -188,6 +198,12 @@ void rl_config_free(rl_config *cfg);
 int rl_config_add_level(rl_config *cfg, const char *name, const char *const *compose,
                         size_t ncompose, const char *default_key, int tiered, rl_rules *rules,
                         rl_err *err);
+/* Adds a keyed level: the rules that apply to a key are fn(ctx, key) (see rl_key_rules_fn),
+ * for keys that the caller makes itself (a configuration of its own, such as a tree of
+ * descriptors, encoded in the key). Requests name its keys as items (rl_request.items) or as
+ * the descriptor of the level's name. Errors as rl_config_add_level. */
+int rl_config_add_keyed_level(rl_config *cfg, const char *name, rl_key_rules_fn fn, void *ctx,
+                              rl_err *err);
 /* Adds a tier; rules is stolen (also on failure). */
 int rl_config_add_tier(rl_config *cfg, const char *name, rl_rules *rules, rl_err *err);
 /* Index of the named tier, or -1. */
@@ -214,10 +230,24 @@ typedef struct rl_descriptor {
 #define RL_DRY_RUN 0x1u /* phase 1 only: nothing is taken */
 #define RL_RESERVE 0x2u /* record the take as a reservation to settle later */
 
+/* A key of a level named explicitly, with its own cost: several items may name one level. */
+typedef struct rl_item {
+    size_t level;
+    const char *key;
+    size_t keylen; /* 1..RL_COMPOSED_MAX bytes, any bytes */
+    rl_fp cost;    /* 0..RL_FP_MAX; 0 checks the rules without taking anything from them */
+} rl_item;
+
 typedef struct rl_request {
     const rl_descriptor *desc;
     size_t ndesc;
-    rl_fp cost;       /* > 0 */
+    /* When nitems > 0 the request is these items instead of desc and cost: each applies the
+     * rules of its level to its key with its own cost (a rule counting requests counts 1,
+     * or 0 for an item of cost 0). The decision is still one: every item fits or nothing is
+     * taken anywhere. Not with RL_RESERVE. */
+    const rl_item *items;
+    size_t nitems;
+    rl_fp cost;       /* > 0 (unless items are given) */
     int64_t priority; /* compared with a rule's reserved.min_priority */
     unsigned flags;
     rl_ns now;

@@ -9,6 +9,7 @@
 
 #include "acquire_req.h"
 #include "api.h"
+#include "check_req.h"
 #include "log.h"
 #include "render.h"
 
@@ -88,6 +89,31 @@ void rld_app_tick(rld_app *app)
 
 /* ---- POST /acquire ---------------------------------------------------------------------- */
 
+/* Answers a decision with the output buffer as the body (ctype NULL: none): 200 or
+ * deny_status, the RateLimit headers, and Retry-After on a denial with a finite wait. */
+static void reply_decision(rld_req *r, const rl_config *cfg, const rl_decision *d,
+                           int deny_status, const char *ctype)
+{
+    char pbuf[1024], sbuf[1024], retry[24];
+    rld_buf policy, state;
+    rld_header hs[3];
+    size_t nh = 0;
+    rld_buf_init(&policy, pbuf, sizeof pbuf);
+    rld_buf_init(&state, sbuf, sizeof sbuf);
+    if (rld_render_ratelimit(&policy, &state, cfg, d) > 0) {
+        hs[nh++] = (rld_header){"RateLimit-Policy", rld_buf_cstr(&policy)};
+        hs[nh++] = (rld_header){"RateLimit", rld_buf_cstr(&state)};
+    }
+    if (!d->allowed && d->retry_after != RL_WAIT_NEVER) {
+        snprintf(retry, sizeof retry, "%lld",
+                 (long long)rld_retry_after_seconds(d->retry_after));
+        hs[nh++] = (rld_header){"Retry-After", retry};
+    }
+    rld_reply(r, d->allowed ? 200 : deny_status, ctype, hs, nh);
+    rld_buf_reset(&policy);
+    rld_buf_reset(&state);
+}
+
 static void h_acquire(void *ctx, rld_req *r)
 {
     rld_app *app = ctx;
@@ -120,27 +146,55 @@ static void h_acquire(void *ctx, rld_req *r)
     const rl_config *cfg = rl_limiter_config(app->lim);
     rld_metrics_decision(app->metrics, &d, q.dry_run, req.cost);
     rld_render_decision(rld_req_out(r), cfg, &d);
-
-    char pbuf[1024], sbuf[1024], retry[24];
-    rld_buf policy, state;
-    rld_header hs[3];
-    size_t nh = 0;
-    rld_buf_init(&policy, pbuf, sizeof pbuf);
-    rld_buf_init(&state, sbuf, sizeof sbuf);
-    if (rld_render_ratelimit(&policy, &state, cfg, &d) > 0) {
-        hs[nh++] = (rld_header){"RateLimit-Policy", rld_buf_cstr(&policy)};
-        hs[nh++] = (rld_header){"RateLimit", rld_buf_cstr(&state)};
-    }
-    if (!d.allowed && d.retry_after != RL_WAIT_NEVER) {
-        snprintf(retry, sizeof retry, "%lld",
-                 (long long)rld_retry_after_seconds(d.retry_after));
-        hs[nh++] = (rld_header){"Retry-After", retry};
-    }
-    rld_reply(r, d.allowed ? 200 : 429, "application/json", hs, nh);
+    reply_decision(r, cfg, &d, 429, "application/json");
     rl_decision_done(&d);
     rld_acquire_req_clear(&q); /* the decision's keys may point into the request */
-    rld_buf_reset(&policy);
-    rld_buf_reset(&state);
+}
+
+/* ---- GET /check ------------------------------------------------------------------------- */
+
+typedef struct check_ctx {
+    rld_check_req q;
+    const rl_config *cfg;
+    rl_err err;
+} check_ctx;
+
+static int check_header(void *ctx, const char *name, size_t nl, const char *value, size_t vl)
+{
+    check_ctx *c = ctx;
+    return rld_check_header(&c->q, c->cfg, name, nl, value, vl, &c->err) != 0;
+}
+
+/* POST /acquire for gateways whose sub-request has no body: the request from the headers
+ * (check_req.h), the answer in the status and the headers alone. */
+static void h_check(void *ctx, rld_req *r)
+{
+    rld_app *app = ctx;
+    check_ctx c;
+    rl_decision d;
+    int deny;
+    c.cfg = rl_limiter_config(app->lim);
+    rld_check_req_init(&c.q);
+    if (rld_check_deny_status(rld_req_query(r, "deny_status"), &deny, &c.err) != 0 ||
+        rld_req_each_header(r, check_header, &c) != 0) {
+        rld_reply_error(r, 400, "%s", c.err.msg);
+        return;
+    }
+    rl_request req = {.desc = c.q.desc,
+                      .ndesc = c.q.ndesc,
+                      .cost = c.q.cost,
+                      .priority = c.q.priority,
+                      .flags = 0,
+                      .now = request_time(app, 0, 0)};
+    int rc = rl_acquire(app->lim, &req, &d, &c.err);
+    if (rc != RL_OK) {
+        rld_check_error_to_header(&c.err);
+        reply_rc(r, rc, &c.err);
+        return;
+    }
+    rld_metrics_decision(app->metrics, &d, 0, req.cost);
+    reply_decision(r, c.cfg, &d, deny, NULL);
+    rl_decision_done(&d);
 }
 
 /* ---- POST /refund, POST /release -------------------------------------------------------- */
@@ -343,6 +397,7 @@ static void h_quota_delete(void *ctx, rld_req *r)
 
 const rld_route rld_routes[] = {
     {"/acquire", "/acquire", "POST", {{"POST", h_acquire, 0}, {NULL, NULL, 0}}},
+    {"/check", "/check", "GET", {{"GET", h_check, 0}, {NULL, NULL, 0}}},
     {"/refund", "/refund", "POST", {{"POST", h_refund, 0}, {NULL, NULL, 0}}},
     {"/release", "/release", "POST", {{"POST", h_release, 0}, {NULL, NULL, 0}}},
     {"/rules", "/rules", "GET", {{"GET", h_rules, 0}, {NULL, NULL, 0}}},

@@ -5,7 +5,7 @@
  *   POST /acquire   decide a request                 POST /refund   settle a reservation
  *   POST /release   give back a reservation's slots  GET  /rules    the configuration
  *   GET|PUT|DELETE /quota/<user>  a user's quota     GET  /metrics  Prometheus text
- *   GET  /healthz   readiness
+ *   GET  /healthz   readiness                        GET  /check    /acquire from headers
  *
  * api/openapi.yaml is the contract; the handlers stay thin: parse, call the core, answer.
  */

@@ -190,6 +190,40 @@ rld_http *rld_req_http(rld_req *r)
     return r->h;
 }
 
+typedef struct each_header {
+    rld_header_fn fn;
+    void *ctx;
+    int rc;
+} each_header;
+
+static enum MHD_Result header_of(void *cls, enum MHD_ValueKind kind, const char *key,
+                                 size_t key_size, const char *value, size_t value_size)
+{
+    each_header *e = cls;
+    (void)kind;
+    e->rc = e->fn(e->ctx, key, key_size, value ? value : "", value ? value_size : 0);
+    return e->rc ? MHD_NO : MHD_YES;
+}
+
+int rld_req_each_header(rld_req *r, rld_header_fn fn, void *ctx)
+{
+    each_header e = {fn, ctx, 0};
+    MHD_get_connection_values_n(r->c, MHD_HEADER_KIND, header_of, &e);
+    return e.rc;
+}
+
+const char *rld_req_query(rld_req *r, const char *name)
+{
+    const char *v = MHD_lookup_connection_value(r->c, MHD_GET_ARGUMENT_KIND, name);
+    if (v)
+        return v;
+    /* a key without a value ("?flag") is listed with a NULL value */
+    return MHD_lookup_connection_value_n(r->c, MHD_GET_ARGUMENT_KIND, name, strlen(name), NULL,
+                                         NULL) == MHD_YES
+               ? ""
+               : NULL;
+}
+
 /* ---- replies ---------------------------------------------------------------------------- */
 
 static const char oom_body[] = "{\"error\":\"out of memory\"}";
@@ -223,7 +257,8 @@ void rld_reply(rld_req *r, int status, const char *ctype, const rld_header *hs, 
             return;
         }
     }
-    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
+    if (ctype)
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
     for (size_t i = 0; i < nh; i++)
         MHD_add_response_header(resp, hs[i].name, hs[i].value);
     if (__atomic_load_n(&r->h->stopping, __ATOMIC_RELAXED))

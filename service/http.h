@@ -82,13 +82,23 @@ const char *rld_req_tail(const rld_req *r);
 rld_buf *rld_req_out(rld_req *r);
 /* The http layer the request came through. */
 rld_http *rld_req_http(rld_req *r);
+/* Calls fn with each request header's name and value (lengths given, both NUL-terminated,
+ * borrowed for the request's life) in the order received, until fn returns nonzero; returns
+ * that value, or 0 when fn saw every header. */
+typedef int (*rld_header_fn)(void *ctx, const char *name, size_t nl, const char *value,
+                             size_t vl);
+int rld_req_each_header(rld_req *r, rld_header_fn fn, void *ctx);
+/* The value of a query-string argument ("403" for ?deny_status=403), URL-decoded, borrowed
+ * for the request's life; NULL when absent ("" when given without a value). */
+const char *rld_req_query(rld_req *r, const char *name);
 
 typedef struct rld_header {
     const char *name;
     const char *value;
 } rld_header;
 
-/* Sends the output buffer as the body with a content type and extra headers. */
+/* Sends the output buffer as the body with a content type (NULL: no Content-Type, for an
+ * empty body) and extra headers. */
 void rld_reply(rld_req *r, int status, const char *ctype, const rld_header *h, size_t nh);
 /* Sends the output buffer as JSON. */
 void rld_reply_json(rld_req *r, int status);

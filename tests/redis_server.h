@@ -14,9 +14,20 @@
 
 #include <hiredis/hiredis.h>
 
+/* How a process is started (kept for rt_redis_restart). */
+typedef enum rt_redis_kind {
+    RT_REDIS_PLAIN = 0, /* a primary on its own */
+    RT_REDIS_REPLICA,   /* a replica of 127.0.0.1:replica_of */
+    RT_REDIS_CLUSTER,   /* a Redis Cluster node (its bus on port + 10000) */
+    RT_REDIS_SENTINEL   /* redis-sentinel with dir/sentinel.conf */
+} rt_redis_kind;
+
 typedef struct rt_redis {
     pid_t pid; /* 0 when not running */
     int port;
+    rt_redis_kind kind;
+    int replica_of; /* RT_REDIS_REPLICA: the primary's port */
+    int node_timeout_ms; /* RT_REDIS_CLUSTER: cluster-node-timeout */
     char dir[64];
     char url[64]; /* redis://127.0.0.1:<port>/0 */
 } rt_redis;
@@ -38,5 +49,51 @@ redisContext *rt_redis_connect(const rt_redis *r);
 /* Runs a command (redisCommand format) on a new connection and returns its reply (free with
  * freeReplyObject); fails the test on a connection error. */
 redisReply *rt_redis_cmd(const rt_redis *r, const char *fmt, ...);
+
+/* ---- Sentinel: one primary, one replica, three sentinels ---------------------------------- */
+
+#define RT_SENTINELS 3
+#define RT_MASTER_NAME "mymaster"
+
+typedef struct rt_sentinel_group {
+    rt_redis data[2];             /* data[0] is the primary at start, data[1] its replica */
+    rt_redis sent[RT_SENTINELS];  /* each monitors RT_MASTER_NAME with a quorum of 2 */
+    char nodes[RT_SENTINELS][32]; /* "127.0.0.1:<port>" of each sentinel */
+} rt_sentinel_group;
+
+/* Starts the group and waits until the replica is in sync and every sentinel knows the replica
+ * and the two other sentinels, so that a failover can happen; fails the test otherwise.
+ * down_after_ms and failover_timeout_ms are the sentinels' down-after-milliseconds and
+ * failover-timeout. Stopped with the process (as any server here) or by rt_sentinel_stop. */
+void rt_sentinel_start(rt_sentinel_group *g, int down_after_ms, int failover_timeout_ms);
+/* The port of the primary the sentinels name now (SENTINEL get-master-addr-by-name, asked of
+ * the first sentinel that answers), 0 when none answers. */
+int rt_sentinel_primary(const rt_sentinel_group *g);
+/* Stops every process of the group. Safe to call twice. */
+void rt_sentinel_stop(rt_sentinel_group *g);
+
+/* ---- Cluster: three primaries with one replica each ---------------------------------------- */
+
+#define RT_CLUSTER_NODES 6
+
+typedef struct rt_cluster {
+    rt_redis node[RT_CLUSTER_NODES]; /* node[0..2] are the primaries at start, node[3..5] the
+                                        replicas (redis-cli chooses which replicates which) */
+    char seeds[RT_CLUSTER_NODES][32]; /* "127.0.0.1:<port>" */
+} rt_cluster;
+
+/* Starts six cluster-enabled servers (cluster-node-timeout node_timeout_ms), creates the cluster
+ * with `redis-cli --cluster create ... --cluster-replicas 1 --cluster-yes` and waits until every
+ * node says cluster_state:ok and knows all six; fails the test otherwise. */
+void rt_cluster_start(rt_cluster *c, int node_timeout_ms);
+/* The node (index into c->node) serving slot as a primary now, asked of the first node that
+ * answers CLUSTER SLOTS; -1 when none does. */
+int rt_cluster_owner(const rt_cluster *c, int slot);
+/* Stops every node. Safe to call twice. */
+void rt_cluster_stop(rt_cluster *c);
+
+/* Runs a program (argv[0] looked up in PATH) with its output appended to log; returns its exit
+ * status, or fails the test when it cannot be run or outlives timeout_s. */
+int rt_run(const char *const *argv, const char *log, int timeout_s);
 
 #endif

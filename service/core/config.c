@@ -83,6 +83,38 @@ static int steal_rules(rl_rules *rules, rl_err *err)
     return rc;
 }
 
+/* Whether another level named name may be added. */
+static int check_level_name(const rl_config *cfg, const char *name, rl_err *err)
+{
+    const char *why;
+    if (cfg->nlevels >= RL_MAX_LEVELS)
+        return rl_errf(err, RL_EINVAL, "too many levels (at most %d)", RL_MAX_LEVELS);
+    if ((why = rl__name_problem(name)))
+        return rl_errf(err, RL_EINVAL, "name: %s", why);
+    for (size_t i = 0; i < cfg->nlevels; i++)
+        if (strcmp(cfg->levels[i].name, name) == 0)
+            return rl_errf(err, RL_EINVAL, "name: level \"%s\" is defined twice", name);
+    return RL_OK;
+}
+
+int rl_config_add_keyed_level(rl_config *cfg, const char *name, rl_key_rules_fn fn, void *ctx,
+                              rl_err *err)
+{
+    int rc = check_level_name(cfg, name, err);
+    if (rc != RL_OK)
+        return rc;
+    if (!fn)
+        return rl_errf(err, RL_EINVAL, "rules: a keyed level needs its function");
+    rl_level *l = &cfg->levels[cfg->nlevels];
+    memset(l, 0, sizeof *l);
+    if (!(l->name = rl__strndup(name, strlen(name))))
+        return rl_errf(err, RL_ENOMEM, "out of memory");
+    l->key_rules = fn;
+    l->key_rules_ctx = ctx;
+    cfg->nlevels++;
+    return RL_OK;
+}
+
 int rl_config_add_level(rl_config *cfg, const char *name, const char *const *compose,
                         size_t ncompose, const char *default_key, int tiered, rl_rules *rules,
                         rl_err *err)
@@ -90,19 +122,9 @@ int rl_config_add_level(rl_config *cfg, const char *name, const char *const *com
     const char *why;
     int rc = RL_EINVAL;
 
-    if (cfg->nlevels >= RL_MAX_LEVELS) {
-        rl_errf(err, rc, "too many levels (at most %d)", RL_MAX_LEVELS);
+    if ((rc = check_level_name(cfg, name, err)) != RL_OK)
         goto fail;
-    }
-    if ((why = rl__name_problem(name))) {
-        rl_errf(err, rc, "name: %s", why);
-        goto fail;
-    }
-    for (size_t i = 0; i < cfg->nlevels; i++)
-        if (strcmp(cfg->levels[i].name, name) == 0) {
-            rl_errf(err, rc, "name: level \"%s\" is defined twice", name);
-            goto fail;
-        }
+    rc = RL_EINVAL;
     if (ncompose > 8) {
         rl_errf(err, rc, "compose: at most 8 descriptors");
         goto fail;
@@ -255,7 +277,10 @@ int rl_config_finish(rl_config *cfg, const char *default_tier, rl_err *err)
         return rl_errf(err, RL_EINVAL, "levels: at least one level is required");
     for (size_t i = 0; i < cfg->nlevels; i++) {
         ntiered += cfg->levels[i].tiered != 0;
-        applied += cfg->levels[i].tiered ? RL_MAX_RULES : cfg->levels[i].rules->n;
+        /* a keyed level's rules are counted per decision */
+        applied += cfg->levels[i].tiered ? RL_MAX_RULES
+                   : cfg->levels[i].rules ? cfg->levels[i].rules->n
+                                          : 0;
     }
     if (ntiered > 1)
         return rl_errf(err, RL_EINVAL, "levels: at most one level may be tiered");

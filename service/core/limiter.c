@@ -233,6 +233,20 @@ void rl_quota_foreach(rl_limiter *lim,
 
 /* ---- the resolver stores use ------------------------------------------------------------ */
 
+/* The rules of level li for key: the level's own, the key's tier or custom quota, or what a
+ * keyed level's function gives (NULL: none). *ref as quota_rules. */
+static const rl_rules *level_rules(rl_limiter *lim, size_t li, const char *key, size_t klen,
+                                   rl_rules **ref)
+{
+    const rl_level *l = &lim->cfg->levels[li];
+    *ref = NULL;
+    if (l->tiered)
+        return quota_rules(lim, key, klen, ref);
+    if (l->key_rules)
+        return l->key_rules(l->key_rules_ctx, key, klen, ref);
+    return l->rules;
+}
+
 static const rl_rule *rule_at(void *ctx, size_t level, size_t slot, const char *key,
                               size_t keylen, rl_rules **ref)
 {
@@ -240,9 +254,8 @@ static const rl_rule *rule_at(void *ctx, size_t level, size_t slot, const char *
     *ref = NULL;
     if (level >= lim->cfg->nlevels)
         return NULL;
-    const rl_level *l = &lim->cfg->levels[level];
-    const rl_rules *rs = l->tiered ? quota_rules(lim, key, keylen, ref) : l->rules;
-    return slot < rs->n ? &rs->v[slot] : NULL;
+    const rl_rules *rs = level_rules(lim, level, key, keylen, ref);
+    return rs && slot < rs->n ? &rs->v[slot] : NULL;
 }
 
 /* ---- creation ---------------------------------------------------------------------------- */
@@ -412,6 +425,73 @@ static long make_key(rl_limiter *lim, size_t li, const char **val, const size_t 
     return (long)n;
 }
 
+/* Appends to the plan the rules of level li that apply to key, each taking cost (or one unit
+ * for a rule counting requests, when cost > 0). A custom list's reference is kept in d. */
+static int plan_key(rl_limiter *lim, size_t li, const char *key, size_t klen,
+                    const rl_request *req, rl_fp cost, rl_decision *d, rl_plan *plan, rl_err *err)
+{
+    const rl_level *l = &lim->cfg->levels[li];
+    rl_rules *ref;
+    const rl_rules *rs = level_rules(lim, li, key, klen, &ref);
+    if (l->tiered) {
+        rl_rules_unref(d->held); /* only one level is tiered: one key per decision */
+        d->held = ref;
+    } else {
+        rl_rules_unref(ref); /* a keyed level's lists outlive the limiter */
+    }
+    if (!rs || rs->n == 0)
+        return RL_OK;
+    if (d->napplied + rs->n > RL_MAX_APPLIED)
+        return rl_errf(err, RL_EINVAL, "keys: more than %d rules would apply", RL_MAX_APPLIED);
+    uint64_t hint = 0;
+    if (lim->store->ops->prefetch)
+        hint = lim->store->ops->prefetch(lim->store->cls, li, rs, key, klen);
+    for (size_t si = 0; si < rs->n; si++) {
+        const rl_rule *r = &rs->v[si];
+        rl_applied *a = &d->applied[d->napplied];
+        rl_plan_item *it = &plan->items[d->napplied];
+        a->level = (uint16_t)li;
+        a->slot = (uint16_t)si;
+        a->rule = r;
+        a->key = key;
+        a->keylen = (uint32_t)klen;
+        a->has_status = 0;
+        a->fallback = RL_FALLBACK_NONE;
+        a->wait = 0;
+        it->hash = hint;
+        it->cost = r->unit == RL_UNIT_REQUESTS && cost > 0 ? RL_FP_ONE : cost;
+        it->need = it->cost;
+        if (r->reserved > 0 && req->priority < r->reserved_min_priority)
+            it->need += r->reserved;
+        d->napplied++;
+    }
+    return RL_OK;
+}
+
+/* Plans a request given as items (rl_request.items). */
+static int plan_items(rl_limiter *lim, const rl_request *req, rl_decision *d, rl_plan *plan,
+                      rl_err *err)
+{
+    if (req->flags & RL_RESERVE)
+        return rl_errf(err, RL_EINVAL, "reserve: not with items");
+    for (size_t i = 0; i < req->nitems; i++) {
+        const rl_item *it = &req->items[i];
+        if (it->level >= lim->cfg->nlevels)
+            return rl_errf(err, RL_EINVAL, "items[%zu].level: no such level", i);
+        if (it->keylen == 0 || it->keylen > RL_COMPOSED_MAX)
+            return rl_errf(err, RL_EINVAL, "items[%zu].key: must be 1 to %d bytes", i,
+                            RL_COMPOSED_MAX);
+        if (it->cost < 0 || it->cost > RL_FP_MAX)
+            return rl_errf(err, RL_EINVAL,
+                            "items[%zu].cost: must be a number from 0 to 1000000000000", i);
+        int rc = plan_key(lim, it->level, it->key, it->keylen, req, it->cost, d, plan, err);
+        if (rc != RL_OK)
+            return rc;
+    }
+    plan->cost = 0;
+    return RL_OK;
+}
+
 int rl_acquire(rl_limiter *lim, const rl_request *req, rl_decision *d, rl_err *err)
 {
     const rl_config *cfg = lim->cfg;
@@ -427,6 +507,14 @@ int rl_acquire(rl_limiter *lim, const rl_request *req, rl_decision *d, rl_err *e
     d->napplied = 0;
     d->held = NULL;
     d->keyused = 0;
+    plan.cost = req->cost;
+    if (req->nitems > 0) {
+        if ((rc = plan_items(lim, req, d, &plan, err)) != RL_OK) {
+            rl_decision_done(d);
+            return rc;
+        }
+        goto decide;
+    }
     if (req->cost <= 0 || req->cost > RL_FP_MAX)
         return rl_errf(err, RL_EINVAL,
                         "cost: must be a positive number no larger than 1000000000000");
@@ -440,39 +528,13 @@ int rl_acquire(rl_limiter *lim, const rl_request *req, rl_decision *d, rl_err *e
             return rl_errf(err, RL_EINVAL, "keys: the composed keys are too long");
         if (klen == 0)
             continue;
-
-        const rl_level *l = &cfg->levels[li];
-        const rl_rules *rs = l->rules;
-        if (l->tiered) {
-            rl_rules *ref;
-            rs = quota_rules(lim, key, (size_t)klen, &ref);
-            d->held = ref;
-        }
-        uint64_t hint = 0;
-        if (lim->store->ops->prefetch)
-            hint = lim->store->ops->prefetch(lim->store->cls, li, rs, key, (size_t)klen);
-        for (size_t si = 0; si < rs->n; si++) {
-            const rl_rule *r = &rs->v[si];
-            rl_applied *a = &d->applied[d->napplied];
-            rl_plan_item *it = &plan.items[d->napplied];
-            a->level = (uint16_t)li;
-            a->slot = (uint16_t)si;
-            a->rule = r;
-            a->key = key;
-            a->keylen = (uint32_t)klen;
-            a->has_status = 0;
-            a->fallback = RL_FALLBACK_NONE;
-            a->wait = 0;
-            it->hash = hint;
-            it->cost = r->unit == RL_UNIT_REQUESTS ? RL_FP_ONE : req->cost;
-            it->need = it->cost;
-            if (r->reserved > 0 && req->priority < r->reserved_min_priority)
-                it->need += r->reserved;
-            d->napplied++;
+        if ((rc = plan_key(lim, li, key, (size_t)klen, req, req->cost, d, &plan, err)) != RL_OK) {
+            rl_decision_done(d);
+            return rc;
         }
     }
+decide:
     plan.n = d->napplied;
-    plan.cost = req->cost;
     plan.flags = req->flags;
     plan.now = req->now;
     if ((rc = lim->store->ops->decide(lim->store->cls, &plan, d, err)) != RL_OK) {

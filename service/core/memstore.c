@@ -270,10 +270,56 @@ static int status_from_copy(const rl_rule_type *t)
     return t->state_size <= RL_STATE_INLINE && !t->state_free;
 }
 
+/* Whether two applied rules share their key (the rules of one key are consecutive). */
+static int same_key(const rl_applied *a, const rl_applied *b)
+{
+    return a->level == b->level && a->key == b->key && a->keylen == b->keylen;
+}
+
+/* Whether the plan names at most one key per level, levels in increasing order (the plan of
+ * descriptors always does). */
+static int one_key_per_level(size_t n, const rl_decision *d)
+{
+    for (size_t i = 1; i < n; i++)
+        if (!same_key(&d->applied[i - 1], &d->applied[i]) &&
+            d->applied[i].level <= d->applied[i - 1].level)
+            return 0;
+    return 1;
+}
+
+/* Locks the distinct segments of the plan in (level, address) order; returns how many. */
+static size_t lock_in_order(size_t n, const rl_decision *d, rl__seg *const *segof,
+                            rl__seg **locked)
+{
+    uint16_t lv[RL_MAX_APPLIED];
+    size_t m = 0;
+    for (size_t i = 0; i < n; i++) {
+        size_t j = m;
+        uint16_t l = d->applied[i].level;
+        int dup = 0;
+        for (size_t k = 0; k < m && !dup; k++)
+            dup = locked[k] == segof[i];
+        if (dup)
+            continue;
+        while (j > 0 && (lv[j - 1] > l || (lv[j - 1] == l && (uintptr_t)locked[j - 1] >
+                                                                  (uintptr_t)segof[i]))) {
+            locked[j] = locked[j - 1];
+            lv[j] = lv[j - 1];
+            j--;
+        }
+        locked[j] = segof[i];
+        lv[j] = l;
+        m++;
+    }
+    for (size_t k = 0; k < m; k++)
+        rl__spin_lock(&locked[k]->lock);
+    return m;
+}
+
 static int ms_decide(void *cls, const rl_plan *plan, rl_decision *d, rl_err *err)
 {
     mem_store *ms = cls;
-    rl__seg *locked[RL_MAX_LEVELS];
+    rl__seg *locked[RL_MAX_APPLIED];
     rl__seg *segof[RL_MAX_APPLIED];
     uint32_t h[RL_MAX_APPLIED], idx[RL_MAX_APPLIED];
     int64_t copy[RL_MAX_APPLIED][RL_STATE_INLINE / 8];
@@ -282,13 +328,13 @@ static int ms_decide(void *cls, const rl_plan *plan, rl_decision *d, rl_err *err
     int allowed = 1, holds = 0, moved = 0, rc = RL_OK;
     resv *rv = NULL;
 
-    /* Items of one level are consecutive and share its key: one hash and one lock a level.
-     * Every record is prefetched before any is read (by ms_prefetch, as the plan was made,
-     * for the first four rules of a level). */
+    /* The rules of one key are consecutive: one hash and one lock a key (a level has one key,
+     * unless the request names several as items). Every record is prefetched before any is
+     * read (by ms_prefetch, as the plan was made, for the first four rules of a key). */
     uint64_t kh = 0;
     for (size_t i = 0; i < plan->n; i++) {
         const rl_applied *a = &d->applied[i];
-        if (i == 0 || d->applied[i - 1].level != a->level) {
+        if (i == 0 || !same_key(&d->applied[i - 1], a)) {
             /* ms_prefetch hashed the key already, unless the limiter did not call it */
             kh = plan->items[i].hash ? plan->items[i].hash
                                      : rl__hash(a->key, a->keylen, ms->seed);
@@ -303,10 +349,14 @@ static int ms_decide(void *cls, const rl_plan *plan, rl_decision *d, rl_err *err
     /* Segments are locked in level order (two decisions never deadlock), and each level's
      * records are found as soon as its segment is locked: the cache miss of a per-user record
      * is then paid while only that user's segment is locked, not while a broad level's
-     * (team, global), which every decision needs, is held. */
+     * (team, global), which every decision needs, is held. A plan with several keys on one
+     * level locks all its segments first, each once, in (level, address) order. */
+    int one_key_a_level = one_key_per_level(plan->n, d);
+    if (!one_key_a_level)
+        nlocked = lock_in_order(plan->n, d, segof, locked);
     for (size_t i = 0; i < plan->n; i++) {
         const rl_applied *a = &d->applied[i];
-        if (i == 0 || segof[i] != segof[i - 1]) {
+        if (one_key_a_level && (i == 0 || segof[i] != segof[i - 1])) {
             rl__spin_lock(&segof[i]->lock);
             locked[nlocked++] = segof[i];
         }

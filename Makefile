@@ -255,7 +255,8 @@ check-core:
 
 # Debian packages the build, the tests and the benchmarks use.
 DEB_PKGS := gcc libc6-dev make pkg-config libjansson-dev libmicrohttpd-dev check libsubunit-dev \
-            libcurl4-openssl-dev libhiredis-dev redis-server redis-sentinel redis-tools nginx wrk curl
+            libcurl4-openssl-dev libhiredis-dev redis-server redis-sentinel redis-tools nginx wrk curl \
+            prometheus
 deps:
 	@missing=$$(for p in $(DEB_PKGS); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null \
 	    | grep -q 'install ok installed' || echo $$p; done); \
@@ -271,7 +272,8 @@ deps:
 deps-quiet:
 	@pkg-config --exists $(PKG_ALL) hiredis 2>/dev/null && command -v redis-server >/dev/null \
 	    && command -v redis-sentinel >/dev/null && command -v redis-cli >/dev/null \
-	    && test -x /usr/sbin/nginx || $(MAKE) --no-print-directory deps
+	    && test -x /usr/sbin/nginx && command -v promtool >/dev/null \
+	    || $(MAKE) --no-print-directory deps
 
 # (deps, not deps-quiet: wrk and nginx are checked too)
 bench: deps

@@ -86,10 +86,16 @@ static rl_limiter *memory_limiter(rl_registry *reg, const char *json)
     return lim;
 }
 
+static const char *plugin_path(const char *name);
+
+/* Both limiters share one registry, which has the test plug-in with a Redis port loaded. */
 static void pair_new(pair *p, const char *json, const char *prefix)
 {
+    rl_err err = {{0}};
     p->reg = rl_registry_new();
     ck_assert_ptr_nonnull(p->reg);
+    ck_assert_msg(rl_registry_load_plugin(p->reg, plugin_path("rule_leaky_bucket"), &err) == RL_OK,
+                  "%s", err.msg);
     p->mem = memory_limiter(p->reg, json);
     p->red = redis_limiter(p->reg, json, prefix, 0, NULL);
 }
@@ -282,9 +288,22 @@ static int put_ns(char *b, size_t n, rl_ns v)
                     (long long)(v % RL_NS_PER_SEC));
 }
 
+/* Every built-in type, then a plug-in's with state and its own Redis port
+ * (tests/plugins/rule_leaky_bucket.c). */
 static const char *const type_names[] = {
-    "token_bucket",           "gcra",        "fixed_window", "sliding_window",
-    "sliding_window_counter", "concurrency", "deny_list"};
+    "token_bucket", "gcra",      "fixed_window", "sliding_window", "sliding_window_counter",
+    "concurrency",  "deny_list", "leaky_bucket"};
+#define NTYPES ((int)(sizeof type_names / sizeof type_names[0]))
+#define DENY_LIST 6
+
+/* The path of a test plug-in (tests/plugins/<name>.c, built by the Makefile). */
+static const char *plugin_path(const char *name)
+{
+    static _Thread_local char path[512];
+    const char *b = getenv("RL_BUILD");
+    snprintf(path, sizeof path, "%s/plugins/lib%s.so", b && *b ? b : "build", name);
+    return path;
+}
 
 /* Writes one random rule of type t as JSON into b. */
 static size_t rnd_rule(uint64_t *s, int t, int idx, char *b, size_t n)
@@ -309,6 +328,11 @@ static size_t rnd_rule(uint64_t *s, int t, int idx, char *b, size_t n)
         put_ns(y, sizeof y, rnd_duration(s, 31622400));
         u += (size_t)snprintf(b + u, n - u, ", \"limit\": %s, \"window\": %s", x, y);
         break;
+    case 7:
+        put_fp(x, sizeof x, rnd_amount(s, 1000000000000));
+        put_fp(y, sizeof y, rnd_rate(s));
+        u += (size_t)snprintf(b + u, n - u, ", \"capacity\": %s, \"per_second\": %s", x, y);
+        break;
     case 5:
         put_fp(x, sizeof x, rnd_amount(s, 20));
         put_ns(y, sizeof y, rnd_duration(s, 3600));
@@ -320,9 +344,9 @@ static size_t rnd_rule(uint64_t *s, int t, int idx, char *b, size_t n)
         u += (size_t)snprintf(b + u, n - u, ", \"keys\": [\"zz\", \"dflt\"]");
         break;
     }
-    if (t < 5 && rnd(s, 4) == 0)
+    if ((t < 5 || t == 7) && rnd(s, 4) == 0)
         u += (size_t)snprintf(b + u, n - u, ", \"unit\": \"requests\"");
-    if (t < 6 && rnd(s, 5) == 0)
+    if (t != DENY_LIST && rnd(s, 5) == 0)
         u += (size_t)snprintf(b + u, n - u,
                               ", \"reserved\": {\"fraction\": 0.%02d, \"min_priority\": 2}",
                               (int)(1 + rnd(s, 98)));
@@ -341,7 +365,7 @@ static void rnd_config(uint64_t *s, int force, char *b, size_t n)
                               l, rnd(s, 3) == 0 ? "\"default_key\": \"dflt\", " : "");
         int nrules = 1 + (int)rnd(s, 3);
         for (int i = 0; i < nrules; i++) {
-            int t = l == 0 && i == 0 ? force : (int)rnd(s, 7);
+            int t = l == 0 && i == 0 ? force : (int)rnd(s, (uint64_t)NTYPES);
             if (i)
                 u += (size_t)snprintf(b + u, n - u, ", ");
             u += rnd_rule(s, t, i, b + u, n - u);
@@ -373,7 +397,7 @@ static size_t pick_id(uint64_t *s, size_t n)
     return (size_t)rnd(s, n);
 }
 
-#define TRACES 28
+#define TRACES (4 * NTYPES)
 #define STEPS 400
 
 static void compare(const rl_decision *a, const rl_decision *b, const char *ctx)
@@ -501,7 +525,7 @@ START_TEST(differential_replay)
     if (env)
         seed = strtoull(env, NULL, 0);
     snprintf(prefix, sizeof prefix, "diff%" PRIx64 ":", seed);
-    replay(seed, _i % 7, STEPS, prefix);
+    replay(seed, _i % NTYPES, STEPS, prefix);
 }
 END_TEST
 
@@ -614,7 +638,7 @@ START_TEST(differential_replay_functions)
     char prefix[40];
     snprintf(prefix, sizeof prefix, "difffn%d:", _i);
     functions = 1;
-    replay(0x5ba0000u + (uint64_t)_i, _i % 7, STEPS, prefix);
+    replay(0x5ba0000u + (uint64_t)_i, _i % NTYPES, STEPS, prefix);
     functions = 0;
 }
 END_TEST
@@ -1702,15 +1726,26 @@ static void check_ports(rl_registry *reg, const char *script)
                           r->element[1 + j]->str, port->params[j]);
         freeReplyObject(r);
     }
-    ck_assert_uint_ge(ported, 6);
+    ck_assert_uint_ge(ported, 7);
     redisFree(c);
 }
 
 START_TEST(ports_match_their_declarations)
 {
     static char script[131072];
-    lib_with(port_harness, script, sizeof script);
+    rl_err err = {{0}};
     rl_registry *reg = rl_registry_new();
+    ck_assert_int_eq(rl_registry_load_plugin(reg, plugin_path("rule_leaky_bucket"), &err), RL_OK);
+    const rl_rule_type *lk = rl_registry_find(reg, "leaky_bucket");
+    ck_assert_ptr_nonnull(lk);
+    ck_assert_ptr_nonnull(lk->redis->lua);
+    /* the lib, then the plug-in's port, as the store puts them together */
+    size_t n = strlen(lk->redis->lua);
+    memcpy(script, lk->redis->lua, n);
+    strcpy(script + n, port_harness);
+    char *harness = strdup(script);
+    lib_with(harness, script, sizeof script);
+    free(harness);
     check_ports(reg, script);
     for (size_t i = 0; rld_lua_builtin_tags[i]; i++) {
         size_t j = 0;
@@ -1721,6 +1756,51 @@ START_TEST(ports_match_their_declarations)
         ck_assert_msg(j < rl_registry_count(reg), "the port %s belongs to no built-in type",
                       rld_lua_builtin_tags[i]);
     }
+    rl_registry_free(reg);
+}
+END_TEST
+
+/* A Redis store refuses a rule type with state and no Redis port, naming it, and a registry
+ * refuses a port whose tag is taken or whose parameters the type does not have. */
+START_TEST(types_without_a_port_are_refused)
+{
+    rl_err err = {{0}};
+    rl_registry *reg = rl_registry_new();
+    ck_assert_int_eq(rl_registry_load_plugin(reg, plugin_path("rule_max_keys"), &err), RL_OK);
+    rld_settings set;
+    rl_config *cfg = config_of(reg,
+                               "{\"levels\": [{\"name\": \"u\", \"rules\": [{\"type\": "
+                               "\"max_keys\", \"limit\": 2}]}]}",
+                               &set);
+    rld_settings_clear(&set);
+    ck_assert_int_eq(rld_redis_store_check_config(cfg, &err), RL_EINVAL);
+    ck_assert_str_eq(err.msg, "levels[0].rules[0]: rule type max_keys keeps state that the Redis "
+                              "store cannot hold: it has no Redis port (rl_rule_type.redis with "
+                              "its Lua text)");
+    rl_store *st;
+    rl_limiter *lim;
+    rld_redis_options o = {.url = srv.url, .prefix = "refuse:", .timeout_ms = 1000, .pool = 1};
+    ck_assert_int_eq(rld_redis_store_new(&o, &st, &err), RL_OK);
+    ck_assert_int_eq(rl_limiter_new(cfg, st, &lim, &err), RL_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err.msg, "rule type max_keys keeps state"));
+
+    /* a built-in's tag, and a parameter the type does not have */
+    static const char *const params[] = {"capacity", "per_second"}, *const bad[] = {"rate"};
+    rl_rule_type t = *rl_registry_find(reg, "token_bucket");
+    rl_rule_redis port = {.tag = "tb", .params = params, .nparams = 2, .layout = 1, .lua = ""};
+    t.name = "tb_copy";
+    t.redis = &port;
+    ck_assert_int_eq(rl_register_rule_type(reg, &t), -1);
+    port.tag = "tb_copy";
+    port.params = bad;
+    port.nparams = 1;
+    ck_assert_int_eq(rl_register_rule_type(reg, &t), -1);
+    port.tag = "Tb";
+    port.params = params;
+    port.nparams = 2;
+    ck_assert_int_eq(rl_register_rule_type(reg, &t), -1);
+    port.tag = "tb_copy";
+    ck_assert_int_eq(rl_register_rule_type(reg, &t), 0);
     rl_registry_free(reg);
 }
 END_TEST
@@ -1736,6 +1816,7 @@ Suite *redis_store_suite(void)
     tcase_add_test(tc, lua_products_match_c);
     tcase_add_test(tc, lua_times_match_c);
     tcase_add_test(tc, ports_match_their_declarations);
+    tcase_add_test(tc, types_without_a_port_are_refused);
     tcase_add_loop_test(tc, conformance_table, 0,
                         (int)(sizeof conformance / sizeof conformance[0]));
     suite_add_tcase(s, tc);
@@ -1744,7 +1825,7 @@ Suite *redis_store_suite(void)
     tcase_add_checked_fixture(tc, srv_up, srv_down);
     tcase_set_timeout(tc, 300);
     tcase_add_loop_test(tc, differential_replay, 0, TRACES);
-    tcase_add_loop_test(tc, differential_replay_functions, 0, 7);
+    tcase_add_loop_test(tc, differential_replay_functions, 0, NTYPES);
     tcase_add_loop_test(tc, boundaries_alike, 0, (int)(sizeof boundaries / sizeof boundaries[0]));
     tcase_add_test(tc, charges_saturate_alike);
     tcase_add_test(tc, tier_changes_alike);

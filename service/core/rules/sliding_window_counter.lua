@@ -1,5 +1,6 @@
--- sliding_window_counter.lua - the Redis port of sliding_window_counter.c, line by line, every time relative to
--- now (service/redis/lib.lua has the helpers; docs/redis.md says how a port is written).
+-- sliding_window_counter.lua - the Redis port of sliding_window_counter.c, line by line, every
+-- time relative to now (service/redis/lib.lua has the helpers; docs/redis.md says how a port
+-- is written).
 --
 -- sliding_window_counter {limit, window}: last, cur, prev
 -- 'W' last cur(8 bytes) prev

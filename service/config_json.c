@@ -6,12 +6,12 @@
  */
 #include <errno.h>
 #include <libgen.h>
-#include <sys/stat.h>
-#include <stdarg.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "config_json.h"
 
@@ -168,8 +168,7 @@ int rld_rules_from_json(const json_t *arr, rl_registry *reg, rl_rules **out, rl_
 {
     char path[32];
     *out = NULL;
-    if (!json_is_array(arr) || json_array_size(arr) == 0 ||
-        json_array_size(arr) > RL_MAX_RULES)
+    if (!json_is_array(arr) || json_array_size(arr) == 0 || json_array_size(arr) > RL_MAX_RULES)
         return fail(err, ": must be a list of 1 to %d rules", RL_MAX_RULES);
     rl_rules *rs = rl_rules_new(json_array_size(arr));
     if (!rs)
@@ -221,7 +220,7 @@ json_t *rld_rules_to_json(const rl_rules *rs)
 
 static const char *on_error_name(rld_on_error e)
 {
-    return e == RLD_ON_ERROR_CLOSED ? "closed" : e == RLD_ON_ERROR_LOCAL ? "local" : "open";
+    return rld_setting_find(&rld_settings_level, "on_store_error", 14)->choices[e];
 }
 
 json_t *rld_config_to_json(const rl_config *cfg, const rld_settings *set)
@@ -241,12 +240,11 @@ json_t *rld_config_to_json(const rl_config *cfg, const rld_settings *set)
             json_object_set_new(lo, "default_key", json_string(l->default_key));
         json_object_set_new(lo, "tiered", json_boolean(l->tiered));
         /* a tiered level shows the default tier's rules; a user's own are at /quota/<user> */
-        json_object_set_new(lo, "rules", rld_rules_to_json(
-                                             l->tiered ? cfg->tiers[cfg->default_tier].rules
-                                                       : l->rules));
+        json_object_set_new(
+            lo, "rules",
+            rld_rules_to_json(l->tiered ? cfg->tiers[cfg->default_tier].rules : l->rules));
         if (set && set->store == RLD_STORE_REDIS) {
-            json_object_set_new(lo, "on_store_error",
-                                json_string(on_error_name(set->on_error[i])));
+            json_object_set_new(lo, "on_store_error", json_string(on_error_name(set->on_error[i])));
             if (set->shards[i] > 1)
                 json_object_set_new(lo, "shards", json_integer(set->shards[i]));
         }
@@ -257,7 +255,8 @@ json_t *rld_config_to_json(const rl_config *cfg, const rld_settings *set)
     json_object_set_new(o, "levels", levels);
     json_object_set_new(o, "tiers", tiers);
     json_object_set_new(o, "default_tier",
-                        cfg->ntiers ? json_string(cfg->tiers[cfg->default_tier].name) : json_null());
+                        cfg->ntiers ? json_string(cfg->tiers[cfg->default_tier].name)
+                                    : json_null());
     json_object_set_new(o, "reservation_ttl",
                         rld_json_number(rl_ns_to_seconds(cfg->reservation_ttl)));
     json_object_set_new(o, "store",
@@ -265,110 +264,247 @@ json_t *rld_config_to_json(const rl_config *cfg, const rld_settings *set)
     return o;
 }
 
-/* ---- the whole file ------------------------------------------------------------------ */
+/* ---- the daemon's settings, read by their table (settings.h) -------------------------- */
 
-static int get_string(const json_t *v, const char *path, size_t max, const char **out,
-                      rl_err *err)
+static int read_table(const rld_setting_table *t, const json_t *obj, const char *path, size_t level,
+                      rld_settings *set, rl_err *err);
+
+/* The path of member name of the object at path ("store.url"; "threads" at the root). */
+static void member_path(char *buf, size_t len, const char *path, const char *name)
 {
-    if (!json_is_string(v) || json_string_length(v) == 0 || json_string_length(v) > max)
-        return fail(err, "%s: must be a string of 1 to %zu characters", path, max);
-    if (strlen(json_string_value(v)) != json_string_length(v))
-        return fail(err, "%s: must not contain NUL characters", path);
-    *out = json_string_value(v);
-    return RL_OK;
+    snprintf(buf, len, "%s%s%s", path, *path ? "." : "", name);
 }
 
-static int get_int(const json_t *v, const char *path, json_int_t min, json_int_t max, int *out,
-                   rl_err *err)
+/* "\"open\", \"closed\" or \"local\"" (or_last), or "\"memory\", \"redis\"". */
+static void choices_text(const rld_setting *r, char *buf, size_t len, int or_last)
 {
-    if (!json_is_integer(v) || json_integer_value(v) < min || json_integer_value(v) > max)
-        return fail(err, "%s: must be a whole number from %lld to %lld", path, (long long)min,
-                    (long long)max);
-    *out = (int)json_integer_value(v);
-    return RL_OK;
-}
-
-static int parse_listen(const json_t *v, rld_settings *set, rl_err *err)
-{
-    const char *k, *s;
-    const json_t *m;
-    int rc;
-    if (!json_is_object(v))
-        return fail(err, "listen: must be an object {\"address\", \"port\"}");
-    json_object_foreach((json_t *)v, k, m)
-    {
-        if (strcmp(k, "address") == 0) {
-            if ((rc = get_string(m, "listen.address", sizeof set->address - 1, &s, err)))
-                return rc;
-            snprintf(set->address, sizeof set->address, "%s", s);
-        } else if (strcmp(k, "port") == 0) {
-            if ((rc = get_int(m, "listen.port", 0, 65535, &set->port, err)))
-                return rc;
-        } else if (k[0] != '_') {
-            return fail(err, "listen.%s: unknown field (known: address, port)", k);
-        }
+    size_t used = 0;
+    buf[0] = '\0';
+    for (size_t i = 0; r->choices[i] && used < len; i++) {
+        const char *sep = i == 0 ? "" : or_last && !r->choices[i + 1] ? " or " : ", ";
+        used += (size_t)snprintf(buf + used, len - used, "%s\"%s\"", sep, r->choices[i]);
     }
-    return RL_OK;
 }
 
-static int parse_store(const json_t *v, rld_settings *set, rl_err *err)
+/* The one message for any bad value of a row: "must be ...". */
+static void must_be(const rld_setting *r, char *buf, size_t len)
 {
-    const char *k, *s;
-    const json_t *m;
-    int rc;
-    if (json_is_string(v)) {
-        s = json_string_value(v);
-        if (strcmp(s, "memory") == 0)
-            set->store = RLD_STORE_MEMORY;
-        else if (strcmp(s, "redis") == 0)
-            set->store = RLD_STORE_REDIS;
+    char c[256];
+    switch (r->kind) {
+    case RLD_SET_INT:
+        snprintf(buf, len, "must be a whole number from %lld to %lld", (long long)r->min,
+                 (long long)r->max);
+        return;
+    case RLD_SET_SECONDS:
+        snprintf(buf, len, "must be a number of seconds from %g to %g", r->min, r->max);
+        return;
+    case RLD_SET_BOOL:
+        snprintf(buf, len, "must be true or false");
+        return;
+    case RLD_SET_STRING:
+    case RLD_SET_CHARS:
+        if (r->min > 0)
+            snprintf(buf, len, "must be a string of %zu to %zu characters", (size_t)r->min,
+                     (size_t)r->max);
         else
-            return fail(err, "store: must be \"memory\", \"redis\" or an object with a \"type\"");
+            snprintf(buf, len, "must be a string of at most %zu characters", (size_t)r->max);
+        return;
+    case RLD_SET_ENUM:
+        choices_text(r, c, sizeof c, 1);
+        snprintf(buf, len, "must be %s", c);
+        return;
+    case RLD_SET_STRINGS:
+        snprintf(buf, len, "must be a list of strings");
+        return;
+    case RLD_SET_OBJECT:
+        if (r->sub->shorthand) {
+            choices_text(rld_setting_find(r->sub, r->sub->shorthand, strlen(r->sub->shorthand)), c,
+                         sizeof c, 0);
+            snprintf(buf, len, "must be %s or an object with a \"%s\"", c, r->sub->shorthand);
+        } else {
+            size_t used = 0;
+            for (size_t i = 0; i < r->sub->nrows && used < sizeof c; i++)
+                used += (size_t)snprintf(c + used, sizeof c - used, "%s\"%s\"", i ? ", " : "",
+                                         r->sub->rows[i].name);
+            snprintf(buf, len, "must be an object {%s}", c);
+        }
+        return;
+    case RLD_SET_CONFIG:
+        snprintf(buf, len, "is read by the configuration");
+        return;
+    }
+}
+
+static int bad_value(const rld_setting *r, const char *path, rl_err *err)
+{
+    char why[400];
+    must_be(r, why, sizeof why);
+    return fail(err, "%s: %s", path, why);
+}
+
+/* A string row: into the char array at p (RLD_SET_CHARS) or the malloc'd char * at p. */
+static int read_string(const rld_setting *r, const json_t *v, const char *path, char *p,
+                       rl_err *err)
+{
+    size_t n = json_string_length(v);
+    if (!json_is_string(v) || (double)n < r->min || (double)n > r->max)
+        return bad_value(r, path, err);
+    const char *s = json_string_value(v), *why = r->check ? r->check(s) : NULL;
+    if (strlen(s) != n)
+        return fail(err, "%s: must not contain NUL characters", path);
+    if (why)
+        return fail(err, "%s: %s", path, why);
+    if (r->kind == RLD_SET_CHARS) {
+        memcpy(p, s, n + 1);
         return RL_OK;
     }
-    if (!json_is_object(v))
-        return fail(err, "store: must be \"memory\", \"redis\" or an object with a \"type\"");
-    const json_t *type = json_object_get(v, "type");
-    if (!json_is_string(type) || (strcmp(json_string_value(type), "memory") != 0 &&
-                                  strcmp(json_string_value(type), "redis") != 0))
-        return fail(err, "store.type: must be \"memory\" or \"redis\"");
-    set->store = strcmp(json_string_value(type), "redis") == 0 ? RLD_STORE_REDIS
-                                                               : RLD_STORE_MEMORY;
-    json_object_foreach((json_t *)v, k, m)
-    {
-        if (k[0] == '_' || strcmp(k, "type") == 0)
-            continue;
-        if (strcmp(k, "url") == 0) {
-            if ((rc = get_string(m, "store.url", 1024, &s, err)))
-                return rc;
-            if (strncmp(s, "redis://", 8) != 0)
-                return fail(err, "store.url: must start with redis://");
-            free(set->redis_url);
-            set->redis_url = dup_str(s);
-        } else if (strcmp(k, "prefix") == 0) {
-            if (!json_is_string(m) || json_string_length(m) > 64)
-                return fail(err, "store.prefix: must be a string of at most 64 characters");
-            free(set->redis_prefix);
-            set->redis_prefix = dup_str(json_string_value(m));
-        } else if (strcmp(k, "timeout_ms") == 0) {
-            if ((rc = get_int(m, "store.timeout_ms", 1, 60000, &set->redis_timeout_ms, err)))
-                return rc;
-        } else if (strcmp(k, "pool") == 0) {
-            if ((rc = get_int(m, "store.pool", 1, 1024, &set->redis_pool, err)))
-                return rc;
-        } else if (strcmp(k, "functions") == 0) {
-            if (!json_is_boolean(m))
-                return fail(err, "store.functions: must be true or false");
-            set->redis_functions = json_is_true(m);
-        } else if (strcmp(k, "fleet_size") == 0) {
-            if ((rc = get_int(m, "store.fleet_size", 1, 100000, &set->fleet_size, err)))
-                return rc;
-        } else {
-            return fail(err,
-                        "store.%s: unknown field (known: type, url, prefix, timeout_ms, pool, "
-                        "fleet_size, functions)",
-                        k);
+    char *copy = dup_str(s);
+    if (!copy)
+        return rl_errf(err, RL_ENOMEM, "out of memory");
+    free(*(char **)p);
+    *(char **)p = copy;
+    return RL_OK;
+}
+
+/* A list of strings row, each element checked as a string row of the same bounds. */
+static int read_strings(const rld_setting *r, const json_t *v, const char *path, rld_settings *set,
+                        rl_err *err)
+{
+    char ***list = (char ***)((char *)set + r->offset);
+    size_t *n = (size_t *)((char *)set + r->count_offset);
+    rld_setting el = *r;
+    el.kind = RLD_SET_STRING;
+    if (!json_is_array(v))
+        return bad_value(r, path, err);
+    for (size_t i = 0; i < json_array_size(v); i++) {
+        char epath[300], *s = NULL;
+        int rc;
+        snprintf(epath, sizeof epath, "%s[%zu]", path, i);
+        if ((rc = read_string(&el, json_array_get(v, i), epath, (char *)&s, err)) != RL_OK)
+            return rc;
+        char **grown = realloc(*list, (*n + 1) * sizeof *grown);
+        if (!grown) {
+            free(s);
+            return rl_errf(err, RL_ENOMEM, "out of memory");
         }
+        *list = grown;
+        (*list)[(*n)++] = s;
+    }
+    return RL_OK;
+}
+
+/* An object row; a string stands for {shorthand: string} when the table has a shorthand. */
+static int read_object(const rld_setting *r, const json_t *v, const char *path, size_t level,
+                       rld_settings *set, rl_err *err);
+
+/* Reads v into the field of row r (level's element for per-level rows). */
+static int read_value(const rld_setting *r, const json_t *v, const char *path, size_t level,
+                      rld_settings *set, rl_err *err)
+{
+    char *p = (char *)set + r->offset;
+    int idx = -1;
+    rl_ns ns;
+    switch (r->kind) {
+    case RLD_SET_INT:
+        if (!json_is_integer(v) || json_integer_value(v) < r->min || json_integer_value(v) > r->max)
+            return bad_value(r, path, err);
+        ((int *)p)[level] = (int)json_integer_value(v);
+        return RL_OK;
+    case RLD_SET_BOOL:
+        if (!json_is_boolean(v))
+            return bad_value(r, path, err);
+        *(int *)p = json_is_true(v);
+        return RL_OK;
+    case RLD_SET_ENUM:
+        for (int i = 0; json_is_string(v) && r->choices[i]; i++)
+            if (strcmp(json_string_value(v), r->choices[i]) == 0)
+                idx = i;
+        if (idx < 0)
+            return bad_value(r, path, err);
+        ((int *)p)[level] = idx;
+        return RL_OK;
+    case RLD_SET_SECONDS:
+        ns = json_is_number(v) ? rl_ns_from_seconds(json_number_value(v)) : -1;
+        if (ns < rl_ns_from_seconds(r->min) || ns > rl_ns_from_seconds(r->max))
+            return bad_value(r, path, err);
+        *(rl_ns *)p = ns;
+        return RL_OK;
+    case RLD_SET_STRING:
+    case RLD_SET_CHARS:
+        return read_string(r, v, path, p, err);
+    case RLD_SET_STRINGS:
+        return read_strings(r, v, path, set, err);
+    case RLD_SET_OBJECT:
+        return read_object(r, v, path, level, set, err);
+    case RLD_SET_CONFIG:
+        return RL_OK;
+    }
+    return bad_value(r, path, err);
+}
+
+static int read_object(const rld_setting *r, const json_t *v, const char *path, size_t level,
+                       rld_settings *set, rl_err *err)
+{
+    const rld_setting_table *t = r->sub;
+    if (t->shorthand && json_is_string(v)) {
+        const rld_setting *s = rld_setting_find(t, t->shorthand, strlen(t->shorthand));
+        char spath[300];
+        member_path(spath, sizeof spath, path, s->name);
+        return read_value(s, v, spath, level, set, err) == RL_OK ? RL_OK : bad_value(r, path, err);
+    }
+    if (!json_is_object(v))
+        return bad_value(r, path, err);
+    return read_table(t, v, path, level, set, err);
+}
+
+/* Reads the members of obj (the object at path) by the rows of t: an unknown member is an
+ * error listing the known ones, a missing required one an error; rows of kind RLD_SET_CONFIG
+ * are left to the configuration's parser. */
+static int read_table(const rld_setting_table *t, const json_t *obj, const char *path, size_t level,
+                      rld_settings *set, rl_err *err)
+{
+    const char *k;
+    const json_t *m;
+    char mpath[300];
+    int rc;
+    json_object_foreach((json_t *)obj, k, m)
+    {
+        if (k[0] == '_')
+            continue;
+        const rld_setting *r = rld_setting_find(t, k, strlen(k));
+        member_path(mpath, sizeof mpath, path, k);
+        if (!r) {
+            char known[400];
+            rld_setting_names(t, known, sizeof known);
+            return fail(err, "%.200s: unknown field (known: %s)", mpath, known);
+        }
+        if ((rc = read_value(r, m, mpath, level, set, err)) != RL_OK)
+            return rc;
+    }
+    for (size_t i = 0; i < t->nrows; i++) {
+        const rld_setting *r = &t->rows[i];
+        member_path(mpath, sizeof mpath, path, r->name);
+        if (r->required && r->kind != RLD_SET_CONFIG && !json_object_get(obj, r->name))
+            return bad_value(r, mpath, err);
+    }
+    return RL_OK;
+}
+
+/* ---- the limiter's configuration ------------------------------------------------------ */
+
+/* A level's compose list into compose[8] and *n. */
+static int level_compose(const json_t *m, const char *path, const char **compose, size_t *n,
+                         rl_err *err)
+{
+    if (!m)
+        return RL_OK;
+    if (!json_is_array(m) || json_array_size(m) == 0 || json_array_size(m) > 8)
+        return fail(err, "%s.compose: must be a list of 1 to 8 descriptor names", path);
+    for (*n = 0; *n < json_array_size(m); (*n)++) {
+        const json_t *e = json_array_get(m, *n);
+        if (!json_is_string(e))
+            return fail(err, "%s.compose[%zu]: must be a string", path, *n);
+        compose[*n] = json_string_value(e);
     }
     return RL_OK;
 }
@@ -376,77 +512,38 @@ static int parse_store(const json_t *v, rld_settings *set, rl_err *err)
 static int parse_level(const json_t *o, size_t i, rl_registry *reg, rl_config *cfg,
                        rld_settings *set, rl_err *err)
 {
-    const char *k, *name = NULL, *default_key = NULL, *compose[8];
-    const json_t *m, *rules_json = NULL;
+    const char *compose[8];
     size_t ncompose = 0;
-    int tiered = 0, rc;
+    int rc;
     char path[64];
     snprintf(path, sizeof path, "levels[%zu]", i);
 
     if (!json_is_object(o))
         return fail(err, "%s: must be an object with a \"name\"", path);
-    json_object_foreach((json_t *)o, k, m)
-    {
-        if (k[0] == '_')
-            continue;
-        if (strcmp(k, "name") == 0) {
-            if (!json_is_string(m))
-                return fail(err, "%s.name: must be a string", path);
-            name = json_string_value(m);
-        } else if (strcmp(k, "compose") == 0) {
-            if (!json_is_array(m) || json_array_size(m) == 0 || json_array_size(m) > 8)
-                return fail(err, "%s.compose: must be a list of 1 to 8 descriptor names", path);
-            for (ncompose = 0; ncompose < json_array_size(m); ncompose++) {
-                const json_t *e = json_array_get(m, ncompose);
-                if (!json_is_string(e))
-                    return fail(err, "%s.compose[%zu]: must be a string", path, ncompose);
-                compose[ncompose] = json_string_value(e);
-            }
-        } else if (strcmp(k, "default_key") == 0) {
-            if (!json_is_string(m))
-                return fail(err, "%s.default_key: must be a string", path);
-            default_key = json_string_value(m);
-        } else if (strcmp(k, "tiered") == 0) {
-            if (!json_is_boolean(m))
-                return fail(err, "%s.tiered: must be true or false", path);
-            tiered = json_is_true(m);
-        } else if (strcmp(k, "rules") == 0) {
-            rules_json = m;
-        } else if (strcmp(k, "on_store_error") == 0) {
-            const char *s = json_is_string(m) ? json_string_value(m) : "";
-            if (strcmp(s, "open") == 0)
-                set->on_error[i] = RLD_ON_ERROR_OPEN;
-            else if (strcmp(s, "closed") == 0)
-                set->on_error[i] = RLD_ON_ERROR_CLOSED;
-            else if (strcmp(s, "local") == 0)
-                set->on_error[i] = RLD_ON_ERROR_LOCAL;
-            else
-                return fail(err, "%s.on_store_error: must be \"open\", \"closed\" or \"local\"",
-                            path);
-        } else if (strcmp(k, "shards") == 0) {
-            int n;
-            if ((rc = get_int(m, "shards", 1, 1024, &n, err)))
-                return at(err, rc, path);
-            set->shards[i] = (unsigned)n;
-        } else {
-            return fail(err,
-                        "%s.%s: unknown field (known: name, compose, default_key, tiered, rules, "
-                        "on_store_error, shards)",
-                        path, k);
-        }
-    }
+    if ((rc = read_table(&rld_settings_level, o, path, i, set, err)) != RL_OK ||
+        (rc = level_compose(json_object_get(o, "compose"), path, compose, &ncompose, err)))
+        return rc;
+    const json_t *name = json_object_get(o, "name"), *def = json_object_get(o, "default_key");
+    const json_t *tiered = json_object_get(o, "tiered"), *rules_json = json_object_get(o, "rules");
     if (!name)
         return fail(err, "%s.name: required", path);
+    if (!json_is_string(name))
+        return fail(err, "%s.name: must be a string", path);
+    if (def && !json_is_string(def))
+        return fail(err, "%s.default_key: must be a string", path);
+    if (tiered && !json_is_boolean(tiered))
+        return fail(err, "%s.tiered: must be true or false", path);
     rl_rules *rules = NULL;
-    if (rules_json && !tiered) {
+    if (rules_json && json_is_true(tiered))
+        return fail(err, "%s.rules: a tiered level takes its rules from \"tiers\"", path);
+    if (rules_json) {
         char rpath[80];
         snprintf(rpath, sizeof rpath, "%s.rules", path);
         if ((rc = rld_rules_from_json(rules_json, reg, &rules, err)) != RL_OK)
             return at(err, rc, rpath);
-    } else if (rules_json && tiered) {
-        return fail(err, "%s.rules: a tiered level takes its rules from \"tiers\"", path);
     }
-    if ((rc = rl_config_add_level(cfg, name, compose, ncompose, default_key, tiered, rules,
+    if ((rc = rl_config_add_level(cfg, json_string_value(name), compose, ncompose,
+                                  def ? json_string_value(def) : NULL, json_is_true(tiered), rules,
                                   err)) != RL_OK)
         return at(err, rc, path);
     return RL_OK;
@@ -477,100 +574,65 @@ static int parse_quota(const char *key, const json_t *v, rl_registry *reg, rl_co
     return rc ? at_sep(err, rc, path, ": ") : RL_OK;
 }
 
+static int parse_tiers(const json_t *m, rl_registry *reg, rl_config *cfg, rl_err *err)
+{
+    const char *k;
+    json_t *rules;
+    int rc;
+    if (!json_is_object(m))
+        return fail(err, "tiers: must be an object of tier name to rule list");
+    json_object_foreach((json_t *)m, k, rules)
+    {
+        char path[96];
+        rl_rules *rs;
+        snprintf(path, sizeof path, "tiers.%.64s", k);
+        if ((rc = rld_rules_from_json(rules, reg, &rs, err)) != RL_OK)
+            return at(err, rc, path);
+        if ((rc = rl_config_add_tier(cfg, k, rs, err)) != RL_OK)
+            return at(err, rc, path);
+    }
+    return RL_OK;
+}
+
+static int parse_quotas(const json_t *m, rl_registry *reg, rl_config *cfg, rl_err *err)
+{
+    const char *k;
+    json_t *v;
+    int rc;
+    if (!json_is_object(m))
+        return fail(err, "quotas: must be an object of key to tier name or {\"rules\"}");
+    json_object_foreach((json_t *)m, k, v)
+    {
+        if ((rc = parse_quota(k, v, reg, cfg, err)) != RL_OK)
+            return rc;
+    }
+    return RL_OK;
+}
+
 static int parse_root(const json_t *root, rl_registry *reg, rld_settings *set, rl_config *cfg,
                       const char **default_tier, rl_err *err)
 {
-    const char *k, *s;
     const json_t *m;
     int rc;
 
     if (!json_is_object(root))
         return fail(err, "the configuration must be a JSON object");
-
+    if ((rc = read_table(&rld_settings_root, root, "", 0, set, err)) != RL_OK)
+        return rc;
+    cfg->reservation_ttl = set->reservation_ttl;
     /* plug-ins first: the rules below may use the types they register */
-    if ((m = json_object_get(root, "plugins"))) {
-        if (!json_is_array(m))
-            return fail(err, "plugins: must be a list of paths");
-        for (size_t i = 0; i < json_array_size(m); i++) {
+    for (size_t i = 0; i < set->nplugins; i++)
+        if ((rc = rl_registry_load_plugin(reg, set->plugins[i], err)) != RL_OK) {
             char path[32];
             snprintf(path, sizeof path, "plugins[%zu]", i);
-            if ((rc = get_string(json_array_get(m, i), path, 4096, &s, err)))
-                return rc;
-            if ((rc = rl_registry_load_plugin(reg, s, err)) != RL_OK)
-                return at_sep(err, RL_EINVAL, path, ": ");
-            char **p = realloc(set->plugins, (set->nplugins + 1) * sizeof *p);
-            if (!p)
-                return fail(err, "out of memory");
-            set->plugins = p;
-            set->plugins[set->nplugins++] = dup_str(s);
+            return at_sep(err, RL_EINVAL, path, ": ");
         }
-    }
 
-    json_object_foreach((json_t *)root, k, m)
-    {
-        rc = RL_OK;
-        if (k[0] == '_' || strcmp(k, "plugins") == 0 || strcmp(k, "levels") == 0 ||
-            strcmp(k, "tiers") == 0 || strcmp(k, "quotas") == 0)
-            continue;
-        if (strcmp(k, "listen") == 0)
-            rc = parse_listen(m, set, err);
-        else if (strcmp(k, "threads") == 0)
-            rc = get_int(m, "threads", 0, 256, &set->threads, err);
-        else if (strcmp(k, "store") == 0)
-            rc = parse_store(m, set, err);
-        else if (strcmp(k, "admin_token") == 0) {
-            if (!(rc = get_string(m, "admin_token", 1024, &s, err))) {
-                free(set->admin_token);
-                set->admin_token = dup_str(s);
-            }
-        } else if (strcmp(k, "quota_file") == 0) {
-            if (!(rc = get_string(m, "quota_file", 4096, &s, err))) {
-                free(set->quota_file);
-                set->quota_file = dup_str(s);
-            }
-        } else if (strcmp(k, "state_file") == 0) {
-            if (!(rc = get_string(m, "state_file", 4096, &s, err))) {
-                free(set->state_file);
-                set->state_file = dup_str(s);
-            }
-        } else if (strcmp(k, "state_interval") == 0) {
-            rc = get_int(m, "state_interval", 0, 86400, &set->state_interval, err);
-        } else if (strcmp(k, "reservation_ttl") == 0) {
-            rl_ns ttl = json_is_number(m) ? rl_ns_from_seconds(json_number_value(m)) : -1;
-            if (ttl < RL_NS_PER_SEC / 1000 || ttl > 86400 * RL_NS_PER_SEC)
-                return fail(err, "reservation_ttl: must be a number of seconds from 0.001 to "
-                                 "86400");
-            cfg->reservation_ttl = ttl;
-        } else if (strcmp(k, "default_tier") == 0) {
-            if (!json_is_string(m))
-                return fail(err, "default_tier: must be a string");
-            *default_tier = json_string_value(m);
-        } else {
-            return fail(err,
-                        "%s: unknown field (known: listen, threads, store, admin_token, "
-                        "quota_file, state_file, state_interval, reservation_ttl, plugins, "
-                        "levels, tiers, default_tier, quotas)",
-                        k);
-        }
-        if (rc != RL_OK)
-            return rc;
-    }
-
-    if ((m = json_object_get(root, "tiers"))) {
-        if (!json_is_object(m))
-            return fail(err, "tiers: must be an object of tier name to rule list");
-        json_t *rules;
-        json_object_foreach((json_t *)m, k, rules)
-        {
-            char path[96];
-            rl_rules *rs;
-            snprintf(path, sizeof path, "tiers.%.64s", k);
-            if ((rc = rld_rules_from_json(rules, reg, &rs, err)) != RL_OK)
-                return at(err, rc, path);
-            if ((rc = rl_config_add_tier(cfg, k, rs, err)) != RL_OK)
-                return at(err, rc, path);
-        }
-    }
+    if ((m = json_object_get(root, "tiers")) && (rc = parse_tiers(m, reg, cfg, err)) != RL_OK)
+        return rc;
+    if ((m = json_object_get(root, "default_tier")) && !json_is_string(m))
+        return fail(err, "default_tier: must be a string");
+    *default_tier = json_string_value(m);
 
     m = json_object_get(root, "levels");
     if (!json_is_array(m) || json_array_size(m) == 0)
@@ -581,29 +643,9 @@ static int parse_root(const json_t *root, rl_registry *reg, rld_settings *set, r
         if ((rc = parse_level(json_array_get(m, i), i, reg, cfg, set, err)) != RL_OK)
             return rc;
 
-    if ((m = json_object_get(root, "quotas"))) {
-        json_t *v;
-        if (!json_is_object(m))
-            return fail(err, "quotas: must be an object of key to tier name or {\"rules\"}");
-        json_object_foreach((json_t *)m, k, v)
-        {
-            if ((rc = parse_quota(k, v, reg, cfg, err)) != RL_OK)
-                return rc;
-        }
-    }
+    if ((m = json_object_get(root, "quotas")) && (rc = parse_quotas(m, reg, cfg, err)) != RL_OK)
+        return rc;
     return RL_OK;
-}
-
-static void settings_defaults(rld_settings *set)
-{
-    memset(set, 0, sizeof *set);
-    snprintf(set->address, sizeof set->address, "127.0.0.1");
-    set->port = 8080;
-    set->redis_timeout_ms = 50;
-    set->state_interval = 60;
-    set->redis_pool = 8;
-    for (size_t i = 0; i < RL_MAX_LEVELS; i++)
-        set->shards[i] = 1;
 }
 
 int rld_config_parse(const char *text, size_t len, rl_registry *reg, rld_settings *set,
@@ -612,19 +654,17 @@ int rld_config_parse(const char *text, size_t len, rl_registry *reg, rld_setting
     json_error_t jerr;
     const char *default_tier = NULL;
     *out = NULL;
-    settings_defaults(set);
+    if (rld_settings_defaults(set) != RL_OK)
+        return rl_errf(err, RL_ENOMEM, "out of memory");
     json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
-    if (!root)
+    if (!root) {
+        rld_settings_clear(set);
         return fail(err, "line %d, column %d: %s", jerr.line, jerr.column, jerr.text);
+    }
     rl_config *cfg = rl_config_new(reg);
-    int rc = cfg ? parse_root(root, reg, set, cfg, &default_tier, err)
-                 : fail(err, "out of memory");
+    int rc = cfg ? parse_root(root, reg, set, cfg, &default_tier, err) : fail(err, "out of memory");
     if (rc == RL_OK)
         rc = rl_config_finish(cfg, default_tier, err);
-    if (rc == RL_OK && set->store == RLD_STORE_REDIS && !set->redis_url)
-        set->redis_url = dup_str("redis://127.0.0.1:6379/0");
-    if (rc == RL_OK && set->store == RLD_STORE_REDIS && !set->redis_prefix)
-        set->redis_prefix = dup_str("rl:");
     json_decref(root);
     if (rc != RL_OK) {
         rl_config_free(cfg);
@@ -702,17 +742,4 @@ int rld_config_load(const char *path, rl_registry *reg, rld_settings *set, rl_co
     int rc = rld_config_parse(buf, len, reg, set, out, err);
     free(buf);
     return rc;
-}
-
-void rld_settings_clear(rld_settings *set)
-{
-    free(set->admin_token);
-    free(set->quota_file);
-    free(set->state_file);
-    free(set->redis_url);
-    free(set->redis_prefix);
-    for (size_t i = 0; i < set->nplugins; i++)
-        free(set->plugins[i]);
-    free(set->plugins);
-    memset(set, 0, sizeof *set);
 }

@@ -1,6 +1,6 @@
 /*
  * config_json.h - the configuration file: JSON read with jansson into the core's structures
- * and the daemon's settings, and rules written back as JSON.
+ * and the daemon's settings (read by the table of settings.h), and rules written back as JSON.
  *
  * A bad configuration is refused as a whole with a message that names the path of the bad
  * field ("levels[1].rules[0].capacity: must be a positive number ..."); nothing is applied.
@@ -11,37 +11,7 @@
 #include <jansson.h>
 
 #include "ratelimit.h"
-
-/* What a level does when the shared store fails. */
-typedef enum rld_on_error {
-    RLD_ON_ERROR_OPEN = 0, /* allow, and count it */
-    RLD_ON_ERROR_CLOSED,   /* deny, blocked by the store */
-    RLD_ON_ERROR_LOCAL     /* an in-process limiter with the rules divided by the fleet size */
-} rld_on_error;
-
-typedef enum rld_store_type { RLD_STORE_MEMORY = 0, RLD_STORE_REDIS } rld_store_type;
-
-/* The daemon's settings besides the limiter configuration. */
-typedef struct rld_settings {
-    char address[64]; /* listen address, "127.0.0.1" by default */
-    int port;         /* 8080 by default */
-    int threads;      /* HTTP worker threads; 0 = one per CPU */
-    char *admin_token; /* NULL: admin endpoints are open */
-    char *quota_file;  /* NULL: quotas set at run time are not kept */
-    char *state_file;  /* NULL: per-key state and reservations are not kept across restarts */
-    int state_interval; /* seconds between snapshots to state_file (60); 0: only at stop */
-    rld_store_type store;
-    char *redis_url;    /* "redis://127.0.0.1:6379/0" */
-    char *redis_prefix; /* "rl:" */
-    int redis_timeout_ms; /* 50 */
-    int redis_pool;       /* 8 */
-    int redis_functions;  /* 0: scripts by EVALSHA; 1: as a Functions library by FCALL */
-    int fleet_size;       /* 0: counted from heartbeats */
-    rld_on_error on_error[RL_MAX_LEVELS];
-    unsigned shards[RL_MAX_LEVELS]; /* 1: not sharded */
-    size_t nplugins;
-    char **plugins;
-} rld_settings;
+#include "settings.h"
 
 /* Parses a configuration from JSON text. Loads the plug-ins it names into reg first. On success
  * *cfg is a finished configuration the caller owns and set is filled (free with
@@ -56,8 +26,6 @@ int rld_config_load(const char *path, rl_registry *reg, rld_settings *set, rl_co
 char *rld_read_file(const char *path, size_t *len);
 /* Creates the directory a file goes in, and its parents (like mkdir -p). 0 or -1 (errno). */
 int rld_make_parent_dir(const char *path);
-/* Frees what the settings own. */
-void rld_settings_clear(rld_settings *set);
 
 /* A rule list from a JSON array of rule objects. Errors start with "[i]." (the caller adds the
  * path of the array). On success *out has one reference. */

@@ -21,7 +21,7 @@
 
 #include <stdint.h>
 
-#include "config_json.h"
+#include "settings.h"
 #include "ratelimit.h"
 #include "ratelimit_store.h"
 

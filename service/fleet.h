@@ -17,7 +17,7 @@
 #include <stddef.h>
 
 #include "buf.h"
-#include "config_json.h"
+#include "settings.h"
 #include "ratelimit.h"
 #include "ratelimit_store.h"
 

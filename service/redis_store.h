@@ -32,7 +32,7 @@
 
 #include <stdint.h>
 
-#include "config_json.h"
+#include "settings.h"
 #include "ratelimit.h"
 #include "ratelimit_store.h"
 #include "redis_pool.h"

@@ -4,6 +4,7 @@
  */
 #include <glob.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "testutil.h"
@@ -74,7 +75,8 @@ static const struct {
     {"{\"levels\": [{\"name\": \"a\", \"tiered\": true}, {\"name\": \"b\", \"tiered\": true}], "
      "\"tiers\": {\"free\": [" TB "]}, \"default_tier\": \"free\"}",
      "levels: at most one level may be tiered"},
-    {"{\"levels\": [{\"name\": \"user\", \"rules\": [{\"type\": \"deny_list\", \"keys\": [\"\"]}]}]}",
+    {"{\"levels\": [{\"name\": \"user\", \"rules\": [{\"type\": \"deny_list\", \"keys\": "
+     "[\"\"]}]}]}",
      "levels[0].rules[0].keys[0]: must be 1 to 256 bytes"},
     {"{\"reservation_ttl\": 0, \"levels\": [{\"name\": \"user\", \"rules\": [" TB "]}]}",
      "reservation_ttl: must be a number of seconds from 0.001 to 86400"},
@@ -96,6 +98,56 @@ static const struct {
      "[" TB "]}]}",
      "plugins[0]: /nonexistent/librule.so: /nonexistent/librule.so: cannot open shared object "
      "file: No such file or directory"},
+    {"{\"store\": {\"type\": \"redis\", \"colour\": 1}, \"levels\": [{\"name\": \"user\", "
+     "\"rules\": [" TB "]}]}",
+     "store.colour: unknown field (known: type, url, prefix, timeout_ms, pool, "
+     "fleet_size, functions)"},
+    {"{\"store\": {\"url\": \"redis://x\"}, \"levels\": [{\"name\": \"user\", \"rules\": [" TB
+     "]}]}",
+     "store.type: must be \"memory\" or \"redis\""},
+    {"{\"store\": \"disk\", \"levels\": [{\"name\": \"user\", \"rules\": [" TB "]}]}",
+     "store: must be \"memory\", \"redis\" or an object with a \"type\""},
+    {"{\"store\": 1, \"levels\": [{\"name\": \"user\", \"rules\": [" TB "]}]}",
+     "store: must be \"memory\", \"redis\" or an object with a \"type\""},
+    {"{\"store\": {\"type\": \"redis\", \"prefix\": "
+     "\"ppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppp\"}, \"levels\": "
+     "[{\"name\": \"user\", \"rules\": [" TB "]}]}",
+     "store.prefix: must be a string of at most 64 characters"},
+    {"{\"store\": {\"type\": \"redis\", \"pool\": 0}, \"levels\": [{\"name\": \"user\", \"rules\": "
+     "[" TB "]}]}",
+     "store.pool: must be a whole number from 1 to 1024"},
+    {"{\"listen\": [8080], \"levels\": [{\"name\": \"user\", \"rules\": [" TB "]}]}",
+     "listen: must be an object {\"address\", \"port\"}"},
+    {"{\"listen\": {\"address\": "
+     "\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"}, \"levels\": "
+     "[{\"name\": \"user\", \"rules\": [" TB "]}]}",
+     "listen.address: must be a string of 1 to 63 characters"},
+    {"{\"listen\": {\"host\": \"x\"}, \"levels\": [{\"name\": \"user\", \"rules\": [" TB "]}]}",
+     "listen.host: unknown field (known: address, port)"},
+    {"{\"threads\": 257, \"levels\": [{\"name\": \"user\", \"rules\": [" TB "]}]}",
+     "threads: must be a whole number from 0 to 256"},
+    {"{\"threads\": 2.5, \"levels\": [{\"name\": \"user\", \"rules\": [" TB "]}]}",
+     "threads: must be a whole number from 0 to 256"},
+    {"{\"admin_token\": \"\", \"levels\": [{\"name\": \"user\", \"rules\": [" TB "]}]}",
+     "admin_token: must be a string of 1 to 1024 characters"},
+    {"{\"reservation_ttl\": \"5\", \"levels\": [{\"name\": \"user\", \"rules\": [" TB "]}]}",
+     "reservation_ttl: must be a number of seconds from 0.001 to 86400"},
+    {"{\"reservation_ttl\": 86400.5, \"levels\": [{\"name\": \"user\", \"rules\": [" TB "]}]}",
+     "reservation_ttl: must be a number of seconds from 0.001 to 86400"},
+    {"{\"plugins\": \"lib.so\", \"levels\": [{\"name\": \"user\", \"rules\": [" TB "]}]}",
+     "plugins: must be a list of strings"},
+    {"{\"plugins\": [\"\"], \"levels\": [{\"name\": \"user\", \"rules\": [" TB "]}]}",
+     "plugins[0]: must be a string of 1 to 4096 characters"},
+    {"{\"default_tier\": 5, \"levels\": [{\"name\": \"user\", \"rules\": [" TB "]}]}",
+     "default_tier: must be a string"},
+    {"{\"levels\": [{\"name\": \"user\", \"colour\": 1, \"rules\": [" TB "]}]}",
+     "levels[0].colour: unknown field (known: name, compose, default_key, tiered, rules, "
+     "on_store_error, shards)"},
+    {"{\"levels\": [{\"name\": \"user\", \"shards\": 0, \"rules\": [" TB "]}]}",
+     "levels[0].shards: must be a whole number from 1 to 1024"},
+    {"{\"levels\": [{\"name\": \"user\", \"tiered\": 1}]}",
+     "levels[0].tiered: must be true or false"},
+    {"{\"levels\": [{\"rules\": [" TB "]}]}", "levels[0].name: required"},
 };
 
 START_TEST(bad_config_names_the_field)
@@ -142,6 +194,74 @@ START_TEST(settings_and_defaults)
     rld_settings_clear(&set);
     rl_config_free(cfg);
     rl_registry_free(reg);
+}
+END_TEST
+
+START_TEST(defaults_from_the_table)
+{
+    /* the defaults the README's tables list, for a configuration that sets none of them */
+    const char *json = "{\"store\": \"redis\", \"levels\": [{\"name\": \"user\", "
+                       "\"rules\": [" TB "]}]}";
+    rl_registry *reg = rl_registry_new();
+    rld_settings set;
+    rl_config *cfg;
+    rl_err err;
+    ck_assert_int_eq(rld_config_parse(json, strlen(json), reg, &set, &cfg, &err), RL_OK);
+    ck_assert_str_eq(set.address, "127.0.0.1");
+    ck_assert_int_eq(set.port, 8080);
+    ck_assert_int_eq(set.threads, 0);
+    ck_assert_ptr_null(set.admin_token);
+    ck_assert_ptr_null(set.quota_file);
+    ck_assert_ptr_null(set.state_file);
+    ck_assert_int_eq(set.state_interval, 60);
+    ck_assert_int_eq(set.store, RLD_STORE_REDIS);
+    ck_assert_str_eq(set.redis_url, "redis://127.0.0.1:6379/0");
+    ck_assert_str_eq(set.redis_prefix, "rl:");
+    ck_assert_int_eq(set.redis_timeout_ms, 50);
+    ck_assert_int_eq(set.redis_pool, 8);
+    ck_assert_int_eq(set.redis_functions, 0);
+    ck_assert_int_eq(set.fleet_size, 0);
+    ck_assert_uint_eq(set.nplugins, 0);
+    for (size_t i = 0; i < RL_MAX_LEVELS; i++) {
+        ck_assert_int_eq(set.on_error[i], RLD_ON_ERROR_OPEN);
+        ck_assert_uint_eq(set.shards[i], 1);
+    }
+    ck_assert_int_eq(cfg->reservation_ttl, 300 * RL_NS_PER_SEC);
+    rld_settings_clear(&set);
+    rl_config_free(cfg);
+    rl_registry_free(reg);
+}
+END_TEST
+
+START_TEST(readme_tables_follow_the_table)
+{
+    /* README.md's settings tables are generated (make settings-doc): they must not drift */
+    char *text = rld_read_file("README.md", NULL);
+    ck_assert_msg(text, "README.md: run from the repository's top");
+    ck_assert_ptr_nonnull(strstr(text, "<!-- settings: root -->\n| member |"));
+    ck_assert_ptr_nonnull(strstr(text, "| `fleet_size` | whole number, 1 to 100000 |"));
+    rl_err err;
+    char *made = rld_settings_doc_update(text, &err);
+    ck_assert_msg(made, "%s", err.msg);
+    ck_assert_msg(strcmp(made, text) == 0,
+                  "README.md differs from the settings table: run make settings-doc");
+    free(made);
+    free(text);
+    /* a marker naming no table, or without its end, is an error rather than skipped */
+    ck_assert_ptr_null(rld_settings_doc_update("x\n<!-- settings: nope -->\n", &err));
+    ck_assert_ptr_nonnull(strstr(err.msg, "names no settings table"));
+    ck_assert_ptr_null(rld_settings_doc_update("x\n<!-- settings: store -->\n| a |\n", &err));
+    ck_assert_ptr_nonnull(strstr(err.msg, "has no"));
+    /* and the text between the markers is what is replaced */
+    char *one = rld_settings_doc_update("a\n<!-- settings: listen -->\nold\n"
+                                        "<!-- end of settings -->\nb\n",
+                                        &err);
+    ck_assert_str_eq(one, "a\n<!-- settings: listen -->\n| member | value | default | meaning |\n"
+                          "| --- | --- | --- | --- |\n| `address` | string, 1 to 63 characters | "
+                          "`\"127.0.0.1\"` | IPv4 or IPv6 literal to listen on |\n| `port` | whole "
+                          "number, 0 to 65535 | 8080 | TCP port; 0 takes a free one (the daemon "
+                          "prints it) |\n<!-- end of settings -->\nb\n");
+    free(one);
 }
 END_TEST
 
@@ -208,6 +328,8 @@ Suite *config_suite(void)
     TCase *tc = tcase_create("config");
     tcase_add_loop_test(tc, bad_config_names_the_field, 0, (int)(sizeof bad / sizeof bad[0]));
     tcase_add_test(tc, settings_and_defaults);
+    tcase_add_test(tc, defaults_from_the_table);
+    tcase_add_test(tc, readme_tables_follow_the_table);
     tcase_add_test(tc, rules_written_back);
     tcase_add_test(tc, shipped_configs_load);
     suite_add_tcase(s, tc);

@@ -1,16 +1,14 @@
 /*
- * rule_leaky_bucket.c - a rule type with state loaded as a plug-in, with its Redis port: a
- * leaky bucket {capacity, per_second} that each request pours its cost into and that leaks
- * per_second units a second; a request fits when the bucket does not overflow. Built against
- * include/ratelimit_rule.h only, and loaded by a configuration's "plugins".
+ * rule_leaky_bucket.c - a rule type with state loaded as a plug-in, with its Redis port, built
+ * against include/ratelimit_rule.h only and loaded by a configuration's "plugins".
  *
- * Worked example: capacity 10, 2/s. Ten requests at t = 0 fill it; the next one waits 0.5 s
- * (one unit leaks). Leaking counts whole fixed-point units since the last update and drops
- * the rest, so a state is two integers:
- *   level  what is in the bucket (fixed point)
- *   last   the time of the last update
- * The Redis port below keeps the same two fields ('L' last(8) level(as few bytes as it takes))
- * and does the same arithmetic with the store's exact helpers.
+ * leaky_bucket {capacity, per_second}: each key's bucket fills with what it is sent and leaks
+ * per_second; a cost fits while level + cost <= capacity. Worked example: capacity 4, 2/s:
+ * 4 at t = 0 fill it (2 s until empty, 0.5 s until one unit fits); at t = 1 it holds 2, so 3
+ * waits 0.5 s. The level is exact: what has not yet leaked a whole fixed point unit is kept in
+ * nanounits (frac < 1e9). The Redis port (lk_lua, below) keeps the same fields, as
+ * 'L' last(8) frac(4) level(as few bytes as it takes), and does the same arithmetic with the
+ * store's exact helpers.
  */
 #include <stddef.h>
 #include <stdint.h>
@@ -28,31 +26,36 @@ typedef struct lk_params {
 typedef struct lk_state {
     rl_fp level;
     rl_ns last;
+    int64_t frac; /* leaked, not yet a whole unit, in 1e-9 units */
 } lk_state;
 
-static rl_ns add_sat(rl_ns a, rl_ns b)
-{
-    return a > INT64_MAX - b ? INT64_MAX : a + b;
-}
+#define LEVEL_MAX (INT64_MAX / 2) /* a charge saturates here */
 
-/* ceil(x * 1e9 / rate), saturated. */
-static rl_ns time_for(const lk_params *p, rl_fp x)
-{
-    u128 q = ((u128)(uint64_t)x * (uint64_t)RL_NS_PER_SEC + (uint64_t)p->rate - 1) /
-             (uint64_t)p->rate;
-    return q > (u128)INT64_MAX ? INT64_MAX : (rl_ns)q;
-}
-
-/* Leaks s to now; a now before s->last changes nothing. */
 static void leak(const lk_params *p, lk_state *s, rl_ns now)
 {
     if (now <= s->last)
         return;
-    if (s->level > 0) {
-        u128 out = (u128)(uint64_t)(now - s->last) * (uint64_t)p->rate / (uint64_t)RL_NS_PER_SEC;
-        s->level = out >= (u128)(uint64_t)s->level ? 0 : s->level - (rl_fp)out;
+    u128 n = (u128)(uint64_t)(now - s->last) * (uint64_t)p->rate + (uint64_t)s->frac;
+    u128 gone = n / (uint64_t)RL_NS_PER_SEC;
+    if (gone >= (u128)(uint64_t)s->level) {
+        s->level = 0;
+        s->frac = 0;
+    } else {
+        s->level -= (rl_fp)gone;
+        s->frac = (int64_t)(n % (uint64_t)RL_NS_PER_SEC);
     }
     s->last = now;
+}
+
+/* From s (at max(now, last)): how long until the level is at most target, counted from now,
+ * saturated. */
+static rl_ns until(const lk_params *p, const lk_state *s, rl_ns now, rl_fp target)
+{
+    if (s->level <= target)
+        return 0;
+    u128 need = (u128)(uint64_t)(s->level - target) * (uint64_t)RL_NS_PER_SEC - (uint64_t)s->frac;
+    u128 w = (need + (uint64_t)p->rate - 1) / (uint64_t)p->rate + (uint64_t)(s->last - now);
+    return w >= (u128)RL_WAIT_NEVER ? RL_WAIT_NEVER : (rl_ns)w;
 }
 
 static rl_ns lk_wait(const void *pp, const void *st, const char *key, size_t keylen, rl_ns now,
@@ -65,22 +68,23 @@ static rl_ns lk_wait(const void *pp, const void *st, const char *key, size_t key
     if (cost > p->capacity)
         return RL_WAIT_NEVER;
     leak(p, &s, now);
-    if (s.level + cost <= p->capacity)
-        return 0;
-    return add_sat(s.last - now, time_for(p, s.level + cost - p->capacity));
+    return until(p, &s, now, p->capacity - cost);
 }
 
 static void lk_take(const void *pp, void *st, rl_ns now, rl_fp cost)
 {
     lk_state *s = st;
     leak(pp, s, now);
-    s->level += cost;
+    s->level = s->level > LEVEL_MAX - cost ? LEVEL_MAX : s->level + cost;
 }
 
 static rl_ns lk_idle_at(const void *pp, const void *st)
 {
     const lk_state *s = st;
-    return s->level == 0 ? 0 : add_sat(s->last, time_for(pp, s->level));
+    if (s->level == 0)
+        return 0;
+    rl_ns d = until(pp, s, s->last, 0);
+    return s->last > INT64_MAX - d ? INT64_MAX : s->last + d;
 }
 
 static void lk_status(const void *pp, const void *st, rl_ns now, rl_rule_status *out)
@@ -90,8 +94,8 @@ static void lk_status(const void *pp, const void *st, rl_ns now, rl_rule_status 
     leak(p, &s, now);
     out->limit = p->capacity;
     out->remaining = p->capacity - s.level;
-    out->reset_after = s.level ? add_sat(s.last - now, time_for(p, s.level)) : 0;
-    out->window = time_for(p, p->capacity);
+    out->reset_after = until(p, &s, now, 0);
+    out->window = until(p, &(lk_state){p->capacity, 0, 0}, 0, 0);
 }
 
 static void lk_name(const void *pp, char *buf, size_t len)
@@ -116,46 +120,57 @@ static const rl_param_def lk_params_def[] = {
 };
 
 /* The Redis port: times relative to the script's now, values numbers or the store's big
- * integers (service/redis/lib.lua's helpers). */
+ * integers (service/redis/lib.lua's helpers, docs/redis.md). */
 static const char lk_lua[] =
     "register_rule('leaky_bucket', function()\n"
     "    local T = {params = {'capacity', 'per_second'}, layout = 1}\n"
+    "    local LEVEL_MAX = N('4611686018427387903')\n"
     "    function T.zero(t)\n"
-    "        t.level, t.last = 0, 0\n"
+    "        t.level, t.last, t.frac = 0, 0, 0\n"
     "        return t\n"
     "    end\n"
     "    function T.load(v, t)\n"
     "        local n = #v\n"
-    "        if string.byte(v, 1) == 76 and n >= 9 and n <= 17 then\n"
-    "            t.last, t.level = dec_time(v, 2), uint(v, 10, n)\n"
+    "        if string.byte(v, 1) == 76 and n >= 13 and n <= 21 then\n"
+    "            t.last, t.frac, t.level = dec_time(v, 2), uint(v, 10, 13), uint(v, 14, n)\n"
     "            return t\n"
     "        end\n"
     "    end\n"
-    "    function T.dump(s) return 'L' .. enc_time(s.last) .. enc_var(s.level) end\n"
+    "    function T.dump(s)\n"
+    "        return 'L' .. enc_time(s.last) .. string.sub(enc_u8(s.frac), 5) .. enc_var(s.level)\n"
+    "    end\n"
     "    function T.prep(p, s)\n"
     "        if not isneg(s.last) then return end\n"
-    "        if s.level ~= 0 then\n"
-    "            local out = mdm(sub(0, s.last), p.per_second, 0, NS)\n"
-    "            if cmp(out, s.level) >= 0 then s.level = 0 else s.level = sub(s.level, out) end\n"
+    "        local gone, rem = mdm(sub(0, s.last), p.per_second, s.frac, NS)\n"
+    "        if cmp(gone, s.level) >= 0 then\n"
+    "            s.level, s.frac = 0, 0\n"
+    "        else\n"
+    "            s.level, s.frac = sub(s.level, gone), rem\n"
     "        end\n"
     "        s.last = 0\n"
     "    end\n"
-    "    local function time_for(p, x) return ceil_mdm(x, NS, 0, p.per_second) end\n"
+    "    local function until_(p, s, target)\n"
+    "        if cmp(s.level, target) <= 0 then return 0 end\n"
+    "        return add_sat(s.last, ceil_mdm(sub(s.level, target), NS, 0 - s.frac, p.per_second))\n"
+    "    end\n"
     "    function T.wait(p, s, cost)\n"
     "        if cmp(cost, p.capacity) > 0 then return NEVER end\n"
-    "        local over = sub(add(s.level, cost), p.capacity)\n"
-    "        if not ispos(over) then return 0 end\n"
-    "        return add_sat(s.last, time_for(p, over))\n"
+    "        return until_(p, s, sub(p.capacity, cost))\n"
     "    end\n"
-    "    function T.take(p, s, cost) s.level = add(s.level, cost) end\n"
+    "    function T.take(p, s, cost)\n"
+    "        if cmp(s.level, sub(LEVEL_MAX, cost)) > 0 then\n"
+    "            s.level = LEVEL_MAX\n"
+    "        else\n"
+    "            s.level = add(s.level, cost)\n"
+    "        end\n"
+    "    end\n"
     "    function T.idle(p, s)\n"
     "        if s.level == 0 then return false end\n"
-    "        return add_sat_t(s.last, time_for(p, s.level))\n"
+    "        return add_sat_t(s.last, ceil_mdm(s.level, NS, 0 - s.frac, p.per_second))\n"
     "    end\n"
     "    function T.status(p, s)\n"
-    "        local reset = 0\n"
-    "        if s.level ~= 0 then reset = add_sat(s.last, time_for(p, s.level)) end\n"
-    "        return p.capacity, sub(p.capacity, s.level), reset, time_for(p, p.capacity)\n"
+    "        return p.capacity, sub(p.capacity, s.level), until_(p, s, 0),\n"
+    "            ceil_mdm(p.capacity, NS, 0, p.per_second)\n"
     "    end\n"
     "    return T\n"
     "end)\n";

@@ -19,6 +19,19 @@
  * inside its records; larger ones are allocated by the store (zeroed) and freed after
  * state_free. A rule never sees a state whose type differs from its own.
  *
+ * One evaluation per decision (version 2). For every (rule, key) of a decision the store calls
+ * evaluate once: it brings the key's state to now (into the type's own evaluation, eval_size
+ * bytes the store provides) and answers the wait for the cost. When the decision takes, commit
+ * takes the cost from what evaluate computed (no second refill) and writes the state; report
+ * then fills the status from the evaluation (as committed), once. A decision is thus
+ *
+ *     wait = evaluate(params, state, key, keylen, now, need, ev);    for every rule
+ *     commit(params, state, ev, cost);                 if every wait is 0 (and not a dry run)
+ *     report(params, ev, now, &status);                for every rule
+ *
+ * Version 1 types (wait, take and status, each bringing the state to now by itself) still
+ * load: the registry wraps them, so every registered type answers through version 2.
+ *
  * Backward time. A "now" earlier than the key's last update must not add or remove anything by
  * the passage of time and must keep the last-update time; rules clamp now to it.
  */
@@ -32,8 +45,9 @@
 extern "C" {
 #endif
 
-/* Version of this interface; a plug-in is handed the version the host implements. Version 2
- * added the Redis port (rl_rule_type.redis); a type of version 1 has none. */
+/* Version of this interface; a plug-in is handed the version the host implements. A type
+ * declares the version it was written against in api_version: 1 (wait, take, status) or 2
+ * (evaluate, commit, report, and the Redis port). */
 #define RL_RULE_API_VERSION 2
 
 typedef int64_t rl_ns; /* nanoseconds */
@@ -49,6 +63,8 @@ typedef int64_t rl_fp; /* fixed point amount, RL_FP_ONE units per token/request/
 #define RL_STATE_INLINE 24
 /* Largest state a rule type may declare. */
 #define RL_STATE_MAX 4096
+/* Largest evaluation a rule type may declare (eval_size). */
+#define RL_EVAL_MAX 48
 
 typedef struct rl_registry rl_registry;
 
@@ -84,15 +100,32 @@ typedef struct rl_param_def {
     const char *help;
 } rl_param_def;
 
-/* What a rule reports about a key after a decision, for responses and headers. A rule's
- * status function fills the first four fields; the store fills next (see ratelimit_store.h). */
+/* What a rule reports about a key after a decision, for responses and headers: filled by the
+ * type's report (version 2). */
 typedef struct rl_rule_status {
     rl_fp limit;       /* the rule's quota (capacity, limit, slots) */
     rl_fp remaining;   /* what is left now; may be negative after a charge */
     rl_ns reset_after; /* until the rule is back to full (0 when it is full) */
     rl_ns window;      /* the policy window: window length, or time to refill from empty */
-    rl_ns next;        /* until remaining, in whole units, grows by one (0 when full) */
+    rl_ns next;        /* the wait for rl_status_want(limit, remaining) (0 when full) */
 } rl_rule_status;
+
+/* The amount whose wait a status reports as next: one whole unit more than remains (whole
+ * units of remaining, 0 when negative, plus one), at most the limit. Only meaningful while
+ * remaining < limit (next is 0 otherwise). */
+static inline rl_fp rl_status_want(rl_fp limit, rl_fp remaining)
+{
+    rl_fp whole = remaining > 0 ? remaining / RL_FP_ONE * RL_FP_ONE : 0;
+    return whole + RL_FP_ONE < limit ? whole + RL_FP_ONE : limit;
+}
+
+/* Storage a store provides for one evaluation: RL_EVAL_MAX bytes, aligned for any of the
+ * type's own fields (integers, pointers). A type reads and writes it as its own struct. */
+typedef union rl_eval {
+    int64_t w[RL_EVAL_MAX / 8];
+    void *p;
+    long double ld;
+} rl_eval;
 
 /* What the Redis store needs to keep a rule type's state in Redis: its port, a Lua file that
  * registers the type under tag in the store's scripts (docs/redis.md, "A rule type's Redis
@@ -111,6 +144,10 @@ typedef struct rl_rule_redis {
 /* Flags of a rule type. */
 #define RL_RULE_UNIT_REQUESTS 0x1u /* default unit is "requests" (one per request) */
 #define RL_RULE_HOLDS 0x2u         /* a take holds something until release (concurrency) */
+/* The evaluation points into the state (a type whose state holds pointers): the store calls
+ * report while it still holds the key, before anyone else can change the state. Without it,
+ * report may run after the store let go of the key, on the evaluation alone. */
+#define RL_RULE_EVAL_IN_STATE 0x4u
 
 typedef struct rl_rule_type {
     unsigned api_version; /* RL_RULE_API_VERSION the type was written against */
@@ -131,11 +168,12 @@ typedef struct rl_rule_type {
     /* The quota that a "reserved" fraction is taken of; NULL when the rule has none. */
     rl_fp (*capacity)(const void *params);
 
-    /* How long from now until cost fits for this key: 0 when it fits now, RL_WAIT_NEVER when
-     * it never can. Rounds up: at now + wait the same cost fits. Must not change state. */
+    /* Version 1 only (api_version 1; the registry adapts them, so the host never calls them):
+     * wait: how long from now until cost fits (0 fits now, RL_WAIT_NEVER never), rounding up,
+     * without changing state; take: takes cost (wait returned 0 for it), NULL for stateless
+     * rules; status: the first four fields of st for the state at now, NULL for none. */
     rl_ns (*wait)(const void *params, const void *state, const char *key, size_t keylen,
                   rl_ns now, rl_fp cost);
-    /* Takes cost (wait returned 0 for it). NULL for stateless rules. */
     void (*take)(const void *params, void *state, rl_ns now, rl_fp cost);
     /* Settles an earlier take made at taken_at: amount > 0 gives amount back, amount < 0
      * charges -amount more (a bucket may go below zero). NULL when settling does not apply. */
@@ -145,7 +183,6 @@ typedef struct rl_rule_type {
     /* The time from which the state behaves exactly like a new key and can be dropped;
      * RL_WAIT_NEVER while it holds something. NULL when never idle. */
     rl_ns (*idle_at)(const void *params, const void *state);
-    /* Fills st for the state at now. NULL for rules that report nothing (a deny list). */
     void (*status)(const void *params, const void *state, rl_ns now, rl_rule_status *st);
     /* Frees what the rule allocated inside a state. May be NULL. */
     void (*state_free)(const void *params, void *state);
@@ -157,8 +194,26 @@ typedef struct rl_rule_type {
     size_t (*state_save)(const void *params, const void *state, void *buf, size_t len);
     int (*state_load)(const void *params, void *state, const void *buf, size_t len);
 
-    /* Since version 2: the Redis port; NULL when the type has none (a type with state then
-     * cannot be used with the Redis store). */
+    /* ---- version 2 (after every version 1 member, so that a version 1 type's struct is a
+     * prefix of this one) ---- */
+
+    size_t eval_size; /* bytes of the type's evaluation in ev (at most RL_EVAL_MAX) */
+    /* Brings state to now once into ev and returns how long from now until cost fits: 0 when
+     * it fits now, RL_WAIT_NEVER when it never can; rounds up, so at now + wait the same cost
+     * fits. Must not change state. ev holds whatever commit and report need afterwards. */
+    rl_ns (*evaluate)(const void *params, const void *state, const char *key, size_t keylen,
+                      rl_ns now, rl_fp cost, rl_eval *ev);
+    /* Takes cost from the state evaluate brought to now, whatever the wait was (a charge may
+     * go below zero: a negative balance that later requests wait out), writes it to state
+     * and updates ev to match, for report. state is the one evaluate read, or a zero state
+     * just created for a key evaluated as new. NULL for stateless rules. */
+    void (*commit)(const void *params, void *state, rl_eval *ev, rl_fp cost);
+    /* Fills every field of st, next included, from ev after the decision (committed or not).
+     * now is the time evaluate was given. NULL for rules that report nothing (a deny list). */
+    void (*report)(const void *params, const rl_eval *ev, rl_ns now, rl_rule_status *st);
+
+    /* The Redis port (version 2); NULL when the type has none (a type with state then cannot be
+     * used with the Redis store). */
     const rl_rule_redis *redis;
 } rl_rule_type;
 

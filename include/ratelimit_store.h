@@ -47,9 +47,9 @@ typedef struct rl_store_ops {
     /* Called once by rl_limiter_new before any other method. cfg and res outlive the store. */
     int (*attach)(void *cls, const rl_config *cfg, const rl_resolver *res, rl_err *err);
     /* Carries out the plan: fills d->allowed, d->retry_after, d->blocked, d->applied[i].wait,
-     * .st and .has_status, and d->reservation when the plan reserves or a rule holds. .st.next
-     * is the rule's wait, after the decision, for want = min(limit, whole units of remaining
-     * (0 when negative) + 1), and 0 when remaining >= limit.
+     * .st and .has_status, and d->reservation when the plan reserves or a rule holds. .st is
+     * the rule's status after the decision; .st.next is the rule's wait then for
+     * rl_status_want(limit, remaining), and 0 when remaining >= limit.
      * Returns 0, or RL_ESTORE (nothing taken) when the store cannot answer. */
     int (*decide)(void *cls, const rl_plan *plan, rl_decision *d, rl_err *err);
     int (*settle)(void *cls, const char *id, rl_fp actual, rl_ns now, rl_settlement *out,
@@ -79,11 +79,12 @@ struct rl_store {
     void *cls;
 };
 
-/* Fills st->next from the status the rule just gave for state at now: 0 when the rule is full,
- * else the rule's wait for one whole unit more than remains (whole units of remaining, 0 when
- * negative, plus one, at most the limit). Stores call it after a rule's status function. */
-void rl_status_next(const rl_rule *rule, const void *state, const char *key, size_t keylen,
-                    rl_ns now, rl_rule_status *st);
+/* One evaluation of rule for key in state at now, without taking: returns the wait for cost
+ * and, when st is not NULL and the rule reports a status, fills every field of st. For stores
+ * that decide a rule in process without keeping its state (a stateless rule, with a zero
+ * state). */
+rl_ns rl_rule_peek(const rl_rule *rule, const void *state, const char *key, size_t keylen,
+                   rl_ns now, rl_fp cost, rl_rule_status *st);
 
 /* A new in-memory store, or NULL when out of memory. */
 rl_store *rl_memory_store_new(void);

@@ -533,8 +533,7 @@ static int build_decide(redis_store *rs, const rl_plan *plan, rl_decision *d, co
         const type_info *ti = info_of(rs, r);
         const rl_plan_item *it = &plan->items[i];
         if (ti && ti->stateless) {
-            ap->wait =
-                r->type->wait(r->params, zero_state, ap->key, ap->keylen, plan->now, it->need);
+            ap->wait = rl_rule_peek(r, zero_state, ap->key, ap->keylen, plan->now, it->need, NULL);
             ab_decide_item(rs, k, a, ap, NULL, it, id, shard[ap->level]);
             continue;
         }
@@ -612,12 +611,11 @@ static int rs_decide(void *cls, const rl_plan *plan, rl_decision *d, rl_err *err
         if (r)
             ap->wait = parse_i64(r->element[1 + 6 * i]);
         allowed &= ap->wait == 0;
-        ap->has_status = rule->type->status != NULL;
+        ap->has_status = rule->type->report != NULL;
         if (!ap->has_status)
             continue;
         if (ti && ti->stateless) {
-            rule->type->status(rule->params, zero_state, plan->now, &ap->st);
-            rl_status_next(rule, zero_state, ap->key, ap->keylen, plan->now, &ap->st);
+            rl_rule_peek(rule, zero_state, ap->key, ap->keylen, plan->now, 0, &ap->st);
         } else {
             redisReply **e = &r->element[2 + 6 * i];
             ap->st.limit = parse_i64(e[0]);

@@ -564,14 +564,16 @@ END_TEST
 
 /* ---- plug-ins ----------------------------------------------------------------------------- */
 
-/* A deny list registered by the test itself: keys starting with "bad-" never fit. */
-static rl_ns prefix_wait(const void *p, const void *st, const char *key, size_t keylen, rl_ns now,
-                         rl_fp cost)
+/* A deny list registered by the test itself (rule API version 2): keys starting with "bad-"
+ * never fit. */
+static rl_ns prefix_evaluate(const void *p, const void *st, const char *key, size_t keylen,
+                             rl_ns now, rl_fp cost, rl_eval *ev)
 {
     (void)p;
     (void)st;
     (void)now;
     (void)cost;
+    (void)ev;
     return keylen >= 4 && memcmp(key, "bad-", 4) == 0 ? RL_WAIT_NEVER : 0;
 }
 
@@ -582,11 +584,11 @@ static void prefix_name(const void *p, char *buf, size_t len)
 }
 
 static const rl_rule_type deny_prefix = {
-    .api_version = RL_RULE_API_VERSION,
+    .api_version = 2,
     .name = "deny_prefix",
     .params_size = 8,
     .default_name = prefix_name,
-    .wait = prefix_wait,
+    .evaluate = prefix_evaluate,
 };
 
 START_TEST(rule_type_registered_by_the_test)
@@ -604,6 +606,100 @@ START_TEST(rule_type_registered_by_the_test)
     ck_assert_str_eq(tu_blocked_by(lim, &d), "user: deny_prefix(bad-)");
     /* denied: the bucket of bad-1 is untouched */
     rl_registry_free(NULL);
+    tu_free(lim);
+}
+END_TEST
+
+/* A version 1 type (wait, take, status), as plug-ins were written before version 2: at most
+ * "limit" taken per key, ever; a cost that does not fit waits "retry" seconds. */
+typedef struct v1c_params {
+    rl_fp retry_pad; /* a first parameter, so that the adapter's moved offsets are exercised */
+    rl_fp limit;
+    rl_ns retry;
+} v1c_params;
+
+static rl_ns v1c_wait(const void *pp, const void *st, const char *key, size_t keylen, rl_ns now,
+                      rl_fp cost)
+{
+    const v1c_params *p = pp;
+    (void)key;
+    (void)keylen;
+    (void)now;
+    if (cost > p->limit)
+        return RL_WAIT_NEVER;
+    return *(const rl_fp *)st <= p->limit - cost ? 0 : p->retry;
+}
+
+static void v1c_take(const void *pp, void *st, rl_ns now, rl_fp cost)
+{
+    (void)pp;
+    (void)now;
+    *(rl_fp *)st += cost;
+}
+
+static void v1c_status(const void *pp, const void *st, rl_ns now, rl_rule_status *out)
+{
+    const v1c_params *p = pp;
+    (void)now;
+    out->limit = p->limit;
+    out->remaining = p->limit - *(const rl_fp *)st;
+    out->reset_after = 0;
+    out->window = 0;
+}
+
+static void v1c_name(const void *pp, char *buf, size_t len)
+{
+    snprintf(buf, len, "v1_counter(%lld)", (long long)(((const v1c_params *)pp)->limit / RL_FP_ONE));
+}
+
+static const rl_param_def v1c_params_def[] = {
+    {"pad", RL_PARAM_AMOUNT, offsetof(v1c_params, retry_pad), 0, 10, 0, 0, "unused"},
+    {"limit", RL_PARAM_AMOUNT, offsetof(v1c_params, limit), 1, 100, 0, 1, "most taken"},
+    {"retry", RL_PARAM_DURATION, offsetof(v1c_params, retry), 1, 10, 5, 0, "wait when full"},
+};
+
+static const rl_rule_type v1_counter = {
+    .api_version = 1,
+    .name = "v1_counter",
+    .params = v1c_params_def,
+    .nparams = 3,
+    .params_size = sizeof(v1c_params),
+    .state_size = sizeof(rl_fp),
+    .default_name = v1c_name,
+    .wait = v1c_wait,
+    .take = v1c_take,
+    .status = v1c_status,
+};
+
+/* The version 1 type decides and reports through the adapter exactly as it would alone. */
+START_TEST(v1_type_adapted)
+{
+    rl_registry *reg = rl_registry_new();
+    ck_assert_int_eq(rl_register_rule_type(reg, &v1_counter), 0);
+    const rl_rule_type *t = rl_registry_find(reg, "v1_counter");
+    ck_assert_uint_eq(t->api_version, RL_RULE_API_VERSION);
+    ck_assert(t->evaluate != NULL && t->wait == NULL);
+    rl_limiter *lim = tu_limiter_with(
+        reg, "{\"levels\": [{\"name\": \"user\", \"rules\": [{\"type\": \"v1_counter\", "
+             "\"limit\": 3}]}]}");
+    ck_assert_str_eq(rl_limiter_config(lim)->levels[0].rules->v[0].name, "v1_counter(3)");
+    rl_decision d;
+    ck_assert(tu_acquire(lim, "user=a", 2, S(0), &d));
+    /* 1 of 3 left; one more whole unit (2) does not fit: the rule's wait, 5 s */
+    ck_assert_int_eq(d.applied[0].st.limit, FP(3));
+    ck_assert_int_eq(d.applied[0].st.remaining, FP(1));
+    ck_assert_int_eq(d.applied[0].st.next, S(5));
+    ck_assert(!tu_acquire(lim, "user=a", 2, S(1), &d));
+    ck_assert_int_eq(d.retry_after, S(5));
+    ck_assert_int_eq(d.applied[0].st.remaining, FP(1)); /* denied: nothing taken */
+    ck_assert(tu_acquire(lim, "user=a", 1, S(1), &d));
+    ck_assert_int_eq(d.applied[0].st.remaining, 0);
+    /* another key starts empty: full, nothing to wait for */
+    ck_assert(tu_acquire_ex(lim, "user=b", 1, S(1), RL_DRY_RUN, 0, &d));
+    ck_assert_int_eq(d.applied[0].st.remaining, FP(3));
+    ck_assert_int_eq(d.applied[0].st.next, 0);
+    ck_assert(!tu_acquire(lim, "user=b", 4, S(1), &d));
+    ck_assert_int_eq(d.retry_after, RL_WAIT_NEVER);
     tu_free(lim);
 }
 END_TEST
@@ -627,6 +723,45 @@ START_TEST(plugin_loaded_from_config)
     /* admitted keys are never idle */
     rl_limiter_tick(lim, S(1000));
     ck_assert_int_eq(rl_limiter_keys(lim, 0), 2);
+    tu_free(lim);
+}
+END_TEST
+
+/* A version 2 plug-in (tests/plugins/rule_leaky_bucket.c): capacity 4 leaking 2/s. */
+START_TEST(plugin_v2_loaded_from_config)
+{
+    char cfg[1024];
+    const char *build = getenv("RL_BUILD");
+    snprintf(cfg, sizeof cfg,
+             "{\"plugins\": [\"%s/plugins/librule_leaky_bucket.so\"], \"levels\": [{\"name\": "
+             "\"user\", \"rules\": [{\"type\": \"leaky_bucket\", \"capacity\": 4, "
+             "\"per_second\": 2}]}]}",
+             build ? build : "build");
+    rl_limiter *lim = tu_limiter(cfg);
+    rl_decision d;
+    ck_assert(tu_acquire(lim, "user=a", 4, S(0), &d));
+    /* full: empty in 2 s, room for one unit in 0.5 s; leaking all of 4 takes 2 s */
+    ck_assert_int_eq(d.applied[0].st.remaining, 0);
+    ck_assert_int_eq(d.applied[0].st.reset_after, S(2));
+    ck_assert_int_eq(d.applied[0].st.next, S(0.5));
+    ck_assert_int_eq(d.applied[0].st.window, S(2));
+    /* at 1 it holds 2: 3 waits until it holds 1, 0.5 s */
+    ck_assert(!tu_acquire(lim, "user=a", 3, S(1), &d));
+    ck_assert_int_eq(d.retry_after, S(0.5));
+    ck_assert_str_eq(tu_blocked_by(lim, &d), "user: leaky_bucket(4, 2/s)");
+    ck_assert(tu_acquire(lim, "user=a", 3, S(1.5), &d));
+    ck_assert_int_eq(d.applied[0].st.remaining, 0);
+    /* another key is empty */
+    ck_assert(tu_acquire(lim, "user=b", 1, S(1.5), &d));
+    ck_assert_int_eq(d.applied[0].st.remaining, FP(3));
+    /* idle once it leaked everything: b (1 at 1.5) at 2, a (4 at 1.5) at 3.5 */
+    rl_limiter_tick(lim, S(1.999999999));
+    ck_assert_int_eq(rl_limiter_keys(lim, 0), 2);
+    rl_limiter_tick(lim, S(2));
+    ck_assert_int_eq(rl_limiter_keys(lim, 0), 1);
+    for (int i = 0; i < 10; i++)
+        rl_limiter_tick(lim, S(3.5));
+    ck_assert_int_eq(rl_limiter_keys(lim, 0), 0);
     tu_free(lim);
 }
 END_TEST
@@ -1064,6 +1199,8 @@ Suite *limiter_suite(void)
     tcase_add_test(tc, idle_state_is_dropped_and_memory_returns);
     tcase_add_test(tc, rule_type_registered_by_the_test);
     tcase_add_test(tc, plugin_loaded_from_config);
+    tcase_add_test(tc, v1_type_adapted);
+    tcase_add_test(tc, plugin_v2_loaded_from_config);
     tcase_add_test(tc, threads_never_admit_more_than_the_limits);
     suite_add_tcase(s, tc);
 

@@ -154,6 +154,141 @@ START_TEST(rule_trace)
 }
 END_TEST
 
+/* ---- the version 2 evaluation, called directly ------------------------------------------
+ * Each row evaluates the rule's state at t for cost (wait), takes the cost when take is set
+ * (commit), then reads the status from the same evaluation (report): remaining, reset_after
+ * and next (the wait for one whole unit more than remains, at most the limit). */
+
+typedef struct erow {
+    double t, cost;
+    int take;
+    double wait; /* seconds; NEVER */
+    double remaining, reset_after, next;
+} erow;
+
+typedef struct eval_case {
+    const char *rule;
+    const char *key;
+    erow rows[8];
+} eval_case;
+
+#define EEND {-1, 0, 0, 0, 0, 0, 0}
+
+static const eval_case ecases[] = {
+    /* capacity 10 at 2/s */
+    {"{\"type\": \"token_bucket\", \"capacity\": 10, \"per_second\": 2}",
+     "x",
+     {/* 7 used: 3.5 s to refill; a 4th token left needs 1 more unit: 0.5 s */
+      {0, 7, 1, 0, 3, 3.5, 0.5},
+      /* 2 refilled by 1: 5 left, 5 taken: empty, 5 s to full, 0.5 s to the first token */
+      {1, 5, 1, 0, 0, 5, 0.5},
+      /* 0.4 refilled by 1.2: 1 needs 0.6 more, 0.3 s; 9.6 to refill, 4.8 s */
+      {1.2, 1, 0, 0.3, 0.4, 4.8, 0.3},
+      {1.5, 1, 1, 0, 0, 5, 0.5},
+      /* full again long after: more than the capacity never fits */
+      {100, 20, 0, NEVER, 10, 0, 0},
+      EEND}},
+    /* 2 per 60 s, windows [0, 60), [60, 120) */
+    {"{\"type\": \"fixed_window\", \"limit\": 2, \"window\": 60}",
+     "x",
+     {{0, 1, 1, 0, 1, 60, 60},
+      {1, 1, 1, 0, 0, 59, 59},
+      {59, 1, 0, 1, 0, 1, 1},
+      {60, 1, 1, 0, 1, 60, 60},
+      {60, 3, 0, NEVER, 1, 60, 60},
+      EEND}},
+    /* 2/s, burst 3: a unit moves TAT by 0.5 s; the window is 3 / 2 = 1.5 s */
+    {"{\"type\": \"gcra\", \"per_second\": 2, \"burst\": 3}",
+     "x",
+     {/* TAT 0.5: 2 left; 3 would need TAT 0, 0.5 s away */
+      {0, 1, 1, 0, 2, 0.5, 0.5},
+      {0, 2, 1, 0, 0, 1.5, 0.5},
+      /* TAT 1.5 is 1.25 s ahead: 2.5 used, 0.5 left; 1 fits at 0.5 */
+      {0.25, 1, 0, 0.25, 0.5, 1.25, 0.25},
+      {1.5, 4, 0, NEVER, 3, 0, 0},
+      EEND}},
+    /* 10 per 10 s */
+    {"{\"type\": \"sliding_window_counter\", \"limit\": 10, \"window\": 10}",
+     "x",
+     {/* full: the 10 weigh until 20; one unit fits at 11 (10 * 9/10 + 1 = 10) */
+      {0, 10, 1, 0, 0, 20, 11},
+      /* previous 10 weighted 7.5/10: 3 fits at 13; the previous window ends its weight at 20 */
+      {12.5, 3, 0, 0.5, 2.5, 7.5, 0.5},
+      /* 7.5 + 2: 0.5 left; 1 more fits when 10 * (10 - e) / 10 + 3 <= 10, e = 3: t = 13 */
+      {12.5, 2, 1, 0, 0.5, 17.5, 0.5},
+      EEND}},
+    /* 2 per 10 s, the log */
+    {"{\"type\": \"sliding_window\", \"limit\": 2, \"window\": 10}",
+     "x",
+     {{0, 1, 1, 0, 1, 10, 10},
+      /* one more unit fits when the entry of 0 expires, at 10 */
+      {4, 1, 1, 0, 0, 10, 6},
+      {5, 1, 0, 5, 0, 9, 5},
+      /* both expired at 14 (ts <= 14 - 10): 2 fit, and expire at 24 */
+      {14, 2, 1, 0, 0, 10, 10},
+      EEND}},
+    /* 2 slots, a retry hint of 0.25 s */
+    {"{\"type\": \"concurrency\", \"limit\": 2, \"retry\": 0.25}",
+     "x",
+     {{0, 1, 1, 0, 1, 0, 0.25},
+      {0, 1, 1, 0, 0, 0, 0.25},
+      {5, 1, 0, 0.25, 0, 0, 0.25},
+      {5, 3, 0, NEVER, 0, 0, 0.25},
+      EEND}},
+};
+
+START_TEST(v2_evaluation)
+{
+    const eval_case *c = &ecases[_i];
+    char cfg[512];
+    snprintf(cfg, sizeof cfg, "{\"levels\": [{\"name\": \"k\", \"rules\": [%s]}]}", c->rule);
+    rl_limiter *lim = tu_limiter(cfg);
+    const rl_rule *r = &rl_limiter_config(lim)->levels[0].rules->v[0];
+    const rl_rule_type *t = r->type;
+    _Alignas(16) unsigned char state[RL_STATE_MAX];
+    memset(state, 0, sizeof state);
+    ck_assert_uint_le(t->eval_size, RL_EVAL_MAX);
+    for (int i = 0; i < 8 && c->rows[i].t >= 0; i++) {
+        const erow *w = &c->rows[i];
+        rl_eval ev;
+        rl_rule_status st;
+        memset(&st, 0xa5, sizeof st); /* report must fill every field */
+        rl_ns now = S(w->t);
+        rl_ns wait = t->evaluate(r->params, state, c->key, strlen(c->key), now, FP(w->cost), &ev);
+        rl_ns want = w->wait == NEVER ? RL_WAIT_NEVER : S(w->wait);
+        ck_assert_msg(wait == want, "%s, row %d: wait %lld, expected %lld", t->name, i,
+                      (long long)wait, (long long)want);
+        if (w->take)
+            t->commit(r->params, state, &ev, FP(w->cost));
+        t->report(r->params, &ev, now, &st);
+        ck_assert_msg(st.remaining == FP(w->remaining), "%s, row %d: remaining %lld", t->name, i,
+                      (long long)st.remaining);
+        ck_assert_msg(st.reset_after == S(w->reset_after), "%s, row %d: reset_after %lld",
+                      t->name, i, (long long)st.reset_after);
+        ck_assert_msg(st.next == S(w->next), "%s, row %d: next %lld", t->name, i,
+                      (long long)st.next);
+        ck_assert_int_eq(st.limit, FP(t->capacity(r->params) / 1e6));
+    }
+    if (t->state_free)
+        t->state_free(r->params, state);
+    tu_free(lim);
+}
+END_TEST
+
+/* A stateless type answers the wait alone and reports nothing. */
+START_TEST(v2_evaluation_stateless)
+{
+    rl_limiter *lim = tu_limiter("{\"levels\": [{\"name\": \"k\", \"rules\": [{\"type\": "
+                                 "\"deny_list\", \"keys\": [\"mallory\", \"eve\"]}]}]}");
+    const rl_rule *r = &rl_limiter_config(lim)->levels[0].rules->v[0];
+    rl_eval ev;
+    ck_assert_int_eq(r->type->evaluate(r->params, NULL, "eve", 3, 0, FP(1), &ev), RL_WAIT_NEVER);
+    ck_assert_int_eq(r->type->evaluate(r->params, NULL, "bob", 3, 0, FP(1), &ev), 0);
+    ck_assert(r->type->commit == NULL && r->type->report == NULL);
+    tu_free(lim);
+}
+END_TEST
+
 /* The same refill in doubles, as a naive implementation would compute it, is short of a token:
  * this is why the core counts in integers. */
 START_TEST(naive_doubles_would_deny)
@@ -273,6 +408,8 @@ Suite *rules_suite(void)
     Suite *s = suite_create("rules");
     TCase *tc = tcase_create("table");
     tcase_add_loop_test(tc, rule_trace, 0, (int)(sizeof cases / sizeof cases[0]));
+    tcase_add_loop_test(tc, v2_evaluation, 0, (int)(sizeof ecases / sizeof ecases[0]));
+    tcase_add_test(tc, v2_evaluation_stateless);
     tcase_add_test(tc, naive_doubles_would_deny);
     tcase_add_test(tc, waiting_retry_after_is_enough);
     tcase_add_test(tc, default_names);

@@ -32,6 +32,15 @@ uint64_t rl__hash(const void *p, size_t n, uint64_t seed);
 /* 64 random bits from the system, or a time-derived value when none is available. */
 uint64_t rl__random64(void);
 
+/* A version 2 type that answers for the version 1 type v1 (allocated; freed with
+ * rl__rule_v1_free), or NULL when v1 is malformed or out of memory. */
+const rl_rule_type *rl__rule_v1_adapt(const rl_rule_type *v1);
+/* Writes the header an adapted type's parameters start with (nothing for other types):
+ * called on a rule's parameters as soon as they are allocated. */
+void rl__rule_v1_params_init(const rl_rule_type *t, void *params);
+/* Frees t when it is an adapter (nothing otherwise). */
+void rl__rule_v1_free(const rl_rule_type *t);
+
 /* Registers the built-in rule types from their table. */
 int rl__register_builtins(rl_registry *reg);
 

@@ -552,15 +552,15 @@ decide:
     return RL_OK;
 }
 
-void rl_status_next(const rl_rule *rule, const void *state, const char *key, size_t keylen,
-                    rl_ns now, rl_rule_status *st)
+rl_ns rl_rule_peek(const rl_rule *rule, const void *state, const char *key, size_t keylen,
+                   rl_ns now, rl_fp cost, rl_rule_status *st)
 {
-    st->next = 0;
-    if (st->remaining >= st->limit)
-        return;
-    rl_fp whole = st->remaining > 0 ? st->remaining / RL_FP_ONE * RL_FP_ONE : 0;
-    rl_fp want = whole + RL_FP_ONE < st->limit ? whole + RL_FP_ONE : st->limit;
-    st->next = rule->type->wait(rule->params, state, key, keylen, now, want);
+    rl_eval ev;
+    const rl_rule_type *t = rule->type;
+    rl_ns wait = t->evaluate(rule->params, state, key, keylen, now, cost, &ev);
+    if (st && t->report)
+        t->report(rule->params, &ev, now, st);
+    return wait;
 }
 
 void rl_decision_done(rl_decision *d)

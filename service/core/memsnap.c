@@ -74,12 +74,12 @@ static int save_segment(mem_store *ms, FILE *f, uint16_t level, rl__seg *s, unsi
         const rl_rule *rule =
             ms->res->rule_at(ms->res->ctx, level, r->slot, rl__rec_key(r), r->klen, &ref);
         uint32_t slen = 0;
-        if (rule && rule->type_id + 1 == r->type)
+        if (rule && code_is(r->type, rule))
             slen = (uint32_t)state_bytes(rule, r, buf, cap);
         rl_rules_unref(ref);
         if (slen == 0)
             continue; /* stale (its rule changed) or not saveable */
-        uint8_t tag = 'K', slot = r->slot, type = (uint8_t)(r->type - 1);
+        uint8_t tag = 'K', slot = r->slot, type = (uint8_t)code_type_id(r->type);
         rc = put(f, &tag, 1) || put(f, &level, 2) || put(f, &slot, 1) || put(f, &type, 1) ||
              put(f, &r->klen, 2) || put(f, rl__rec_key(r), r->klen) || put(f, &slen, 4) ||
              put(f, *buf, slen);
@@ -241,7 +241,7 @@ static int load_key(reader *rd)
         uint32_t h = rl__rec_hash(kh, slot), i = RL__NONE;
         rl__spin_lock(&s->lock);
         if (!idle && rl__seg_find(s, h, slot, rd->key, klen) == RL__NONE)
-            i = rl__seg_insert(s, h, slot, rd->key, klen, (uint8_t)(rule->type_id + 1),
+            i = rl__seg_insert(s, h, slot, rd->key, klen, type_code(rule->type_id),
                                ext_size(rt));
         if (i != RL__NONE) {
             memcpy(rec_state(&s->r[i], rt), st, rt->state_size);
@@ -278,11 +278,11 @@ static int load_reservation(reader *rd)
             it.keylen > sizeof keys - used || get(rd->f, keys + used, it.keylen) ||
             it.level >= rd->nl || it.type == 0 || it.type > rd->nt)
             return -1;
-        long l = rd->lmap[it.level], t = rd->tmap[it.type - 1];
+        long l = rd->lmap[it.level], t = rd->tmap[code_type_id(it.type)];
         if (l < 0 || t < 0)
             continue; /* its level or type is gone: nothing to settle there */
         it.level = (uint16_t)l;
-        it.type = (uint8_t)(t + 1);
+        it.type = type_code((unsigned)t);
         it.keyoff = (uint32_t)used;
         used += it.keylen;
         items[kept++] = it;

@@ -25,7 +25,7 @@ static const int64_t zero_state[RL_STATE_MAX / 8];
 
 void rl__ms_state_clear(mem_store *ms, rl__rec *r)
 {
-    const rl_rule_type *t = rl_registry_at(ms->cfg->reg, (size_t)r->type - 1);
+    const rl_rule_type *t = rl_registry_at(ms->cfg->reg, code_type_id(r->type));
     if (!t)
         return;
     if (t->state_free)
@@ -44,7 +44,7 @@ static int rec_retype(mem_store *ms, rl__rec *r, const rl_rule_type *t, unsigned
     rl__ms_state_clear(ms, r);
     if (ext)
         r->st.ext = ext;
-    r->type = (uint8_t)(type_id + 1);
+    r->type = type_code(type_id);
     return 0;
 }
 
@@ -157,7 +157,7 @@ static void resv_apply(mem_store *ms, const resv *rv, const ritem *it, rl_ns now
     rl_rules *ref = NULL;
     const rl_rule *rule = ms->res->rule_at(ms->res->ctx, it->level, it->slot, key, it->keylen,
                                            &ref);
-    if (rule && rule->type_id + 1 == it->type) {
+    if (rule && code_is(it->type, rule)) {
         uint64_t kh = rl__hash(key, it->keylen, ms->seed);
         rl__seg *s = rl__table_seg(&ms->tables[it->level], kh);
         rl__spin_lock(&s->lock);
@@ -209,7 +209,7 @@ static resv *resv_new(const rl_plan *plan, const rl_decision *d, rl_ns ttl)
         ritem *it = &rv->item[rv->n++];
         it->level = a->level;
         it->slot = a->slot;
-        it->type = (uint8_t)(r->type_id + 1);
+        it->type = type_code(r->type_id);
         it->refundable = (uint8_t)refundable;
         it->holds = (uint8_t)holds;
         it->taken = plan->items[i].cost;
@@ -239,14 +239,6 @@ static int ms_attach(void *cls, const rl_config *cfg, const rl_resolver *res, rl
     return RL_OK;
 }
 
-/* Fills a->st from the rule's state st after the decision. */
-static void rule_status(const rl_plan *plan, rl_applied *a, const void *st)
-{
-    const rl_rule *r = a->rule;
-    r->type->status(r->params, st, plan->now, &a->st);
-    rl_status_next(r, st, a->key, a->keylen, plan->now, &a->st);
-}
-
 /* Starts loading the records a decision on key at level will read: called by the limiter as
  * soon as the key is known, so that the cache miss of a per-user record overlaps with the rest
  * of the plan's making (the segment may still change before the decision locks it: this only
@@ -263,12 +255,7 @@ static uint64_t ms_prefetch(void *cls, size_t level, const rl_rules *rs, const c
     return kh;
 }
 
-/* Whether a rule's status can be read from a copy of its state after the locks are released:
- * an inline state that holds no pointers. */
-static int status_from_copy(const rl_rule_type *t)
-{
-    return t->state_size <= RL_STATE_INLINE && !t->state_free;
-}
+/* ---- one decision ---------------------------------------------------------------------- */
 
 /* Whether two applied rules share their key (the rules of one key are consecutive). */
 static int same_key(const rl_applied *a, const rl_applied *b)
@@ -316,140 +303,213 @@ static size_t lock_in_order(size_t n, const rl_decision *d, rl__seg *const *sego
     return m;
 }
 
-static int ms_decide(void *cls, const rl_plan *plan, rl_decision *d, rl_err *err)
-{
-    mem_store *ms = cls;
-    rl__seg *locked[RL_MAX_APPLIED];
-    rl__seg *segof[RL_MAX_APPLIED];
-    uint32_t h[RL_MAX_APPLIED], idx[RL_MAX_APPLIED];
-    int64_t copy[RL_MAX_APPLIED][RL_STATE_INLINE / 8];
-    const void *later[RL_MAX_APPLIED]; /* the state a status is read from after unlocking */
-    size_t nlocked = 0;
-    int allowed = 1, holds = 0, moved = 0, rc = RL_OK;
-    resv *rv = NULL;
 
-    /* The rules of one key are consecutive: one hash and one lock a key (a level has one key,
-     * unless the request names several as items). Every record is prefetched before any is
-     * read (by ms_prefetch, as the plan was made, for the first four rules of a key). */
+/* What a decision keeps per applied rule while it runs: where its record is and what its
+ * one evaluation found. Records are found once, evaluated once; commit and report read the
+ * evaluation. */
+typedef struct run {
+    mem_store *ms;
+    const rl_plan *plan;
+    rl_decision *d;
+    size_t nlocked;
+    rl__seg *locked[RL_MAX_APPLIED];
+    rl__seg *seg[RL_MAX_APPLIED];
+    uint32_t h[RL_MAX_APPLIED];
+    uint32_t idx[RL_MAX_APPLIED]; /* RL__NONE: no record (yet) */
+    int several;                  /* a level has several keys (a request of items) */
+    rl_eval ev[RL_MAX_APPLIED];
+} run;
+
+/* The rules of one key are consecutive: one hash and one segment a key (a level has one key,
+ * unless the request names several as items). Records are prefetched before any is read (by
+ * ms_prefetch as the plan was made, for the first four rules of a key; here for the others). */
+static void locate(run *x)
+{
+    const rl_plan *plan = x->plan;
     uint64_t kh = 0;
     for (size_t i = 0; i < plan->n; i++) {
-        const rl_applied *a = &d->applied[i];
-        if (i == 0 || !same_key(&d->applied[i - 1], a)) {
+        const rl_applied *a = &x->d->applied[i];
+        if (i == 0 || !same_key(&x->d->applied[i - 1], a)) {
             /* ms_prefetch hashed the key already, unless the limiter did not call it */
             kh = plan->items[i].hash ? plan->items[i].hash
-                                     : rl__hash(a->key, a->keylen, ms->seed);
-            segof[i] = rl__table_seg(&ms->tables[a->level], kh);
+                                     : rl__hash(a->key, a->keylen, x->ms->seed);
+            x->seg[i] = rl__table_seg(&x->ms->tables[a->level], kh);
         } else {
-            segof[i] = segof[i - 1];
+            x->seg[i] = x->seg[i - 1];
         }
-        h[i] = rl__rec_hash(kh, a->slot);
+        x->h[i] = rl__rec_hash(kh, a->slot);
         if (a->rule->type->state_size && (!plan->items[i].hash || a->slot >= 4))
-            rl__seg_prefetch(segof[i], h[i]);
+            rl__seg_prefetch(x->seg[i], x->h[i]);
     }
-    /* Segments are locked in level order (two decisions never deadlock), and each level's
-     * records are found as soon as its segment is locked: the cache miss of a per-user record
-     * is then paid while only that user's segment is locked, not while a broad level's
-     * (team, global), which every decision needs, is held. A plan with several keys on one
-     * level locks all its segments first, each once, in (level, address) order. */
-    int one_key_a_level = one_key_per_level(plan->n, d);
+}
+
+/* Segments are locked in level order (two decisions never deadlock), and each level's records
+ * are found as soon as its segment is locked: the cache miss of a per-user record is then paid
+ * while only that user's segment is locked, not while a broad level's (team, global), which
+ * every decision needs, is held. A plan with several keys on one level locks all its segments
+ * first, each once, in (level, address) order. */
+static void lock_and_find(run *x)
+{
+    int one_key_a_level = one_key_per_level(x->plan->n, x->d);
+    x->several = !one_key_a_level;
     if (!one_key_a_level)
-        nlocked = lock_in_order(plan->n, d, segof, locked);
-    for (size_t i = 0; i < plan->n; i++) {
-        const rl_applied *a = &d->applied[i];
-        if (one_key_a_level && (i == 0 || segof[i] != segof[i - 1])) {
-            rl__spin_lock(&segof[i]->lock);
-            locked[nlocked++] = segof[i];
+        x->nlocked = lock_in_order(x->plan->n, x->d, x->seg, x->locked);
+    for (size_t i = 0; i < x->plan->n; i++) {
+        const rl_applied *a = &x->d->applied[i];
+        if (one_key_a_level && (i == 0 || x->seg[i] != x->seg[i - 1])) {
+            rl__spin_lock(&x->seg[i]->lock);
+            x->locked[x->nlocked++] = x->seg[i];
         }
-        idx[i] = a->rule->type->state_size
-                     ? rl__seg_find(segof[i], h[i], a->slot, a->key, a->keylen)
-                     : RL__NONE;
+        x->idx[i] = a->rule->type->state_size
+                        ? rl__seg_find(x->seg[i], x->h[i], a->slot, a->key, a->keylen)
+                        : RL__NONE;
     }
+}
 
-    /* phase 1: how long until the cost fits, for every rule */
+static void unlock_all(run *x)
+{
+    while (x->nlocked > 0)
+        rl__spin_unlock(&x->locked[--x->nlocked]->lock);
+}
+
+/* The state item i's rule reads: its record's, or a new key's zeros. */
+static const void *state_of(const run *x, size_t i)
+{
+    const rl_rule *r = x->d->applied[i].rule;
+    rl__rec *rec = x->idx[i] != RL__NONE ? &x->seg[i]->r[x->idx[i]] : NULL;
+    return rec && code_is(rec->type, r) ? rec_state(rec, r->type) : zero_state;
+}
+
+/* Phase 1: every rule evaluated once at now; returns whether every one fits. */
+static int evaluate_all(run *x)
+{
+    const rl_plan *plan = x->plan;
+    int allowed = 1;
     for (size_t i = 0; i < plan->n; i++) {
-        rl_applied *a = &d->applied[i];
+        rl_applied *a = &x->d->applied[i];
         const rl_rule *r = a->rule;
-        const void *st = zero_state;
-        if (idx[i] != RL__NONE && segof[i]->r[idx[i]].type == r->type_id + 1)
-            st = rec_state(&segof[i]->r[idx[i]], r->type);
-        a->wait = r->type->wait(r->params, st, a->key, a->keylen, plan->now, plan->items[i].need);
+        a->wait = r->type->evaluate(r->params, state_of(x, i), a->key, a->keylen, plan->now,
+                                    plan->items[i].need, &x->ev[i]);
         allowed &= a->wait == 0;
-        holds |= (r->type->flags & RL_RULE_HOLDS) != 0;
     }
+    return allowed;
+}
 
-    /* phase 2: take from every rule, once every record exists */
-    if (allowed && !(plan->flags & RL_DRY_RUN)) {
-        for (size_t i = 0; i < plan->n && rc == RL_OK; i++) {
-            const rl_applied *a = &d->applied[i];
-            const rl_rule *r = a->rule;
-            if (!r->type->state_size)
-                continue;
-            if (idx[i] == RL__NONE) {
-                idx[i] = rl__seg_insert(segof[i], h[i], a->slot, a->key, a->keylen,
-                                        (uint8_t)(r->type_id + 1), ext_size(r->type));
-                moved = 1;
-            } else if (segof[i]->r[idx[i]].type != r->type_id + 1 &&
-                       rec_retype(ms, &segof[i]->r[idx[i]], r->type, r->type_id) != 0) {
-                idx[i] = RL__NONE;
-            }
-            if (idx[i] == RL__NONE)
-                rc = rl_errf(err, RL_ENOMEM, "out of memory");
-        }
-        /* an insert may have moved the records found before it */
-        for (size_t i = 0; moved && rc == RL_OK && i < plan->n; i++)
-            if (d->applied[i].rule->type->state_size)
-                idx[i] = rl__seg_find(segof[i], h[i], d->applied[i].slot, d->applied[i].key,
-                                      d->applied[i].keylen);
-        if (rc == RL_OK && (holds || (plan->flags & RL_RESERVE)) &&
-            !(rv = resv_new(plan, d, ms->cfg->reservation_ttl)))
-            rc = rl_errf(err, RL_ENOMEM, "out of memory");
-        if (rc == RL_OK && rv) {
-            pthread_mutex_lock(&ms->rmu);
-            if (rl__ms_resv_add(ms, rv, 0) != 0)
-                rc = rl_errf(err, RL_ENOMEM, "out of memory");
-            else
-                snprintf(d->reservation, sizeof d->reservation, "r-%016llx",
-                         (unsigned long long)rv->id);
-            pthread_mutex_unlock(&ms->rmu);
-            if (rc != RL_OK) {
-                free(rv);
-                rv = NULL;
-            }
-        }
-        for (size_t i = 0; i < plan->n && rc == RL_OK; i++) {
-            const rl_rule *r = d->applied[i].rule;
-            if (r->type->take && idx[i] != RL__NONE)
-                r->type->take(r->params, rec_state(&segof[i]->r[idx[i]], r->type), plan->now,
-                              plan->items[i].cost);
-        }
-    }
-
-    /* What every rule has left after the decision. States are copied under the locks and
-     * read after them (except those holding pointers), so the locks are held only for the
-     * decision itself. */
-    for (size_t i = 0; i < plan->n && rc == RL_OK; i++) {
-        rl_applied *a = &d->applied[i];
+/* Gives every stateful rule a record of its type (a new key's, or one whose position now has
+ * another type); then finds them again, since an insert may move the records found before. */
+static int make_records(run *x, rl_err *err)
+{
+    int moved = 0;
+    for (size_t i = 0; i < x->plan->n; i++) {
+        const rl_applied *a = &x->d->applied[i];
         const rl_rule *r = a->rule;
-        a->has_status = r->type->status != NULL;
-        if (!a->has_status)
+        if (!r->type->state_size)
             continue;
-        const void *st = zero_state;
-        if (idx[i] != RL__NONE && segof[i]->r[idx[i]].type == r->type_id + 1)
-            st = rec_state(&segof[i]->r[idx[i]], r->type);
-        if (status_from_copy(r->type)) {
-            if (st != zero_state) /* the whole inline area: a fixed-size copy is three moves */
-                st = memcpy(copy[i], st, sizeof copy[i]);
-            later[i] = st;
-            continue;
+        if (x->idx[i] == RL__NONE) {
+            x->idx[i] = rl__seg_insert(x->seg[i], x->h[i], a->slot, a->key, a->keylen,
+                                       type_code(r->type_id), ext_size(r->type));
+            moved = 1;
+        } else if (!code_is(x->seg[i]->r[x->idx[i]].type, r) &&
+                   rec_retype(x->ms, &x->seg[i]->r[x->idx[i]], r->type, r->type_id) != 0) {
+            x->idx[i] = RL__NONE;
         }
-        later[i] = NULL;
-        rule_status(plan, a, st);
+        if (x->idx[i] == RL__NONE)
+            return rl_errf(err, RL_ENOMEM, "out of memory");
     }
-    while (nlocked > 0)
-        rl__spin_unlock(&locked[--nlocked]->lock);
-    for (size_t i = 0; i < plan->n && rc == RL_OK; i++)
-        if (d->applied[i].has_status && later[i])
-            rule_status(plan, &d->applied[i], later[i]);
+    for (size_t i = 0; moved && i < x->plan->n; i++) {
+        const rl_applied *a = &x->d->applied[i];
+        if (a->rule->type->state_size)
+            x->idx[i] = rl__seg_find(x->seg[i], x->h[i], a->slot, a->key, a->keylen);
+    }
+    return RL_OK;
+}
+
+/* Records the takes as a reservation when the plan asks for one or a rule holds slots. */
+static int reserve(run *x, rl_err *err)
+{
+    int holds = 0;
+    for (size_t i = 0; i < x->plan->n; i++)
+        holds |= (x->d->applied[i].rule->type->flags & RL_RULE_HOLDS) != 0;
+    if (!holds && !(x->plan->flags & RL_RESERVE))
+        return RL_OK;
+    resv *rv = resv_new(x->plan, x->d, x->ms->cfg->reservation_ttl);
+    if (!rv)
+        return rl_errf(err, RL_ENOMEM, "out of memory");
+    pthread_mutex_lock(&x->ms->rmu);
+    int added = rl__ms_resv_add(x->ms, rv, 0) == 0;
+    if (added)
+        snprintf(x->d->reservation, sizeof x->d->reservation, "r-%016llx",
+                 (unsigned long long)rv->id);
+    pthread_mutex_unlock(&x->ms->rmu);
+    if (!added) {
+        free(rv);
+        return rl_errf(err, RL_ENOMEM, "out of memory");
+    }
+    return RL_OK;
+}
+
+/* Whether an earlier item of a request of items took from the record of item i (items may
+ * name one key twice): its evaluation is then out of date. */
+static int taken_before(const run *x, size_t i)
+{
+    for (size_t j = 0; x->several && j < i; j++)
+        if (x->seg[j] == x->seg[i] && x->idx[j] == x->idx[i])
+            return 1;
+    return 0;
+}
+
+/* Phase 2: every stateful rule takes its cost from what its evaluation found. */
+static void commit_all(run *x)
+{
+    for (size_t i = 0; i < x->plan->n; i++) {
+        const rl_applied *a = &x->d->applied[i];
+        const rl_rule *r = a->rule;
+        if (!r->type->commit)
+            continue;
+        void *st = rec_state(&x->seg[i]->r[x->idx[i]], r->type);
+        if (taken_before(x, i))
+            r->type->evaluate(r->params, st, a->key, a->keylen, x->plan->now,
+                              x->plan->items[i].need, &x->ev[i]);
+        r->type->commit(r->params, st, &x->ev[i], x->plan->items[i].cost);
+    }
+}
+
+/* What every rule has left after the decision, from its evaluation: under the locks for
+ * types whose evaluation points into the state (locked = 1), after them for the others. */
+static void report_all(run *x, int locked)
+{
+    for (size_t i = 0; i < x->plan->n; i++) {
+        rl_applied *a = &x->d->applied[i];
+        const rl_rule_type *t = a->rule->type;
+        a->has_status = t->report != NULL;
+        if (a->has_status && ((t->flags & RL_RULE_EVAL_IN_STATE) != 0) == locked)
+            t->report(a->rule->params, &x->ev[i], x->plan->now, &a->st);
+    }
+}
+
+static int ms_decide(void *cls, const rl_plan *plan, rl_decision *d, rl_err *err)
+{
+    run x;
+    x.ms = cls;
+    x.plan = plan;
+    x.d = d;
+    x.nlocked = 0;
+    x.several = 0;
+    locate(&x);
+    lock_and_find(&x);
+    int rc = RL_OK;
+    if (evaluate_all(&x) && !(plan->flags & RL_DRY_RUN)) {
+        rc = make_records(&x, err);
+        if (rc == RL_OK)
+            rc = reserve(&x, err);
+        if (rc == RL_OK)
+            commit_all(&x);
+    }
+    if (rc == RL_OK)
+        report_all(&x, 1);
+    unlock_all(&x);
+    if (rc == RL_OK)
+        report_all(&x, 0);
     return rc;
 }
 
@@ -532,7 +592,7 @@ static uint32_t sweep_seg(mem_store *ms, size_t level, rl__seg *s, rl_ns now, in
         rl_rules *ref = NULL;
         const rl_rule *rule =
             ms->res->rule_at(ms->res->ctx, level, r->slot, rl__rec_key(r), r->klen, &ref);
-        int idle = !rule || rule->type_id + 1 != r->type;
+        int idle = !rule || !code_is(r->type, rule);
         if (!idle && rule->type->idle_at)
             idle = rule->type->idle_at(rule->params, rec_state(r, rule->type)) <= now;
         rl_rules_unref(ref);

@@ -50,6 +50,24 @@ typedef struct mem_store {
     size_t sweep_level, sweep_seg;
 } mem_store;
 
+/* The type byte of records and reservation items: the rule type's registry index + 1, so that
+ * 0 marks an empty slot. These three are the only places that know the encoding. */
+static inline uint8_t type_code(unsigned type_id)
+{
+    return (uint8_t)(type_id + 1);
+}
+
+static inline size_t code_type_id(uint8_t code)
+{
+    return (size_t)code - 1;
+}
+
+/* Whether a record or item of type code code belongs to rule's type. */
+static inline int code_is(uint8_t code, const rl_rule *rule)
+{
+    return code == type_code(rule->type_id);
+}
+
 static inline void *rec_state(rl__rec *r, const rl_rule_type *t)
 {
     return t->state_size <= RL_STATE_INLINE ? (void *)r->st.w : r->st.ext;

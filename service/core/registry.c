@@ -1,5 +1,7 @@
 /*
  * registry.c - the table of rule types: built-ins first, then plug-ins loaded with dlopen.
+ * Every type in the table answers through version 2 of the rule API: a version 1 type is
+ * registered as its adapter (rule_v1.c).
  */
 #include <dlfcn.h>
 #include <stdlib.h>
@@ -17,10 +19,18 @@ rl_registry *rl_registry_new(void)
     return reg;
 }
 
+/* Drops the types registered from index n on (a plug-in that failed, or the whole table). */
+static void truncate_to(rl_registry *reg, size_t n)
+{
+    while (reg->n > n)
+        rl__rule_v1_free(reg->types[--reg->n]);
+}
+
 void rl_registry_free(rl_registry *reg)
 {
     if (!reg)
         return;
+    truncate_to(reg, 0);
     for (size_t i = 0; i < reg->nplugins; i++)
         dlclose(reg->plugins[i]);
     free(reg);
@@ -69,15 +79,12 @@ static int redis_is_wellformed(const rl_rule_type *t, const rl_rule_redis *r)
     return 1;
 }
 
-static int type_is_wellformed(const rl_rule_type *t)
+/* What both versions require (a version 1 type's struct is read only up to its own end). */
+static int common_wellformed(const rl_rule_type *t)
 {
-    if (!t->name || !*t->name || !t->wait || !t->default_name)
+    if (!t->name || !*t->name || !t->default_name)
         return 0;
-    if (t->api_version < 1 || t->api_version > RL_RULE_API_VERSION)
-        return 0;
-    if (t->state_size > RL_STATE_MAX || (t->state_size > 0 && !t->take))
-        return 0;
-    if (t->nparams > 0 && !t->params)
+    if (t->state_size > RL_STATE_MAX || (t->nparams > 0 && !t->params))
         return 0;
     for (size_t i = 0; i < t->nparams; i++) {
         const rl_param_def *d = &t->params[i];
@@ -85,7 +92,7 @@ static int type_is_wellformed(const rl_rule_type *t)
         if (!d->name || d->offset + width > t->params_size)
             return 0;
     }
-    return !redis_of(t) || redis_is_wellformed(t, redis_of(t));
+    return 1;
 }
 
 /* Whether another type already has t's Redis tag. */
@@ -100,11 +107,24 @@ static int tag_taken(const rl_registry *reg, const rl_rule_type *t)
     return 0;
 }
 
+static int v2_wellformed(const rl_rule_type *t)
+{
+    return t->evaluate && t->eval_size <= RL_EVAL_MAX && (t->state_size == 0 || t->commit) &&
+           (!t->redis || redis_is_wellformed(t, t->redis));
+}
+
 int rl_register_rule_type(rl_registry *reg, const rl_rule_type *type)
 {
-    if (!reg || !type || reg->n >= RL__MAX_TYPES || !type_is_wellformed(type))
+    if (!reg || !type || reg->n >= RL__MAX_TYPES || type->api_version < 1 ||
+        type->api_version > RL_RULE_API_VERSION || !common_wellformed(type))
         return -1;
     if (rl_registry_find(reg, type->name) || tag_taken(reg, type))
+        return -1;
+    if (type->api_version == 1)
+        type = rl__rule_v1_adapt(type);
+    else if (!v2_wellformed(type))
+        return -1;
+    if (!type)
         return -1;
     reg->types[reg->n++] = type;
     return 0;
@@ -129,7 +149,7 @@ int rl_registry_load_plugin(rl_registry *reg, const char *path, rl_err *err)
     }
     size_t before = reg->n;
     if (init(reg, RL_RULE_API_VERSION) != 0 || reg->n == before) {
-        reg->n = before;
+        truncate_to(reg, before);
         dlclose(h);
         return rl_errf(err, RL_EPLUGIN,
                         "%s: the plug-in registered no rule type (refused API version %d, a "

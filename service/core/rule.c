@@ -34,6 +34,7 @@ int rl_rule_init(rl_rule *r, const rl_registry *reg, const char *type, rl_err *e
             rl_rule_clear(r);
             return rl_errf(err, RL_ENOMEM, "out of memory");
         }
+        rl__rule_v1_params_init(r->type, r->params);
         return RL_OK;
     }
     char known[512] = "";

@@ -2,6 +2,9 @@
  * rule_max_keys.c - a rule type loaded as a plug-in: at most "limit" distinct keys are ever
  * admitted; requests for a key not yet seen are refused once that many keys have been seen.
  * Built against include/ratelimit_rule.h only, and loaded by a configuration's "plugins".
+ *
+ * Written against version 1 of the rule API (wait, take, status), and kept so: the host adapts
+ * it, which is what proves that version 1 plug-ins keep loading and deciding.
  */
 #include <stddef.h>
 #include <stdio.h>
@@ -74,7 +77,7 @@ static const rl_param_def mk_params_def[] = {
 };
 
 static const rl_rule_type max_keys = {
-    .api_version = RL_RULE_API_VERSION,
+    .api_version = 1,
     .name = "max_keys",
     .params = mk_params_def,
     .nparams = 1,

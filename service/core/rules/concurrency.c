@@ -20,25 +20,35 @@ typedef struct cc_state {
     rl_fp held;
 } cc_state;
 
-static rl_ns cc_wait(const void *pp, const void *st, const char *key, size_t keylen, rl_ns now,
-                     rl_fp cost)
+/* The evaluation: the state as read (time changes nothing). */
+typedef struct cc_ev {
+    cc_state s;
+} cc_ev;
+
+static rl_ns wait_for(const cc_params *p, const cc_state *s, rl_fp cost)
 {
-    const cc_params *p = pp;
-    const cc_state *s = st;
-    (void)key;
-    (void)keylen;
-    (void)now;
     if (cost > p->limit)
         return RL_WAIT_NEVER;
     return s->held <= p->limit - cost ? 0 : p->retry;
 }
 
-static void cc_take(const void *pp, void *st, rl_ns now, rl_fp cost)
+static rl_ns cc_evaluate(const void *pp, const void *st, const char *key, size_t keylen,
+                         rl_ns now, rl_fp cost, rl_eval *ev)
 {
-    cc_state *s = st;
-    (void)pp;
+    cc_ev *e = (cc_ev *)(void *)ev;
+    (void)key;
+    (void)keylen;
     (void)now;
-    s->held = rl__used_add(s->held, cost);
+    e->s = *(const cc_state *)st;
+    return wait_for(pp, &e->s, cost);
+}
+
+static void cc_commit(const void *pp, void *st, rl_eval *ev, rl_fp cost)
+{
+    cc_ev *e = (cc_ev *)(void *)ev;
+    (void)pp;
+    e->s.held = rl__used_add(e->s.held, cost);
+    *(cc_state *)st = e->s;
 }
 
 static void cc_release(const void *pp, void *st, rl_ns now, rl_fp amount)
@@ -55,14 +65,16 @@ static rl_ns cc_idle_at(const void *pp, const void *st)
     return ((const cc_state *)st)->held == 0 ? 0 : RL_WAIT_NEVER;
 }
 
-static void cc_status(const void *pp, const void *st, rl_ns now, rl_rule_status *out)
+static void cc_report(const void *pp, const rl_eval *ev, rl_ns now, rl_rule_status *out)
 {
     const cc_params *p = pp;
+    const cc_state *s = &((const cc_ev *)(const void *)ev)->s;
     (void)now;
     out->limit = p->limit;
-    out->remaining = p->limit - ((const cc_state *)st)->held;
+    out->remaining = p->limit - s->held;
     out->reset_after = 0;
     out->window = 0;
+    out->next = s->held > 0 ? wait_for(p, s, rl_status_want(p->limit, out->remaining)) : 0;
 }
 
 static void cc_name(const void *pp, char *buf, size_t len)
@@ -103,10 +115,11 @@ const rl_rule_type rl__concurrency = {
     .flags = RL_RULE_UNIT_REQUESTS | RL_RULE_HOLDS,
     .default_name = cc_name,
     .capacity = cc_capacity,
-    .wait = cc_wait,
-    .take = cc_take,
     .release = cc_release,
     .idle_at = cc_idle_at,
-    .status = cc_status,
+    .eval_size = sizeof(cc_ev),
+    .evaluate = cc_evaluate,
+    .commit = cc_commit,
+    .report = cc_report,
     .redis = &cc_redis,
 };

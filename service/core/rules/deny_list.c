@@ -11,12 +11,13 @@ typedef struct dl_params {
     rl_strings keys;
 } dl_params;
 
-static rl_ns dl_wait(const void *pp, const void *st, const char *key, size_t keylen, rl_ns now,
-                     rl_fp cost)
+static rl_ns dl_evaluate(const void *pp, const void *st, const char *key, size_t keylen,
+                         rl_ns now, rl_fp cost, rl_eval *ev)
 {
     (void)st;
     (void)now;
     (void)cost;
+    (void)ev;
     return rl_strings_find(&((const dl_params *)pp)->keys, key, keylen) ? RL_WAIT_NEVER : 0;
 }
 
@@ -39,5 +40,5 @@ const rl_rule_type rl__deny_list = {
     .state_size = 0,
     .flags = RL_RULE_UNIT_REQUESTS,
     .default_name = dl_name,
-    .wait = dl_wait,
+    .evaluate = dl_evaluate,
 };

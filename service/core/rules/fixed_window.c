@@ -34,27 +34,40 @@ static rl_fp count_at(const fw_params *p, const fw_state *s, rl_ns t)
     return start_of(p, t) == start_of(p, s->last) ? s->count : 0;
 }
 
-static rl_ns fw_wait(const void *pp, const void *st, const char *key, size_t keylen, rl_ns now,
-                     rl_fp cost)
+/* The evaluation: the state at t = max(now, last), counting for t's window. */
+typedef struct fw_ev {
+    fw_state s;
+} fw_ev;
+
+_Static_assert(sizeof(fw_ev) <= RL_EVAL_MAX, "fixed window evaluation fits");
+
+static rl_ns wait_for(const fw_params *p, const fw_state *s, rl_ns now, rl_fp cost)
 {
-    const fw_params *p = pp;
-    const fw_state *s = st;
-    (void)key;
-    (void)keylen;
     if (cost > p->limit)
         return RL_WAIT_NEVER;
-    rl_ns t = rl__max_ns(now, s->last);
-    if (count_at(p, s, t) <= p->limit - cost)
+    if (s->count <= p->limit - cost)
         return 0;
-    return rl__add_sat(start_of(p, t) - now, p->window);
+    return rl__add_sat(start_of(p, s->last) - now, p->window);
 }
 
-static void fw_take(const void *pp, void *st, rl_ns now, rl_fp cost)
+static rl_ns fw_evaluate(const void *pp, const void *st, const char *key, size_t keylen,
+                         rl_ns now, rl_fp cost, rl_eval *ev)
 {
-    fw_state *s = st;
-    rl_ns t = rl__max_ns(now, s->last);
-    s->count = rl__used_add(count_at(pp, s, t), cost);
-    s->last = t;
+    const fw_state *s = st;
+    fw_ev *e = (fw_ev *)(void *)ev;
+    (void)key;
+    (void)keylen;
+    e->s.last = rl__max_ns(now, s->last);
+    e->s.count = count_at(pp, s, e->s.last);
+    return wait_for(pp, &e->s, now, cost);
+}
+
+static void fw_commit(const void *pp, void *st, rl_eval *ev, rl_fp cost)
+{
+    fw_ev *e = (fw_ev *)(void *)ev;
+    (void)pp;
+    e->s.count = rl__used_add(e->s.count, cost);
+    *(fw_state *)st = e->s;
 }
 
 static void fw_refund(const void *pp, void *st, rl_ns now, rl_ns taken_at, rl_fp amount)
@@ -76,16 +89,15 @@ static rl_ns fw_idle_at(const void *pp, const void *st)
     return s->count == 0 ? 0 : rl__add_sat(start_of(pp, s->last), ((const fw_params *)pp)->window);
 }
 
-static void fw_status(const void *pp, const void *st, rl_ns now, rl_rule_status *out)
+static void fw_report(const void *pp, const rl_eval *ev, rl_ns now, rl_rule_status *out)
 {
     const fw_params *p = pp;
-    const fw_state *s = st;
-    rl_ns t = rl__max_ns(now, s->last);
-    rl_fp c = count_at(p, s, t);
+    const fw_state *s = &((const fw_ev *)(const void *)ev)->s;
     out->limit = p->limit;
-    out->remaining = p->limit - c;
-    out->reset_after = c ? rl__add_sat(start_of(p, t) - now, p->window) : 0;
+    out->remaining = p->limit - s->count;
+    out->reset_after = s->count ? rl__add_sat(start_of(p, s->last) - now, p->window) : 0;
     out->window = p->window;
+    out->next = s->count > 0 ? wait_for(p, s, now, rl_status_want(p->limit, out->remaining)) : 0;
 }
 
 static void fw_name(const void *pp, char *buf, size_t len)
@@ -127,10 +139,11 @@ const rl_rule_type rl__fixed_window = {
     .state_size = sizeof(fw_state),
     .default_name = fw_name,
     .capacity = fw_capacity,
-    .wait = fw_wait,
-    .take = fw_take,
     .refund = fw_refund,
     .idle_at = fw_idle_at,
-    .status = fw_status,
+    .eval_size = sizeof(fw_ev),
+    .evaluate = fw_evaluate,
+    .commit = fw_commit,
+    .report = fw_report,
     .redis = &fw_redis,
 };

@@ -47,28 +47,44 @@ static rl__u128 scaled(rl_fp amount)
     return (rl__u128)(uint64_t)amount * (uint64_t)RL_NS_PER_SEC;
 }
 
-static rl_ns gcra_wait(const void *pp, const void *st, const char *key, size_t keylen, rl_ns now,
-                       rl_fp cost)
+/* The evaluation: the state, the time t = max(now, last) and how far TAT is ahead of t. */
+typedef struct gcra_ev {
+    gcra_state s;
+    rl_ns t;
+    rl__u128 ahead;
+} gcra_ev;
+
+_Static_assert(sizeof(gcra_ev) <= RL_EVAL_MAX, "gcra evaluation fits");
+
+static rl_ns wait_for(const gcra_params *p, const gcra_ev *e, rl_ns now, rl_fp cost)
 {
-    const gcra_params *p = pp;
-    const gcra_state *s = st;
-    (void)key;
-    (void)keylen;
     if (cost > p->burst)
         return RL_WAIT_NEVER;
-    rl_ns t = rl__max_ns(now, s->last);
-    rl__u128 d = ahead(p, s, t) + scaled(cost), b = scaled(p->burst);
+    rl__u128 d = e->ahead + scaled(cost), b = scaled(p->burst);
     if (d <= b)
         return 0;
-    return rl__add_sat(t - now, rl__ceil_div(d - b, (uint64_t)p->rate));
+    return rl__add_sat(e->t - now, rl__ceil_div(d - b, (uint64_t)p->rate));
 }
 
-static void gcra_take(const void *pp, void *st, rl_ns now, rl_fp cost)
+static rl_ns gcra_evaluate(const void *pp, const void *st, const char *key, size_t keylen,
+                           rl_ns now, rl_fp cost, rl_eval *ev)
 {
-    gcra_state *s = st;
-    rl_ns t = rl__max_ns(now, s->last);
-    set_ahead(pp, s, t, ahead(pp, s, t) + scaled(cost));
-    s->last = t;
+    gcra_ev *e = (gcra_ev *)(void *)ev;
+    (void)key;
+    (void)keylen;
+    e->s = *(const gcra_state *)st;
+    e->t = rl__max_ns(now, e->s.last);
+    e->ahead = ahead(pp, &e->s, e->t);
+    return wait_for(pp, e, now, cost);
+}
+
+static void gcra_commit(const void *pp, void *st, rl_eval *ev, rl_fp cost)
+{
+    gcra_ev *e = (gcra_ev *)(void *)ev;
+    set_ahead(pp, &e->s, e->t, e->ahead + scaled(cost));
+    e->s.last = e->t;
+    e->ahead = ahead(pp, &e->s, e->t);
+    *(gcra_state *)st = e->s;
 }
 
 static void gcra_refund(const void *pp, void *st, rl_ns now, rl_ns taken_at, rl_fp amount)
@@ -92,20 +108,22 @@ static rl_ns gcra_idle_at(const void *pp, const void *st)
     return s->rem ? rl__add_sat(s->tat, 1) : s->tat;
 }
 
-static void gcra_status(const void *pp, const void *st, rl_ns now, rl_rule_status *out)
+static void gcra_report(const void *pp, const rl_eval *ev, rl_ns now, rl_rule_status *out)
 {
     const gcra_params *p = pp;
-    const gcra_state *s = st;
-    rl_ns t = rl__max_ns(now, s->last);
-    rl__u128 a = ahead(p, s, t);
+    const gcra_ev *e = (const gcra_ev *)(const void *)ev;
+    rl__u128 a = e->ahead;
     uint64_t part;
     rl__u128 used = rl__divmod(a, (uint64_t)RL_NS_PER_SEC, &part);
     used += part != 0;
     out->limit = p->burst;
     out->remaining = used >= (rl__u128)RL__USED_MAX ? p->burst - RL__USED_MAX
                                                      : p->burst - (rl_fp)used;
-    out->reset_after = a ? rl__add_sat(t - now, rl__ceil_div(a, (uint64_t)p->rate)) : 0;
+    out->reset_after = a ? rl__add_sat(e->t - now, rl__ceil_div(a, (uint64_t)p->rate)) : 0;
     out->window = rl__ceil_div(scaled(p->burst), (uint64_t)p->rate);
+    out->next = out->remaining < out->limit
+                    ? wait_for(p, e, now, rl_status_want(out->limit, out->remaining))
+                    : 0;
 }
 
 static void gcra_name(const void *pp, char *buf, size_t len)
@@ -147,10 +165,11 @@ const rl_rule_type rl__gcra = {
     .state_size = sizeof(gcra_state),
     .default_name = gcra_name,
     .capacity = gcra_capacity,
-    .wait = gcra_wait,
-    .take = gcra_take,
     .refund = gcra_refund,
     .idle_at = gcra_idle_at,
-    .status = gcra_status,
+    .eval_size = sizeof(gcra_ev),
+    .evaluate = gcra_evaluate,
+    .commit = gcra_commit,
+    .report = gcra_report,
     .redis = &gcra_redis,
 };

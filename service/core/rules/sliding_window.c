@@ -43,28 +43,48 @@ static swl_entry *at(const swl_log *l, uint32_t i)
     return (swl_entry *)&l->e[(l->head + i) % l->cap];
 }
 
-static rl_ns swl_wait(const void *pp, const void *st, const char *key, size_t keylen, rl_ns now,
-                      rl_fp cost)
+/* The evaluation: the state as read, t = max(now, last), the live sum at t and the first
+ * live entry. The log itself stays in the state (RL_RULE_EVAL_IN_STATE). */
+typedef struct swl_ev {
+    swl_state s;
+    rl_ns t;
+    rl_fp live;
+    uint32_t first;
+} swl_ev;
+
+_Static_assert(sizeof(swl_ev) <= RL_EVAL_MAX, "sliding window evaluation fits");
+
+static rl_ns wait_for(const swl_params *p, const swl_ev *e, rl_ns now, rl_fp cost)
 {
-    const swl_params *p = pp;
-    const swl_state *s = st;
-    (void)key;
-    (void)keylen;
     if (cost > p->limit)
         return RL_WAIT_NEVER;
-    rl_ns t = rl__max_ns(now, s->last);
-    rl_fp live = s->sum, room = p->limit - cost;
-    uint32_t i = 0, n = s->log ? s->log->n : 0;
-    for (; i < n && at(s->log, i)->ts <= t - p->window; i++)
-        live -= at(s->log, i)->cost;
+    rl_fp live = e->live, room = p->limit - cost;
     if (live <= room)
         return 0;
-    for (; i < n; i++) {
-        live -= at(s->log, i)->cost;
+    const swl_log *l = e->s.log;
+    for (uint32_t i = e->first; i < l->n; i++) {
+        live -= at(l, i)->cost;
         if (live <= room)
-            return rl__add_sat(at(s->log, i)->ts - now, p->window);
+            return rl__add_sat(at(l, i)->ts - now, p->window);
     }
     return RL_WAIT_NEVER; /* not reached: with every entry gone cost fits */
+}
+
+static rl_ns swl_evaluate(const void *pp, const void *st, const char *key, size_t keylen,
+                          rl_ns now, rl_fp cost, rl_eval *ev)
+{
+    const swl_params *p = pp;
+    swl_ev *e = (swl_ev *)(void *)ev;
+    (void)key;
+    (void)keylen;
+    e->s = *(const swl_state *)st;
+    e->t = rl__max_ns(now, e->s.last);
+    e->live = e->s.sum;
+    uint32_t i = 0, n = e->s.log ? e->s.log->n : 0;
+    for (; i < n && at(e->s.log, i)->ts <= e->t - p->window; i++)
+        e->live -= at(e->s.log, i)->cost;
+    e->first = i;
+    return wait_for(p, e, now, cost);
 }
 
 static void expire(const swl_params *p, swl_state *s, rl_ns t)
@@ -114,13 +134,16 @@ static void append(swl_state *s, rl_ns t, rl_fp amount)
     s->sum = rl__used_add(s->sum, amount);
 }
 
-static void swl_take(const void *pp, void *st, rl_ns now, rl_fp cost)
+static void swl_commit(const void *pp, void *st, rl_eval *ev, rl_fp cost)
 {
     swl_state *s = st;
-    rl_ns t = rl__max_ns(now, s->last);
-    expire(pp, s, t);
-    append(s, t, cost);
-    s->last = t;
+    swl_ev *e = (swl_ev *)(void *)ev;
+    expire(pp, s, e->t);
+    append(s, e->t, cost);
+    s->last = e->t;
+    e->s = *s;
+    e->live = s->sum;
+    e->first = 0;
 }
 
 static void swl_refund(const void *pp, void *st, rl_ns now, rl_ns taken_at, rl_fp amount)
@@ -154,19 +177,15 @@ static rl_ns swl_idle_at(const void *pp, const void *st)
     return rl__add_sat(s->last, ((const swl_params *)pp)->window);
 }
 
-static void swl_status(const void *pp, const void *st, rl_ns now, rl_rule_status *out)
+static void swl_report(const void *pp, const rl_eval *ev, rl_ns now, rl_rule_status *out)
 {
     const swl_params *p = pp;
-    const swl_state *s = st;
-    rl_ns t = rl__max_ns(now, s->last);
-    rl_fp live = s->sum;
-    uint32_t n = s->log ? s->log->n : 0;
-    for (uint32_t i = 0; i < n && at(s->log, i)->ts <= t - p->window; i++)
-        live -= at(s->log, i)->cost;
+    const swl_ev *e = (const swl_ev *)(const void *)ev;
     out->limit = p->limit;
-    out->remaining = p->limit - live;
-    out->reset_after = live > 0 ? rl__add_sat(s->last - now, p->window) : 0;
+    out->remaining = p->limit - e->live;
+    out->reset_after = e->live > 0 ? rl__add_sat(e->s.last - now, p->window) : 0;
     out->window = p->window;
+    out->next = e->live > 0 ? wait_for(p, e, now, rl_status_want(p->limit, out->remaining)) : 0;
 }
 
 static void swl_free(const void *pp, void *st)
@@ -259,15 +278,17 @@ const rl_rule_type rl__sliding_window = {
     .nparams = sizeof swl_params_def / sizeof swl_params_def[0],
     .params_size = sizeof(swl_params),
     .state_size = sizeof(swl_state),
+    .flags = RL_RULE_EVAL_IN_STATE,
     .default_name = swl_name,
     .capacity = swl_capacity,
-    .wait = swl_wait,
-    .take = swl_take,
     .refund = swl_refund,
     .idle_at = swl_idle_at,
-    .status = swl_status,
     .state_free = swl_free,
     .state_save = swl_save,
     .state_load = swl_load,
+    .eval_size = sizeof(swl_ev),
+    .evaluate = swl_evaluate,
+    .commit = swl_commit,
+    .report = swl_report,
     .redis = &swl_redis,
 };

@@ -61,34 +61,48 @@ static rl_ns first_fit(const swc_params *p, rl_fp prev, rl_fp cur, rl_fp cost)
     return k >= (rl__u128)(uint64_t)p->window ? 0 : p->window - (rl_ns)k;
 }
 
-static rl_ns swc_wait(const void *pp, const void *st, const char *key, size_t keylen, rl_ns now,
-                      rl_fp cost)
+/* The evaluation: the state rolled to t = max(now, last), with last = t. */
+typedef struct swc_ev {
+    swc_state s;
+} swc_ev;
+
+_Static_assert(sizeof(swc_ev) <= RL_EVAL_MAX, "sliding window counter evaluation fits");
+
+/* The wait at now for cost, from s rolled to s->last >= now. */
+static rl_ns wait_for(const swc_params *p, const swc_state *s, rl_ns now, rl_fp cost)
 {
-    const swc_params *p = pp;
-    swc_state s = *(const swc_state *)st;
-    (void)key;
-    (void)keylen;
     if (cost > p->limit)
         return RL_WAIT_NEVER;
-    rl_ns t = rl__max_ns(now, s.last);
-    roll(p, &s, t);
-    if (fits(p, &s, t, cost))
+    rl_ns t = s->last;
+    if (fits(p, s, t, cost))
         return 0;
     rl_ns ws = start_of(p, t);
-    rl_ns e = first_fit(p, s.prev, s.cur, cost);
+    rl_ns e = first_fit(p, s->prev, s->cur, cost);
     if (e < p->window)
         return rl__add_sat(ws - now, e);
-    e = first_fit(p, s.cur, 0, cost); /* the next window: cur becomes prev */
+    e = first_fit(p, s->cur, 0, cost); /* the next window: cur becomes prev */
     return rl__add_sat(rl__add_sat(ws - now, p->window), e);
 }
 
-static void swc_take(const void *pp, void *st, rl_ns now, rl_fp cost)
+static rl_ns swc_evaluate(const void *pp, const void *st, const char *key, size_t keylen,
+                          rl_ns now, rl_fp cost, rl_eval *ev)
 {
-    swc_state *s = st;
-    rl_ns t = rl__max_ns(now, s->last);
-    roll(pp, s, t);
-    s->cur = rl__used_add(s->cur, cost);
-    s->last = t;
+    swc_ev *e = (swc_ev *)(void *)ev;
+    (void)key;
+    (void)keylen;
+    e->s = *(const swc_state *)st;
+    rl_ns t = rl__max_ns(now, e->s.last);
+    roll(pp, &e->s, t);
+    e->s.last = t;
+    return wait_for(pp, &e->s, now, cost);
+}
+
+static void swc_commit(const void *pp, void *st, rl_eval *ev, rl_fp cost)
+{
+    swc_ev *e = (swc_ev *)(void *)ev;
+    (void)pp;
+    e->s.cur = rl__used_add(e->s.cur, cost);
+    *(swc_state *)st = e->s;
 }
 
 static void swc_refund(const void *pp, void *st, rl_ns now, rl_ns taken_at, rl_fp amount)
@@ -118,21 +132,20 @@ static rl_ns swc_idle_at(const void *pp, const void *st)
     return s->prev ? rl__add_sat(ls, p->window) : 0;
 }
 
-static void swc_status(const void *pp, const void *st, rl_ns now, rl_rule_status *out)
+static void swc_report(const void *pp, const rl_eval *ev, rl_ns now, rl_rule_status *out)
 {
     const swc_params *p = pp;
-    swc_state s = *(const swc_state *)st;
-    rl_ns t = rl__max_ns(now, s.last);
-    roll(p, &s, t);
-    uint64_t w = (uint64_t)p->window, e = (uint64_t)(t - start_of(p, t));
-    rl__u128 weighted = (rl__u128)(uint64_t)s.prev * (w - e);
+    const swc_state *s = &((const swc_ev *)(const void *)ev)->s;
+    rl_ns t = s->last, ws = start_of(p, t);
+    uint64_t w = (uint64_t)p->window, e = (uint64_t)(t - ws);
+    rl__u128 weighted = (rl__u128)(uint64_t)s->prev * (w - e);
     uint64_t part;
-    rl_fp est = s.cur + (rl_fp)rl__divmod(weighted, w, &part) + (part != 0);
+    rl_fp est = s->cur + (rl_fp)rl__divmod(weighted, w, &part) + (part != 0);
     out->limit = p->limit;
     out->remaining = p->limit - est;
-    rl_ns ws = start_of(p, t);
-    out->reset_after = s.cur ? ws + 2 * p->window - now : s.prev ? ws + p->window - now : 0;
+    out->reset_after = s->cur ? ws + 2 * p->window - now : s->prev ? ws + p->window - now : 0;
     out->window = p->window;
+    out->next = est > 0 ? wait_for(p, s, now, rl_status_want(p->limit, out->remaining)) : 0;
 }
 
 static void swc_name(const void *pp, char *buf, size_t len)
@@ -174,10 +187,11 @@ const rl_rule_type rl__sliding_window_counter = {
     .state_size = sizeof(swc_state),
     .default_name = swc_name,
     .capacity = swc_capacity,
-    .wait = swc_wait,
-    .take = swc_take,
     .refund = swc_refund,
     .idle_at = swc_idle_at,
-    .status = swc_status,
+    .eval_size = sizeof(swc_ev),
+    .evaluate = swc_evaluate,
+    .commit = swc_commit,
+    .report = swc_report,
     .redis = &swc_redis,
 };

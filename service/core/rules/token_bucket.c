@@ -61,25 +61,39 @@ static rl_ns time_to(const tb_params *p, const tb_state *s, rl_fp target)
     return rl__ceil_div(need, (uint64_t)p->rate);
 }
 
-static rl_ns tb_wait(const void *pp, const void *st, const char *key, size_t keylen, rl_ns now,
-                     rl_fp cost)
+/* The evaluation: the state brought to max(now, last). */
+typedef struct tb_ev {
+    tb_state s;
+} tb_ev;
+
+_Static_assert(sizeof(tb_ev) <= RL_EVAL_MAX, "token bucket evaluation fits");
+
+/* The wait at now for cost, from s at max(now, last). */
+static rl_ns wait_for(const tb_params *p, const tb_state *s, rl_ns now, rl_fp cost)
 {
-    const tb_params *p = pp;
-    tb_state s = *(const tb_state *)st;
-    (void)key;
-    (void)keylen;
     if (cost > p->capacity)
         return RL_WAIT_NEVER;
-    refill(p, &s, now);
-    rl_ns dt = time_to(p, &s, p->capacity - cost);
-    return dt == 0 ? 0 : rl__add_sat(s.last - now, dt);
+    rl_ns dt = time_to(p, s, p->capacity - cost);
+    return dt == 0 ? 0 : rl__add_sat(s->last - now, dt);
 }
 
-static void tb_take(const void *pp, void *st, rl_ns now, rl_fp cost)
+static rl_ns tb_evaluate(const void *pp, const void *st, const char *key, size_t keylen,
+                         rl_ns now, rl_fp cost, rl_eval *ev)
 {
-    tb_state *s = st;
-    refill(pp, s, now);
-    s->used = rl__used_add(s->used, cost);
+    tb_ev *e = (tb_ev *)(void *)ev;
+    (void)key;
+    (void)keylen;
+    e->s = *(const tb_state *)st;
+    refill(pp, &e->s, now);
+    return wait_for(pp, &e->s, now, cost);
+}
+
+static void tb_commit(const void *pp, void *st, rl_eval *ev, rl_fp cost)
+{
+    tb_ev *e = (tb_ev *)(void *)ev;
+    (void)pp;
+    e->s.used = rl__used_add(e->s.used, cost);
+    *(tb_state *)st = e->s;
 }
 
 static void tb_refund(const void *pp, void *st, rl_ns now, rl_ns taken_at, rl_fp amount)
@@ -105,16 +119,16 @@ static rl_ns tb_idle_at(const void *pp, const void *st)
     return rl__add_sat(s->last, time_to(pp, s, 0));
 }
 
-static void tb_status(const void *pp, const void *st, rl_ns now, rl_rule_status *out)
+static void tb_report(const void *pp, const rl_eval *ev, rl_ns now, rl_rule_status *out)
 {
     const tb_params *p = pp;
-    tb_state s = *(const tb_state *)st;
-    refill(p, &s, now);
+    const tb_state *s = &((const tb_ev *)(const void *)ev)->s;
     out->limit = p->capacity;
-    out->remaining = p->capacity - s.used;
-    rl_ns full = time_to(p, &s, 0);
-    out->reset_after = full ? rl__add_sat(s.last - now, full) : 0;
+    out->remaining = p->capacity - s->used;
+    rl_ns full = time_to(p, s, 0);
+    out->reset_after = full ? rl__add_sat(s->last - now, full) : 0;
     out->window = p->window;
+    out->next = full ? wait_for(p, s, now, rl_status_want(out->limit, out->remaining)) : 0;
 }
 
 static int tb_prepare(void *pp, char *err, size_t errlen)
@@ -167,10 +181,11 @@ const rl_rule_type rl__token_bucket = {
     .prepare = tb_prepare,
     .default_name = tb_name,
     .capacity = tb_capacity,
-    .wait = tb_wait,
-    .take = tb_take,
     .refund = tb_refund,
     .idle_at = tb_idle_at,
-    .status = tb_status,
+    .eval_size = sizeof(tb_ev),
+    .evaluate = tb_evaluate,
+    .commit = tb_commit,
+    .report = tb_report,
     .redis = &tb_redis,
 };

@@ -1,6 +1,6 @@
 # ratelimitd - build, test, run and benchmark.
 #
-#   make            build build/ratelimitd (and the core library build/librl.a)
+#   make            build build/ratelimitd, build/ratelimit-replay (and the core library build/librl.a)
 #   make run        build and start the service on config/default.json (127.0.0.1:8080)
 #   make test       build and run the unit and integration tests
 #   make settings-doc  rewrite README.md's settings tables from service/settings.c
@@ -58,7 +58,7 @@ $(BUILD)/librl.a: $(CORE_OBJ)
 	$(Q)rm -f $@ && ar rcs $@ $^
 
 # ---- the service ------------------------------------------------------------------------
-SVC_LIB_SRC := $(filter-out service/main.c,$(wildcard service/*.c))
+SVC_LIB_SRC := $(filter-out service/main.c service/replay.c,$(wildcard service/*.c))
 SVC_LIB_OBJ := $(SVC_LIB_SRC:%.c=$(BUILD)/%.o)
 SVC_CFLAGS  := $(call pc_cflags,$(PKG_SVC))
 SVC_LIBS    := $(call pc_libs,$(PKG_SVC)) -ldl -lm
@@ -210,13 +210,18 @@ build-bench: $(BUILD)/ratelimitd $(BENCH_BIN)
 # The public targets first install what is missing, then build in a second make, so that
 # pkg-config is asked after the packages are there.
 .PHONY: all run test check-core deps deps-quiet install clean format bench build-all build-test \
-        build-bench settings-doc
+        build-bench settings-doc api-check container-deps container-test
 .DEFAULT_GOAL := all
 
 all: deps-quiet
 	@$(MAKE) --no-print-directory build-all
 
-build-all: $(BUILD)/ratelimitd
+build-all: $(BUILD)/ratelimitd $(BUILD)/ratelimit-replay
+
+# The replay and what-if tool: traces through the same core and store stack as the daemon.
+$(BUILD)/ratelimit-replay: $(BUILD)/service/replay.o $(SVC_LIB_OBJ) $(BUILD)/librl.a
+	$(call say,LD,$@)
+	$(Q)$(CC) $^ -o $@ $(LDFLAGS_ALL) $(SVC_LIBS)
 
 run: deps-quiet
 	@$(MAKE) --no-print-directory build-all
@@ -226,13 +231,30 @@ test: deps-quiet
 	@$(MAKE) --no-print-directory check-core build-test
 	@set -e; for t in $(TEST_BIN); do \
 	    echo "== $$t"; RL_BUILD=$(BUILD) $$t; \
-	done; echo "all tests passed"
+	done
+	@$(MAKE) --no-print-directory api-check
+	@echo "all tests passed"
+
+# The API document: redocly's lint (every warning an error) and tests/api/openapi.test.js, which
+# calls every documented operation of the real daemon and validates each answer with ajv. The
+# npm packages are pinned by tests/api/package-lock.json and installed there (npm ci).
+API_NODE := tests/api/node_modules/.installed
+$(API_NODE): tests/api/package.json tests/api/package-lock.json
+	$(call say,NPM,tests/api)
+	$(Q)cd tests/api && npm ci --no-audit --no-fund --loglevel=error >/dev/null && touch node_modules/.installed
+
+api-check: $(API_NODE) $(BUILD)/ratelimitd
+	@echo "== redocly lint api/openapi.yaml"
+	$(Q)cd tests/api && npx --no-install redocly lint --config redocly.yaml --format stylish \
+	    ../../api/openapi.yaml
+	@echo "== tests/api (node --test)"
+	$(Q)cd tests/api && RL_BUILD=$(abspath $(BUILD)) node --test
 
 settings-doc: deps-quiet
 	@$(MAKE) --no-print-directory $(BUILD)/tools/settings_doc
 	$(BUILD)/tools/settings_doc README.md
 
-build-test: $(BUILD)/ratelimitd $(TEST_BIN) $(PLUGINS)
+build-test: $(BUILD)/ratelimitd $(BUILD)/ratelimit-replay $(TEST_BIN) $(PLUGINS)
 
 # Test objects are kept (not removed as intermediates), so a second make rebuilds nothing.
 .SECONDARY: $(TEST_HELP_OBJ) $(TEST_SRC:tests/%.c=$(BUILD)/tests/%.o)
@@ -269,9 +291,13 @@ check-core:
 DEB_PKGS := gcc libc6-dev make pkg-config libjansson-dev libmicrohttpd-dev check libsubunit-dev \
             libcurl4-openssl-dev libhiredis-dev redis-server redis-sentinel redis-tools nginx wrk curl \
             prometheus
+# node and npm for tests/api, looked for by command: a machine may have node from another
+# packaging that brings its own npm (Debian's npm would conflict with it).
+NODE_PKGS := nodejs npm
 deps:
 	@missing=$$(for p in $(DEB_PKGS); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null \
-	    | grep -q 'install ok installed' || echo $$p; done); \
+	    | grep -q 'install ok installed' || echo $$p; done; \
+	    command -v npm >/dev/null || echo $(NODE_PKGS)); \
 	if [ -n "$$missing" ]; then \
 	    echo "installing:$$missing" | tr '\n' ' '; echo; \
 	    if [ "$$(id -u)" != 0 ]; then echo "make deps: run as root to install:$$missing"; exit 1; fi; \
@@ -279,13 +305,31 @@ deps:
 	    apt-get update -qq && apt-get install -y -qq --no-install-recommends $$missing >/dev/null \
 	    || { echo "make deps: apt-get failed"; exit 1; }; \
 	fi
+	@$(MAKE) --no-print-directory $(API_NODE)
 
 # Installs only when something is missing; quiet otherwise.
 deps-quiet:
 	@pkg-config --exists $(PKG_ALL) hiredis 2>/dev/null && command -v redis-server >/dev/null \
 	    && command -v redis-sentinel >/dev/null && command -v redis-cli >/dev/null \
-	    && test -x /usr/sbin/nginx && command -v promtool >/dev/null \
+	    && test -x /usr/sbin/nginx && command -v promtool >/dev/null && command -v npm >/dev/null \
 	    || $(MAKE) --no-print-directory deps
+
+# make container-test: the Dockerfile built with buildah on a debootstrapped bookworm and its
+# image run (tests/container/run.sh; as root, with the network to Debian's mirror). The base
+# root filesystem and the images are kept under $(BUILD)/container, so a second run is fast.
+CONTAINER_PKGS := debootstrap buildah iproute2 curl
+container-deps:
+	@missing=$$(for p in $(CONTAINER_PKGS); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null \
+	    | grep -q 'install ok installed' || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	    echo "installing:$$missing" | tr '\n' ' '; echo; \
+	    export DEBIAN_FRONTEND=noninteractive; \
+	    apt-get update -qq && apt-get install -y -qq --no-install-recommends $$missing >/dev/null \
+	    || { echo "make container-deps: apt-get failed"; exit 1; }; \
+	fi
+
+container-test: container-deps
+	@tests/container/run.sh $(BUILD)
 
 # (deps, not deps-quiet: wrk and nginx are checked too)
 bench: deps
@@ -304,4 +348,4 @@ format:
 clean:
 	rm -rf $(BUILD)
 
--include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
+-include $(shell find $(BUILD) -path $(BUILD)/container -prune -o -name '*.d' -type f -print 2>/dev/null)

@@ -94,10 +94,14 @@ void rld_app_tick(rld_app *app)
 static void reply_decision(rld_req *r, const rl_config *cfg, const rl_decision *d,
                            int deny_status, const char *ctype)
 {
-    char pbuf[1024], sbuf[1024], retry[24];
+    char pbuf[1024], sbuf[1024], retry[24], by[256];
     rld_buf policy, state;
     rld_header hs[3];
     size_t nh = 0;
+    if (!d->allowed && rld_req_access_logged(r)) {
+        rld_render_blocked_by(by, sizeof by, cfg, d);
+        rld_req_note(r, by, d->applied[d->blocked].key, d->applied[d->blocked].keylen);
+    }
     rld_buf_init(&policy, pbuf, sizeof pbuf);
     rld_buf_init(&state, sbuf, sizeof sbuf);
     if (rld_render_ratelimit(&policy, &state, cfg, d) > 0) {

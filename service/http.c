@@ -44,6 +44,9 @@ struct rld_req {
     size_t len, cap, seen;
     int too_big, body_oom;
     int early;   /* an answer decided from the headers (404, 405, 401), sent after the body */
+    const char *method, *url; /* libmicrohttpd's, for the access line */
+    const char *note_by, *note_key; /* a denial's rule and key, for the access line */
+    size_t note_keylen;
     rl_ns t0;
     int status; /* 0 until answered */
     enum MHD_Result queued;
@@ -116,6 +119,7 @@ static rld_req *req_begin(worker *w, struct MHD_Connection *c)
     r->cap = BODY_INLINE;
     r->too_big = r->body_oom = 0;
     r->early = 0;
+    r->note_by = NULL;
     r->status = 0;
     r->queued = MHD_NO;
     rld_buf_init(&r->out, r->out_inl, sizeof r->out_inl);
@@ -188,6 +192,41 @@ rld_buf *rld_req_out(rld_req *r)
 rld_http *rld_req_http(rld_req *r)
 {
     return r->h;
+}
+
+int rld_req_access_logged(const rld_req *r)
+{
+    return r->h->cfg.access_log;
+}
+
+void rld_req_note(rld_req *r, const char *blocked_by, const char *key, size_t keylen)
+{
+    r->note_by = blocked_by;
+    r->note_key = key;
+    r->note_keylen = keylen;
+}
+
+/* The request's access line (only when access logging is on: this is off the hot path). */
+static void access_line(const rld_req *r, int status)
+{
+    char client[INET6_ADDRSTRLEN] = "";
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(r->c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    const struct sockaddr *sa = ci ? ci->client_addr : NULL;
+    if (sa && sa->sa_family == AF_INET)
+        inet_ntop(AF_INET, &((const struct sockaddr_in *)sa)->sin_addr, client, sizeof client);
+    else if (sa && sa->sa_family == AF_INET6)
+        inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)sa)->sin6_addr, client,
+                  sizeof client);
+    rld_access a = {.method = r->method ? r->method : "",
+                    .path = r->url ? r->url : "",
+                    .status = status,
+                    .duration = mono_now() - r->t0,
+                    .client = client,
+                    .blocked_by = r->note_by,
+                    .key = r->note_key,
+                    .keylen = r->note_keylen};
+    rld_log_access(&a);
 }
 
 typedef struct each_header {
@@ -267,6 +306,8 @@ void rld_reply(rld_req *r, int status, const char *ctype, const rld_header *hs, 
     /* counted before the answer leaves, so that a client that has it sees it counted */
     if (r->h->cfg.on_done)
         r->h->cfg.on_done(r->h->cfg.app, r->route, status, mono_now() - r->t0);
+    if (r->h->cfg.access_log)
+        access_line(r, status);
     r->queued = MHD_queue_response(r->c, (unsigned)status, resp);
     MHD_destroy_response(resp);
 }
@@ -368,6 +409,8 @@ static void reply_early(rld_req *r, const char *url, const char *method)
 static enum MHD_Result first_call(rld_http *h, rld_req *r, const char *url, const char *method)
 {
     const rld_route *rt = NULL;
+    r->method = method;
+    r->url = url;
     for (size_t i = 0; i < h->cfg.nroutes && !rt; i++) {
         const char *p = h->cfg.routes[i].path;
         size_t n = strlen(p);

@@ -57,6 +57,7 @@ typedef struct rld_http_config {
      * (nroutes for an unknown path), the status and the time since the request's headers
      * arrived. May be NULL. */
     void (*on_done)(void *app, size_t route, int status, rl_ns duration);
+    int access_log; /* one access line per request (log.h), written as its answer is queued */
 } rld_http_config;
 
 typedef struct rld_http rld_http;
@@ -82,6 +83,11 @@ const char *rld_req_tail(const rld_req *r);
 rld_buf *rld_req_out(rld_req *r);
 /* The http layer the request came through. */
 rld_http *rld_req_http(rld_req *r);
+/* 1 when the request's access line will be written (worth calling rld_req_note for). */
+int rld_req_access_logged(const rld_req *r);
+/* For the access line of a denial: the rule that blocked ("user: free") and its key (keylen
+ * bytes). Both are borrowed until the reply is queued. */
+void rld_req_note(rld_req *r, const char *blocked_by, const char *key, size_t keylen);
 /* Calls fn with each request header's name and value (lengths given, both NUL-terminated,
  * borrowed for the request's life) in the order received, until fn returns nonzero; returns
  * that value, or 0 when fn saw every header. */

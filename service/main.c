@@ -259,6 +259,7 @@ static int serve(const opts *o)
         rl_registry_free(reg);
         return 1;
     }
+    rld_log_configure(set.log_level, set.log_format);
     if (o->port >= 0)
         set.port = o->port;
     if (set.store == RLD_STORE_REDIS) {
@@ -296,7 +297,8 @@ static int serve(const opts *o)
                           .routes = rld_routes,
                           .nroutes = rld_nroutes,
                           .app = &app,
-                          .on_done = rld_app_on_done};
+                          .on_done = rld_app_on_done,
+                          .access_log = set.log_access};
     if (!(app.http = rld_http_start(&hc, &err))) {
         rld_log("error: %s", err.msg);
         goto fail_app;

@@ -6,6 +6,14 @@
 
 #include "render.h"
 
+size_t rld_render_blocked_by(char *buf, size_t n, const rl_config *cfg, const rl_decision *d)
+{
+    const rl_applied *a = &d->applied[d->blocked];
+    int len = snprintf(buf, n, "%s: %s", cfg->levels[a->level].name,
+                       a->fallback == RL_FALLBACK_CLOSED ? RLD_STORE_UNAVAILABLE : a->rule->name);
+    return len < 0 ? 0 : (size_t)len < n ? (size_t)len : n - 1;
+}
+
 void rld_render_decision(rld_buf *o, const rl_config *cfg, const rl_decision *d)
 {
     rld_buf_puts(o, d->allowed ? "{\"allowed\":true,\"retry_after\":" : "{\"allowed\":false,"
@@ -16,11 +24,9 @@ void rld_render_decision(rld_buf *o, const rl_config *cfg, const rl_decision *d)
         rld_buf_seconds(o, d->retry_after);
     rld_buf_puts(o, ",\"blocked_by\":");
     if (d->blocked >= 0) {
-        const rl_applied *a = &d->applied[d->blocked];
         char by[256];
-        int n = snprintf(by, sizeof by, "%s: %s", cfg->levels[a->level].name,
-                         a->fallback == RL_FALLBACK_CLOSED ? RLD_STORE_UNAVAILABLE : a->rule->name);
-        rld_buf_json_str(o, by, n < 0 ? 0 : (size_t)n < sizeof by ? (size_t)n : sizeof by - 1);
+        size_t n = rld_render_blocked_by(by, sizeof by, cfg, d);
+        rld_buf_json_str(o, by, n);
     } else {
         rld_buf_puts(o, "null");
     }

@@ -20,6 +20,10 @@
  * rule label when a level with "on_store_error": "closed" denied because the store failed. */
 #define RLD_STORE_UNAVAILABLE "store unavailable"
 
+/* Writes blocked_by of a denied decision, "<level>: <rule name>" (the rule part is
+ * RLD_STORE_UNAVAILABLE for a closed level whose store failed), NUL-terminated and truncated to
+ * n bytes; returns its length. */
+size_t rld_render_blocked_by(char *buf, size_t n, const rl_config *cfg, const rl_decision *d);
 /* Appends {"allowed", "retry_after", "blocked_by", "reservation"?, "limits": [...]} for d. */
 void rld_render_decision(rld_buf *o, const rl_config *cfg, const rl_decision *d);
 /* Appends the values of RateLimit-Policy to policy and RateLimit to state; returns the number

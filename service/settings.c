@@ -13,6 +13,8 @@
 
 _Static_assert(sizeof(rld_on_error) == sizeof(int), "RLD_SET_ENUM fields are int-sized");
 _Static_assert(sizeof(rld_store_type) == sizeof(int), "RLD_SET_ENUM fields are int-sized");
+_Static_assert(sizeof(rld_log_level) == sizeof(int), "RLD_SET_ENUM fields are int-sized");
+_Static_assert(sizeof(rld_log_format) == sizeof(int), "RLD_SET_ENUM fields are int-sized");
 
 static const char *redis_url_check(const char *s)
 {
@@ -21,6 +23,8 @@ static const char *redis_url_check(const char *s)
 
 static const char *const store_types[] = {"memory", "redis", NULL};
 static const char *const on_error_modes[] = {"open", "closed", "local", NULL};
+static const char *const log_levels[] = {"error", "warn", "info", NULL};
+static const char *const log_formats[] = {"text", "json", NULL};
 
 /* clang-format off: one setting a row */
 static const rld_setting listen_rows[] = {
@@ -98,6 +102,31 @@ static const rld_setting store_rows[] = {
              "every call) but leaves the library in Redis's data set; where Redis refuses "
              "Functions the store goes back to `EVALSHA` by itself. See "
              "[docs/redis.md](docs/redis.md)"},
+};
+
+static const rld_setting log_rows[] = {
+    {.name = "level",
+     .kind = RLD_SET_ENUM,
+     .offset = OFF(log_level),
+     .choices = log_levels,
+     .def = 2,
+     .help = "the least severe lines written to stderr: `\"error\"`, `\"warn\"` (with access "
+             "lines: denials and other 4xx answers) or `\"info\"` (starts, stops, every access "
+             "line)"},
+    {.name = "format",
+     .kind = RLD_SET_ENUM,
+     .offset = OFF(log_format),
+     .choices = log_formats,
+     .def = 0,
+     .help = "`\"text\"`: `<time> ratelimitd[<pid>]: <message>`; `\"json\"`: one object a line "
+             "(`time`, `level`, `pid`, `msg` and an access line's fields)"},
+    {.name = "access",
+     .kind = RLD_SET_BOOL,
+     .offset = OFF(log_access),
+     .def = 0,
+     .help = "one line per request: method, path (without the query), status, duration, client "
+             "address, and for a denial the rule that blocked it and its key; never a header or "
+             "a token. See [Access logs](#access-logs)"},
 };
 
 static const rld_setting level_rows[] = {
@@ -202,6 +231,11 @@ static const rld_setting root_rows[] = {
      .max = 86400,
      .def = 300,
      .help = "seconds until a reservation expires and releases its slots"},
+    {.name = "log",
+     .kind = RLD_SET_OBJECT,
+     .sub = &rld_settings_log,
+     .doc_value = "object",
+     .help = "`{\"level\", \"format\", \"access\"}`, see the `log` table below"},
     {.name = "plugins",
      .kind = RLD_SET_STRINGS,
      .offset = OFF(plugins),
@@ -237,9 +271,11 @@ const rld_setting_table rld_settings_root = {"root", root_rows, COUNT(root_rows)
 const rld_setting_table rld_settings_listen = {"listen", listen_rows, COUNT(listen_rows), NULL, 0};
 const rld_setting_table rld_settings_store = {"store", store_rows, COUNT(store_rows), "type", 0};
 const rld_setting_table rld_settings_level = {"level", level_rows, COUNT(level_rows), NULL, 1};
+const rld_setting_table rld_settings_log = {"log", log_rows, COUNT(log_rows), NULL, 0};
 
 static const rld_setting_table *const all_tables[] = {&rld_settings_root, &rld_settings_listen,
-                                                      &rld_settings_store, &rld_settings_level};
+                                                      &rld_settings_store, &rld_settings_level,
+                                                      &rld_settings_log};
 
 const rld_setting *rld_setting_find(const rld_setting_table *t, const char *name, size_t len)
 {

@@ -38,6 +38,11 @@ typedef enum rld_on_error {
 
 typedef enum rld_store_type { RLD_STORE_MEMORY = 0, RLD_STORE_REDIS } rld_store_type;
 
+/* The least severe lines logged; an access line is info when the answer is 2xx, warn for
+ * another 4xx (429 included), error for 5xx. */
+typedef enum rld_log_level { RLD_LOG_ERROR = 0, RLD_LOG_WARN, RLD_LOG_INFO } rld_log_level;
+typedef enum rld_log_format { RLD_LOG_TEXT = 0, RLD_LOG_JSON } rld_log_format;
+
 /* The daemon's settings; the table rows in settings.c describe every field. */
 typedef struct rld_settings {
     char address[64]; /* listen address */
@@ -59,6 +64,9 @@ typedef struct rld_settings {
     unsigned shards[RL_MAX_LEVELS]; /* 1: not sharded */
     size_t nplugins;
     char **plugins;
+    rld_log_level log_level;
+    rld_log_format log_format;
+    int log_access; /* one line per request */
 } rld_settings;
 
 typedef enum rld_setting_kind {
@@ -107,7 +115,7 @@ struct rld_setting_table {
 };
 
 extern const rld_setting_table rld_settings_root, rld_settings_listen, rld_settings_store,
-    rld_settings_level;
+    rld_settings_level, rld_settings_log;
 
 /* The row of t named name (length len), or NULL. */
 const rld_setting *rld_setting_find(const rld_setting_table *t, const char *name, size_t len);

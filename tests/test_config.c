@@ -49,7 +49,7 @@ static const struct {
      "quotas.bob: unknown tier \"gold\""},
     {"{\"colour\": 1, \"levels\": [{\"name\": \"user\", \"rules\": [" TB "]}]}",
      "colour: unknown field (known: listen, threads, store, admin_token, quota_file, "
-     "state_file, state_interval, reservation_ttl, plugins, levels, tiers, default_tier, "
+     "state_file, state_interval, reservation_ttl, log, plugins, levels, tiers, default_tier, "
      "quotas)"},
     {"{\"levels\": [{\"name\": \"user\", \"rules\": [{\"type\": \"deny_list\", \"keys\": [], "
      "\"reserved\": {\"fraction\": 0.2}}]}]}",

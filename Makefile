@@ -7,6 +7,7 @@
 #   make bench      optimised build and the benchmarks (not part of make test)
 #   make deps       install the Debian packages the build, tests and benchmarks need (as root)
 #   make SANITIZE=address,undefined test     tests under sanitizers
+#   make fuzz       each fuzz target under libFuzzer for FUZZ_SECONDS (60), new inputs kept
 #   make V=1        show the commands
 
 CC      ?= cc
@@ -164,6 +165,36 @@ $(BUILD)/plugins/lib%.so: tests/plugins/%.c include/ratelimit_rule.h
 	$(call say,SO,$@)
 	$(Q)$(CC) -Iinclude $(WARN) $(CFLAGS) $(SAN) -fPIC -shared $< -o $@
 
+# ---- fuzz targets -----------------------------------------------------------------------
+# Each tests/fuzz/fuzz_*.c is one libFuzzer target. In every build it is also linked with
+# tests/fuzz/replay.c, which runs it once over its corpus folder (make test); make fuzz builds
+# them with clang and libFuzzer, ASan and UBSan in build-fuzz/ and runs each for FUZZ_SECONDS.
+FUZZ_SRC     := $(wildcard tests/fuzz/fuzz_*.c)
+FUZZ_NAMES   := $(FUZZ_SRC:tests/fuzz/%.c=%)
+FUZZ_REPLAY  := $(FUZZ_NAMES:%=$(BUILD)/fuzz/%)
+FUZZ_LIBFUZZER := $(FUZZ_NAMES:%=$(BUILD)/fuzz/lf_%)
+FUZZ_CORPUS  := tests/fuzz/corpus
+FUZZ_SECONDS ?= 60
+FUZZ_BUILD   := build-fuzz
+
+$(BUILD)/fuzz/%.o: tests/fuzz/%.c
+	@mkdir -p $(dir $@)
+	$(call say,CC,$<)
+	$(Q)$(CC) $(BASE_CPPFLAGS) -Iservice -Itests/fuzz $(SVC_CFLAGS) $(ALL_CFLAGS) -c $< -o $@
+
+$(BUILD)/fuzz/fuzz_%: $(BUILD)/fuzz/fuzz_%.o $(BUILD)/fuzz/fuzzutil.o $(BUILD)/fuzz/replay.o \
+                      $(SVC_LIB_OBJ) $(BUILD)/librl.a
+	$(call say,LD,$@)
+	$(Q)$(CC) $^ -o $@ $(LDFLAGS_ALL) $(SVC_LIBS)
+
+$(BUILD)/fuzz/lf_%: $(BUILD)/fuzz/%.o $(BUILD)/fuzz/fuzzutil.o $(SVC_LIB_OBJ) $(BUILD)/librl.a
+	$(call say,LD,$@)
+	$(Q)$(CC) -fsanitize=fuzzer $^ -o $@ $(LDFLAGS_ALL) $(SVC_LIBS)
+
+.SECONDARY: $(FUZZ_NAMES:%=$(BUILD)/fuzz/%.o) $(BUILD)/fuzz/fuzzutil.o $(BUILD)/fuzz/replay.o
+
+build-libfuzzer: $(FUZZ_LIBFUZZER)
+
 # ---- the README's settings tables ------------------------------------------------------
 # Made from the table in service/settings.c; test_config fails while README.md differs.
 $(BUILD)/tools/settings_doc: tools/settings_doc.c $(BUILD)/service/settings.o $(BUILD)/librl.a
@@ -210,7 +241,8 @@ build-bench: $(BUILD)/ratelimitd $(BENCH_BIN)
 # The public targets first install what is missing, then build in a second make, so that
 # pkg-config is asked after the packages are there.
 .PHONY: all run test check-core deps deps-quiet install clean format bench build-all build-test \
-        build-bench settings-doc api-check container-deps container-test
+        build-bench settings-doc api-check container-deps container-test fuzz \
+        build-libfuzzer
 .DEFAULT_GOAL := all
 
 all: deps-quiet
@@ -232,6 +264,9 @@ test: deps-quiet
 	@set -e; for t in $(TEST_BIN); do \
 	    echo "== $$t"; RL_BUILD=$(BUILD) $$t; \
 	done
+	@set -e; echo "== fuzz corpora"; for f in $(FUZZ_NAMES); do \
+	    $(BUILD)/fuzz/$$f $(FUZZ_CORPUS)/$$f; \
+	done
 	@$(MAKE) --no-print-directory api-check
 	@echo "all tests passed"
 
@@ -250,11 +285,28 @@ api-check: $(API_NODE) $(BUILD)/ratelimitd
 	@echo "== tests/api (node --test)"
 	$(Q)cd tests/api && RL_BUILD=$(abspath $(BUILD)) node --test
 
+build-test: $(BUILD)/ratelimitd $(BUILD)/ratelimit-replay $(TEST_BIN) $(PLUGINS) $(FUZZ_REPLAY)
+
+# Every target for FUZZ_SECONDS; what grows coverage is merged into its corpus folder, a crash
+# or broken invariant stops with the input in $(FUZZ_BUILD)/crash-<target>-*.
+fuzz: deps-quiet
+	@$(MAKE) --no-print-directory BUILD=$(FUZZ_BUILD) CC=clang SANITIZE=address,undefined \
+	    CFLAGS='-O1 -g -fsanitize=fuzzer-no-link' build-libfuzzer
+	@set -e; for f in $(FUZZ_NAMES); do \
+	    echo "== $$f ($(FUZZ_SECONDS) s)"; rm -rf $(FUZZ_BUILD)/new/$$f; \
+	    mkdir -p $(FUZZ_BUILD)/new/$$f $(FUZZ_CORPUS)/$$f; \
+	    $(FUZZ_BUILD)/fuzz/lf_$$f -max_total_time=$(FUZZ_SECONDS) -timeout=10 \
+	        -rss_limit_mb=2048 -print_final_stats=1 -artifact_prefix=$(FUZZ_BUILD)/crash-$$f- \
+	        $(FUZZ_BUILD)/new/$$f $(FUZZ_CORPUS)/$$f 2>$(FUZZ_BUILD)/$$f.log \
+	        || { tail -60 $(FUZZ_BUILD)/$$f.log; exit 1; }; \
+	    grep -E '^stat::(number_of_executed_units|new_units_added)' $(FUZZ_BUILD)/$$f.log; \
+	    $(FUZZ_BUILD)/fuzz/lf_$$f -merge=1 $(FUZZ_CORPUS)/$$f $(FUZZ_BUILD)/new/$$f \
+	        2>>$(FUZZ_BUILD)/$$f.log; \
+	done; echo "fuzz: no crash in $(FUZZ_NAMES)"
+
 settings-doc: deps-quiet
 	@$(MAKE) --no-print-directory $(BUILD)/tools/settings_doc
 	$(BUILD)/tools/settings_doc README.md
-
-build-test: $(BUILD)/ratelimitd $(BUILD)/ratelimit-replay $(TEST_BIN) $(PLUGINS)
 
 # Test objects are kept (not removed as intermediates), so a second make rebuilds nothing.
 .SECONDARY: $(TEST_HELP_OBJ) $(TEST_SRC:tests/%.c=$(BUILD)/tests/%.o)
@@ -290,7 +342,7 @@ check-core:
 # Debian packages the build, the tests and the benchmarks use.
 DEB_PKGS := gcc libc6-dev make pkg-config libjansson-dev libmicrohttpd-dev check libsubunit-dev \
             libcurl4-openssl-dev libhiredis-dev redis-server redis-sentinel redis-tools nginx wrk curl \
-            prometheus
+            prometheus clang libclang-rt-14-dev
 # node and npm for tests/api, looked for by command: a machine may have node from another
 # packaging that brings its own npm (Debian's npm would conflict with it).
 NODE_PKGS := nodejs npm

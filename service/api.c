@@ -12,6 +12,7 @@
 #include "check_req.h"
 #include "log.h"
 #include "render.h"
+#include "settle_req.h"
 
 /* Metrics labels: the routes' endpoints and "other" for unknown paths. */
 static const char *endpoint_names[16];
@@ -203,70 +204,26 @@ static void h_check(void *ctx, rld_req *r)
 
 /* ---- POST /refund, POST /release -------------------------------------------------------- */
 
-typedef struct settle_body {
-    json_t *root;
-    const char *reservation;
-    int has_actual;
-    double actual;
-    int has_now;
-    double now;
-} settle_body;
-
-/* Parses {"reservation", "actual_cost"?, "now"?}; replies 400 itself on a bad body. */
-static int settle_body_or_reply(rld_app *app, rld_req *r, int with_actual, settle_body *b)
+/* Parses a /refund or /release body; replies 400 itself on a bad one. */
+static int settle_body_or_reply(rld_app *app, rld_req *r, int with_actual, rld_settle_req *b)
 {
-    json_error_t jerr;
-    const char *k;
-    json_t *v;
+    rl_err err;
     size_t len;
     const char *body = rld_req_body(r, &len);
-    const char *known = with_actual ? "reservation, actual_cost, now" : "reservation, now";
-    memset(b, 0, sizeof *b);
-    if (len == 0)
-        return rld_reply_error(r, 400, "body: required, a JSON object");
-    if (!(b->root = json_loadb(body, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &jerr)))
-        return rld_reply_error(r, 400, "body: malformed JSON at line %d, column %d: %s",
-                               jerr.line, jerr.column, jerr.text);
-    if (!json_is_object(b->root))
-        return rld_reply_error(r, 400, "body: must be a JSON object");
-    json_object_foreach(b->root, k, v)
-    {
-        if (strcmp(k, "reservation") == 0) {
-            if (!json_is_string(v))
-                return rld_reply_error(r, 400, "reservation: must be a string");
-            b->reservation = json_string_value(v);
-        } else if (with_actual && strcmp(k, "actual_cost") == 0) {
-            if (!json_is_number(v) || rl_fp_from_double(json_number_value(v)) < 0)
-                return rld_reply_error(r, 400, "actual_cost: must be a number from 0 to "
-                                               "1000000000000");
-            b->has_actual = 1;
-            b->actual = json_number_value(v);
-        } else if (strcmp(k, "now") == 0) {
-            if (!json_is_number(v) || rl_ns_from_seconds(json_number_value(v)) < 0)
-                return rld_reply_error(r, 400,
-                                       "now: must be a number of seconds from 0 to 9200000000");
-            b->has_now = 1;
-            b->now = json_number_value(v);
-        } else {
-            return rld_reply_error(r, 400, "%.64s: unknown field (known: %s)", k, known);
-        }
-    }
-    if (!b->reservation)
-        return rld_reply_error(r, 400, "reservation: required");
-    if (with_actual && !b->has_actual)
-        return rld_reply_error(r, 400, "actual_cost: required");
+    if (rld_settle_parse(body, len, with_actual, b, &err) != 0)
+        return rld_reply_error(r, 400, "%s", err.msg);
     return check_now_or_reply(app, r, b->has_now);
 }
 
 static void h_refund(void *ctx, rld_req *r)
 {
     rld_app *app = ctx;
-    settle_body b;
+    rld_settle_req b;
     rl_settlement s;
     rl_err err;
     if (settle_body_or_reply(app, r, 1, &b) == 0) {
         rl_ns now = request_time(app, b.has_now, b.now);
-        int rc = rl_settle(app->lim, b.reservation, rl_fp_from_double(b.actual), now, &s, &err);
+        int rc = rl_settle(app->lim, b.reservation, b.actual, now, &s, &err);
         if (rc != RL_OK) {
             reply_rc(r, rc, &err);
         } else {
@@ -286,13 +243,13 @@ static void h_refund(void *ctx, rld_req *r)
             rld_reply_json(r, 200);
         }
     }
-    json_decref(b.root);
+    rld_settle_req_clear(&b);
 }
 
 static void h_release(void *ctx, rld_req *r)
 {
     rld_app *app = ctx;
-    settle_body b;
+    rld_settle_req b;
     rl_err err;
     if (settle_body_or_reply(app, r, 0, &b) == 0) {
         rl_ns now = request_time(app, b.has_now, b.now);
@@ -304,7 +261,7 @@ static void h_release(void *ctx, rld_req *r)
             rld_reply_json(r, 200);
         }
     }
-    json_decref(b.root);
+    rld_settle_req_clear(&b);
 }
 
 /* ---- GET /rules, GET /metrics, GET /healthz -------------------------------------------- */

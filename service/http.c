@@ -383,6 +383,31 @@ static int authorized(const rld_http *h, struct MHD_Connection *c)
     return diff == 0;
 }
 
+int rld_route_find(const rld_route *routes, size_t n, const char *url, const char *method,
+                   size_t *route, const char **tail, const rld_method **m)
+{
+    *route = n;
+    *tail = "";
+    *m = NULL;
+    for (size_t i = 0; i < n; i++) {
+        const char *p = routes[i].path;
+        size_t pl = strlen(p);
+        if (p[pl - 1] == '/' ? strncmp(url, p, pl) == 0 : strcmp(url, p) == 0) {
+            *route = i;
+            *tail = p[pl - 1] == '/' ? url + pl : "";
+            break;
+        }
+    }
+    if (*route == n)
+        return 404;
+    for (const rld_method *mm = routes[*route].methods; mm->name; mm++)
+        if (strcmp(mm->name, method) == 0) {
+            *m = mm;
+            return 0;
+        }
+    return 405;
+}
+
 /* Sends the answer decided from the headers alone. */
 static void reply_early(rld_req *r, const char *url, const char *method)
 {
@@ -408,28 +433,15 @@ static void reply_early(rld_req *r, const char *url, const char *method)
  * the others after the body has been read and dropped, which keeps the connection alive. */
 static enum MHD_Result first_call(rld_http *h, rld_req *r, const char *url, const char *method)
 {
-    const rld_route *rt = NULL;
     r->method = method;
     r->url = url;
-    for (size_t i = 0; i < h->cfg.nroutes && !rt; i++) {
-        const char *p = h->cfg.routes[i].path;
-        size_t n = strlen(p);
-        if (p[n - 1] == '/' ? strncmp(url, p, n) == 0 : strcmp(url, p) == 0) {
-            rt = &h->cfg.routes[i];
-            r->route = i;
-            r->tail = p[n - 1] == '/' ? url + n : "";
-        }
-    }
-    for (const rld_method *m = rt ? rt->methods : NULL; m && m->name && !r->m; m++)
-        if (strcmp(m->name, method) == 0)
-            r->m = m;
+    int routed = rld_route_find(h->cfg.routes, h->cfg.nroutes, url, method, &r->route, &r->tail,
+                                &r->m);
     const char *cl = MHD_lookup_connection_value(r->c, MHD_HEADER_KIND,
                                                  MHD_HTTP_HEADER_CONTENT_LENGTH);
     unsigned long long length = cl ? strtoull(cl, NULL, 10) : 0;
-    if (!rt)
-        r->early = 404;
-    else if (!r->m)
-        r->early = 405;
+    if (routed)
+        r->early = routed;
     else if (length > RLD_MAX_BODY)
         r->early = 413;
     else if ((r->m->flags & RLD_ADMIN) && !authorized(h, r->c))
@@ -514,6 +526,8 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_con
     }
 }
 
+static void on_mhd_log(void *cls, const char *fmt, va_list ap)
+    __attribute__((format(printf, 2, 0)));
 static void on_mhd_log(void *cls, const char *fmt, va_list ap)
 {
     char msg[512];

@@ -45,6 +45,12 @@ typedef struct rld_route {
     rld_method methods[4];
 } rld_route;
 
+/* Finds the route of url and the method's row in it: returns 0 with *route, *tail (what follows
+ * a prefix route's path, pointing into url; "" otherwise) and *m set; 404 when no route
+ * matches (*route is n); 405 when the route has no such method (*m is NULL). */
+int rld_route_find(const rld_route *routes, size_t n, const char *url, const char *method,
+                   size_t *route, const char **tail, const rld_method **m);
+
 typedef struct rld_http_config {
     const char *address; /* IPv4 or IPv6 literal */
     int port;            /* 0: any free port */

@@ -1,0 +1,68 @@
+/*
+ * settle_req.c - see settle_req.h.
+ */
+#include <string.h>
+
+#include "settle_req.h"
+
+#define fail(err, ...) rl_errf(err, -1, __VA_ARGS__)
+
+static int member(rld_settle_req *b, const char *k, const json_t *v, int with_actual,
+                  rl_err *err)
+{
+    if (strcmp(k, "reservation") == 0) {
+        if (!json_is_string(v))
+            return fail(err, "reservation: must be a string");
+        b->reservation = json_string_value(v);
+    } else if (with_actual && strcmp(k, "actual_cost") == 0) {
+        rl_fp a = json_is_number(v) ? rl_fp_from_double(json_number_value(v)) : -1;
+        if (a < 0)
+            return fail(err, "actual_cost: must be a number from 0 to 1000000000000");
+        b->has_actual = 1;
+        b->actual = a;
+    } else if (strcmp(k, "now") == 0) {
+        if (!json_is_number(v) || rl_ns_from_seconds(json_number_value(v)) < 0)
+            return fail(err, "now: must be a number of seconds from 0 to 9200000000");
+        b->has_now = 1;
+        b->now = json_number_value(v);
+    } else {
+        return fail(err, "%.64s: unknown field (known: %s)", k,
+                    with_actual ? "reservation, actual_cost, now" : "reservation, now");
+    }
+    return 0;
+}
+
+int rld_settle_parse(const char *body, size_t len, int with_actual, rld_settle_req *b,
+                     rl_err *err)
+{
+    json_error_t jerr;
+    const char *k;
+    json_t *v;
+    int rc = 0;
+    memset(b, 0, sizeof *b);
+    if (len == 0)
+        return fail(err, "body: required, a JSON object");
+    if (!(b->root = json_loadb(body, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &jerr)))
+        return fail(err, "body: malformed JSON at line %d, column %d: %s", jerr.line,
+                    jerr.column, jerr.text);
+    if (!json_is_object(b->root))
+        rc = fail(err, "body: must be a JSON object");
+    json_object_foreach(b->root, k, v)
+    {
+        if (rc == 0)
+            rc = member(b, k, v, with_actual, err);
+    }
+    if (rc == 0 && !b->reservation)
+        rc = fail(err, "reservation: required");
+    if (rc == 0 && with_actual && !b->has_actual)
+        rc = fail(err, "actual_cost: required");
+    if (rc != 0)
+        rld_settle_req_clear(b);
+    return rc;
+}
+
+void rld_settle_req_clear(rld_settle_req *b)
+{
+    json_decref(b->root);
+    memset(b, 0, sizeof *b);
+}

@@ -70,10 +70,10 @@ $(BUILD)/service/%.o: service/%.c
 	$(Q)$(CC) $(BASE_CPPFLAGS) $(GEN_CPPFLAGS) -Iservice $(SVC_CFLAGS) $(ALL_CFLAGS) -c $< -o $@
 
 # The Redis store's Lua scripts, embedded as C arrays (an array, not a string literal: ISO C
-# only promises string literals of 4095 bytes). rld_lua_lib is lib.lua followed by every rule
+# only promises string literals of 4095 bytes). rld_lua_lib is lib.lua, rld_lua_ports every rule
 # type's port (service/core/rules/*.lua); each script's body is its Lua offsets (from args.def)
-# and its own file. redis_lua.c puts them together, with the plug-ins' ports after the lib, as
-# plain scripts and as one Redis Functions library.
+# and its own file. redis_lua.c puts them together, with the plug-ins' ports after the built-in
+# ones, as plain scripts and as one Redis Functions library.
 LUA_WITH_LIB := decide settle release due
 LUA_PLAIN    := heartbeat quota
 LUA_RULES    := $(sort $(wildcard service/core/rules/*.lua))
@@ -99,7 +99,8 @@ $(BUILD)/gen/redis_scripts.c: $(wildcard service/redis/*.lua) $(LUA_RULES) $(LUA
 	$(call say,GEN,$@)
 	$(Q){ echo '/* generated from service/redis, service/core/rules by the Makefile: do not edit */'; \
 	  echo '#include <stddef.h>'; echo '#include "redis_scripts.h"'; \
-	  $(call lua_array,rld_lua_lib,service/redis/lib.lua $(LUA_RULES)) \
+	  $(call lua_array,rld_lua_lib,service/redis/lib.lua) \
+	  $(call lua_array,rld_lua_ports,$(LUA_RULES)) \
 	  for s in $(LUA_WITH_LIB); do \
 	    { $(call lua_args,$$s); cat service/redis/$$s.lua; } > $@.$$s; \
 	    $(call lua_array,rld_lua_body_$$s,$@.$$s) rm -f $@.$$s; \

@@ -8,6 +8,7 @@
  *   lua_scripts lib                          the lib alone (lib.lua and the rule types' ports)
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "redis_lua.h"
@@ -30,7 +31,9 @@ int main(int argc, char **argv)
     } else if (strcmp(argv[1], "fname") == 0) {
         printf("%s\n", l.fname[RLD_SCRIPT_DECIDE]);
     } else if (strcmp(argv[1], "lib") == 0) {
-        printf("%s\n", rld_lua_lib);
+        char *lib = rld_lua_with_lib(NULL, "");
+        fputs(lib ? lib : "", stdout);
+        free(lib);
     } else {
         rc = 2;
         for (int s = 0; s < RLD_NSCRIPTS; s++)

@@ -51,15 +51,31 @@ static void put(sbuf *b, const char *s)
     b->n += n;
 }
 
-/* lib, ports, each on lines of their own */
+/* The lib, then the built-in ports and ports, each in a function of port_loaders, which the lib
+ * runs on a call's first use of a rule type. */
 static void put_lib(sbuf *b, const char *ports)
 {
     put(b, rld_lua_lib);
-    put(b, "\n");
+    put(b, "\nport_loaders[1] = function()\n");
+    put(b, rld_lua_ports);
+    put(b, "\nend\n");
     if (ports && ports[0]) {
+        put(b, "port_loaders[2] = function()\n");
         put(b, ports);
-        put(b, "\n");
+        put(b, "\nend\n");
     }
+}
+
+char *rld_lua_with_lib(const char *ports, const char *body)
+{
+    sbuf b = {0};
+    put_lib(&b, ports);
+    put(&b, body);
+    if (b.oom) {
+        free(b.s);
+        return NULL;
+    }
+    return b.s;
 }
 
 /* The library after its two header lines: the scripts' functions, the lib made on first call. */
@@ -100,8 +116,9 @@ int rld_lua_build(const char *ports, rld_lua *out)
     for (int s = 0; s < RLD_NSCRIPTS; s++) {
         sbuf b = {0};
         if (with_lib[s].name) {
-            put_lib(&b, ports);
-            put(&b, with_lib[s].body);
+            free(b.s);
+            b.s = rld_lua_with_lib(ports, with_lib[s].body);
+            b.oom = !b.s;
         } else {
             put(&b, alone[s]);
         }

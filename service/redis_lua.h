@@ -22,6 +22,9 @@ typedef struct rld_lua {
 /* Builds every script with ports (Lua text: rule type ports that call register_rule; "" or NULL
  * for none) after the lib. Returns RL_OK, or RL_ENOMEM with *out zeroed. */
 int rld_lua_build(const char *ports, rld_lua *out);
+/* The lib with the built-in ports and ports (as for rld_lua_build) followed by body, in a new
+ * string the caller frees; NULL when out of memory. */
+char *rld_lua_with_lib(const char *ports, const char *body);
 /* Frees what rld_lua_build made; a zeroed one is ok. */
 void rld_lua_free(rld_lua *l);
 

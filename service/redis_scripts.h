@@ -5,8 +5,10 @@
 #ifndef RLD_REDIS_SCRIPTS_H
 #define RLD_REDIS_SCRIPTS_H
 
-/* service/redis/lib.lua followed by every built-in rule type's port (service/core/rules/<type>.lua). */
+/* service/redis/lib.lua. */
 extern const char rld_lua_lib[];
+/* Every built-in rule type's port (service/core/rules/<type>.lua), one after the other. */
+extern const char rld_lua_ports[];
 /* The bodies of the scripts that use the lib: each its Lua argument offsets (args.def) and
  * its own file. */
 extern const char rld_lua_body_decide[];

@@ -17,6 +17,7 @@
 
 #include "fallback_store.h"
 #include "redis_quota.h"
+#include "redis_lua.h"
 #include "redis_scripts.h"
 #include "redis_server.h"
 #include "redis_store.h"
@@ -813,15 +814,20 @@ static i128 rnd_value(uint64_t *s)
     return rng_next(s) % 4 == 0 ? -v : v;
 }
 
-/* The lib as embedded in the binary (lib.lua and the built-in rule types' ports) followed by
- * harness, in buf. */
+/* The lib as the store's scripts hold it (lib.lua, the built-in rule types' ports and ports)
+ * followed by harness, in buf. */
+static void lib_ports_with(const char *ports, const char *harness, char *buf, size_t cap)
+{
+    char *s = rld_lua_with_lib(ports, harness);
+    ck_assert_ptr_nonnull(s);
+    ck_assert_uint_lt(strlen(s), cap);
+    strcpy(buf, s);
+    free(s);
+}
+
 static void lib_with(const char *harness, char *buf, size_t cap)
 {
-    size_t n = strlen(rld_lua_lib);
-    ck_assert_uint_lt(n + 1 + strlen(harness), cap);
-    memcpy(buf, rld_lua_lib, n);
-    buf[n] = '\n';
-    strcpy(buf + n + 1, harness);
+    lib_ports_with(NULL, harness, buf, cap);
 }
 
 START_TEST(lua_arithmetic_matches_c)
@@ -1739,13 +1745,8 @@ START_TEST(ports_match_their_declarations)
     const rl_rule_type *lk = rl_registry_find(reg, "leaky_bucket");
     ck_assert_ptr_nonnull(lk);
     ck_assert_ptr_nonnull(lk->redis->lua);
-    /* the lib, then the plug-in's port, as the store puts them together */
-    size_t n = strlen(lk->redis->lua);
-    memcpy(script, lk->redis->lua, n);
-    strcpy(script + n, port_harness);
-    char *harness = strdup(script);
-    lib_with(harness, script, sizeof script);
-    free(harness);
+    /* the lib and the plug-in's port, as the store puts them together */
+    lib_ports_with(lk->redis->lua, port_harness, script, sizeof script);
     check_ports(reg, script);
     for (size_t i = 0; rld_lua_builtin_tags[i]; i++) {
         size_t j = 0;

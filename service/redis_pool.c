@@ -2,18 +2,22 @@
  * redis_pool.c - see redis_pool.h.
  */
 #include <errno.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "redis_pool.h"
 #include "redis_lua.h"
 
 #define BACKOFF_MIN (50 * 1000000LL)
 #define BACKOFF_MAX (2000 * 1000000LL)
+#define WATCH_TIMEOUT_MS 1000 /* connecting to a sentinel and subscribing */
+#define WATCH_RETRY_MS 100    /* after a sentinel failed: the next one, 100 ms doubling to 1 s */
 
 typedef struct pconn {
     redisContext *c;
@@ -41,6 +45,16 @@ struct rld_pool {
      * Functions: 1 yes (until Redis refuses), 0 no (EVALSHA only), an atomic */
     rld_lua lua;
     int functions;
+    /* the primary: addr's without sentinels; with, the one they named last (under mu) */
+    char host[256];
+    int port;
+    int resolved;         /* 0: ask the sentinels before opening the next connection */
+    size_t next_sentinel; /* the one to ask first: the last that answered */
+    uint64_t switches;
+    /* with sentinels: the thread following +switch-master, woken through wake[] to stop */
+    pthread_t watcher;
+    int watching;
+    int wake[2];
 };
 
 rl_ns rld_mono_ns(void)
@@ -127,7 +141,30 @@ int rld_redis_parse_url(const char *url, rld_redis_addr *out, rl_err *err)
     return RL_OK;
 }
 
+int rld_redis_parse_hostport(const char *s, const char *what, char *host, size_t cap, int *port,
+                             rl_err *err)
+{
+    const char *colon = strrchr(s, ':'), *h = s, *hend = colon;
+    if (s[0] == '[') { /* [v6 address]:port */
+        const char *rb = strchr(s, ']');
+        if (!rb || rb[1] != ':')
+            return rl_errf(err, RL_EINVAL, "%s: must be [address]:port", what);
+        h = s + 1;
+        hend = rb;
+        colon = rb + 1;
+    }
+    if (!colon || hend == h)
+        return rl_errf(err, RL_EINVAL, "%s: must be host:port", what);
+    if (copy_part(host, cap, h, (size_t)(hend - h)) != 0)
+        return rl_errf(err, RL_EINVAL, "%s: host too long", what);
+    if (parse_int(colon + 1, strlen(colon + 1), 1, 65535, port) != 0)
+        return rl_errf(err, RL_EINVAL, "%s: port must be a number from 1 to 65535", what);
+    return RL_OK;
+}
+
 /* ---- the pool ------------------------------------------------------------------------------ */
+
+static void *watch_loop(void *arg);
 
 int rld_pool_new(const rld_redis_addr *addr, int timeout_ms, int size, rld_pool **out, rl_err *err)
 {
@@ -146,6 +183,11 @@ int rld_pool_new(const rld_redis_addr *addr, int timeout_ms, int size, rld_pool 
     }
     p->functions = 0;
     p->addr = *addr;
+    if (addr->sentinel.n == 0) {
+        snprintf(p->host, sizeof p->host, "%s", addr->host);
+        p->port = addr->port;
+        p->resolved = 1;
+    }
     p->timeout = (rl_ns)timeout_ms * 1000000;
     p->n = p->nfree = (size_t)size;
     p->up = 1; /* until a call says otherwise */
@@ -155,6 +197,13 @@ int rld_pool_new(const rld_redis_addr *addr, int timeout_ms, int size, rld_pool 
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_cond_init(&p->cv, &ca);
     pthread_condattr_destroy(&ca);
+    if (addr->sentinel.n > 0) {
+        if (pipe(p->wake) != 0 || pthread_create(&p->watcher, NULL, watch_loop, p) != 0) {
+            rld_pool_free(p);
+            return rl_errf(err, RL_ENOMEM, "store.sentinel: cannot start watching the sentinels");
+        }
+        p->watching = 1;
+    }
     *out = p;
     return RL_OK;
 }
@@ -163,6 +212,15 @@ void rld_pool_free(rld_pool *p)
 {
     if (!p)
         return;
+    if (p->watching) {
+        ssize_t w = write(p->wake[1], "x", 1);
+        (void)w;
+        pthread_join(p->watcher, NULL);
+    }
+    if (p->wake[0] > 0) {
+        close(p->wake[0]);
+        close(p->wake[1]);
+    }
     for (size_t i = 0; i < p->n; i++)
         if (p->conns[i].c)
             redisFree(p->conns[i].c);
@@ -291,6 +349,8 @@ static void checkin(rld_pool *p, pconn *pc, int probe, int link_failed, int fail
     }
     if (link_failed) {
         rl_ns now = rld_mono_ns();
+        if (p->addr.sentinel.n)
+            p->resolved = 0; /* the primary may have moved: ask the sentinels */
         if (p->up) {
             p->up = 0;
             p->gen++;
@@ -342,33 +402,35 @@ static int link_error(redisContext *c, rl_err *err)
     return rl_errf(err, RL_ESTORE, "redis: %s", timeout ? "timed out" : c->errstr);
 }
 
-/* Opens a connection within deadline, with AUTH and SELECT. NULL with err set on failure. */
-static redisContext *open_conn(const rld_redis_addr *a, rl_ns deadline, rl_err *err)
+/* Opens a connection to host:port within deadline, with AUTH (when pass is not "") and SELECT
+ * (when db is not 0). NULL with err set on failure. */
+static redisContext *open_conn(const char *host, int port, const char *user, const char *pass,
+                               int dbn, rl_ns deadline, rl_err *err)
 {
     rl_ns left = deadline - rld_mono_ns();
     if (left <= 0) {
         rl_errf(err, RL_ESTORE, "redis: timed out");
         return NULL;
     }
-    redisContext *c = redisConnectWithTimeout(a->host, a->port, tv_of(left));
+    redisContext *c = redisConnectWithTimeout(host, port, tv_of(left));
     if (!c) {
         rl_errf(err, RL_ESTORE, "redis: out of memory");
         return NULL;
     }
     if (c->err) {
-        rl_errf(err, RL_ESTORE, "redis: %s:%d: %s", a->host, a->port, c->errstr);
+        rl_errf(err, RL_ESTORE, "redis: %s:%d: %s", host, port, c->errstr);
         redisFree(c);
         return NULL;
     }
     char db[16];
-    snprintf(db, sizeof db, "%d", a->db);
-    const char *auth[3] = {"AUTH", a->user[0] ? a->user : a->pass, a->pass};
+    snprintf(db, sizeof db, "%d", dbn);
+    const char *auth[3] = {"AUTH", user[0] ? user : pass, pass};
     const char *sel[2] = {"SELECT", db};
-    int steps[2] = {a->pass[0] != 0, a->db != 0};
+    int steps[2] = {pass[0] != 0, dbn != 0};
     for (int i = 0; i < 2; i++) {
         if (!steps[i])
             continue;
-        redisReply *r = i == 0 ? send_argv(c, deadline, a->user[0] ? 3 : 2, auth, NULL)
+        redisReply *r = i == 0 ? send_argv(c, deadline, user[0] ? 3 : 2, auth, NULL)
                                : send_argv(c, deadline, 2, sel, NULL);
         if (!r) {
             link_error(c, err);
@@ -387,9 +449,244 @@ static redisContext *open_conn(const rld_redis_addr *a, rl_ns deadline, rl_err *
     return c;
 }
 
+/* ---- Sentinel ------------------------------------------------------------------------------ */
+
+/* Makes host:port the primary. A change moves every connection there (a new generation) and,
+ * while the link is down, lets the next call try it at once. */
+static void set_primary(rld_pool *p, const char *host, int port)
+{
+    pthread_mutex_lock(&p->mu);
+    if (strcmp(p->host, host) != 0 || p->port != port) {
+        if (p->host[0])
+            p->switches++;
+        snprintf(p->host, sizeof p->host, "%s", host);
+        p->port = port;
+        p->gen++;
+        if (!p->up) {
+            p->backoff = 0;
+            p->retry_at = rld_mono_ns();
+        }
+    }
+    p->resolved = 1;
+    pthread_mutex_unlock(&p->mu);
+}
+
+/* The next connection asks the sentinels first; moved: the primary is known to have changed
+ * role, so the connections open now go too. */
+static void forget_primary(rld_pool *p, int moved)
+{
+    if (!p->addr.sentinel.n)
+        return;
+    pthread_mutex_lock(&p->mu);
+    p->resolved = 0;
+    if (moved)
+        p->gen++;
+    pthread_mutex_unlock(&p->mu);
+}
+
+/* SENTINEL get-master-addr-by-name on c: RL_OK with the address, else RL_ESTORE. */
+static int ask_master(rld_pool *p, redisContext *c, rl_ns deadline, char *host, size_t cap,
+                      int *port, rl_err *err)
+{
+    const char *argv[3] = {"SENTINEL", "get-master-addr-by-name", p->addr.sentinel.master};
+    redisReply *r = send_argv(c, deadline, 3, argv, NULL);
+    if (!r)
+        return link_error(c, err);
+    int ok = r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+             r->element[0]->type == REDIS_REPLY_STRING &&
+             r->element[1]->type == REDIS_REPLY_STRING && r->element[0]->len < cap;
+    if (ok) {
+        snprintf(host, cap, "%s", r->element[0]->str);
+        *port = atoi(r->element[1]->str);
+        ok = *port > 0 && *port < 65536;
+    }
+    if (!ok)
+        rl_errf(err, RL_ESTORE, "redis: sentinel %s:%d knows no primary %s%s%.200s", c->tcp.host,
+                c->tcp.port, p->addr.sentinel.master, r->type == REDIS_REPLY_ERROR ? ": " : "",
+                r->type == REDIS_REPLY_ERROR ? r->str : "");
+    freeReplyObject(r);
+    return ok ? RL_OK : RL_ESTORE;
+}
+
+static redisContext *open_sentinel(rld_pool *p, size_t i, rl_ns deadline, rl_err *err)
+{
+    const rld_sentinel *s = &p->addr.sentinel;
+    return open_conn(s->host[i], s->port[i], s->user, s->pass, 0, deadline, err);
+}
+
+/* Asks the sentinels in turn, from the one that answered last, where the primary is. */
+static int resolve(rld_pool *p, rl_ns deadline, rl_err *err)
+{
+    size_t n = p->addr.sentinel.n;
+    pthread_mutex_lock(&p->mu);
+    size_t first = p->next_sentinel;
+    pthread_mutex_unlock(&p->mu);
+    int rc = rl_errf(err, RL_ESTORE, "redis: no sentinel answered within the timeout");
+    for (size_t k = 0; k < n && rld_mono_ns() < deadline; k++) {
+        size_t i = (first + k) % n;
+        char host[256];
+        int port;
+        rc = RL_ESTORE;
+        redisContext *c = open_sentinel(p, i, deadline, err);
+        if (c) {
+            rc = ask_master(p, c, deadline, host, sizeof host, &port, err);
+            redisFree(c);
+        }
+        if (rc == RL_OK) {
+            pthread_mutex_lock(&p->mu);
+            p->next_sentinel = i;
+            pthread_mutex_unlock(&p->mu);
+            set_primary(p, host, port);
+            return RL_OK;
+        }
+    }
+    return rc;
+}
+
+/* ROLE on a node the sentinels named: RL_OK when it is a primary. */
+static int check_primary(redisContext *c, rl_ns deadline, rl_err *err)
+{
+    const char *argv[1] = {"ROLE"};
+    redisReply *r = send_argv(c, deadline, 1, argv, NULL);
+    if (!r)
+        return link_error(c, err);
+    int ok = r->type == REDIS_REPLY_ARRAY && r->elements > 0 &&
+             r->element[0]->type == REDIS_REPLY_STRING && strcmp(r->element[0]->str, "master") == 0;
+    if (!ok)
+        rl_errf(err, RL_ESTORE, "redis: %s:%d is not a primary (ROLE: %.40s)", c->tcp.host,
+                c->tcp.port,
+                r->type == REDIS_REPLY_ARRAY && r->elements && r->element[0]->str
+                    ? r->element[0]->str
+                    : "?");
+    freeReplyObject(r);
+    return ok ? RL_OK : RL_ESTORE;
+}
+
+/* A connection to the primary: with sentinels, the one they name (asked when not known) once
+ * ROLE confirms it. *gen is the generation of the address used. */
+static redisContext *open_primary(rld_pool *p, rl_ns deadline, unsigned *gen, rl_err *err)
+{
+    int sentinel = p->addr.sentinel.n > 0;
+    pthread_mutex_lock(&p->mu);
+    int known = p->resolved;
+    pthread_mutex_unlock(&p->mu);
+    if (sentinel && !known && resolve(p, deadline, err) != RL_OK)
+        return NULL;
+    char host[256];
+    pthread_mutex_lock(&p->mu);
+    memcpy(host, p->host, sizeof host);
+    int port = p->port;
+    *gen = p->gen;
+    pthread_mutex_unlock(&p->mu);
+    redisContext *c =
+        open_conn(host, port, p->addr.user, p->addr.pass, p->addr.db, deadline, err);
+    if (c && sentinel && check_primary(c, deadline, err) != RL_OK) {
+        redisFree(c);
+        c = NULL;
+        /* that sentinel has not heard of the failover yet: ask the next one first */
+        forget_primary(p, 0);
+        pthread_mutex_lock(&p->mu);
+        p->next_sentinel = (p->next_sentinel + 1) % p->addr.sentinel.n;
+        pthread_mutex_unlock(&p->mu);
+    }
+    return c;
+}
+
+/* Waits ms or until woken to stop (1). */
+static int watch_nap(rld_pool *p, int ms)
+{
+    struct pollfd w = {.fd = p->wake[0], .events = POLLIN};
+    return poll(&w, 1, ms) > 0;
+}
+
+/* One subscription to +switch-master on c: returns when the connection fails (0) or the pool
+ * is freed (1). The primary is asked first, for a failover missed while not subscribed. */
+static int watch_once(rld_pool *p, redisContext *c)
+{
+    rl_ns deadline = rld_mono_ns() + (rl_ns)WATCH_TIMEOUT_MS * 1000000;
+    char host[256], name[128], oh[256], nh[256];
+    int port = 0, op, np;
+    if (ask_master(p, c, deadline, host, sizeof host, &port, NULL) == RL_OK)
+        set_primary(p, host, port);
+    const char *argv[2] = {"SUBSCRIBE", "+switch-master"};
+    redisReply *r = send_argv(c, deadline, 2, argv, NULL);
+    int ok = r && r->type == REDIS_REPLY_ARRAY;
+    if (r)
+        freeReplyObject(r);
+    if (!ok)
+        return 0;
+    for (;;) {
+        struct pollfd fds[2] = {{.fd = c->fd, .events = POLLIN},
+                                {.fd = p->wake[0], .events = POLLIN}};
+        int n = poll(fds, 2, -1);
+        if (n < 0 && errno != EINTR)
+            return 0;
+        if (fds[1].revents)
+            return 1;
+        if (n <= 0 || !fds[0].revents)
+            continue;
+        if (redisBufferRead(c) != REDIS_OK)
+            return 0;
+        void *reply;
+        while (redisGetReplyFromReader(c, &reply) == REDIS_OK && reply) {
+            redisReply *m = reply;
+            /* "<master> <old ip> <old port> <new ip> <new port>" */
+            if (m->type == REDIS_REPLY_ARRAY && m->elements == 3 &&
+                m->element[2]->type == REDIS_REPLY_STRING &&
+                sscanf(m->element[2]->str, "%127s %255s %d %255s %d", name, oh, &op, nh, &np) == 5 &&
+                strcmp(name, p->addr.sentinel.master) == 0 && np > 0 && np < 65536)
+                set_primary(p, nh, np);
+            freeReplyObject(m);
+        }
+        if (c->err)
+            return 0;
+    }
+}
+
+static void *watch_loop(void *arg)
+{
+    rld_pool *p = arg;
+    int backoff = WATCH_RETRY_MS;
+    for (size_t i = 0;; i = (i + 1) % p->addr.sentinel.n) {
+        redisContext *c =
+            open_sentinel(p, i, rld_mono_ns() + (rl_ns)WATCH_TIMEOUT_MS * 1000000, NULL);
+        if (c) {
+            int stopped = watch_once(p, c);
+            redisFree(c);
+            if (stopped)
+                break;
+            backoff = WATCH_RETRY_MS;
+        }
+        if (watch_nap(p, backoff))
+            break;
+        backoff = backoff * 2 > 1000 ? 1000 : backoff * 2;
+    }
+    return NULL;
+}
+
+void rld_pool_primary(rld_pool *p, char *buf, size_t len)
+{
+    pthread_mutex_lock(&p->mu);
+    int v6 = strchr(p->host, ':') != NULL;
+    if (p->host[0])
+        snprintf(buf, len, "%s%s%s:%d", v6 ? "[" : "", p->host, v6 ? "]" : "", p->port);
+    else
+        snprintf(buf, len, "%s", "");
+    pthread_mutex_unlock(&p->mu);
+}
+
+uint64_t rld_pool_switches(rld_pool *p)
+{
+    pthread_mutex_lock(&p->mu);
+    uint64_t n = p->switches;
+    pthread_mutex_unlock(&p->mu);
+    return n;
+}
+
 redisContext *rld_pool_connect(rld_pool *p, int timeout_ms, rl_err *err)
 {
-    return open_conn(&p->addr, rld_mono_ns() + (rl_ns)timeout_ms * 1000000, err);
+    unsigned gen;
+    return open_primary(p, rld_mono_ns() + (rl_ns)timeout_ms * 1000000, &gen, err);
 }
 
 /* Makes sure pc is open in the current link generation; *opened says it was opened now. */
@@ -403,9 +700,8 @@ static int ensure_open(rld_pool *p, pconn *pc, rl_ns deadline, int *opened, rl_e
         return RL_OK;
     if (pc->c)
         redisFree(pc->c);
-    pc->c = open_conn(&p->addr, deadline, err);
+    pc->c = open_primary(p, deadline, &pc->gen, err);
     pc->tmo = 0;
-    pc->gen = gen;
     *opened = 1;
     return pc->c ? RL_OK : RL_ESTORE;
 }
@@ -517,6 +813,16 @@ static int run(rld_pool *p, pconn *pc, int s, int argc, const char **av, size_t 
             rc = RL_OK;
             break;
         }
+        if (strncmp(r->str, "READONLY", 8) == 0) {
+            /* a primary demoted to a replica: never answer from it, find the new one */
+            forget_primary(p, 1);
+            rc = rl_errf(err, RL_ESTORE, "redis: %s:%d is a replica now (READONLY)",
+                         pc->c->tcp.host, pc->c->tcp.port);
+            freeReplyObject(r);
+            r = NULL;
+            *link_failed = *reset = 1;
+            break;
+        }
         if (fn && !loaded && strncmp(r->str, "ERR Function not found", 22) == 0) {
             /* Redis restarted, flushed its functions, or never had this library */
             freeReplyObject(r);
@@ -603,7 +909,8 @@ static int call(rld_pool *p, int s, int nkeys, int argc, const char **argv, cons
         if (rc == RL_OK || !link_failed || !reset || opened || rld_mono_ns() >= deadline)
             break;
         /* a connection opened earlier was closed under us (Redis restarted, or dropped it as
-         * idle) before the command got through: once more on a new one */
+         * idle, or a failover) before the command got through: once more on a new one */
+        forget_primary(p, 0);
         redisFree(pc->c);
         pc->c = NULL;
         link_failed = 0;

@@ -3,6 +3,13 @@
  * call, the store's Lua scripts run as Redis Functions or by their SHA1, and the health of the
  * link.
  *
+ * Redis Sentinel. With sentinels in the address, the pool asks them for the current primary
+ * (SENTINEL get-master-addr-by-name, the sentinels in turn), opens connections only to a node
+ * whose ROLE says master, and follows a failover by itself: a thread subscribes to
+ * +switch-master on one sentinel and moves every connection to the new primary at once; a call
+ * that cannot reach the primary, or that a demoted primary answers READONLY, makes the next
+ * connection ask the sentinels again. Nothing is ever answered from a replica.
+ *
  * A redisContext is not thread-safe, so each call checks a connection out of the pool and back
  * in. Every call finishes within the pool's timeout from its start: waiting for a free
  * connection, connecting, and each read and write share that deadline.
@@ -23,17 +30,35 @@
 
 #include "ratelimit.h"
 
-/* Where Redis is: parsed from redis://[[user]:password@]host[:port][/db]. */
+#define RLD_MAX_SENTINELS 16
+
+/* Redis Sentinel: the sentinels to ask where the primary named master is. */
+typedef struct rld_sentinel {
+    size_t n; /* 0: no sentinels (the address names Redis itself) */
+    char host[RLD_MAX_SENTINELS][64];
+    int port[RLD_MAX_SENTINELS];
+    char master[128];
+    char user[128]; /* the sentinels' own credentials, "" for none */
+    char pass[256];
+} rld_sentinel;
+
+/* Where Redis is: parsed from redis://[[user]:password@]host[:port][/db]. With sentinels, host
+ * and port are not used: the primary is the one the sentinels name. */
 typedef struct rld_redis_addr {
     char host[256];
     int port; /* 6379 by default */
     int db;   /* 0 by default */
     char user[128];
     char pass[256]; /* "" when no AUTH is sent */
+    rld_sentinel sentinel;
 } rld_redis_addr;
 
 /* Parses a redis:// URL. RL_EINVAL with the reason in err. */
 int rld_redis_parse_url(const char *url, rld_redis_addr *out, rl_err *err);
+/* Parses "host:port" (an IPv6 address in brackets) into host (cap bytes) and *port. RL_EINVAL
+ * with the reason in err, which starts with what (the field's name). */
+int rld_redis_parse_hostport(const char *s, const char *what, char *host, size_t cap, int *port,
+                             rl_err *err);
 
 /* The server-side scripts, loaded on first use and again after NOSCRIPT (or, as Functions,
  * after "Function not found"). */
@@ -50,7 +75,8 @@ typedef enum rld_script {
 typedef struct rld_pool rld_pool;
 
 /* A pool of size connections (1..1024), opened lazily; calls last at most timeout_ms. Fails only
- * when out of memory: an unreachable Redis is a link that is down, not an error here. */
+ * when out of memory (or, with sentinels, when the watching thread cannot start): an
+ * unreachable Redis is a link that is down, not an error here. */
 int rld_pool_new(const rld_redis_addr *addr, int timeout_ms, int size, rld_pool **out, rl_err *err);
 /* Closes every connection and frees the pool. NULL is ok. */
 void rld_pool_free(rld_pool *p);
@@ -84,6 +110,12 @@ uint64_t rld_pool_errors(rld_pool *p);
 void rld_pool_last_error(rld_pool *p, char *buf, size_t len);
 /* When the link is down and a probe is due, sends a PING as the probe. Returns rld_pool_up. */
 int rld_pool_probe(rld_pool *p);
+
+/* With sentinels: the primary the pool uses now ("host:port", "" before the sentinels named
+ * one) and the failovers it has followed (+switch-master messages and changes of the address
+ * the sentinels give). Without: the address, and 0. */
+void rld_pool_primary(rld_pool *p, char *buf, size_t len);
+uint64_t rld_pool_switches(rld_pool *p);
 
 /* A new connection outside the pool (for a subscriber), authenticated and on the right
  * database, or NULL with the reason in err. The caller frees it with redisFree. */

@@ -1107,6 +1107,14 @@ int rld_redis_store_new(const rld_redis_options *opt, rl_store **out, rl_err *er
     int rc = rld_redis_parse_url(opt->url ? opt->url : "redis://127.0.0.1:6379/0", &addr, err);
     if (rc != RL_OK)
         return rc;
+    if (opt->sentinel) {
+        if (opt->sentinel->n < 1 || opt->sentinel->n > RLD_MAX_SENTINELS ||
+            !opt->sentinel->master[0])
+            return rl_errf(err, RL_EINVAL,
+                           "store.sentinel: needs 1 to %d nodes and the master's name",
+                           RLD_MAX_SENTINELS);
+        addr.sentinel = *opt->sentinel;
+    }
     if (opt->ttl_floor_ms < 0)
         return rl_errf(err, RL_EINVAL, "ttl_floor_ms: must not be negative");
     redis_store *rs = calloc(1, sizeof *rs);

@@ -39,6 +39,9 @@
 
 typedef struct rld_redis_options {
     const char *url;                /* redis://[[user]:password@]host[:port][/db] */
+    const rld_sentinel *sentinel;   /* NULL, or the sentinels that name the primary (copied):
+                                       then url's host and port are not used, its credentials
+                                       and database are the data nodes' */
     const char *prefix;             /* in front of every key, "" allowed; NULL: "rl:" */
     int timeout_ms;                 /* most a call waits on Redis (1..60000) */
     int pool;                       /* connections (1..1024) */

@@ -1,0 +1,356 @@
+/*
+ * test_redis_sentinel.c - the Redis store behind Redis Sentinel: one primary, one replica, three
+ * sentinels (tests/redis_server.h). The store finds the primary through the sentinels, follows
+ * a failover by itself (the primary killed under load, the replica promoted) with each level
+ * following its on_store_error during the gap, never answers from a replica (a primary demoted
+ * by SENTINEL FAILOVER gets no call after the switch), and says why when no sentinel knows the
+ * primary. Expected numbers are worked out in the comments.
+ */
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "fallback_store.h"
+#include "redis_server.h"
+#include "redis_store.h"
+#include "testutil.h"
+
+#define TIMEOUT_MS 100
+#define DOWN_AFTER_MS 1000
+
+static rt_sentinel_group grp;
+
+static void grp_up(void) { rt_sentinel_start(&grp, DOWN_AFTER_MS, 2000); }
+
+static void grp_down(void) { rt_sentinel_stop(&grp); }
+
+static rl_ns mono(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (rl_ns)ts.tv_sec * RL_NS_PER_SEC + ts.tv_nsec;
+}
+
+static rl_ns wall(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (rl_ns)ts.tv_sec * RL_NS_PER_SEC + ts.tv_nsec;
+}
+
+/* One instance: a limiter on a Redis store that asks the group's sentinels for master, wrapped
+ * in the fallback store as the daemon wraps it. */
+typedef struct inst {
+    rl_registry *reg;
+    rl_limiter *lim;
+    rl_store *top, *redis;
+} inst;
+
+static void sentinels_of(rld_sentinel *s, const char *master)
+{
+    memset(s, 0, sizeof *s);
+    s->n = RT_SENTINELS;
+    for (int i = 0; i < RT_SENTINELS; i++) {
+        snprintf(s->host[i], sizeof s->host[i], "127.0.0.1");
+        s->port[i] = grp.sent[i].port;
+    }
+    snprintf(s->master, sizeof s->master, "%s", master);
+}
+
+static void inst_new(inst *in, const char *levels, const char *master)
+{
+    char json[4096];
+    snprintf(json, sizeof json, "{\"store\": {\"type\": \"redis\"}, \"levels\": [%s]}", levels);
+    rld_settings set;
+    rl_config *cfg;
+    rl_err err = {{0}};
+    in->reg = rl_registry_new();
+    int rc = rld_config_parse(json, strlen(json), in->reg, &set, &cfg, &err);
+    ck_assert_msg(rc == RL_OK, "%s", err.msg);
+    rld_sentinel sen;
+    sentinels_of(&sen, master);
+    rld_redis_options o = {.sentinel = &sen, .prefix = "se:", .timeout_ms = TIMEOUT_MS, .pool = 4};
+    rld_fallback_options f = {.fleet_size = 2};
+    memcpy(f.mode, set.on_error, sizeof f.mode);
+    rld_settings_clear(&set);
+    ck_assert_int_eq(rld_redis_store_new(&o, &in->redis, &err), RL_OK);
+    ck_assert_int_eq(rld_fallback_store_new(in->redis, &f, &in->top, &err), RL_OK);
+    ck_assert_int_eq(rl_limiter_new(cfg, in->top, &in->lim, &err), RL_OK);
+}
+
+static void inst_free(inst *in)
+{
+    rl_limiter_free(in->lim);
+    rl_registry_free(in->reg);
+}
+
+static int primary_port(inst *in)
+{
+    char buf[300];
+    rld_pool_primary(rld_redis_store_pool(in->redis), buf, sizeof buf);
+    const char *colon = strrchr(buf, ':');
+    return colon ? atoi(colon + 1) : 0;
+}
+
+/* Decides "name=value" now; fails the test on an error. */
+static void decide(inst *in, const char *name, const char *value, rl_decision *d)
+{
+    rl_descriptor ds[1] = {{name, strlen(name), value, strlen(value)}};
+    rl_request req = {.desc = ds, .ndesc = 1, .cost = RL_FP_ONE, .now = wall()};
+    rl_err err = {{0}};
+    int rc = rl_acquire(in->lim, &req, d, &err);
+    ck_assert_msg(rc == RL_OK, "acquire %s=%s: %s", name, value, err.msg);
+    rl_decision_done(d);
+}
+
+/* Housekeeping, as the daemon runs it: tick ten times a second. */
+typedef struct ticker {
+    inst *in;
+    size_t n;
+    volatile int stop;
+    pthread_t th;
+} ticker;
+
+static void *tick_loop(void *arg)
+{
+    ticker *t = arg;
+    while (!__atomic_load_n(&t->stop, __ATOMIC_ACQUIRE)) {
+        for (size_t i = 0; i < t->n; i++)
+            rl_limiter_tick(t->in[i].lim, wall());
+        usleep(100000);
+    }
+    return NULL;
+}
+
+/* ---- a failover under load ------------------------------------------------------------------ */
+
+/* user fails open, global (the slow bucket: 100 at once, 20 a second) closed, team local */
+static const char *levels =
+    "{\"name\": \"user\", \"on_store_error\": \"open\", \"rules\": [{\"type\": \"token_bucket\", "
+    "\"capacity\": 1000000, \"per_second\": 1000000}]},"
+    "{\"name\": \"global\", \"on_store_error\": \"closed\", \"rules\": [{\"type\": "
+    "\"token_bucket\", \"capacity\": 100, \"per_second\": 20, \"name\": \"slow\"}]},"
+    "{\"name\": \"team\", \"on_store_error\": \"local\", \"rules\": [{\"type\": \"token_bucket\", "
+    "\"capacity\": 1000000, \"per_second\": 1000000}]}";
+#define SLOW_CAPACITY 100
+#define SLOW_RATE 20
+
+enum { KIND_USER, KIND_GLOBAL, KIND_TEAM, NKINDS };
+
+typedef struct load {
+    inst *in;
+    volatile int stop;
+    uint64_t calls, failed, global_allowed;
+    uint64_t fell[NKINDS];  /* decisions of each kind that fell back */
+    uint64_t wrong;         /* fell back otherwise than the level's on_store_error says */
+    rl_ns last_fallback;    /* monotonic time of the last answer that fell back */
+    rl_ns first_call;
+    pthread_t th;
+} load;
+
+static void *load_loop(void *arg)
+{
+    load *l = arg;
+    static const char *const names[NKINDS] = {"user", "global", "team"};
+    static const rl_fallback modes[NKINDS] = {RL_FALLBACK_OPEN, RL_FALLBACK_CLOSED,
+                                                   RL_FALLBACK_LOCAL};
+    l->first_call = mono();
+    for (unsigned i = 0; !__atomic_load_n(&l->stop, __ATOMIC_ACQUIRE); i++) {
+        int k = (int)(i % NKINDS);
+        char value[32];
+        snprintf(value, sizeof value, "%s", k == KIND_GLOBAL ? "all" : k == KIND_USER ? "u1" : "t1");
+        rl_descriptor ds[1] = {{names[k], strlen(names[k]), value, strlen(value)}};
+        rl_request req = {.desc = ds, .ndesc = 1, .cost = RL_FP_ONE, .now = wall()};
+        rl_decision d;
+        rl_err err;
+        int rc = rl_acquire(l->in->lim, &req, &d, &err);
+        rl_ns at = mono();
+        l->calls++;
+        if (rc != RL_OK) {
+            l->failed++;
+            continue;
+        }
+        rl_fallback fb = d.napplied ? d.applied[0].fallback : RL_FALLBACK_NONE;
+        if (k == KIND_GLOBAL && d.allowed)
+            l->global_allowed++;
+        if (fb != RL_FALLBACK_NONE) {
+            l->fell[k]++;
+            l->last_fallback = at;
+            /* open allows, closed denies, local decides with the quota halved (fleet_size 2) */
+            if (fb != modes[k] || (k == KIND_USER && !d.allowed) ||
+                (k == KIND_GLOBAL && d.allowed) ||
+                (k == KIND_TEAM && d.applied[0].st.limit != FP(500000)))
+                l->wrong++;
+        }
+        rl_decision_done(&d);
+    }
+    return NULL;
+}
+
+START_TEST(follows_a_failover_under_load)
+{
+    inst in[2];
+    ticker tk = {.in = in, .n = 2};
+    load ld[4];
+    rl_decision d;
+    for (int i = 0; i < 2; i++) {
+        inst_new(&in[i], levels, RT_MASTER_NAME);
+        decide(&in[i], "user", "warm", &d);
+        ck_assert_int_eq(d.applied[0].fallback, RL_FALLBACK_NONE);
+        ck_assert_int_eq(primary_port(&in[i]), grp.data[0].port);
+    }
+    ck_assert_int_eq(pthread_create(&tk.th, NULL, tick_loop, &tk), 0);
+    rl_ns t0 = mono();
+    for (int i = 0; i < 4; i++) {
+        ld[i] = (load){.in = &in[i % 2]};
+        ck_assert_int_eq(pthread_create(&ld[i].th, NULL, load_loop, &ld[i]), 0);
+    }
+    usleep(1000000);
+
+    rl_ns killed = mono();
+    rt_redis_kill(&grp.data[0]);
+    while (rt_sentinel_primary(&grp) != grp.data[1].port && mono() - killed < S(30))
+        usleep(10000);
+    rl_ns switched = mono();
+    ck_assert_int_eq(rt_sentinel_primary(&grp), grp.data[1].port);
+    usleep(3000000);
+    for (int i = 0; i < 4; i++) {
+        __atomic_store_n(&ld[i].stop, 1, __ATOMIC_RELEASE);
+        pthread_join(ld[i].th, NULL);
+    }
+    rl_ns t1 = mono();
+    __atomic_store_n(&tk.stop, 1, __ATOMIC_RELEASE);
+    pthread_join(tk.th, NULL);
+
+    uint64_t calls = 0, failed = 0, wrong = 0, allowed = 0, fell[NKINDS] = {0};
+    rl_ns last_fallback = 0;
+    for (int i = 0; i < 4; i++) {
+        calls += ld[i].calls;
+        failed += ld[i].failed;
+        wrong += ld[i].wrong;
+        allowed += ld[i].global_allowed;
+        for (int k = 0; k < NKINDS; k++)
+            fell[k] += ld[i].fell[k];
+        if (ld[i].last_fallback > last_fallback)
+            last_fallback = ld[i].last_fallback;
+    }
+    fprintf(stderr,
+            "sentinel failover under load: %" PRIu64 " decisions, primary killed at %.3f s, "
+            "switched at %.3f s, last fallback at %.3f s, %" PRIu64 " global admitted\n",
+            calls, (double)(killed - t0) / 1e9, (double)(switched - t0) / 1e9,
+            (double)(last_fallback - t0) / 1e9, allowed);
+    ck_assert_uint_eq(failed, 0);
+    ck_assert_uint_eq(wrong, 0);
+    /* the gap: every level fell back by its own mode */
+    for (int k = 0; k < NKINDS; k++)
+        ck_assert_uint_gt(fell[k], 0);
+    /* decisions through Redis again within the failover time plus 2 s */
+    ck_assert_msg(last_fallback <= switched + S(2), "fell back until %.3f s after the switch",
+                  (double)(last_fallback - switched) / 1e9);
+    /* the slow bucket: at most 100 at once and 20 a second over the whole run (the gap, when
+     * global failed closed, only lowers what was admitted); the load asked far more */
+    double run_s = (double)(t1 - t0) / 1e9;
+    ck_assert_msg((double)allowed <= SLOW_CAPACITY + SLOW_RATE * run_s + 1,
+                  "%" PRIu64 " admitted in %.3f s", allowed, run_s);
+    ck_assert_uint_ge(allowed, SLOW_CAPACITY);
+    /* both instances on the promoted replica, having followed one failover */
+    for (int i = 0; i < 2; i++) {
+        ck_assert_int_eq(primary_port(&in[i]), grp.data[1].port);
+        ck_assert_uint_ge(rld_pool_switches(rld_redis_store_pool(in[i].redis)), 1);
+        decide(&in[i], "global", "after", &d);
+        ck_assert_int_eq(d.applied[0].fallback, RL_FALLBACK_NONE);
+        ck_assert(d.allowed);
+    }
+    /* the state is on the new primary */
+    redisReply *r = rt_redis_cmd(&grp.data[1], "EXISTS se:global:0:after");
+    ck_assert_int_eq(r->integer, 1);
+    freeReplyObject(r);
+    for (int i = 0; i < 2; i++)
+        inst_free(&in[i]);
+}
+END_TEST
+
+/* calls of EVALSHA a node has served (INFO commandstats), -1 when it has served none */
+static long evalsha_calls(const rt_redis *r)
+{
+    redisReply *rep = rt_redis_cmd(r, "INFO commandstats");
+    const char *p = strstr(rep->str, "cmdstat_evalsha:calls=");
+    long n = p ? atol(p + strlen("cmdstat_evalsha:calls=")) : -1;
+    freeReplyObject(rep);
+    return n;
+}
+
+/* A graceful failover (SENTINEL FAILOVER) keeps the old primary running as a replica: the
+ * store moves to the new primary and sends the old one nothing more. */
+START_TEST(never_answers_from_a_demoted_primary)
+{
+    inst in;
+    rl_decision d;
+    inst_new(&in, levels, RT_MASTER_NAME);
+    for (int i = 0; i < 20; i++) {
+        decide(&in, "global", "g", &d);
+        ck_assert_int_eq(d.applied[0].fallback, RL_FALLBACK_NONE);
+    }
+    ck_assert_int_ge(evalsha_calls(&grp.data[0]), 20);
+    redisReply *r = rt_redis_cmd(&grp.sent[0], "SENTINEL FAILOVER %s", RT_MASTER_NAME);
+    ck_assert_int_eq(r->type, REDIS_REPLY_STATUS);
+    freeReplyObject(r);
+    /* until the old primary says it is a replica, calls may still reach it */
+    for (int i = 0; i < 300; i++) {
+        r = rt_redis_cmd(&grp.data[0], "ROLE");
+        int replica = strcmp(r->element[0]->str, "slave") == 0;
+        freeReplyObject(r);
+        if (replica)
+            break;
+        usleep(20000);
+    }
+    long before = evalsha_calls(&grp.data[0]);
+    int through_redis = 0;
+    for (int i = 0; i < 300 && through_redis < 50; i++) {
+        decide(&in, "user", "after", &d);
+        through_redis += d.applied[0].fallback == RL_FALLBACK_NONE;
+        usleep(10000);
+    }
+    ck_assert_int_eq(through_redis, 50);
+    ck_assert_int_eq(evalsha_calls(&grp.data[0]), before);
+    ck_assert_int_gt(evalsha_calls(&grp.data[1]), 0);
+    ck_assert_int_eq(primary_port(&in), grp.data[1].port);
+    inst_free(&in);
+}
+END_TEST
+
+/* Sentinels that know no such primary: the store is down and says why. */
+START_TEST(unknown_master_is_reported)
+{
+    inst in;
+    rl_decision d;
+    inst_new(&in, levels, "nosuch");
+    decide(&in, "user", "u", &d);
+    ck_assert_int_eq(d.applied[0].fallback, RL_FALLBACK_OPEN);
+    rld_redis_health h;
+    rld_redis_store_health(in.redis, &h);
+    ck_assert(!h.up);
+    ck_assert_msg(strstr(h.last_error, "knows no primary nosuch") != NULL, "%s", h.last_error);
+    inst_free(&in);
+}
+END_TEST
+
+Suite *redis_sentinel_suite(void);
+Suite *redis_sentinel_suite(void)
+{
+    Suite *s = suite_create("redis_sentinel");
+    TCase *tc = tcase_create("sentinel");
+    tcase_add_checked_fixture(tc, grp_up, grp_down);
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, follows_a_failover_under_load);
+    tcase_add_test(tc, never_answers_from_a_demoted_primary);
+    tcase_add_test(tc, unknown_master_is_reported);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void) { return tu_run(redis_sentinel_suite()) ? 1 : 0; }

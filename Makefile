@@ -28,7 +28,7 @@ ifneq ($(SANITIZE),)
 endif
 
 # Libraries come from pkg-config; the core library uses none of them.
-PKG_SVC  := jansson libmicrohttpd hiredis
+PKG_SVC  := jansson libmicrohttpd hiredis libprotobuf-c libnghttp2
 PKG_TEST := check libcurl
 PKG_ALL  := $(PKG_SVC) $(PKG_TEST)
 pc_cflags = $(shell pkg-config --cflags $(1) 2>/dev/null)
@@ -64,7 +64,25 @@ SVC_LIB_OBJ := $(SVC_LIB_SRC:%.c=$(BUILD)/%.o)
 SVC_CFLAGS  := $(call pc_cflags,$(PKG_SVC))
 SVC_LIBS    := $(call pc_libs,$(PKG_SVC)) -ldl -lm
 
-$(BUILD)/service/%.o: service/%.c
+# The gRPC messages: C from api/**/*.proto by protoc-c at build time, into $(PB_DIR) (on the
+# include path of the service and the tests as "envoy/service/ratelimit/v3/rls.pb-c.h").
+PROTOS  := $(patsubst api/%,%,$(shell find api -name '*.proto' | sort))
+PB_DIR  := $(BUILD)/gen/pb
+PB_C    := $(PROTOS:%.proto=$(PB_DIR)/%.pb-c.c)
+PB_H    := $(PB_C:.c=.h)
+PB_OBJ  := $(PB_C:.c=.o)
+SVC_CFLAGS += -I$(PB_DIR)
+
+$(PB_DIR)/%.pb-c.c $(PB_DIR)/%.pb-c.h: api/%.proto
+	@mkdir -p $(PB_DIR)
+	$(call say,PROTOC,$<)
+	$(Q)protoc-c -Iapi --c_out=$(PB_DIR) $*.proto
+
+$(PB_DIR)/%.pb-c.o: $(PB_DIR)/%.pb-c.c | $(PB_H)
+	$(call say,CC,$<)
+	$(Q)$(CC) $(BASE_CPPFLAGS) $(SVC_CFLAGS) $(ALL_CFLAGS) -c $< -o $@
+
+$(BUILD)/service/%.o: service/%.c | $(PB_H)
 	@mkdir -p $(dir $@)
 	$(call say,CC,$<)
 	$(Q)$(CC) $(BASE_CPPFLAGS) $(GEN_CPPFLAGS) -Iservice $(SVC_CFLAGS) $(ALL_CFLAGS) -c $< -o $@
@@ -114,7 +132,7 @@ $(BUILD)/gen/redis_scripts.o: $(BUILD)/gen/redis_scripts.c
 	$(call say,CC,$<)
 	$(Q)$(CC) $(BASE_CPPFLAGS) -Iservice $(ALL_CFLAGS) -c $< -o $@
 
-SVC_LIB_OBJ += $(BUILD)/gen/redis_scripts.o
+SVC_LIB_OBJ += $(BUILD)/gen/redis_scripts.o $(PB_OBJ)
 
 # config/default.json is built into the daemon (used when --config is not given).
 $(BUILD)/gen/default_config.c: config/default.json
@@ -142,13 +160,13 @@ $(BUILD)/ratelimitd: $(BUILD)/service/main.o $(BUILD)/gen/default_config.o $(SVC
 # ---- tests ------------------------------------------------------------------------------
 TEST_SRC  := $(wildcard tests/test_*.c)
 TEST_BIN  := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
-TEST_CFLAGS := $(call pc_cflags,$(PKG_ALL))
+TEST_CFLAGS := $(call pc_cflags,$(PKG_ALL)) -I$(PB_DIR)
 TEST_LIBS := $(call pc_libs,$(PKG_ALL)) $(SVC_LIBS)
 # Helpers every test links: tests/*util.c (testutil.c, srvutil.c, ...).
 PLUGIN_SRC := $(wildcard tests/plugins/*.c)
 PLUGINS := $(PLUGIN_SRC:tests/plugins/%.c=$(BUILD)/plugins/lib%.so)
 
-$(BUILD)/tests/%.o: tests/%.c
+$(BUILD)/tests/%.o: tests/%.c | $(PB_H)
 	@mkdir -p $(dir $@)
 	$(call say,CC,$<)
 	$(Q)$(CC) $(BASE_CPPFLAGS) $(GEN_CPPFLAGS) -Iservice -Itests $(TEST_CFLAGS) $(ALL_CFLAGS) -c $< -o $@
@@ -216,6 +234,7 @@ $(BUILD)/bench/bench_core.o: bench/bench_core.c
 	$(Q)$(CC) $(BASE_CPPFLAGS) -Iservice $(SVC_CFLAGS) $(ALL_CFLAGS) -c $< -o $@
 
 $(BUILD)/bench/bench_core: $(BUILD)/bench/bench_core.o $(BUILD)/service/config_json.o \
+                           $(BUILD)/service/settings.o \
                            $(BUILD)/librl.a
 	$(call say,LD,$@)
 	$(Q)$(CC) $^ -o $@ $(LDFLAGS_ALL) $(SVC_LIBS)
@@ -241,6 +260,7 @@ build-bench: $(BUILD)/ratelimitd $(BENCH_BIN)
 # ---- targets ----------------------------------------------------------------------------
 # The public targets first install what is missing, then build in a second make, so that
 # pkg-config is asked after the packages are there.
+.PHONY: grpc-check
 .PHONY: all run test check-core deps deps-quiet install clean format bench build-all build-test \
         build-bench settings-doc api-check container-deps container-test fuzz \
         build-libfuzzer
@@ -269,7 +289,23 @@ test: deps-quiet
 	    $(BUILD)/fuzz/$$f $(FUZZ_CORPUS)/$$f; \
 	done
 	@$(MAKE) --no-print-directory api-check
+	@$(MAKE) --no-print-directory grpc-check
 	@echo "all tests passed"
+
+# The gRPC server with real clients: Debian's python3-grpcio (the gRPC C core), loading the
+# messages from api/*.proto through protoc. Debian's own python3, which has the grpc module.
+# And @grpc/grpc-js with @grpc/proto-loader (pinned in tests/grpc-js, installed by make deps).
+PYTHON ?= /usr/bin/python3
+GRPC_NODE := tests/grpc-js/node_modules/.installed
+$(GRPC_NODE): tests/grpc-js/package.json tests/grpc-js/package-lock.json
+	$(call say,NPM,tests/grpc-js)
+	$(Q)cd tests/grpc-js && npm ci --no-audit --no-fund --loglevel=error >/dev/null && touch node_modules/.installed
+
+grpc-check: $(GRPC_NODE) $(BUILD)/ratelimitd
+	@echo "== tests/grpc/test_grpc.py (python3-grpcio)"
+	$(Q)RL_BUILD=$(BUILD) $(PYTHON) tests/grpc/test_grpc.py
+	@echo "== tests/grpc-js (node --test, @grpc/grpc-js)"
+	$(Q)cd tests/grpc-js && RL_BUILD=$(abspath $(BUILD)) node --test
 
 # The API document: redocly's lint (every warning an error) and tests/api/openapi.test.js, which
 # calls every documented operation of the real daemon and validates each answer with ajv. The
@@ -310,7 +346,7 @@ settings-doc: deps-quiet
 	$(BUILD)/tools/settings_doc README.md
 
 # Test objects are kept (not removed as intermediates), so a second make rebuilds nothing.
-.SECONDARY: $(TEST_HELP_OBJ) $(TEST_SRC:tests/%.c=$(BUILD)/tests/%.o)
+.SECONDARY: $(TEST_HELP_OBJ) $(TEST_SRC:tests/%.c=$(BUILD)/tests/%.o) $(PB_C) $(PB_H)
 
 # Every object of the service and the tests may include the generated argument indices.
 $(SVC_LIB_OBJ) $(BUILD)/service/main.o $(TEST_SRC:tests/%.c=$(BUILD)/tests/%.o): \
@@ -344,6 +380,9 @@ check-core:
 DEB_PKGS := gcc libc6-dev make pkg-config libjansson-dev libmicrohttpd-dev check libsubunit-dev \
             libcurl4-openssl-dev libhiredis-dev redis-server redis-sentinel redis-tools nginx wrk curl \
             prometheus clang libclang-rt-14-dev
+# gRPC: messages, HTTP/2, the Python client (grpcio, protobuf, protoc), h2load
+DEB_PKGS += libprotobuf-c-dev protobuf-c-compiler libnghttp2-dev nghttp2-client protobuf-compiler \
+            python3 python3-grpcio python3-protobuf
 # node and npm for tests/api, looked for by command: a machine may have node from another
 # packaging that brings its own npm (Debian's npm would conflict with it).
 NODE_PKGS := nodejs npm
@@ -358,11 +397,11 @@ deps:
 	    apt-get update -qq && apt-get install -y -qq --no-install-recommends $$missing >/dev/null \
 	    || { echo "make deps: apt-get failed"; exit 1; }; \
 	fi
-	@$(MAKE) --no-print-directory $(API_NODE)
+	@$(MAKE) --no-print-directory $(API_NODE) $(GRPC_NODE)
 
 # Installs only when something is missing; quiet otherwise.
 deps-quiet:
-	@pkg-config --exists $(PKG_ALL) hiredis 2>/dev/null && command -v redis-server >/dev/null \
+	@command -v protoc-c >/dev/null && pkg-config --exists $(PKG_ALL) hiredis 2>/dev/null && command -v redis-server >/dev/null \
 	    && command -v redis-sentinel >/dev/null && command -v redis-cli >/dev/null \
 	    && test -x /usr/sbin/nginx && command -v promtool >/dev/null && command -v npm >/dev/null \
 	    || $(MAKE) --no-print-directory deps

@@ -16,7 +16,7 @@
 #   BENCH_CORE_MAX=10000000   largest key count of the in-process benchmark
 #   BENCH_MEM_USERS=1000000   distinct users of the memory runs
 #   BENCH_MEM_REQUESTS=10000000   requests of the second memory figure
-#   BENCH_SECTIONS="http core memory idle redis"   the sections to run
+#   BENCH_SECTIONS="http grpc core memory idle redis"   the sections to run
 #   BENCH_REDIS_ROUNDS=3  rounds of the Redis comparison (redis-benchmark and ratelimitd in turn)
 #   REDIS_THREADS=0       ratelimitd's threads in the Redis section; 0: its default with the Redis
 #                         store (one per CPU, at least one per pooled connection: 8)
@@ -36,7 +36,7 @@ CORE_RUNS=${BENCH_CORE_RUNS:-3}
 CORE_MAX=${BENCH_CORE_MAX:-10000000}
 MEM_USERS=${BENCH_MEM_USERS:-1000000}
 MEM_REQUESTS=${BENCH_MEM_REQUESTS:-10000000}
-SECTIONS=${BENCH_SECTIONS:-http core memory idle redis}
+SECTIONS=${BENCH_SECTIONS:-http grpc core memory idle redis}
 REDIS_ROUNDS=${BENCH_REDIS_ROUNDS:-3}
 THREADS=2 # ratelimitd threads and nginx workers: one per core of the reference machine
 WRK_THREADS=2
@@ -368,6 +368,15 @@ section_redis() {
     redis_bench
 }
 
+# ---- 6. gRPC ----------------------------------------------------------------------------
+
+# bench/grpc.sh: ShouldRateLimit (h2load, HTTP/2) against POST /acquire on the same daemon.
+section_grpc() {
+    # shellcheck source=bench/grpc.sh
+    . "$HERE/grpc.sh"
+    grpc_bench
+}
+
 # ---- run --------------------------------------------------------------------------------
 
 log "ratelimitd benchmarks: $(nproc) cores, $(uname -r), build $BUILD"
@@ -382,6 +391,7 @@ for s in $SECTIONS; do
     memory) section_memory ;;
     idle) section_idle ;;
     redis) section_redis ;;
+    grpc) section_grpc ;;
     *) fail "unknown section $s" ;;
     esac
 done
@@ -421,6 +431,11 @@ if [[ " $SECTIONS " == *" memory "* ]]; then
 fi
 if [ -n "${REDIS_ratio:-}" ]; then
     emit ratio_redis_acquire_vs_redis_benchmark_decision "$REDIS_ratio"
+fi
+if [[ " $SECTIONS " == *" grpc "* ]]; then
+    emit ratio_grpc_rps_vs_acquire "$GRPC_ratio_rps"
+    emit ratio_grpc_cpu_per_decision_vs_acquire "$GRPC_ratio_cpu_us_per_request"
+    emit ratio_grpc_p99_vs_acquire "$GRPC_ratio_p99_ms"
 fi
 if [[ " $SECTIONS " == *" idle "* ]]; then
     emit ratio_idle_rss_growth_after_vs_before \

@@ -312,12 +312,16 @@ const rl_config *rl_limiter_config(const rl_limiter *lim);
 
 /* Decides a request. On success (RL_OK) d is filled, allowed or denied, and must be passed to
  * rl_decision_done. Errors, which change no state: RL_EINVAL for a bad request ("keys.usr:
- * unknown descriptor", "keys.user: must not be empty", "cost: ..."), RL_ESTORE when the store
- * failed. */
+ * unknown descriptor", "keys.user: must not be empty"), RL_ESTORE when the store failed.
+ * Amounts and times are the caller's to convert and check where they enter (the daemon does
+ * it once per edge, service/values.h): cost in 1..RL_FP_MAX, now >= 0. A cost out of range is
+ * still refused with RL_EINVAL, as a guard that keeps the arithmetic inside int64, not as the
+ * place where users learn the range. */
 int rl_acquire(rl_limiter *lim, const rl_request *req, rl_decision *d, rl_err *err);
 
-/* Settles a reservation with its actual cost (>= 0): gives the difference back to every
- * rule counting cost, or charges the extra. RL_ENOTFOUND for an unknown or expired
+/* Settles a reservation with its actual cost (0..RL_FP_MAX, checked by the caller as the cost
+ * of rl_acquire is; out of range is refused by the same guard): gives the difference back to
+ * every rule counting cost, or charges the extra. RL_ENOTFOUND for an unknown or expired
  * reservation, RL_ESETTLED when it was settled already. */
 int rl_settle(rl_limiter *lim, const char *id, rl_fp actual, rl_ns now, rl_settlement *out,
               rl_err *err);

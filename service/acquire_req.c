@@ -2,11 +2,13 @@
  * acquire_req.c - see acquire_req.h.
  */
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "acquire_req.h"
+#include "values.h"
 
 #define KNOWN "keys, cost, priority, reserve, dry_run, now"
 
@@ -18,8 +20,7 @@ static void req_zero(rld_acquire_req *req)
 {
     req->ndesc = 0;
     req->has_keys = 0;
-    req->has_cost = 0;
-    req->cost = 1;
+    req->cost = RL_FP_ONE;
     req->priority = 0;
     req->reserve = 0;
     req->dry_run = 0;
@@ -37,8 +38,9 @@ static int field_of(const char *s, size_t n)
     case 4:
         return memcmp(s, "keys", 4) == 0 ? F_KEYS : memcmp(s, "cost", 4) == 0 ? F_COST : 0;
     case 7:
-        return memcmp(s, "reserve", 7) == 0 ? F_RESERVE : memcmp(s, "dry_run", 7) == 0 ? F_DRY_RUN
-                                                                                      : 0;
+        return memcmp(s, "reserve", 7) == 0   ? F_RESERVE
+               : memcmp(s, "dry_run", 7) == 0 ? F_DRY_RUN
+                                              : 0;
     case 8:
         return memcmp(s, "priority", 8) == 0 ? F_PRIORITY : 0;
     default:
@@ -216,6 +218,7 @@ int rld__acquire_parse_fast(const char *body, size_t len, rld_acquire_req *req)
             size_t nl;
             int64_t iv;
             int is_int;
+            double v;
             if (!fast_str(&c, &name, &nl) || !eat(&c, ':'))
                 return 0;
             int f = field_of(name, nl);
@@ -228,8 +231,8 @@ int rld__acquire_parse_fast(const char *body, size_t len, rld_acquire_req *req)
                 ok = fast_keys(&c, req);
                 break;
             case F_COST:
-                ok = fast_num(&c, &req->cost, &iv, &is_int);
-                req->has_cost = 1;
+                ok = fast_num(&c, &v, &iv, &is_int) &&
+                     rld_value_cost("cost", v, &req->cost, NULL) == 0;
                 break;
             case F_PRIORITY: {
                 double ignored;
@@ -243,7 +246,8 @@ int rld__acquire_parse_fast(const char *body, size_t len, rld_acquire_req *req)
                 ok = fast_bool(&c, &req->dry_run);
                 break;
             case F_NOW:
-                ok = fast_num(&c, &req->now, &iv, &is_int);
+                ok = fast_num(&c, &v, &iv, &is_int) &&
+                     rld_value_seconds("now", v, &req->now, NULL) == 0;
                 req->has_now = 1;
                 break;
             }
@@ -269,8 +273,8 @@ int rld__acquire_parse_json(const char *body, size_t len, rld_acquire_req *req, 
         return fail(err, "body: required, a JSON object");
     json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &jerr);
     if (!root)
-        return fail(err, "body: malformed JSON at line %d, column %d: %s", jerr.line,
-                    jerr.column, jerr.text);
+        return fail(err, "body: malformed JSON at line %d, column %d: %s", jerr.line, jerr.column,
+                    jerr.text);
     if (!json_is_object(root)) {
         json_decref(root);
         return fail(err, "body: must be a JSON object");
@@ -308,12 +312,9 @@ int rld__acquire_parse_json(const char *body, size_t len, rld_acquire_req *req, 
             goto out;
         }
         case F_COST:
-            if (!json_is_number(v)) {
-                fail(err, "cost: must be a positive number");
+            if (rld_value_cost("cost", json_is_number(v) ? json_number_value(v) : NAN, &req->cost,
+                               err) != 0)
                 goto out;
-            }
-            req->cost = json_number_value(v);
-            req->has_cost = 1;
             break;
         case F_PRIORITY:
             if (!json_is_integer(v)) {
@@ -331,11 +332,9 @@ int rld__acquire_parse_json(const char *body, size_t len, rld_acquire_req *req, 
             *(f == F_RESERVE ? &req->reserve : &req->dry_run) = json_is_true(v);
             break;
         case F_NOW:
-            if (!json_is_number(v)) {
-                fail(err, "now: must be a number of seconds");
+            if (rld_value_seconds("now", json_is_number(v) ? json_number_value(v) : NAN, &req->now,
+                                  err) != 0)
                 goto out;
-            }
-            req->now = json_number_value(v);
             req->has_now = 1;
             break;
         default:
@@ -360,20 +359,10 @@ int rld_acquire_parse(char *body, size_t len, rld_acquire_req *req, rl_err *err)
         return -1;
     if (!req->has_keys) {
         fail(err, "keys: required, an object of descriptor names to keys");
-        goto bad;
-    }
-    if (req->has_cost && rl_fp_from_double(req->cost) <= 0) {
-        fail(err, "cost: must be a positive number from 0.000001 to 1000000000000");
-        goto bad;
-    }
-    if (req->has_now && rl_ns_from_seconds(req->now) < 0) {
-        fail(err, "now: must be a number of seconds from 0 to 9200000000");
-        goto bad;
+        rld_acquire_req_clear(req);
+        return -1;
     }
     return 0;
-bad:
-    rld_acquire_req_clear(req);
-    return -1;
 }
 
 void rld_acquire_req_clear(rld_acquire_req *req)

@@ -64,10 +64,10 @@ static void tick_to(rld_app *app, rl_ns t)
     pthread_mutex_unlock(&app->tick_mu);
 }
 
-/* The time of a request: the clock, or with --manual-clock its "now" (seconds, checked) or
- * the last one seen. A manual time that moves forward ticks first, so that reservations
+/* The time of a request: the clock, or with --manual-clock its "now" (checked where it was
+ * read) or the last one seen. A manual time that moves forward ticks first, so that reservations
  * expire exactly when a test says. */
-static rl_ns request_time(rld_app *app, int has_now, double now)
+static rl_ns request_time(rld_app *app, int has_now, rl_ns now)
 {
     if (!app->manual_clock) {
         struct timespec ts;
@@ -76,11 +76,16 @@ static rl_ns request_time(rld_app *app, int has_now, double now)
     }
     if (!has_now)
         return __atomic_load_n(&app->manual_now, __ATOMIC_ACQUIRE);
-    rl_ns t = rl_ns_from_seconds(now);
+    rl_ns t = now;
     __atomic_store_n(&app->manual_now, t, __ATOMIC_RELEASE);
     if (t > __atomic_load_n(&app->ticked, __ATOMIC_ACQUIRE))
         tick_to(app, t);
     return t;
+}
+
+rl_ns rld_app_time(rld_app *app, int has_now, rl_ns now)
+{
+    return request_time(app, has_now, now);
 }
 
 void rld_app_tick(rld_app *app)
@@ -138,7 +143,7 @@ static void h_acquire(void *ctx, rld_req *r)
     }
     rl_request req = {.desc = q.desc,
                       .ndesc = q.ndesc,
-                      .cost = q.has_cost ? rl_fp_from_double(q.cost) : RL_FP_ONE,
+                      .cost = q.cost,
                       .priority = q.priority,
                       .flags = (q.dry_run ? RL_DRY_RUN : 0u) | (q.reserve ? RL_RESERVE : 0u),
                       .now = request_time(app, q.has_now, q.now)};
@@ -405,6 +410,8 @@ int rld_app_init(rld_app *app, rl_registry *reg, rl_limiter *lim, const rld_sett
     app->lim = lim;
     app->set = set;
     app->manual_clock = manual_clock;
+    app->rls = (rld_rls){
+        .lim = lim, .domain = set->domain, .ratelimit_headers = set->grpc_ratelimit_headers};
     pthread_mutex_init(&app->tick_mu, NULL);
     for (size_t i = 0; i < rld_nroutes; i++)
         endpoint_names[i] = rld_routes[i].endpoint;
@@ -413,6 +420,7 @@ int rld_app_init(rld_app *app, rl_registry *reg, rl_limiter *lim, const rld_sett
     app->rules_json = rules ? json_dumps(rules, RLD_JSON_FLAGS) : NULL;
     json_decref(rules);
     app->metrics = rld_metrics_new(rld_nroutes + 1, endpoint_names);
+    app->rls.metrics = app->metrics;
     if (!app->rules_json || !app->metrics) {
         snprintf(err->msg, sizeof err->msg, "out of memory");
         rld_metrics_free(app->metrics);

@@ -20,6 +20,7 @@
 #include "metrics.h"
 #include "quotas.h"
 #include "ratelimit.h"
+#include "rls.h"
 
 typedef struct rld_app {
     rl_registry *reg;        /* borrowed */
@@ -35,6 +36,8 @@ typedef struct rld_app {
     char *rules_json; /* GET /rules, fixed for the configuration's life */
     size_t rules_len;
     rld_http *http; /* set once serving */
+    rld_rls rls;    /* ShouldRateLimit over gRPC */
+    int grpc_stopping; /* atomic: the gRPC server is stopping (Health answers NOT_SERVING) */
 } rld_app;
 
 /* The route table, for rld_http_config and for tests that hold the OpenAPI document to it. */
@@ -57,6 +60,10 @@ void rld_app_tick(rld_app *app);
 /* Saves a snapshot to state_file when the settings name one; logs and returns -1 when it
  * cannot be written. */
 int rld_app_save_state(rld_app *app);
+/* The time of a request: the clock, or with --manual-clock the given time (has_now; checked
+ * where it was read, values.h) or the last time seen. A manual time that moves forward ticks
+ * the limiter first. */
+rl_ns rld_app_time(rld_app *app, int has_now, rl_ns now);
 /* The http layer's on_done: counts the request in the metrics. */
 void rld_app_on_done(void *app, size_t route, int status, rl_ns duration);
 

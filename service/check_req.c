@@ -6,9 +6,9 @@
 #include <strings.h>
 
 #include "check_req.h"
+#include "values.h"
 
 #define PREFIX_LEN (sizeof RLD_CHECK_PREFIX - 1)
-#define COST_MSG "must be a positive number from 0.000001 to 1000000000000 (at most 6 decimals)"
 
 void rld_check_req_init(rld_check_req *q)
 {
@@ -16,36 +16,6 @@ void rld_check_req_init(rld_check_req *q)
     q->has_cost = q->has_priority = 0;
     q->cost = RL_FP_ONE;
     q->priority = 0;
-}
-
-int rld_fp_from_text(const char *s, size_t n, rl_fp *out)
-{
-    const char *p = s, *end = s + n;
-    rl_fp whole = 0, frac = 0;
-    int digits = 0, decimals = 0;
-    for (; p < end && *p >= '0' && *p <= '9'; p++, digits++) {
-        if (whole > RL_FP_MAX / RL_FP_ONE)
-            return -1;
-        whole = whole * 10 + (*p - '0');
-    }
-    if (p < end && *p == '.') {
-        for (p++; p < end && *p >= '0' && *p <= '9'; p++, digits++) {
-            if (++decimals > 6)
-                return -1;
-            frac = frac * 10 + (*p - '0');
-        }
-    }
-    if (p != end || digits == 0)
-        return -1;
-    for (int i = decimals; i < 6; i++)
-        frac *= 10;
-    if (whole > RL_FP_MAX / RL_FP_ONE)
-        return -1;
-    rl_fp v = whole * RL_FP_ONE + frac;
-    if (v <= 0 || v > RL_FP_MAX)
-        return -1;
-    *out = v;
-    return 0;
 }
 
 /* A whole number, optionally signed, in int64 range. */
@@ -107,8 +77,8 @@ int rld_check_header(rld_check_req *q, const rl_config *cfg, const char *name, s
     if (n == 4 && strncasecmp(part, "cost", 4) == 0) {
         if (q->has_cost)
             return rl_errf(err, -1, RLD_CHECK_PREFIX "Cost: given twice");
-        if (rld_fp_from_text(value, vl, &q->cost) != 0)
-            return rl_errf(err, -1, RLD_CHECK_PREFIX "Cost: " COST_MSG);
+        if (rld_value_cost_text(RLD_CHECK_PREFIX "Cost", value, vl, &q->cost, err) != 0)
+            return -1;
         q->has_cost = 1;
         return 0;
     }

@@ -48,8 +48,4 @@ int rld_check_deny_status(const char *arg, int *status, rl_err *err);
  * its header ("X-RateLimit-usr: unknown descriptor ..."); other messages are left alone. */
 void rld_check_error_to_header(rl_err *err);
 
-/* An amount written as a decimal number ("3", "2.5") to fixed point: 0 and *out, or -1 when
- * it is not a number from 0.000001 to 1000000000000. */
-int rld_fp_from_text(const char *s, size_t n, rl_fp *out);
-
 #endif

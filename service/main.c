@@ -17,6 +17,7 @@
 #include "api.h"
 #include "config_json.h"
 #include "fleet.h"
+#include "grpc_api.h"
 #include "http.h"
 #include "log.h"
 #include "redis_pool.h"
@@ -30,12 +31,16 @@ extern const size_t rld_default_config_len;
 #define DRAIN_MS 10000
 
 static const char usage[] =
-    "usage: ratelimitd [--config PATH] [--port N] [--manual-clock]\n"
+    "usage: ratelimitd [--config PATH] [--port N] [--grpc-port N] [--manual-clock]\n"
     "       ratelimitd --check-config PATH\n"
     "\n"
     "  --config PATH        configuration file (default: the built-in config/default.json)\n"
     "  --port N             listen on port N instead of the configuration's; 0 picks a free\n"
     "                       port. The first line of stdout is \"listening on ADDRESS:PORT\".\n"
+    "  --grpc-port N        serve Envoy's rate limit service (gRPC) on port N, at the\n"
+    "                       configuration's grpc.listen address or else the listen address;\n"
+    "                       0 picks a free port. The second line of stdout is then\n"
+    "                       \"grpc listening on ADDRESS:PORT\".\n"
     "  --manual-clock       take the time from \"now\" (seconds) in the bodies of /acquire,\n"
     "                       /refund and /release, for replaying traces and tests\n"
     "  --check-config PATH  check a configuration: prints \"ok\" (exit 0) or the problem\n"
@@ -48,7 +53,8 @@ static const char usage[] =
 typedef struct opts {
     const char *config;
     const char *check;
-    int port; /* -1: the configuration's */
+    int port;      /* -1: the configuration's */
+    int grpc_port; /* -1: the configuration's */
     int manual_clock;
 } opts;
 
@@ -57,13 +63,14 @@ static int parse_flags(int argc, char **argv, opts *o)
 {
     static const struct option longs[] = {
         {"config", required_argument, NULL, 'c'}, {"port", required_argument, NULL, 'p'},
-        {"check-config", required_argument, NULL, 'k'},
+        {"check-config", required_argument, NULL, 'k'}, {"grpc-port", required_argument, NULL, 'g'},
         {"manual-clock", no_argument, NULL, 'm'}, {"help", no_argument, NULL, 'h'},
         {"version", no_argument, NULL, 'v'},     {NULL, 0, NULL, 0}};
     int c;
     char *end;
     memset(o, 0, sizeof *o);
     o->port = -1;
+    o->grpc_port = -1;
     opterr = 0;
     while ((c = getopt_long(argc, argv, "", longs, NULL)) != -1) {
         switch (c) {
@@ -76,14 +83,16 @@ static int parse_flags(int argc, char **argv, opts *o)
         case 'm':
             o->manual_clock = 1;
             break;
-        case 'p': {
+        case 'p':
+        case 'g': {
             errno = 0;
             long v = strtol(optarg, &end, 10);
             if (errno || *end || end == optarg || v < 0 || v > 65535) {
-                fprintf(stderr, "ratelimitd: --port: must be a number from 0 to 65535\n");
+                fprintf(stderr, "ratelimitd: --%s: must be a number from 0 to 65535\n",
+                        c == 'p' ? "port" : "grpc-port");
                 return 2;
             }
-            o->port = (int)v;
+            *(c == 'p' ? &o->port : &o->grpc_port) = (int)v;
             break;
         }
         case 'h':
@@ -210,6 +219,39 @@ static void housekeeper_stop(housekeeper *hk)
 
 /* ---- the daemon ------------------------------------------------------------------------- */
 
+/* Starts the gRPC server when the configuration or --grpc-port asks for one and prints the
+ * second line of stdout. Returns 0 (*out NULL when none is wanted) or -1 (logged). */
+static int grpc_start(const opts *o, const rld_settings *set, rld_app *app, int threads,
+                      rld_grpc **out)
+{
+    char addr[64];
+    int port = 0;
+    rl_err err = {{0}};
+    *out = NULL;
+    if (!set->grpc_listen && o->grpc_port < 0)
+        return 0;
+    if (set->grpc_listen)
+        rld_listen_parse(set->grpc_listen, addr, sizeof addr, &port); /* checked when loaded */
+    else
+        snprintf(addr, sizeof addr, "%s", set->address);
+    rld_grpc_config gc = {.address = addr,
+                          .port = o->grpc_port >= 0 ? o->grpc_port : port,
+                          .threads = threads,
+                          .max_message = (size_t)set->grpc_max_message,
+                          .methods = rld_grpc_methods,
+                          .nmethods = rld_grpc_nmethods,
+                          .app = app};
+    if (!(*out = rld_grpc_start(&gc, &err))) {
+        rld_log("error: %s", err.msg);
+        return -1;
+    }
+    int v6 = strchr(addr, ':') != NULL;
+    printf("grpc listening on %s%s%s:%d\n", v6 ? "[" : "", addr, v6 ? "]" : "",
+           rld_grpc_port(*out));
+    fflush(stdout);
+    return 0;
+}
+
 /* Worker threads: as configured, else one per CPU; with the Redis store at least one per pooled
  * connection, since a worker waits on Redis for each decision and Redis is busiest (and spends
  * least per command) when several calls arrive together. */
@@ -312,6 +354,12 @@ static int serve(const opts *o)
     int v6 = strchr(set.address, ':') != NULL;
     printf("listening on %s%s%s:%d\n", v6 ? "[" : "", set.address, v6 ? "]" : "", port);
     fflush(stdout);
+    rld_grpc *grpc;
+    if (grpc_start(o, &set, &app, hc.threads, &grpc) != 0) {
+        housekeeper_stop(&hk);
+        rld_http_stop(app.http, 0);
+        goto fail_app;
+    }
     rld_log("started: listening on %s%s%s:%d, %d threads, %s, %s clock, configuration %s",
             v6 ? "[" : "", set.address, v6 ? "]" : "", port, hc.threads, store_name,
             o->manual_clock ? "manual" : "real", source);
@@ -321,6 +369,10 @@ static int serve(const opts *o)
         ;
     rld_log("stopping on %s: no new connections, finishing requests in flight",
             sig == SIGTERM ? "SIGTERM" : "SIGINT");
+    __atomic_store_n(&app.grpc_stopping, 1, __ATOMIC_RELEASE);
+    unsigned gleft = grpc ? rld_grpc_stop(grpc, DRAIN_MS) : 0;
+    if (gleft)
+        rld_log("error: %u gRPC calls were still open after %d ms and were cut", gleft, DRAIN_MS);
     unsigned left = rld_http_stop(app.http, DRAIN_MS);
     housekeeper_stop(&hk);
     if (left)

@@ -18,6 +18,7 @@
  * are written, as {"line": N, "a": <decision>, "b": <decision>}, and the summary has both.
  */
 #include <getopt.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +28,7 @@
 #include "fleet.h"
 #include "render.h"
 #include "replay_summary.h"
+#include "values.h"
 
 static const char usage[] =
     "usage: ratelimit-replay --config PATH [--store memory|redis] [--compare PATH] < trace.jsonl\n"
@@ -148,7 +150,7 @@ static int decide(replay *rp, side *s, const rld_acquire_req *q, rld_buf *o, out
     rl_decision d;
     rl_request req = {.desc = q->desc,
                       .ndesc = q->ndesc,
-                      .cost = q->has_cost ? rl_fp_from_double(q->cost) : RL_FP_ONE,
+                      .cost = q->cost,
                       .priority = q->priority,
                       .flags = (q->dry_run ? RL_DRY_RUN : 0u) | (q->reserve ? RL_RESERVE : 0u),
                       .now = rp->now};
@@ -178,7 +180,7 @@ static void request_line(replay *rp, char *text, size_t len)
         return;
     }
     if (q.has_now)
-        rp->now = rl_ns_from_seconds(q.now);
+        rp->now = q.now;
     if (!rp->compare) {
         size_t mark = rp->out.len;
         if (decide(rp, &rp->a, &q, &rp->out, &oa, &err) != 0) {
@@ -242,10 +244,13 @@ static int settle(replay *rp, side *s, json_t *root, int refund, rld_buf *o, rl_
         return 0;
     }
     json_t *ac = json_object_get(root, "actual_cost");
-    rl_fp actual = json_is_number(ac) ? rl_fp_from_double(json_number_value(ac)) : -1;
+    rl_fp actual;
     rl_settlement st;
-    if (actual < 0)
+    if (!ac)
         return rl_errf(err, -1, "actual_cost: required, a number from 0 to 1000000000000");
+    if (rld_value_amount("actual_cost", json_is_number(ac) ? json_number_value(ac) : NAN, &actual,
+                         err) != 0)
+        return -1;
     if (rl_settle(s->lim, id, actual, rp->now, &st, err) != RL_OK)
         return -1;
     rld_buf_puts(o, "{\"reservation\":");
@@ -278,13 +283,11 @@ static void settle_line(replay *rp, json_t *root, int refund)
         }
     }
     json_t *now = json_object_get(root, "now");
-    if (now) {
-        rl_ns t = json_is_number(now) ? rl_ns_from_seconds(json_number_value(now)) : -1;
-        if (t < 0) {
-            put_line_error(rp, "now: must be a number of seconds from 0 to 9200000000");
-            return;
-        }
-        rp->now = t;
+    if (now &&
+        rld_value_seconds("now", json_is_number(now) ? json_number_value(now) : NAN, &rp->now,
+                          &err) != 0) {
+        put_line_error(rp, err.msg);
+        return;
     }
     size_t mark = rp->out.len;
     int rc = settle(rp, &rp->a, root, refund, &rp->out, &err);

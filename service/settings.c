@@ -21,6 +21,39 @@ static const char *redis_url_check(const char *s)
     return strncmp(s, "redis://", 8) == 0 ? NULL : "must start with redis://";
 }
 
+const char *rld_listen_parse(const char *s, char *addr, size_t len, int *port)
+{
+    const char *colon = strrchr(s, ':'), *a = s, *ae = colon;
+    if (!colon || colon[1] == '\0')
+        return "must be ADDRESS:PORT (\"127.0.0.1:8081\", \"[::1]:8081\")";
+    if (*s == '[') {
+        if (colon == s || colon[-1] != ']')
+            return "must be ADDRESS:PORT with an IPv6 address in brackets (\"[::1]:8081\")";
+        a = s + 1;
+        ae = colon - 1;
+    } else if (memchr(s, ':', (size_t)(colon - s))) {
+        return "must be ADDRESS:PORT with an IPv6 address in brackets (\"[::1]:8081\")";
+    }
+    long p = 0;
+    for (const char *d = colon + 1; *d; d++) {
+        if (*d < '0' || *d > '9' || (p = p * 10 + (*d - '0')) > 65535)
+            return "must end in a port from 0 to 65535";
+    }
+    if (ae <= a || (size_t)(ae - a) >= len)
+        return "must be ADDRESS:PORT (\"127.0.0.1:8081\", \"[::1]:8081\")";
+    memcpy(addr, a, (size_t)(ae - a));
+    addr[ae - a] = '\0';
+    *port = (int)p;
+    return NULL;
+}
+
+static const char *grpc_listen_check(const char *s)
+{
+    char addr[64];
+    int port;
+    return rld_listen_parse(s, addr, sizeof addr, &port);
+}
+
 static const char *const store_types[] = {"memory", "redis", NULL};
 static const char *const on_error_modes[] = {"open", "closed", "local", NULL};
 static const char *const log_levels[] = {"error", "warn", "info", NULL};
@@ -127,6 +160,33 @@ static const rld_setting log_rows[] = {
      .help = "one line per request: method, path (without the query), status, duration, client "
              "address, and for a denial the rule that blocked it and its key; never a header or "
              "a token. See [Access logs](#access-logs)"},
+};
+
+static const rld_setting grpc_rows[] = {
+    {.name = "listen",
+     .kind = RLD_SET_STRING,
+     .offset = OFF(grpc_listen),
+     .min = 3,
+     .max = 80,
+     .check = grpc_listen_check,
+     .doc_value = "`\"ADDRESS:PORT\"`",
+     .help = "serve Envoy's rate limit service over gRPC here (`\"127.0.0.1:8081\"`, "
+             "`\"[::1]:8081\"`; port 0 takes a free one); `--grpc-port` overrides the port. See "
+             "[Behind Envoy](#behind-envoy)"},
+    {.name = "ratelimit_headers",
+     .kind = RLD_SET_BOOL,
+     .offset = OFF(grpc_ratelimit_headers),
+     .def = 0,
+     .help = "ShouldRateLimit answers carry the IETF `RateLimit-Policy` and `RateLimit` headers "
+             "in `response_headers_to_add` (Envoy adds them to the response)"},
+    {.name = "max_message",
+     .kind = RLD_SET_INT,
+     .offset = OFF(grpc_max_message),
+     .min = 64,
+     .max = 4194304,
+     .def = 65536,
+     .help = "bytes of the largest request message; a larger one is answered "
+             "`RESOURCE_EXHAUSTED`"},
 };
 
 static const rld_setting level_rows[] = {
@@ -236,6 +296,20 @@ static const rld_setting root_rows[] = {
      .sub = &rld_settings_log,
      .doc_value = "object",
      .help = "`{\"level\", \"format\", \"access\"}`, see the `log` table below"},
+    {.name = "domain",
+     .kind = RLD_SET_STRING,
+     .offset = OFF(domain),
+     .min = 1,
+     .max = 255,
+     .help = "the rate limit service domain this configuration answers over gRPC; a "
+             "ShouldRateLimit call for another domain is answered OK with no limit. Without it "
+             "every domain is served"},
+    {.name = "grpc",
+     .kind = RLD_SET_OBJECT,
+     .sub = &rld_settings_grpc,
+     .doc_value = "object",
+     .help = "`{\"listen\", \"ratelimit_headers\", \"max_message\"}`, see the `grpc` table "
+             "below"},
     {.name = "plugins",
      .kind = RLD_SET_STRINGS,
      .offset = OFF(plugins),
@@ -272,10 +346,11 @@ const rld_setting_table rld_settings_listen = {"listen", listen_rows, COUNT(list
 const rld_setting_table rld_settings_store = {"store", store_rows, COUNT(store_rows), "type", 0};
 const rld_setting_table rld_settings_level = {"level", level_rows, COUNT(level_rows), NULL, 1};
 const rld_setting_table rld_settings_log = {"log", log_rows, COUNT(log_rows), NULL, 0};
+const rld_setting_table rld_settings_grpc = {"grpc", grpc_rows, COUNT(grpc_rows), NULL, 0};
 
-static const rld_setting_table *const all_tables[] = {&rld_settings_root, &rld_settings_listen,
+static const rld_setting_table *const all_tables[] = {&rld_settings_root,  &rld_settings_listen,
                                                       &rld_settings_store, &rld_settings_level,
-                                                      &rld_settings_log};
+                                                      &rld_settings_log,   &rld_settings_grpc};
 
 const rld_setting *rld_setting_find(const rld_setting_table *t, const char *name, size_t len)
 {

@@ -66,7 +66,11 @@ typedef struct rld_settings {
     char **plugins;
     rld_log_level log_level;
     rld_log_format log_format;
-    int log_access; /* one line per request */
+    int log_access;             /* one line per request */
+    char *domain;               /* the RLS domain a native configuration answers; NULL: any */
+    char *grpc_listen;          /* "ADDR:PORT" of the gRPC server; NULL: no gRPC server */
+    int grpc_ratelimit_headers; /* RateLimit headers in ShouldRateLimit's answers */
+    int grpc_max_message;       /* bytes of the largest request message */
 } rld_settings;
 
 typedef enum rld_setting_kind {
@@ -115,7 +119,11 @@ struct rld_setting_table {
 };
 
 extern const rld_setting_table rld_settings_root, rld_settings_listen, rld_settings_store,
-    rld_settings_level, rld_settings_log;
+    rld_settings_level, rld_settings_log, rld_settings_grpc;
+
+/* Splits "ADDR:PORT" ("127.0.0.1:8081", "[::1]:8081"; PORT 0 to 65535) into addr (len bytes)
+ * and *port. NULL on success, else why not ("must be ADDRESS:PORT"). */
+const char *rld_listen_parse(const char *s, char *addr, size_t len, int *port);
 
 /* The row of t named name (length len), or NULL. */
 const rld_setting *rld_setting_find(const rld_setting_table *t, const char *name, size_t len);

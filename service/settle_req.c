@@ -1,9 +1,11 @@
 /*
  * settle_req.c - see settle_req.h.
  */
+#include <math.h>
 #include <string.h>
 
 #include "settle_req.h"
+#include "values.h"
 
 #define fail(err, ...) rl_errf(err, -1, __VA_ARGS__)
 
@@ -15,16 +17,15 @@ static int member(rld_settle_req *b, const char *k, const json_t *v, int with_ac
             return fail(err, "reservation: must be a string");
         b->reservation = json_string_value(v);
     } else if (with_actual && strcmp(k, "actual_cost") == 0) {
-        rl_fp a = json_is_number(v) ? rl_fp_from_double(json_number_value(v)) : -1;
-        if (a < 0)
-            return fail(err, "actual_cost: must be a number from 0 to 1000000000000");
+        double n = json_is_number(v) ? json_number_value(v) : NAN;
+        if (rld_value_amount("actual_cost", n, &b->actual, err) != 0)
+            return -1;
         b->has_actual = 1;
-        b->actual = a;
     } else if (strcmp(k, "now") == 0) {
-        if (!json_is_number(v) || rl_ns_from_seconds(json_number_value(v)) < 0)
-            return fail(err, "now: must be a number of seconds from 0 to 9200000000");
+        double n = json_is_number(v) ? json_number_value(v) : NAN;
+        if (rld_value_seconds("now", n, &b->now, err) != 0)
+            return -1;
         b->has_now = 1;
-        b->now = json_number_value(v);
     } else {
         return fail(err, "%.64s: unknown field (known: %s)", k,
                     with_actual ? "reservation, actual_cost, now" : "reservation, now");

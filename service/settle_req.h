@@ -16,9 +16,9 @@ typedef struct rld_settle_req {
     json_t *root;            /* the document (new reference); NULL after a failure */
     const char *reservation; /* borrowed from root */
     int has_actual;
-    rl_fp actual; /* from 0 to RL_FP_MAX */
+    rl_fp actual; /* from 0 to RL_FP_MAX, checked (values.h) */
     int has_now;
-    double now; /* seconds, from 0 to 9.2e9 */
+    rl_ns now; /* checked (values.h) */
 } rld_settle_req;
 
 /* Parses and checks a body of len bytes; with_actual: the /refund body (actual_cost required),

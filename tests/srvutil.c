@@ -95,6 +95,22 @@ char *su_read(const char *path)
     return rld_read_file(path, NULL);
 }
 
+/* One line of fd (without its newline); "" at EOF. Fails the test after 60 s of silence. */
+static void read_line(int fd, char *line, size_t cap)
+{
+    size_t len = 0;
+    while (len < cap - 1) {
+        struct pollfd p = {fd, POLLIN, 0};
+        int pr = poll(&p, 1, 60000);
+        ck_assert_msg(pr > 0, "ratelimitd printed nothing within 60 s");
+        ssize_t r = read(fd, line + len, 1);
+        if (r <= 0 || line[len] == '\n')
+            break;
+        len++;
+    }
+    line[len] = '\0';
+}
+
 void su_start(su_server *s, const char *config, const char *const *extra)
 {
     char cfgpath[400];
@@ -134,27 +150,26 @@ void su_start(su_server *s, const char *config, const char *const *extra)
     }
     close(out[1]);
     /* the first line of stdout names the port; EOF means it did not start */
+    int grpc = 0;
+    for (int i = 0; extra && extra[i]; i++)
+        grpc |= strcmp(extra[i], "--grpc-port") == 0;
     char line[256];
-    size_t len = 0;
-    while (len < sizeof line - 1) {
-        struct pollfd p = {out[0], POLLIN, 0};
-        int pr = poll(&p, 1, 60000);
-        ck_assert_msg(pr > 0, "ratelimitd printed nothing within 60 s");
-        ssize_t r = read(out[0], line + len, 1);
-        if (r <= 0)
-            break;
-        if (line[len] == '\n')
-            break;
-        len++;
-    }
-    line[len] = '\0';
-    close(out[0]);
+    read_line(out[0], line, sizeof line);
     if (strncmp(line, "listening on 127.0.0.1:", 23) != 0) {
         char *log = su_read(s->log);
         ck_abort_msg("ratelimitd did not start: stdout \"%s\", stderr: %s", line,
                      log ? log : "(none)");
     }
     s->port = atoi(line + 23);
+    s->grpc_port = 0;
+    if (grpc) {
+        char second[256];
+        read_line(out[0], second, sizeof second);
+        ck_assert_msg(strncmp(second, "grpc listening on 127.0.0.1:", 28) == 0,
+                      "no gRPC line: stdout \"%s\"", second);
+        s->grpc_port = atoi(second + 28);
+    }
+    close(out[0]);
     ck_assert_int_gt(s->port, 0);
 }
 

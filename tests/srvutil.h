@@ -13,6 +13,7 @@
 typedef struct su_server {
     pid_t pid;
     int port;
+    int grpc_port;    /* with --grpc-port in extra: from the second line of stdout */
     char dir[256];    /* working directory of the server: config.json, stderr.log, var/ */
     char log[300];    /* its stderr */
 } su_server;
@@ -36,6 +37,8 @@ char *su_read(const char *path);
  * NULL), on --port 0, and reads the port from its first line of stdout. Fails the test when
  * it does not come up. */
 void su_start(su_server *s, const char *config, const char *const *extra);
+/* With "--grpc-port" among the extra flags the second line of stdout ("grpc listening on
+ * 127.0.0.1:PORT") is read too, into s->grpc_port. */
 /* Sends SIGTERM and waits. Returns the exit status, or 128 + the signal that killed it. */
 int su_stop(su_server *s);
 

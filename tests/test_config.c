@@ -49,8 +49,8 @@ static const struct {
      "quotas.bob: unknown tier \"gold\""},
     {"{\"colour\": 1, \"levels\": [{\"name\": \"user\", \"rules\": [" TB "]}]}",
      "colour: unknown field (known: listen, threads, store, admin_token, quota_file, "
-     "state_file, state_interval, reservation_ttl, log, plugins, levels, tiers, default_tier, "
-     "quotas)"},
+     "state_file, state_interval, reservation_ttl, log, domain, grpc, plugins, levels, tiers, "
+     "default_tier, quotas)"},
     {"{\"levels\": [{\"name\": \"user\", \"rules\": [{\"type\": \"deny_list\", \"keys\": [], "
      "\"reserved\": {\"fraction\": 0.2}}]}]}",
      "levels[0].rules[0].reserved: deny_list has no quota to reserve a share of"},
@@ -148,6 +148,20 @@ static const struct {
     {"{\"levels\": [{\"name\": \"user\", \"tiered\": 1}]}",
      "levels[0].tiered: must be true or false"},
     {"{\"levels\": [{\"rules\": [" TB "]}]}", "levels[0].name: required"},
+    {"{\"grpc\": {\"listen\": \"8081\"}, \"levels\": [{\"name\": \"user\", \"rules\": [" TB "]}]}",
+     "grpc.listen: must be ADDRESS:PORT (\"127.0.0.1:8081\", \"[::1]:8081\")"},
+    {"{\"grpc\": {\"listen\": \"::1:8081\"}, \"levels\": [{\"name\": \"user\", \"rules\": [" TB
+     "]}]}",
+     "grpc.listen: must be ADDRESS:PORT with an IPv6 address in brackets (\"[::1]:8081\")"},
+    {"{\"grpc\": {\"listen\": \"127.0.0.1:65536\"}, \"levels\": [{\"name\": \"user\", "
+     "\"rules\": [" TB "]}]}",
+     "grpc.listen: must end in a port from 0 to 65535"},
+    {"{\"grpc\": {\"max_message\": 10}, \"levels\": [{\"name\": \"user\", \"rules\": [" TB "]}]}",
+     "grpc.max_message: must be a whole number from 64 to 4194304"},
+    {"{\"grpc\": {\"port\": 1}, \"levels\": [{\"name\": \"user\", \"rules\": [" TB "]}]}",
+     "grpc.port: unknown field (known: listen, ratelimit_headers, max_message)"},
+    {"{\"domain\": \"\", \"levels\": [{\"name\": \"user\", \"rules\": [" TB "]}]}",
+     "domain: must be a string of 1 to 255 characters"},
 };
 
 START_TEST(bad_config_names_the_field)

@@ -35,8 +35,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     FZ_CHECK(q.has_keys && q.ndesc <= RLD_MAX_KEYS, "keys %d, %zu descriptors", q.has_keys,
              q.ndesc);
-    FZ_CHECK(!q.has_cost || rl_fp_from_double(q.cost) > 0, "cost %g accepted", q.cost);
-    FZ_CHECK(!q.has_now || rl_ns_from_seconds(q.now) >= 0, "now %g accepted", q.now);
+    FZ_CHECK(q.cost > 0 && q.cost <= RL_FP_MAX, "cost %lld accepted", (long long)q.cost);
+    FZ_CHECK(!q.has_now || q.now >= 0, "now %lld accepted", (long long)q.now);
     FZ_CHECK((q.reserve == 0 || q.reserve == 1) && (q.dry_run == 0 || q.dry_run == 1),
              "reserve %d, dry_run %d", q.reserve, q.dry_run);
     for (size_t i = 0; i < q.ndesc; i++)
@@ -45,10 +45,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     rl_limiter *lim = fz_limiter(config);
     rl_request req = {.desc = q.desc,
                       .ndesc = q.ndesc,
-                      .cost = q.has_cost ? rl_fp_from_double(q.cost) : RL_FP_ONE,
+                      .cost = q.cost,
                       .priority = q.priority,
                       .flags = (q.dry_run ? RL_DRY_RUN : 0u) | (q.reserve ? RL_RESERVE : 0u),
-                      .now = q.has_now ? rl_ns_from_seconds(q.now) : 0};
+                      .now = q.has_now ? q.now : 0};
     rl_decision d;
     /* twice: a new key, then one with state */
     for (int round = 0; round < 2; round++) {

@@ -33,14 +33,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                          same_str(f.desc[i].value, f.desc[i].value_len, j.desc[i].value,
                                   j.desc[i].value_len),
                      "descriptor %zu differs", i);
-        FZ_CHECK(f.has_cost == j.has_cost && (!f.has_cost || f.cost == j.cost),
-                 "cost %d %.17g / %d %.17g", f.has_cost, f.cost, j.has_cost, j.cost);
+        FZ_CHECK(f.cost == j.cost, "cost %lld / %lld", (long long)f.cost, (long long)j.cost);
         FZ_CHECK(f.priority == j.priority, "priority %lld / %lld", (long long)f.priority,
                  (long long)j.priority);
         FZ_CHECK(f.reserve == j.reserve && f.dry_run == j.dry_run, "reserve %d/%d dry_run %d/%d",
                  f.reserve, j.reserve, f.dry_run, j.dry_run);
         FZ_CHECK(f.has_now == j.has_now && (!f.has_now || f.now == j.now),
-                 "now %d %.17g / %d %.17g", f.has_now, f.now, j.has_now, j.now);
+                 "now %d %lld / %d %lld", f.has_now, (long long)f.now, j.has_now,
+                 (long long)j.now);
     }
     if (slow == 0)
         rld_acquire_req_clear(&j);

@@ -96,6 +96,15 @@ typedef struct rl_rule {
     double reserved_fraction;  /* 0 when no share is reserved */
     int64_t reserved_min_priority;
     rl_fp reserved;            /* headroom kept for priority >= reserved_min_priority */
+    /* Shadow: the rule is evaluated and its would-be denial reported (rl_applied.shadow_denied)
+     * but it never denies nor changes the decision; on an allowed request it takes the cost
+     * when the cost fits it (nothing otherwise), on a denied one nothing. */
+    int shadow;
+    /* Charge: a request of cost > 0 that the other rules allow takes its cost from the rule
+     * whatever it has left, below zero if need be, and the rule never blocks it; a dry run
+     * (or an item of cost 0) checks it like any rule, so checks wait out a negative balance.
+     * shadow wins over charge on one rule. */
+    int charge;
     unsigned char *given;      /* given[i] != 0 when parameter i was set explicitly */
     void *params;              /* type->params_size bytes */
 } rl_rule;
@@ -159,6 +168,7 @@ typedef struct rl_level {
     char **compose;     /* descriptors joined with ':' to form the key */
     char *default_key;  /* used when the descriptor is absent; NULL: the level is skipped */
     int tiered;         /* rules come from the key's tier or custom quota */
+    int shadow;         /* every rule of the level is a shadow rule (see rl_rule.shadow) */
     rl_rules *rules;    /* the rules of a level that is neither tiered nor keyed */
     rl_key_rules_fn key_rules; /* a keyed level: the rules follow from the key */
     void *key_rules_ctx;
@@ -272,8 +282,13 @@ typedef struct rl_applied {
     uint32_t keylen;
     int has_status;    /* the rule reports a status (a deny list does not) */
     uint8_t fallback;  /* rl_fallback: RL_FALLBACK_NONE unless the store failed */
+    uint8_t shadow;    /* a shadow rule here (its own option or its level's): never denies */
+    uint8_t shadow_denied; /* shadow and the cost did not fit it: it would have denied, and
+                              took nothing */
+    uint8_t charge;    /* a charge rule here (see rl_rule.charge) */
     rl_rule_status st; /* after the decision */
-    rl_ns wait;        /* phase 1's answer */
+    rl_ns wait;        /* phase 1's answer (for shadow and charge rules too, which may not
+                          count towards retry_after) */
 } rl_applied;
 
 typedef struct rl_decision {

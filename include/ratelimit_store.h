@@ -23,7 +23,11 @@ typedef struct rl_plan_item {
     uint64_t hash; /* what the store's prefetch returned for this level (0 without one) */
     rl_fp cost;    /* taken in phase 2 (1 unit for a rule counting requests) */
     rl_fp need;    /* checked in phase 1: cost plus any reserved headroom */
+    uint8_t mode;  /* RL_ITEM_SHADOW, RL_ITEM_CHARGE (d->applied[i].shadow, .charge) */
 } rl_plan_item;
+
+#define RL_ITEM_SHADOW 0x1u /* never blocks; takes, on an allowed request, only when it fits */
+#define RL_ITEM_CHARGE 0x2u /* takes on an allowed request whatever it has left */
 
 typedef struct rl_plan {
     size_t n; /* == d->napplied */
@@ -32,6 +36,23 @@ typedef struct rl_plan {
     unsigned flags; /* RL_DRY_RUN, RL_RESERVE */
     rl_ns now;
 } rl_plan;
+
+/* Whether item i's wait decides (a wait > 0 denies the request): not for a shadow rule, nor
+ * for a charge rule when the item takes a cost > 0 for real (not a dry run). */
+static inline int rl_plan_item_blocks(const rl_plan *plan, size_t i)
+{
+    const rl_plan_item *it = &plan->items[i];
+    if (it->mode & RL_ITEM_SHADOW)
+        return 0;
+    return !(it->mode & RL_ITEM_CHARGE) || (plan->flags & RL_DRY_RUN) || it->cost == 0;
+}
+
+/* Whether item i takes its cost when the request is allowed and not a dry run, given its
+ * wait: a shadow rule only when the cost fits it. */
+static inline int rl_plan_item_takes(const rl_plan *plan, size_t i, rl_ns wait)
+{
+    return !(plan->items[i].mode & RL_ITEM_SHADOW) || wait == 0;
+}
 
 /* How a store finds the rule now in force at (level, slot) for a key: used to expire
  * reservations, settle them and drop idle state when tiers may have changed. Returns NULL
@@ -47,7 +68,9 @@ typedef struct rl_store_ops {
     /* Called once by rl_limiter_new before any other method. cfg and res outlive the store. */
     int (*attach)(void *cls, const rl_config *cfg, const rl_resolver *res, rl_err *err);
     /* Carries out the plan: fills d->allowed, d->retry_after, d->blocked, d->applied[i].wait,
-     * .st and .has_status, and d->reservation when the plan reserves or a rule holds. .st is
+     * .shadow_denied, .st and .has_status, and d->reservation when the plan reserves or a rule
+     * holds. Only items for which rl_plan_item_blocks holds decide; when they all fit (and the
+     * plan is not a dry run) every item for which rl_plan_item_takes holds takes its cost. .st is
      * the rule's status after the decision; .st.next is the rule's wait then for
      * rl_status_want(limit, remaining), and 0 when remaining >= limit.
      * Returns 0, or RL_ESTORE (nothing taken) when the store cannot answer. */

@@ -65,7 +65,7 @@ static int set_param(rl_rule *r, const char *k, const json_t *v, rl_err *err)
 {
     int kind = rl_rule_param_kind(r, k);
     if (kind < 0) {
-        char known[256] = "type, name, unit";
+        char known[256] = "type, name, unit, shadow, charge";
         size_t used = strlen(known);
         if (r->type->capacity)
             used += (size_t)snprintf(known + used, sizeof known - used, ", reserved");
@@ -128,6 +128,15 @@ static int set_reserved(rl_rule *r, const json_t *v, rl_err *err)
     return rl_rule_set_reserved(r, fraction, (int64_t)min_priority, err);
 }
 
+/* A rule option that is true or false ("shadow", "charge"). */
+static int set_flag(int *flag, const char *k, const json_t *v, rl_err *err)
+{
+    if (!json_is_boolean(v))
+        return fail(err, "%s: must be true or false", k);
+    *flag = json_is_true(v);
+    return RL_OK;
+}
+
 /* Builds rule r (uninitialised) from a JSON object; errors are relative to the object. */
 static int rule_from_json(const json_t *o, rl_registry *reg, rl_rule *r, rl_err *err)
 {
@@ -156,6 +165,10 @@ static int rule_from_json(const json_t *o, rl_registry *reg, rl_rule *r, rl_err 
                                    : fail(err, "unit: must be \"cost\" or \"requests\"");
         else if (strcmp(k, "reserved") == 0)
             rc = set_reserved(r, v, err);
+        else if (strcmp(k, "shadow") == 0)
+            rc = set_flag(&r->shadow, k, v, err);
+        else if (strcmp(k, "charge") == 0)
+            rc = set_flag(&r->charge, k, v, err);
         else
             rc = set_param(r, k, v, err);
         if (rc != RL_OK)
@@ -203,6 +216,10 @@ json_t *rld_rule_to_json(const rl_rule *r)
         }
     }
     json_object_set_new(o, "unit", json_string(r->unit == RL_UNIT_REQUESTS ? "requests" : "cost"));
+    if (r->shadow)
+        json_object_set_new(o, "shadow", json_true());
+    if (r->charge)
+        json_object_set_new(o, "charge", json_true());
     if (r->reserved_fraction > 0)
         json_object_set_new(o, "reserved",
                             json_pack("{s:f, s:I}", "fraction", r->reserved_fraction,
@@ -239,6 +256,8 @@ json_t *rld_config_to_json(const rl_config *cfg, const rld_settings *set)
         if (l->default_key)
             json_object_set_new(lo, "default_key", json_string(l->default_key));
         json_object_set_new(lo, "tiered", json_boolean(l->tiered));
+        if (l->shadow)
+            json_object_set_new(lo, "shadow", json_true());
         /* a tiered level shows the default tier's rules; a user's own are at /quota/<user> */
         json_object_set_new(
             lo, "rules",
@@ -533,6 +552,9 @@ static int parse_level(const json_t *o, size_t i, rl_registry *reg, rl_config *c
         return fail(err, "%s.default_key: must be a string", path);
     if (tiered && !json_is_boolean(tiered))
         return fail(err, "%s.tiered: must be true or false", path);
+    const json_t *shadow = json_object_get(o, "shadow");
+    if (shadow && !json_is_boolean(shadow))
+        return fail(err, "%s.shadow: must be true or false", path);
     rl_rules *rules = NULL;
     if (rules_json && json_is_true(tiered))
         return fail(err, "%s.rules: a tiered level takes its rules from \"tiers\"", path);
@@ -546,6 +568,7 @@ static int parse_level(const json_t *o, size_t i, rl_registry *reg, rl_config *c
                                   def ? json_string_value(def) : NULL, json_is_true(tiered), rules,
                                   err)) != RL_OK)
         return at(err, rc, path);
+    cfg->levels[cfg->nlevels - 1].shadow = json_is_true(shadow);
     return RL_OK;
 }
 

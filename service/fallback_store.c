@@ -67,6 +67,8 @@ static rl_rules *scale_rules(const rl_registry *reg, const rl_rules *src, unsign
             rc = rl_rule_set_reserved(r, o->reserved_fraction, o->reserved_min_priority, &err);
         if (rc == RL_OK)
             rc = rl_rule_set_name(r, o->name, &err);
+        r->shadow = o->shadow;
+        r->charge = o->charge;
         if (rc == RL_OK)
             rc = rl_rule_finish(r, &err);
     }
@@ -269,6 +271,7 @@ static int fall_back(fb_store *fs, const rl_plan *plan, rl_decision *d, rl_err *
             a->wait = ld->applied[j].wait;
             a->has_status = ld->applied[j].has_status;
             a->st = ld->applied[j].st;
+            a->shadow_denied = ld->applied[j].shadow_denied;
             a->fallback = RL_FALLBACK_LOCAL;
         }
         memcpy(d->reservation, ld->reservation, sizeof d->reservation);

@@ -328,6 +328,11 @@ static int check_rules(const redis_store *rs, const rl_rules *rs_, const char *w
 {
     for (size_t i = 0; rs_ && i < rs_->n; i++) {
         const type_info *ti = info_of(rs, &rs_->v[i]);
+        if (rs_->v[i].shadow || rs_->v[i].charge)
+            return rl_errf(err, RL_EINVAL,
+                           "%s[%zu]: rule \"%s\" is %s: the Redis store does not support that "
+                           "option yet (use the memory store)",
+                           where, i, rs_->v[i].name, rs_->v[i].shadow ? "shadow" : "charge");
         if (!ti || (!ti->stateless && !ti->tag))
             return rl_errf(err, RL_EINVAL,
                            "%s[%zu]: rule type %s keeps state that the Redis store cannot hold: "
@@ -348,6 +353,11 @@ static int check_config(redis_store *rs, const rl_config *cfg, rl_err *err)
     for (size_t i = 0; i < rs->ntypes; i++)
         describe_type(rl_registry_at(cfg->reg, i), &rs->types[i]);
     for (size_t l = 0; l < cfg->nlevels; l++) {
+        if (cfg->levels[l].shadow)
+            return rl_errf(err, RL_EINVAL,
+                           "levels[%zu].shadow: level \"%s\" is shadow: the Redis store does not "
+                           "support that option yet (use the memory store)",
+                           l, cfg->levels[l].name);
         snprintf(where, sizeof where, "levels[%zu].rules", l);
         int rc = check_rules(rs, cfg->levels[l].rules, where, err);
         if (rc != RL_OK)

@@ -214,6 +214,11 @@ static const rld_setting level_rows[] = {
      .kind = RLD_SET_CONFIG,
      .doc_value = "list of 1 to 16 rules",
      .help = "the level's rules, unless it is tiered"},
+    {.name = "shadow",
+     .kind = RLD_SET_CONFIG,
+     .doc_value = "`true` / `false`",
+     .help = "every rule of the level is a shadow rule: evaluated and its would-be denials "
+             "reported, never denying (see the rule option `shadow`)"},
     {.name = "on_store_error",
      .kind = RLD_SET_ENUM,
      .offset = OFF(on_error),

@@ -23,7 +23,16 @@ static const struct {
     {"{\"levels\": [{\"name\": \"user\", \"rules\": [{\"type\": \"token_bucket\", \"capcity\": "
      "10, \"per_second\": 1}]}]}",
      "levels[0].rules[0].capcity: unknown parameter of token_bucket (known: type, name, unit, "
-     "reserved, capacity, per_second)"},
+     "shadow, charge, reserved, capacity, per_second)"},
+    {"{\"levels\": [{\"name\": \"user\", \"rules\": [{\"type\": \"token_bucket\", \"capacity\": "
+     "10, \"per_second\": 1, \"shadow\": 1}]}]}",
+     "levels[0].rules[0].shadow: must be true or false"},
+    {"{\"levels\": [{\"name\": \"user\", \"rules\": [{\"type\": \"token_bucket\", \"capacity\": "
+     "10, \"per_second\": 1, \"charge\": \"yes\"}]}]}",
+     "levels[0].rules[0].charge: must be true or false"},
+    {"{\"levels\": [{\"name\": \"user\", \"shadow\": null, \"rules\": [{\"type\": "
+     "\"token_bucket\", \"capacity\": 10, \"per_second\": 1}]}]}",
+     "levels[0].shadow: must be true or false"},
     {"{\"levels\": [{\"name\": \"user\", \"rules\": [{\"type\": \"token_bucket\", \"capacity\": "
      "10}]}]}",
      "levels[0].rules[0].per_second: required by token_bucket"},
@@ -142,7 +151,7 @@ static const struct {
      "default_tier: must be a string"},
     {"{\"levels\": [{\"name\": \"user\", \"colour\": 1, \"rules\": [" TB "]}]}",
      "levels[0].colour: unknown field (known: name, compose, default_key, tiered, rules, "
-     "on_store_error, shards)"},
+     "shadow, on_store_error, shards)"},
     {"{\"levels\": [{\"name\": \"user\", \"shards\": 0, \"rules\": [" TB "]}]}",
      "levels[0].shards: must be a whole number from 1 to 1024"},
     {"{\"levels\": [{\"name\": \"user\", \"tiered\": 1}]}",

@@ -890,6 +890,13 @@ START_TEST(check_config_redis)
          "levels[0].rules[0]: rule type max_keys keeps state that the Redis store cannot hold: "
          "it has no Redis port",
          1},
+        /* shadow and charge rules, and a shadow level, run on Redis too */
+        {"{\"type\": \"redis\"}",
+         "{\"name\": \"user\", \"rules\": [{\"type\": \"gcra\", \"per_second\": 5}, {\"type\": "
+         "\"gcra\", \"name\": \"try\", \"per_second\": 1, \"shadow\": true}, {\"type\": "
+         "\"gcra\", \"name\": \"pay\", \"per_second\": 1, \"charge\": true}]}, {\"name\": "
+         "\"team\", \"shadow\": true, \"rules\": [{\"type\": \"gcra\", \"per_second\": 1}]}",
+         "ok\n", 0},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char cfg[2048], path[400], *out;

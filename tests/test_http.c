@@ -883,7 +883,10 @@ START_TEST(rules_show_the_configuration)
              " {\"name\": \"ue\", \"compose\": [\"user\", \"event\"], \"rules\": [{\"type\": "
              "\"sliding_window\", \"limit\": 5, \"window\": 60}]},"
              " {\"name\": \"global\", \"default_key\": \"*\", \"rules\": [{\"type\": \"gcra\", "
-             "\"name\": \"smooth\", \"per_second\": 2.5, \"burst\": 4, \"unit\": \"requests\"}]}]}",
+             "\"name\": \"smooth\", \"per_second\": 2.5, \"burst\": 4, \"unit\": \"requests\"}]},"
+             " {\"name\": \"team\", \"shadow\": true, \"rules\": [{\"type\": \"fixed_window\", "
+             "\"limit\": 3, \"window\": 1, \"charge\": true}, {\"type\": \"fixed_window\", "
+             "\"limit\": 2, \"window\": 1, \"shadow\": false}]}]}",
              NULL);
     su_resp r = su_req(&s, "GET", "/rules", NULL, NULL);
     ck_assert_int_eq(r.status, 200);
@@ -893,7 +896,11 @@ START_TEST(rules_show_the_configuration)
         "\"rules\":[{\"type\":\"sliding_window\",\"name\":\"sliding_window(5, 60s)\",\"limit\":5,"
         "\"window\":60,\"unit\":\"cost\"}]},{\"name\":\"global\",\"default_key\":\"*\","
         "\"tiered\":false,\"rules\":[{\"type\":\"gcra\",\"name\":\"smooth\",\"per_second\":2.5,"
-        "\"burst\":4,\"unit\":\"requests\"}]}],\"tiers\":{},\"default_tier\":null,"
+        "\"burst\":4,\"unit\":\"requests\"}]},{\"name\":\"team\",\"tiered\":false,"
+        "\"shadow\":true,\"rules\":[{\"type\":\"fixed_window\",\"name\":\"fixed_window(3, 1s)\","
+        "\"limit\":3,\"window\":1,\"unit\":\"cost\",\"charge\":true},{\"type\":\"fixed_window\","
+        "\"name\":\"fixed_window(2, 1s)\",\"limit\":2,\"window\":1,\"unit\":\"cost\"}]}],"
+        "\"tiers\":{},\"default_tier\":null,"
         "\"reservation_ttl\":30,\"store\":\"memory\"}");
     su_resp_free(&r);
     ck_assert_int_eq(su_stop(&s), 0);

@@ -562,6 +562,132 @@ START_TEST(idle_state_is_dropped_and_memory_returns)
 }
 END_TEST
 
+/* ---- shadow and charge ------------------------------------------------------------------- */
+
+/* The status of the rule named name in d. */
+static const rl_applied *applied_named(const rl_decision *d, const char *name)
+{
+    for (size_t i = 0; i < d->napplied; i++)
+        if (strcmp(d->applied[i].rule->name, name) == 0)
+            return &d->applied[i];
+    ck_abort_msg("no applied rule %s", name);
+    return NULL;
+}
+
+/* Buckets refilling 1/s: "real" of 2 enforced, shadow "wide" of 10 and "narrow" of 1. */
+START_TEST(shadow_never_denies)
+{
+    rl_limiter *lim = tu_limiter(
+        "{\"levels\": [{\"name\": \"user\", \"rules\": ["
+        "{\"type\": \"token_bucket\", \"name\": \"real\", \"capacity\": 2, \"per_second\": 1},"
+        "{\"type\": \"token_bucket\", \"name\": \"wide\", \"capacity\": 10, \"per_second\": 1, "
+        "\"shadow\": true},"
+        "{\"type\": \"token_bucket\", \"name\": \"narrow\", \"capacity\": 1, \"per_second\": 1, "
+        "\"shadow\": true}]}]}");
+    rl_decision d;
+    /* allowed, and both shadow rules fit: each takes 1 */
+    ck_assert(tu_acquire(lim, "user=a", 1, S(0), &d));
+    ck_assert_int_eq(applied_named(&d, "real")->st.remaining, FP(1));
+    ck_assert_int_eq(applied_named(&d, "wide")->st.remaining, FP(9));
+    ck_assert_int_eq(applied_named(&d, "narrow")->st.remaining, 0);
+    ck_assert(applied_named(&d, "narrow")->shadow && !applied_named(&d, "narrow")->shadow_denied);
+    ck_assert(!applied_named(&d, "real")->shadow);
+    /* narrow is empty: it would deny (1 s), takes nothing, and the request is still allowed */
+    ck_assert(tu_acquire(lim, "user=a", 1, S(0), &d));
+    ck_assert_int_eq(d.retry_after, 0);
+    ck_assert_int_eq(d.blocked, -1);
+    ck_assert(applied_named(&d, "narrow")->shadow_denied);
+    ck_assert_int_eq(applied_named(&d, "narrow")->wait, S(1));
+    ck_assert_int_eq(applied_named(&d, "narrow")->st.remaining, 0);
+    ck_assert_int_eq(applied_named(&d, "wide")->st.remaining, FP(8));
+    ck_assert_int_eq(applied_named(&d, "real")->st.remaining, 0);
+    /* real is empty: denied by real alone; wide fits but a denied request takes nothing */
+    ck_assert(!tu_acquire(lim, "user=a", 1, S(0), &d));
+    ck_assert_str_eq(tu_blocked_by(lim, &d), "user: real");
+    ck_assert_int_eq(d.retry_after, S(1));
+    ck_assert_int_eq(applied_named(&d, "wide")->st.remaining, FP(8));
+    ck_assert(!applied_named(&d, "wide")->shadow_denied);
+    ck_assert(applied_named(&d, "narrow")->shadow_denied);
+    /* a second later real and narrow hold 1 again: both take */
+    ck_assert(tu_acquire(lim, "user=a", 1, S(1), &d));
+    ck_assert(!applied_named(&d, "narrow")->shadow_denied);
+    ck_assert_int_eq(applied_named(&d, "narrow")->st.remaining, 0);
+    ck_assert_int_eq(applied_named(&d, "wide")->st.remaining, FP(8)); /* 8 + 1 refilled - 1 */
+    tu_free(lim);
+}
+END_TEST
+
+/* A level's "shadow" makes every rule of it a shadow rule. */
+START_TEST(shadow_level)
+{
+    rl_limiter *lim = tu_limiter(
+        "{\"levels\": [{\"name\": \"user\", \"rules\": [{\"type\": \"fixed_window\", "
+        "\"limit\": 5, \"window\": 60}]}, {\"name\": \"team\", \"shadow\": true, \"rules\": "
+        "[{\"type\": \"fixed_window\", \"name\": \"try\", \"limit\": 1, \"window\": 60}]}]}");
+    rl_decision d;
+    ck_assert(tu_acquire(lim, "user=a,team=t", 1, S(0), &d));
+    ck_assert(tu_acquire(lim, "user=a,team=t", 1, S(1), &d));
+    const rl_applied *t = applied_named(&d, "try");
+    ck_assert(t->shadow && t->shadow_denied);
+    ck_assert_int_eq(t->wait, S(59));
+    ck_assert_int_eq(t->st.remaining, 0); /* took 1 the first time, nothing the second */
+    ck_assert_int_eq(tu_remaining(lim, &d, "user"), 3);
+    tu_free(lim);
+}
+END_TEST
+
+/* "pay" of 2 refilling 1/s is charged; "gate" of 1 refilling 1/s is enforced. */
+START_TEST(charge_goes_below_zero_and_checks_wait_it_out)
+{
+    rl_limiter *lim = tu_limiter(
+        "{\"levels\": [{\"name\": \"user\", \"rules\": ["
+        "{\"type\": \"token_bucket\", \"name\": \"pay\", \"capacity\": 2, \"per_second\": 1, "
+        "\"charge\": true},"
+        "{\"type\": \"token_bucket\", \"name\": \"gate\", \"capacity\": 1000, \"per_second\": "
+        "1000}]}]}");
+    rl_decision d;
+    /* 5 does not fit 2, and is taken anyway: 2 - 5 = -3 */
+    ck_assert(tu_acquire(lim, "user=a", 5, S(0), &d));
+    ck_assert_int_eq(applied_named(&d, "pay")->st.remaining, FP(-3));
+    ck_assert_int_eq(applied_named(&d, "pay")->wait, RL_WAIT_NEVER); /* reported, not counted */
+    ck_assert_int_eq(d.retry_after, 0);
+    ck_assert(applied_named(&d, "pay")->charge);
+    /* at 1: 4 used; a check of 1 waits until 1 is used: 3 s */
+    ck_assert(!tu_acquire_ex(lim, "user=a", 1, S(1), RL_DRY_RUN, 0, &d));
+    ck_assert_int_eq(d.retry_after, S(3));
+    ck_assert_str_eq(tu_blocked_by(lim, &d), "user: pay");
+    ck_assert_int_eq(applied_named(&d, "pay")->st.remaining, FP(-2));
+    /* a real request of 1 is never blocked by it: 5 used */
+    ck_assert(tu_acquire(lim, "user=a", 1, S(1), &d));
+    ck_assert_int_eq(applied_named(&d, "pay")->st.remaining, FP(-3));
+    /* at 4: 2 used, the check waits 1 s more; at 5 it fits */
+    ck_assert(!tu_acquire_ex(lim, "user=a", 1, S(4), RL_DRY_RUN, 0, &d));
+    ck_assert_int_eq(d.retry_after, S(1));
+    ck_assert(tu_acquire_ex(lim, "user=a", 1, S(5), RL_DRY_RUN, 0, &d));
+    ck_assert_int_eq(applied_named(&d, "pay")->st.remaining, FP(1));
+    tu_free(lim);
+}
+END_TEST
+
+/* A request that another rule denies takes nothing from a charge rule. */
+START_TEST(charge_takes_nothing_when_denied)
+{
+    rl_limiter *lim = tu_limiter(
+        "{\"levels\": [{\"name\": \"user\", \"rules\": ["
+        "{\"type\": \"token_bucket\", \"name\": \"pay\", \"capacity\": 10, \"per_second\": 1, "
+        "\"charge\": true},"
+        "{\"type\": \"fixed_window\", \"name\": \"gate\", \"limit\": 1, \"window\": 60, "
+        "\"unit\": \"requests\"}]}]}");
+    rl_decision d;
+    ck_assert(tu_acquire(lim, "user=a", 4, S(0), &d));
+    ck_assert(!tu_acquire(lim, "user=a", 4, S(0), &d));
+    ck_assert_str_eq(tu_blocked_by(lim, &d), "user: gate");
+    ck_assert_int_eq(d.retry_after, S(60));
+    ck_assert_int_eq(applied_named(&d, "pay")->st.remaining, FP(6));
+    tu_free(lim);
+}
+END_TEST
+
 /* ---- plug-ins ----------------------------------------------------------------------------- */
 
 /* A deny list registered by the test itself (rule API version 2): keys starting with "bad-"
@@ -1200,6 +1326,10 @@ Suite *limiter_suite(void)
     tcase_add_test(tc, rule_type_registered_by_the_test);
     tcase_add_test(tc, plugin_loaded_from_config);
     tcase_add_test(tc, v1_type_adapted);
+    tcase_add_test(tc, shadow_never_denies);
+    tcase_add_test(tc, shadow_level);
+    tcase_add_test(tc, charge_goes_below_zero_and_checks_wait_it_out);
+    tcase_add_test(tc, charge_takes_nothing_when_denied);
     tcase_add_test(tc, plugin_v2_loaded_from_config);
     tcase_add_test(tc, threads_never_admit_more_than_the_limits);
     suite_add_tcase(s, tc);

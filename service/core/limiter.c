@@ -458,6 +458,10 @@ static int plan_key(rl_limiter *lim, size_t li, const char *key, size_t klen,
         a->has_status = 0;
         a->fallback = RL_FALLBACK_NONE;
         a->wait = 0;
+        a->shadow = (uint8_t)(r->shadow || l->shadow);
+        a->shadow_denied = 0;
+        a->charge = (uint8_t)(r->charge != 0);
+        it->mode = (uint8_t)((a->shadow ? RL_ITEM_SHADOW : 0) | (a->charge ? RL_ITEM_CHARGE : 0));
         it->hash = hint;
         it->cost = r->unit == RL_UNIT_REQUESTS && cost > 0 ? RL_FP_ONE : cost;
         it->need = it->cost;
@@ -544,7 +548,7 @@ decide:
     d->retry_after = 0;
     d->blocked = -1;
     for (size_t i = 0; i < d->napplied; i++)
-        if (d->applied[i].wait > d->retry_after) {
+        if (d->applied[i].wait > d->retry_after && rl_plan_item_blocks(&plan, i)) {
             d->retry_after = d->applied[i].wait;
             d->blocked = (int)i;
         }

@@ -181,13 +181,15 @@ void rl__ms_resv_release_all(mem_store *ms, resv *rv, rl_ns now)
             resv_apply(ms, rv, &rv->item[k], now, rv->item[k].taken, 1);
 }
 
-/* A reservation for the plan's takes, not yet added; NULL when out of memory. */
-static resv *resv_new(const rl_plan *plan, const rl_decision *d, rl_ns ttl)
+/* A reservation for the plan's takes (items i with takes[i]), not yet added; NULL when out of
+ * memory. */
+static resv *resv_new(const rl_plan *plan, const rl_decision *d, const uint8_t *takes, rl_ns ttl)
 {
     size_t keys = 0, n = 0;
     for (size_t i = 0; i < plan->n; i++) {
         const rl_rule *r = d->applied[i].rule;
-        if ((r->unit == RL_UNIT_COST && r->type->refund) || (r->type->flags & RL_RULE_HOLDS)) {
+        if (takes[i] &&
+            ((r->unit == RL_UNIT_COST && r->type->refund) || (r->type->flags & RL_RULE_HOLDS))) {
             keys += d->applied[i].keylen;
             n++;
         }
@@ -203,7 +205,7 @@ static resv *resv_new(const rl_plan *plan, const rl_decision *d, rl_ns ttl)
         const rl_rule *r = a->rule;
         int refundable = r->unit == RL_UNIT_COST && r->type->refund;
         int holds = (r->type->flags & RL_RULE_HOLDS) != 0;
-        if (!refundable && !holds)
+        if (!takes[i] || (!refundable && !holds))
             continue;
         rv->holds |= (uint8_t)holds;
         ritem *it = &rv->item[rv->n++];
@@ -317,6 +319,7 @@ typedef struct run {
     uint32_t h[RL_MAX_APPLIED];
     uint32_t idx[RL_MAX_APPLIED]; /* RL__NONE: no record (yet) */
     int several;                  /* a level has several keys (a request of items) */
+    uint8_t takes[RL_MAX_APPLIED]; /* takes when the request is allowed (a shadow rule: fits) */
     rl_eval ev[RL_MAX_APPLIED];
 } run;
 
@@ -380,7 +383,8 @@ static const void *state_of(const run *x, size_t i)
     return rec && code_is(rec->type, r) ? rec_state(rec, r->type) : zero_state;
 }
 
-/* Phase 1: every rule evaluated once at now; returns whether every one fits. */
+/* Phase 1: every rule evaluated once at now; returns whether every rule that decides fits
+ * (shadow rules, and charge rules of a request that takes, do not decide). */
 static int evaluate_all(run *x)
 {
     const rl_plan *plan = x->plan;
@@ -390,7 +394,9 @@ static int evaluate_all(run *x)
         const rl_rule *r = a->rule;
         a->wait = r->type->evaluate(r->params, state_of(x, i), a->key, a->keylen, plan->now,
                                     plan->items[i].need, &x->ev[i]);
-        allowed &= a->wait == 0;
+        a->shadow_denied = (plan->items[i].mode & RL_ITEM_SHADOW) && a->wait != 0;
+        x->takes[i] = (uint8_t)rl_plan_item_takes(plan, i, a->wait);
+        allowed &= a->wait == 0 || !rl_plan_item_blocks(plan, i);
     }
     return allowed;
 }
@@ -403,7 +409,7 @@ static int make_records(run *x, rl_err *err)
     for (size_t i = 0; i < x->plan->n; i++) {
         const rl_applied *a = &x->d->applied[i];
         const rl_rule *r = a->rule;
-        if (!r->type->state_size)
+        if (!r->type->state_size || !x->takes[i])
             continue;
         if (x->idx[i] == RL__NONE) {
             x->idx[i] = rl__seg_insert(x->seg[i], x->h[i], a->slot, a->key, a->keylen,
@@ -418,7 +424,7 @@ static int make_records(run *x, rl_err *err)
     }
     for (size_t i = 0; moved && i < x->plan->n; i++) {
         const rl_applied *a = &x->d->applied[i];
-        if (a->rule->type->state_size)
+        if (a->rule->type->state_size && x->takes[i])
             x->idx[i] = rl__seg_find(x->seg[i], x->h[i], a->slot, a->key, a->keylen);
     }
     return RL_OK;
@@ -429,10 +435,10 @@ static int reserve(run *x, rl_err *err)
 {
     int holds = 0;
     for (size_t i = 0; i < x->plan->n; i++)
-        holds |= (x->d->applied[i].rule->type->flags & RL_RULE_HOLDS) != 0;
+        holds |= x->takes[i] && (x->d->applied[i].rule->type->flags & RL_RULE_HOLDS) != 0;
     if (!holds && !(x->plan->flags & RL_RESERVE))
         return RL_OK;
-    resv *rv = resv_new(x->plan, x->d, x->ms->cfg->reservation_ttl);
+    resv *rv = resv_new(x->plan, x->d, x->takes, x->ms->cfg->reservation_ttl);
     if (!rv)
         return rl_errf(err, RL_ENOMEM, "out of memory");
     pthread_mutex_lock(&x->ms->rmu);
@@ -464,7 +470,7 @@ static void commit_all(run *x)
     for (size_t i = 0; i < x->plan->n; i++) {
         const rl_applied *a = &x->d->applied[i];
         const rl_rule *r = a->rule;
-        if (!r->type->commit)
+        if (!r->type->commit || !x->takes[i])
             continue;
         void *st = rec_state(&x->seg[i]->r[x->idx[i]], r->type);
         if (taken_before(x, i))

@@ -328,11 +328,6 @@ static int check_rules(const redis_store *rs, const rl_rules *rs_, const char *w
 {
     for (size_t i = 0; rs_ && i < rs_->n; i++) {
         const type_info *ti = info_of(rs, &rs_->v[i]);
-        if (rs_->v[i].shadow || rs_->v[i].charge)
-            return rl_errf(err, RL_EINVAL,
-                           "%s[%zu]: rule \"%s\" is %s: the Redis store does not support that "
-                           "option yet (use the memory store)",
-                           where, i, rs_->v[i].name, rs_->v[i].shadow ? "shadow" : "charge");
         if (!ti || (!ti->stateless && !ti->tag))
             return rl_errf(err, RL_EINVAL,
                            "%s[%zu]: rule type %s keeps state that the Redis store cannot hold: "
@@ -353,11 +348,6 @@ static int check_config(redis_store *rs, const rl_config *cfg, rl_err *err)
     for (size_t i = 0; i < rs->ntypes; i++)
         describe_type(rl_registry_at(cfg->reg, i), &rs->types[i]);
     for (size_t l = 0; l < cfg->nlevels; l++) {
-        if (cfg->levels[l].shadow)
-            return rl_errf(err, RL_EINVAL,
-                           "levels[%zu].shadow: level \"%s\" is shadow: the Redis store does not "
-                           "support that option yet (use the memory store)",
-                           l, cfg->levels[l].name);
         snprintf(where, sizeof where, "levels[%zu].rules", l);
         int rc = check_rules(rs, cfg->levels[l].rules, where, err);
         if (rc != RL_OK)
@@ -467,12 +457,13 @@ static void ab_record(const redis_store *rs, abuf *a, const rl_applied *ap, cons
     ab_cat(a, ap->key, ap->keylen);
 }
 
-/* One decision item's fields in args.def's order, then its port's parameters. ti is NULL for
- * a rule decided here (its wait is ap->wait). */
-static void ab_decide_item(redis_store *rs, abuf *k, abuf *a, const rl_applied *ap,
-                           const type_info *ti, const rl_plan_item *it, const char *id,
+/* Item i's fields in args.def's order, then its port's parameters. ti is NULL for a rule
+ * decided here (its wait is ap->wait). */
+static void ab_decide_item(redis_store *rs, abuf *k, abuf *a, const rl_plan *plan, size_t i,
+                           const rl_applied *ap, const type_info *ti, const char *id,
                            unsigned shard)
 {
+    const rl_plan_item *it = &plan->items[i];
     unsigned n = rs->shards[ap->level]; /* 1 when not sharded */
     if (ti)
         ab_state_key(rs, k, ap->level, ap->slot, shard, ap->key, ap->keylen);
@@ -495,6 +486,11 @@ static void ab_decide_item(redis_store *rs, abuf *k, abuf *a, const rl_applied *
             break;
         case RLD_DECIDE_ITEM_RECORD:
             ti ? ab_record(rs, a, ap, ti, it, id, shard) : ab_str(a, "");
+            break;
+        case RLD_DECIDE_ITEM_MODE:
+            ab_str(a, it->mode & RL_ITEM_SHADOW         ? "s"
+                      : !rl_plan_item_blocks(plan, i) ? "c"
+                                                      : "");
             break;
         }
     }
@@ -532,6 +528,9 @@ static int build_decide(redis_store *rs, const rl_plan *plan, rl_decision *d, co
         case RLD_DECIDE_ID:
             ab_str(a, id);
             break;
+        case RLD_DECIDE_RESERVE:
+            ab_str(a, plan->flags & RL_RESERVE ? "1" : "0");
+            break;
         case RLD_DECIDE_ITEMS:
             ab_i64(a, (int64_t)plan->n);
             break;
@@ -544,14 +543,14 @@ static int build_decide(redis_store *rs, const rl_plan *plan, rl_decision *d, co
         const rl_plan_item *it = &plan->items[i];
         if (ti && ti->stateless) {
             ap->wait = rl_rule_peek(r, zero_state, ap->key, ap->keylen, plan->now, it->need, NULL);
-            ab_decide_item(rs, k, a, ap, NULL, it, id, shard[ap->level]);
+            ab_decide_item(rs, k, a, plan, i, ap, NULL, id, shard[ap->level]);
             continue;
         }
         if (!ti || !ti->tag)
             return rl_errf(err, RL_EINVAL,
                            "rule type %s keeps state that the Redis store cannot hold",
                            r->type->name);
-        ab_decide_item(rs, k, a, ap, ti, it, id, shard[ap->level]);
+        ab_decide_item(rs, k, a, plan, i, ap, ti, id, shard[ap->level]);
         ++*nstate;
     }
     if (id[0]) {
@@ -613,14 +612,18 @@ static int rs_decide(void *cls, const rl_plan *plan, rl_decision *d, rl_err *err
     if (rc == RL_OK && !r && reserve)
         return rl_errf(err, RL_ESTORE, "redis: no free reservation id");
 
-    int allowed = 1;
+    /* as the script decides: allowed when every item that blocks fits; a reservation when
+     * asked for or when a rule that holds takes */
+    int allowed = 1, made = reserve && (plan->flags & RL_RESERVE);
     for (size_t i = 0; i < plan->n; i++) {
         rl_applied *ap = &d->applied[i];
         const rl_rule *rule = ap->rule;
         const type_info *ti = info_of(rs, rule);
         if (r)
             ap->wait = parse_i64(r->element[1 + 6 * i]);
-        allowed &= ap->wait == 0;
+        allowed &= ap->wait == 0 || !rl_plan_item_blocks(plan, i);
+        ap->shadow_denied = (plan->items[i].mode & RL_ITEM_SHADOW) && ap->wait != 0;
+        made |= reserve && ti && ti->holds && rl_plan_item_takes(plan, i, ap->wait);
         ap->has_status = rule->type->report != NULL;
         if (!ap->has_status)
             continue;
@@ -635,7 +638,7 @@ static int rs_decide(void *cls, const rl_plan *plan, rl_decision *d, rl_err *err
             ap->st.next = parse_i64(e[4]);
         }
     }
-    if (reserve && allowed)
+    if (made && allowed)
         memcpy(d->reservation, id, sizeof id);
     if (r)
         freeReplyObject(r);

@@ -347,6 +347,12 @@ static size_t rnd_rule(uint64_t *s, int t, int idx, char *b, size_t n)
     }
     if ((t < 5 || t == 7) && rnd(s, 4) == 0)
         u += (size_t)snprintf(b + u, n - u, ", \"unit\": \"requests\"");
+    /* shadow and charge rules (shadow wins when both are set) */
+    uint64_t opt = rnd(s, 16);
+    if (opt < 2 || opt == 4)
+        u += (size_t)snprintf(b + u, n - u, ", \"shadow\": true");
+    if (opt >= 2 && opt <= 4)
+        u += (size_t)snprintf(b + u, n - u, ", \"charge\": true");
     if (t != DENY_LIST && rnd(s, 5) == 0)
         u += (size_t)snprintf(b + u, n - u,
                               ", \"reserved\": {\"fraction\": 0.%02d, \"min_priority\": 2}",
@@ -362,8 +368,9 @@ static void rnd_config(uint64_t *s, int force, char *b, size_t n)
         (size_t)snprintf(b, n, "{\"reservation_ttl\": %d, \"levels\": [", (int)(1 + rnd(s, 600)));
     int nlevels = 1 + (int)rnd(s, 3);
     for (int l = 0; l < nlevels; l++) {
-        u += (size_t)snprintf(b + u, n - u, "%s{\"name\": \"l%d\", %s\"rules\": [", l ? ", " : "",
-                              l, rnd(s, 3) == 0 ? "\"default_key\": \"dflt\", " : "");
+        u += (size_t)snprintf(b + u, n - u, "%s{\"name\": \"l%d\", %s%s\"rules\": [",
+                              l ? ", " : "", l, rnd(s, 3) == 0 ? "\"default_key\": \"dflt\", " : "",
+                              rnd(s, 12) == 0 ? "\"shadow\": true, " : "");
         int nrules = 1 + (int)rnd(s, 3);
         for (int i = 0; i < nrules; i++) {
             int t = l == 0 && i == 0 ? force : (int)rnd(s, (uint64_t)NTYPES);
@@ -411,6 +418,10 @@ static void compare(const rl_decision *a, const rl_decision *b, const char *ctx)
                   b->napplied);
     ck_assert_msg(!a->reservation[0] == !b->reservation[0], "%s: reservation '%s' vs '%s'", ctx,
                   a->reservation, b->reservation);
+    for (size_t i = 0; i < a->napplied; i++)
+        ck_assert_msg(a->applied[i].shadow_denied == b->applied[i].shadow_denied,
+                      "%s: [%zu] shadow_denied %d vs %d", ctx, i, a->applied[i].shadow_denied,
+                      b->applied[i].shadow_denied);
     for (size_t i = 0; i < a->napplied; i++) {
         const rl_applied *x = &a->applied[i], *y = &b->applied[i];
         ck_assert_msg(x->wait == y->wait, "%s: [%zu] %s wait %" PRId64 " vs %" PRId64, ctx, i,

@@ -6,11 +6,14 @@
 --       the reservation index.
 -- ARGV: as args.def lists them (A_ and I_ offsets, put above this file by the build): now ('' =
 --       Redis TIME), dry run ('1'/'0'), the request's cost, reservation TTL (ns), least TTL of a
---       key (ms), TTL of a reservation and of held slots (ms), reservation id ('' = none), the
---       number of items, then per item: type tag ('' for a rule decided by the caller), key
+--       key (ms), TTL of a reservation and of held slots (ms), reservation id ('' = none),
+--       whether the request asked for the reservation ('1'; '0': it is made only when a rule
+--       that holds slots takes), the number of items, then per item: type tag ('' for a rule decided by the caller), key
 --       index (0 for none), need, cost, the caller's wait (for a rule without state), the
---       item's reservation record ('' when it keeps none), then the rule's parameters (T.params;
---       none for a rule decided by the caller).
+--       item's reservation record ('' when it keeps none), its mode ('' blocks and takes; 's' a
+--       shadow rule: never blocks, takes only when its cost fits; 'c' a charge rule that does
+--       not block: takes whatever it has left), then the rule's parameters (T.params; none for
+--       a rule decided by the caller).
 -- Returns {'ok', then per item: wait, limit, remaining, reset_after, window, next} (integers,
 -- which Redis makes of Lua numbers exactly below 2^53, or decimals beyond; statuses are '' for
 -- rules decided by the caller), or {'dup'} when the reservation id is taken. next is
@@ -28,10 +31,11 @@ local items = {}
 local allowed = true
 
 -- An item is one table: its state, its rule's parameters (the field names never collide, so the
--- table is both the p and the s of the rule functions), and T, k, rec, cost and wait.
+-- table is both the p and the s of the rule functions), and T, k, rec, cost, wait and mode
+-- (false for '').
 local o = A_FIELDS
 for i = 1, n do
-    local k = tonumber(ARGV[o + I_KEY])
+    local k, mode = tonumber(ARGV[o + I_KEY]), ARGV[o + I_MODE]
     local it
     if k > 0 then
         local T = rule_type(ARGV[o + I_TAG])
@@ -49,26 +53,43 @@ for i = 1, n do
         it = {wait = N(ARGV[o + I_WAIT]), k = 0, rec = ARGV[o + I_RECORD]}
         o = o + I_FIELDS
     end
-    if it.wait ~= 0 then allowed = false end
+    if mode ~= '' then it.mode = mode end
+    if it.wait ~= 0 and not it.mode then allowed = false end
     items[i] = it
+end
+
+-- Whether an item takes when the request is allowed: a shadow rule only when its cost fits.
+local function takes(it) return it.mode ~= 's' or it.wait == 0 end
+
+-- A reservation is made when asked for, or when a rule that holds slots takes (its record's
+-- second character is 1).
+local function reserves()
+    if id == '' then return false end
+    if ARGV[A_RESERVE] == '1' then return true end
+    for i = 1, n do
+        local it = items[i]
+        if it.rec ~= '' and string.byte(it.rec, 2) == 49 and takes(it) then return true end
+    end
+    return false
 end
 
 if allowed and not dry then
     local rk, ik = KEYS[#KEYS - 1], KEYS[#KEYS]
-    if id ~= '' and redis.call('EXISTS', rk) == 1 then return {'dup'} end
+    local resv = reserves()
+    if resv and redis.call('EXISTS', rk) == 1 then return {'dup'} end
     for i = 1, n do
         local it = items[i]
-        if it.T then
+        if it.T and takes(it) then
             it.T.take(it, it, it.cost)
             save_state(it.T, it, it, KEYS[it.k], floor_ms, hold_ms)
         end
     end
-    if id ~= '' then
+    if resv then
         local exp = dec_of_rel(sat_time(N(ARGV[A_RESERVATION_TTL])))
         local cmd = {'HSET', rk, 'cost', ARGV[A_COST], 'at', now_str(), 'exp', exp, 'settled', '0'}
         local m = 0
         for i = 1, n do
-            if items[i].rec ~= '' then
+            if items[i].rec ~= '' and takes(items[i]) then
                 m = m + 1
                 cmd[#cmd + 1] = 'i' .. m
                 cmd[#cmd + 1] = items[i].rec

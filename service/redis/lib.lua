@@ -961,7 +961,7 @@ end
 -- Lua size it for 16 at once (a table that grows is rehashed at each power of two).
 local function new_item()
     return {T = false, k = 0, rec = false, cost = 0, wait = 0, full = false, win = false,
-        x1 = false, x2 = false}
+        mode = false, x2 = false}
 end
 
 -- The state of type T stored at key, in t (a new item when nil); a new key's state when the key

@@ -75,7 +75,7 @@ mapfile -t ITEM_FIELDS < <(fields decide_item)
 # one item: tag, key index, p1, p2 (the rule's parameters in fixed point / ns, in its port's
 # order), cost 1
 item() {
-    local -A v=([tag]=$1 [key]=$2 [need]=1000000 [cost]=1000000 [wait]='' [record]='' [mode]='')
+    local -A v=([tag]=$1 [key]=$2 [need]=1000000 [cost]=1000000 [wait]='' [record]='')
     local f
     for f in "${ITEM_FIELDS[@]}"; do printf '%s\n' "${v[$f]}"; done
     printf '%s\n' "$3" "$4"
@@ -84,7 +84,7 @@ item() {
 # a decision's arguments before its items
 decide_head() {
     local -A v=([now]='' [dry]=0 [cost]=1000000 [reservation_ttl]=60000000000 [floor_ms]=0
-                [hold_ms]=120000 [id]='' [reserve]=0 [items]=$1)
+                [hold_ms]=120000 [id]='' [reserve]=0 [modes]='' [items]=$1)
     local f
     for f in "${HEAD_FIELDS[@]}"; do printf '%s\n' "${v[$f]}"; done
 }

@@ -487,15 +487,24 @@ static void ab_decide_item(redis_store *rs, abuf *k, abuf *a, const rl_plan *pla
         case RLD_DECIDE_ITEM_RECORD:
             ti ? ab_record(rs, a, ap, ti, it, id, shard) : ab_str(a, "");
             break;
-        case RLD_DECIDE_ITEM_MODE:
-            ab_str(a, it->mode & RL_ITEM_SHADOW         ? "s"
-                      : !rl_plan_item_blocks(plan, i) ? "c"
-                                                      : "");
-            break;
         }
     }
     if (ti)
         ab_params(a, ti, ap->rule, n);
+}
+
+/* The items' modes: "" when every item blocks and takes, else a character per item (args.def). */
+static void ab_modes(abuf *a, const rl_plan *plan)
+{
+    char m[RL_MAX_APPLIED];
+    int any = 0;
+    for (size_t i = 0; i < plan->n; i++) {
+        m[i] = plan->items[i].mode & RL_ITEM_SHADOW ? 's'
+               : !rl_plan_item_blocks(plan, i)      ? 'c'
+                                                    : '-';
+        any |= m[i] != '-';
+    }
+    ab_add(a, m, any ? plan->n : 0);
 }
 
 /* Builds a decision's arguments; the waits of rules without state are final in d. Returns
@@ -530,6 +539,9 @@ static int build_decide(redis_store *rs, const rl_plan *plan, rl_decision *d, co
             break;
         case RLD_DECIDE_RESERVE:
             ab_str(a, plan->flags & RL_RESERVE ? "1" : "0");
+            break;
+        case RLD_DECIDE_MODES:
+            ab_modes(a, plan);
             break;
         case RLD_DECIDE_ITEMS:
             ab_i64(a, (int64_t)plan->n);

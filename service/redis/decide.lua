@@ -8,12 +8,13 @@
 --       Redis TIME), dry run ('1'/'0'), the request's cost, reservation TTL (ns), least TTL of a
 --       key (ms), TTL of a reservation and of held slots (ms), reservation id ('' = none),
 --       whether the request asked for the reservation ('1'; '0': it is made only when a rule
---       that holds slots takes), the number of items, then per item: type tag ('' for a rule decided by the caller), key
+--       that holds slots takes), the items' modes ('' when every item blocks and takes, else a
+--       character per item: '-' it does, 's' a shadow rule: never blocks, takes only when its
+--       cost fits, 'c' a charge rule that does not block: takes whatever it has left), the
+--       number of items, then per item: type tag ('' for a rule decided by the caller), key
 --       index (0 for none), need, cost, the caller's wait (for a rule without state), the
---       item's reservation record ('' when it keeps none), its mode ('' blocks and takes; 's' a
---       shadow rule: never blocks, takes only when its cost fits; 'c' a charge rule that does
---       not block: takes whatever it has left), then the rule's parameters (T.params; none for
---       a rule decided by the caller).
+--       item's reservation record ('' when it keeps none), then the rule's parameters
+--       (T.params; none for a rule decided by the caller).
 -- Returns {'ok', then per item: wait, limit, remaining, reset_after, window, next} (integers,
 -- which Redis makes of Lua numbers exactly below 2^53, or decimals beyond; statuses are '' for
 -- rules decided by the caller), or {'dup'} when the reservation id is taken. next is
@@ -27,6 +28,7 @@ local dry = ARGV[A_DRY] == '1'
 local floor_ms, hold_ms = tonumber(ARGV[A_FLOOR_MS]), tonumber(ARGV[A_HOLD_MS])
 local id = ARGV[A_ID]
 local n = tonumber(ARGV[A_ITEMS])
+local modes = ARGV[A_MODES]
 local items = {}
 local allowed = true
 
@@ -35,7 +37,7 @@ local allowed = true
 -- (false for '').
 local o = A_FIELDS
 for i = 1, n do
-    local k, mode = tonumber(ARGV[o + I_KEY]), ARGV[o + I_MODE]
+    local k = tonumber(ARGV[o + I_KEY])
     local it
     if k > 0 then
         local T = rule_type(ARGV[o + I_TAG])
@@ -46,14 +48,24 @@ for i = 1, n do
         need = #need <= 15 and tonumber(need) or N(need)
         cost = #cost <= 15 and tonumber(cost) or N(cost)
         it.T, it.cost, it.k, it.rec = T, cost, k, ARGV[o + I_RECORD]
-        o = read_params(T, it, ARGV, o + I_FIELDS)
+        -- read_params, inline
+        local names = T.params
+        o = o + I_FIELDS
+        for j = 1, #names do
+            local v = ARGV[o + j]
+            it[names[j]] = #v <= 15 and tonumber(v) or N(v)
+        end
+        o = o + #names
         T.prep(it, it)
         it.wait = T.wait(it, it, need)
     else
         it = {wait = N(ARGV[o + I_WAIT]), k = 0, rec = ARGV[o + I_RECORD]}
         o = o + I_FIELDS
     end
-    if mode ~= '' then it.mode = mode end
+    if modes ~= '' then
+        local m = string.sub(modes, i, i)
+        if m ~= '-' then it.mode = m end
+    end
     if it.wait ~= 0 and not it.mode then allowed = false end
     items[i] = it
 end

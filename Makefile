@@ -88,7 +88,7 @@ $(BUILD)/service/%.o: service/%.c | $(PB_H)
 	$(Q)$(CC) $(BASE_CPPFLAGS) $(GEN_CPPFLAGS) -Iservice $(SVC_CFLAGS) $(ALL_CFLAGS) -c $< -o $@
 
 # The Redis store's Lua scripts, embedded as C arrays (an array, not a string literal: ISO C
-# only promises string literals of 4095 bytes). rld_lua_lib is lib.lua, rld_lua_ports every rule
+# only promises string literals of 4095 bytes). rld_lua_lib is lib.lua, rld_lua_ports each rule
 # type's port (service/core/rules/*.lua); each script's body is its Lua offsets (from args.def)
 # and its own file. redis_lua.c puts them together, with the plug-ins' ports after the built-in
 # ones, as plain scripts and as one Redis Functions library.
@@ -118,15 +118,18 @@ $(BUILD)/gen/redis_scripts.c: $(wildcard service/redis/*.lua) $(LUA_RULES) $(LUA
 	$(Q){ echo '/* generated from service/redis, service/core/rules by the Makefile: do not edit */'; \
 	  echo '#include <stddef.h>'; echo '#include "redis_scripts.h"'; \
 	  $(call lua_array,rld_lua_lib,service/redis/lib.lua) \
-	  $(call lua_array,rld_lua_ports,$(LUA_RULES)) \
+	  for f in $(LUA_RULES); do n=$$(basename $$f .lua); \
+	    $(call lua_array,rld_lua_port_$$n,$$f) done; \
+	  echo 'const rld_lua_port rld_lua_ports[] = {'; \
+	  for f in $(LUA_RULES); do n=$$(basename $$f .lua); \
+	    sed -n "s/^register_rule('\([a-z0-9_]*\)'.*/    {\"\1\", rld_lua_port_$$n},/p" $$f; done; \
+	  echo '    {NULL, NULL}};'; \
 	  for s in $(LUA_WITH_LIB); do \
 	    { $(call lua_args,$$s); cat service/redis/$$s.lua; } > $@.$$s; \
 	    $(call lua_array,rld_lua_body_$$s,$@.$$s) rm -f $@.$$s; \
 	  done; \
 	  for s in $(LUA_PLAIN); do $(call lua_array,rld_lua_$$s,service/redis/$$s.lua) done; \
-	  echo 'const char *const rld_lua_builtin_tags[] = {'; \
-	  sed -n "s/^register_rule('\([a-z0-9_]*\)'.*/    \"\1\",/p" $(LUA_RULES); \
-	  echo '    NULL};'; } > $@.tmp && mv $@.tmp $@
+	  true; } > $@.tmp && mv $@.tmp $@
 
 $(BUILD)/gen/redis_scripts.o: $(BUILD)/gen/redis_scripts.c
 	$(call say,CC,$<)

@@ -51,14 +51,20 @@ static void put(sbuf *b, const char *s)
     b->n += n;
 }
 
-/* The lib, then the built-in ports and ports, each in a function of port_loaders, which the lib
- * runs on a call's first use of a rule type. */
+/* The lib, then the ports in the functions of port_loaders, which the lib runs for a tag it
+ * does not know yet: the built-in ones, each behind its tag (so that a call makes only the
+ * closures of the types it uses: a script's top level runs on every EVALSHA), then ports. */
 static void put_lib(sbuf *b, const char *ports)
 {
     put(b, rld_lua_lib);
-    put(b, "\nport_loaders[1] = function()\n");
-    put(b, rld_lua_ports);
-    put(b, "\nend\n");
+    put(b, "\nport_loaders[1] = function(tag)\n");
+    for (size_t i = 0; rld_lua_ports[i].tag; i++) {
+        put(b, i ? "elseif tag == '" : "if tag == '");
+        put(b, rld_lua_ports[i].tag);
+        put(b, "' then\n");
+        put(b, rld_lua_ports[i].text);
+    }
+    put(b, rld_lua_ports[0].tag ? "end\nend\n" : "end\n");
     if (ports && ports[0]) {
         put(b, "port_loaders[2] = function()\n");
         put(b, ports);

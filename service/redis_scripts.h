@@ -7,8 +7,12 @@
 
 /* service/redis/lib.lua. */
 extern const char rld_lua_lib[];
-/* Every built-in rule type's port (service/core/rules/<type>.lua), one after the other. */
-extern const char rld_lua_ports[];
+/* Every built-in rule type's port (service/core/rules/<type>.lua) and the tag it registers,
+ * then {NULL, NULL}. */
+typedef struct rld_lua_port {
+    const char *tag, *text;
+} rld_lua_port;
+extern const rld_lua_port rld_lua_ports[];
 /* The bodies of the scripts that use the lib: each its Lua argument offsets (args.def) and
  * its own file. */
 extern const char rld_lua_body_decide[];
@@ -18,7 +22,5 @@ extern const char rld_lua_body_due[];
 /* Scripts on their own. */
 extern const char rld_lua_heartbeat[];
 extern const char rld_lua_quota[];
-/* The tags the built-in ports register (register_rule in service/core/rules/<type>.lua), then NULL. */
-extern const char *const rld_lua_builtin_tags[];
 
 #endif

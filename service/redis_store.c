@@ -297,8 +297,8 @@ static const rl_rule_redis *port_of(const rl_rule_type *t)
 
 static int builtin_tag(const char *tag)
 {
-    for (size_t i = 0; rld_lua_builtin_tags[i]; i++)
-        if (strcmp(rld_lua_builtin_tags[i], tag) == 0)
+    for (size_t i = 0; rld_lua_ports[i].tag; i++)
+        if (strcmp(rld_lua_ports[i].tag, tag) == 0)
             return 1;
     return 0;
 }

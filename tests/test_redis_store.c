@@ -1759,14 +1759,14 @@ START_TEST(ports_match_their_declarations)
     /* the lib and the plug-in's port, as the store puts them together */
     lib_ports_with(lk->redis->lua, port_harness, script, sizeof script);
     check_ports(reg, script);
-    for (size_t i = 0; rld_lua_builtin_tags[i]; i++) {
+    for (size_t i = 0; rld_lua_ports[i].tag; i++) {
         size_t j = 0;
         while (j < rl_registry_count(reg) &&
                !(rl_registry_at(reg, j)->redis &&
-                 strcmp(rl_registry_at(reg, j)->redis->tag, rld_lua_builtin_tags[i]) == 0))
+                 strcmp(rl_registry_at(reg, j)->redis->tag, rld_lua_ports[i].tag) == 0))
             j++;
         ck_assert_msg(j < rl_registry_count(reg), "the port %s belongs to no built-in type",
-                      rld_lua_builtin_tags[i]);
+                      rld_lua_ports[i].tag);
     }
     rl_registry_free(reg);
 }

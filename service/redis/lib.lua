@@ -898,11 +898,11 @@ local function enc_time(t) return pack('>I4I4', halves_of_rel(t)) end
 -- Each rule type's port is a file of its own beside its C file (service/core/rules/<type>.lua,
 -- or a plug-in's text), which registers it by its tag: register_rule(tag, make), make()
 -- returning the type's table T. The scripts put those files after this one, inside functions
--- of port_loaders (the built-in ports in one, the plug-ins' in another: Lua 5.1 lets a
--- function reach at most 60 locals of the functions around it), so they see every local
--- above; those run on a call's first rule_type and a type is made on first use, since a
--- script's top level runs on every call (and a closure made there costs a lookup of each of
--- its upvalues). T holds:
+-- of port_loaders (the built-in ports in one, each behind its tag, the plug-ins' in another:
+-- Lua 5.1 lets a function reach at most 60 locals of the functions around it), so they see
+-- every local above; rule_type runs them for a tag it does not know yet and makes a type on
+-- its first use, since a script's top level runs on every call (and a closure made there
+-- costs a lookup of each of its upvalues). T holds:
 --   params   the names of the parameters the store sends, in the order the C side declares
 --            them (rl_rule_redis.params); read_params puts each in the item's table by name
 --   layout   the version of the state's binary layout (rl_rule_redis.layout)
@@ -931,12 +931,12 @@ local function register_rule(tag, make) MAKE[tag] = make end
 local function rule_type(tag)
     local T = R[tag]
     if T then return T end
-    if port_loaders[1] then
-        local l = port_loaders
-        port_loaders = {}
-        for i = 1, #l do l[i]() end
-    end
     local make = MAKE[tag]
+    for i = 1, #port_loaders do
+        if make then break end
+        port_loaders[i](tag)
+        make = MAKE[tag]
+    end
     if not make then return nil end
     T = make()
     R[tag] = T

@@ -8,6 +8,7 @@
 #   make deps       install the Debian packages the build, tests and benchmarks need (as root)
 #   make SANITIZE=address,undefined test     tests under sanitizers
 #   make fuzz       each fuzz target under libFuzzer for FUZZ_SECONDS (60), new inputs kept
+#   make soak       clients far past capacity against both stores: latency, errors, RSS
 #   make V=1        show the commands
 
 CC      ?= cc
@@ -28,7 +29,7 @@ ifneq ($(SANITIZE),)
 endif
 
 # Libraries come from pkg-config; the core library uses none of them.
-PKG_SVC  := jansson libmicrohttpd hiredis libprotobuf-c libnghttp2
+PKG_SVC  := jansson libmicrohttpd hiredis libprotobuf-c libnghttp2 yaml-0.1
 PKG_TEST := check libcurl
 PKG_ALL  := $(PKG_SVC) $(PKG_TEST)
 pc_cflags = $(shell pkg-config --cflags $(1) 2>/dev/null)
@@ -199,7 +200,7 @@ FUZZ_CORPUS  := tests/fuzz/corpus
 FUZZ_SECONDS ?= 60
 FUZZ_BUILD   := build-fuzz
 
-$(BUILD)/fuzz/%.o: tests/fuzz/%.c
+$(BUILD)/fuzz/%.o: tests/fuzz/%.c | $(PB_H)
 	@mkdir -p $(dir $@)
 	$(call say,CC,$<)
 	$(Q)$(CC) $(BASE_CPPFLAGS) -Iservice -Itests/fuzz $(SVC_CFLAGS) $(ALL_CFLAGS) -c $< -o $@
@@ -260,13 +261,24 @@ $(BUILD)/bench/loadgen: bench/loadgen.c
 
 build-bench: $(BUILD)/ratelimitd $(BENCH_BIN)
 
+$(BUILD)/bench/soak: bench/soak.c
+	@mkdir -p $(dir $@)
+	$(call say,CC,$<)
+	$(Q)$(CC) $(WARN) $(CFLAGS) $(SAN) -pthread $< -o $@ $(LDFLAGS) $(SAN) -pthread
+
+# make soak: many clients far past capacity for a bounded time, against the memory store and
+# Redis (bench/soak.sh; SOAK_CLIENTS, SOAK_SECONDS, SOAK_KEYS). Not part of make test.
+soak: deps-quiet
+	@$(MAKE) --no-print-directory $(BUILD)/ratelimitd $(BUILD)/bench/soak
+	@bench/soak.sh $(BUILD)
+
 # ---- targets ----------------------------------------------------------------------------
 # The public targets first install what is missing, then build in a second make, so that
 # pkg-config is asked after the packages are there.
 .PHONY: grpc-check
 .PHONY: all run test check-core deps deps-quiet install clean format bench build-all build-test \
         build-bench settings-doc api-check container-deps container-test fuzz \
-        build-libfuzzer
+        build-libfuzzer soak
 .DEFAULT_GOAL := all
 
 all: deps-quiet
@@ -307,6 +319,8 @@ $(GRPC_NODE): tests/grpc-js/package.json tests/grpc-js/package-lock.json
 grpc-check: $(GRPC_NODE) $(BUILD)/ratelimitd
 	@echo "== tests/grpc/test_grpc.py (python3-grpcio)"
 	$(Q)RL_BUILD=$(BUILD) $(PYTHON) tests/grpc/test_grpc.py
+	@echo "== tests/grpc/test_grpc_yaml.py (python3-grpcio, a YAML configuration)"
+	$(Q)RL_BUILD=$(BUILD) $(PYTHON) tests/grpc/test_grpc_yaml.py
 	@echo "== tests/grpc-js (node --test, @grpc/grpc-js)"
 	$(Q)cd tests/grpc-js && RL_BUILD=$(abspath $(BUILD)) node --test
 
@@ -382,11 +396,14 @@ check-core:
 	    exit 1; fi; \
 	echo "check-core: no rule type ($$names) nor its Redis tag ($$tags) is named outside" \
 	    "service/core/rules/"
+	@if grep -n CLOCK_REALTIME $(filter-out service/main.c service/log.c,$(wildcard service/*.c)); then \
+	    echo "check-core: the wall clock is read outside service/main.c (above)"; exit 1; fi; \
+	echo "check-core: only service/main.c reads the wall clock for decisions (log.c for log lines)"
 
 # Debian packages the build, the tests and the benchmarks use.
 DEB_PKGS := gcc libc6-dev make pkg-config libjansson-dev libmicrohttpd-dev check libsubunit-dev \
             libcurl4-openssl-dev libhiredis-dev redis-server redis-sentinel redis-tools nginx wrk curl \
-            prometheus clang libclang-rt-14-dev
+            prometheus clang libclang-rt-14-dev libyaml-dev openssl
 # gRPC: messages, HTTP/2, the Python client (grpcio, protobuf, protoc), h2load
 DEB_PKGS += libprotobuf-c-dev protobuf-c-compiler libnghttp2-dev nghttp2-client protobuf-compiler \
             python3 python3-grpcio python3-protobuf

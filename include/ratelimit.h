@@ -37,7 +37,8 @@ extern "C" {
     X(ESETTLED, -4, "reservation already settled")                                                 \
     X(ESTORE, -5, "store unavailable")                                                             \
     X(EPLUGIN, -6, "plug-in not loaded")                                                           \
-    X(EIO, -7, "input/output error")
+    X(EIO, -7, "input/output error")                                                               \
+    X(EFULL, -8, "store full")
 
 typedef enum rl_code {
     RL_OK = 0,
@@ -73,7 +74,8 @@ int rl_errf(rl_err *err, int code, const char *fmt, ...) __attribute__((format(p
 rl_registry *rl_registry_new(void);
 /* Frees the registry and unloads its plug-ins. Rules made from it must be gone. NULL is ok. */
 void rl_registry_free(rl_registry *reg);
-/* Loads a plug-in shared object and lets it register its rule types. On failure returns
+/* Loads a plug-in shared object and lets it register its rule types; a plug-in loaded already
+ * (the same object, by any path) is not loaded again and gives RL_OK. On failure returns
  * RL_EPLUGIN with the reason in err and registers nothing of it. */
 int rl_registry_load_plugin(rl_registry *reg, const char *path, rl_err *err);
 /* The rule type of that name, or NULL. */

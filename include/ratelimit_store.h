@@ -111,6 +111,33 @@ rl_ns rl_rule_peek(const rl_rule *rule, const void *state, const char *key, size
 
 /* A new in-memory store, or NULL when out of memory. */
 rl_store *rl_memory_store_new(void);
+/* The same holding at most max_keys key states (one per rule of a key; 0: no bound). A
+ * decision that needs a new state past it drops the idle states of that key's segment first;
+ * when none is idle it fails with RL_EFULL and changes nothing, while keys that have state
+ * keep being decided. The bound holds under concurrent decisions. */
+rl_store *rl_memory_store_new_bounded(uint64_t max_keys);
+
+/* ---- what every store does the same way ------------------------------------------------ */
+
+/* 64 random bits from the system, or a time-derived value when none is available. */
+uint64_t rl_random64(void);
+
+/* Reservation ids are "r-" and 16 hex digits of rl_store_permute(counter ^ key), the key
+ * random per store (rl_random64): ids follow a counter but cannot be guessed from one another
+ * without the key, and an id is its own good hash. */
+uint64_t rl_store_permute(uint64_t x);
+/* Writes the id of value v ("r-" and v in 16 lower-case hex digits). */
+void rl_store_id_format(char id[RL_RESERVATION_ID], uint64_t v);
+/* The value of an id written by rl_store_id_format: 0, or -1 when id has another form (the
+ * store answers RL_ENOTFOUND then). */
+int rl_store_id_parse(const char *id, uint64_t *v);
+
+/* The share of parameter value v (as stored: rl_fp for amounts and rates) that each of n
+ * parts gets when a rule is divided among n instances (the local fallback) or n shards of a
+ * key: amounts and rates are divided by n rounded down, so that n shares never add up to
+ * more than the whole, but not below the parameter's minimum nor one millionth; zero,
+ * other parameters, and any when n <= 1, are left as they are. */
+int64_t rl_param_share(const rl_param_def *d, int64_t v, unsigned n);
 
 #ifdef __cplusplus
 }

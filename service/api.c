@@ -1,17 +1,18 @@
 /*
  * api.c - see api.h.
  */
+#define _GNU_SOURCE /* pthread_rwlockattr_setkind_np */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "acquire_req.h"
 #include "api.h"
 #include "check_req.h"
 #include "log.h"
 #include "render.h"
+#include "rls_yaml.h"
 #include "settle_req.h"
 
 /* Metrics labels: the routes' endpoints and "other" for unknown paths. */
@@ -27,6 +28,7 @@ static int status_of(int rc)
     case RL_ESETTLED:
         return 409;
     case RL_ESTORE:
+    case RL_EFULL:
         return 503;
     default:
         return 500;
@@ -37,6 +39,12 @@ static int status_of(int rc)
 static void reply_rc(rld_req *r, int rc, const rl_err *err)
 {
     int status = status_of(rc);
+    if (rc == RL_EFULL) {
+        /* not logged: a flood of new keys would flood the log; the metric counts it */
+        rld_header retry = {"Retry-After", "1"};
+        rld_reply_error_with(r, status, &retry, 1, "%s", err->msg);
+        return;
+    }
     /* the store's own messages name Redis; the answer names the field, as every error does */
     const char *field = rc == RL_ESTORE && strncmp(err->msg, "store: ", 7) != 0 ? "store: " : "";
     if (status >= 500)
@@ -69,11 +77,8 @@ static void tick_to(rld_app *app, rl_ns t)
  * expire exactly when a test says. */
 static rl_ns request_time(rld_app *app, int has_now, rl_ns now)
 {
-    if (!app->manual_clock) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        return (rl_ns)ts.tv_sec * RL_NS_PER_SEC + ts.tv_nsec;
-    }
+    if (!app->manual_clock)
+        return app->clock();
     if (!has_now)
         return __atomic_load_n(&app->manual_now, __ATOMIC_ACQUIRE);
     rl_ns t = now;
@@ -90,7 +95,9 @@ rl_ns rld_app_time(rld_app *app, int has_now, rl_ns now)
 
 void rld_app_tick(rld_app *app)
 {
+    pthread_rwlock_rdlock(&app->gate);
     tick_to(app, request_time(app, 0, 0));
+    pthread_rwlock_unlock(&app->gate);
 }
 
 /* ---- POST /acquire ---------------------------------------------------------------------- */
@@ -148,6 +155,8 @@ static void h_acquire(void *ctx, rld_req *r)
                       .flags = (q.dry_run ? RL_DRY_RUN : 0u) | (q.reserve ? RL_RESERVE : 0u),
                       .now = request_time(app, q.has_now, q.now)};
     int rc = rl_acquire(app->lim, &req, &d, &err);
+    if (rc == RL_EFULL)
+        rld_metrics_keys_refused(app->metrics);
     if (rc != RL_OK) {
         rld_acquire_req_clear(&q);
         reply_rc(r, rc, &err);
@@ -197,6 +206,8 @@ static void h_check(void *ctx, rld_req *r)
                       .flags = 0,
                       .now = request_time(app, 0, 0)};
     int rc = rl_acquire(app->lim, &req, &d, &c.err);
+    if (rc == RL_EFULL)
+        rld_metrics_keys_refused(app->metrics);
     if (rc != RL_OK) {
         rld_check_error_to_header(&c.err);
         reply_rc(r, rc, &c.err);
@@ -284,7 +295,20 @@ static void h_metrics(void *ctx, rld_req *r)
     rld_metrics_render(app->metrics, app->lim, rld_req_out(r));
     if (app->fleet)
         rld_fleet_metrics(app->fleet, rld_req_out(r));
+    if (app->yrls)
+        rld_yrls_metrics(app->yrls, rld_req_out(r));
     rld_reply(r, 200, "text/plain; version=0.0.4; charset=utf-8", NULL, 0);
+}
+
+static void h_reload(void *ctx, rld_req *r)
+{
+    rl_err err;
+    if (rld_app_reload(ctx, &err) != RL_OK) {
+        rld_reply_error(r, 400, "%s", err.msg);
+        return;
+    }
+    rld_buf_puts(rld_req_out(r), "{\"reloaded\":true}");
+    rld_reply_json(r, 200);
 }
 
 static void h_healthz(void *ctx, rld_req *r)
@@ -362,10 +386,10 @@ static void h_quota_delete(void *ctx, rld_req *r)
 /* ---- the table ---------------------------------------------------------------------------- */
 
 const rld_route rld_routes[] = {
-    {"/acquire", "/acquire", "POST", {{"POST", h_acquire, 0}, {NULL, NULL, 0}}},
-    {"/check", "/check", "GET", {{"GET", h_check, 0}, {NULL, NULL, 0}}},
-    {"/refund", "/refund", "POST", {{"POST", h_refund, 0}, {NULL, NULL, 0}}},
-    {"/release", "/release", "POST", {{"POST", h_release, 0}, {NULL, NULL, 0}}},
+    {"/acquire", "/acquire", "POST", {{"POST", h_acquire, RLD_ACQUIRE}, {NULL, NULL, 0}}},
+    {"/check", "/check", "GET", {{"GET", h_check, RLD_ACQUIRE}, {NULL, NULL, 0}}},
+    {"/refund", "/refund", "POST", {{"POST", h_refund, RLD_ACQUIRE}, {NULL, NULL, 0}}},
+    {"/release", "/release", "POST", {{"POST", h_release, RLD_ACQUIRE}, {NULL, NULL, 0}}},
     {"/rules", "/rules", "GET", {{"GET", h_rules, 0}, {NULL, NULL, 0}}},
     {"/quota/",
      "/quota",
@@ -374,8 +398,12 @@ const rld_route rld_routes[] = {
       {"PUT", h_quota_put, RLD_ADMIN},
       {"DELETE", h_quota_delete, RLD_ADMIN},
       {NULL, NULL, 0}}},
-    {"/metrics", "/metrics", "GET", {{"GET", h_metrics, 0}, {NULL, NULL, 0}}},
-    {"/healthz", "/healthz", "GET", {{"GET", h_healthz, 0}, {NULL, NULL, 0}}},
+    {"/metrics", "/metrics", "GET", {{"GET", h_metrics, RLD_METRICS}, {NULL, NULL, 0}}},
+    {"/healthz", "/healthz", "GET", {{"GET", h_healthz, RLD_METRICS}, {NULL, NULL, 0}}},
+    {"/admin/reload",
+     "/admin/reload",
+     "POST",
+     {{"POST", h_reload, RLD_ADMIN | RLD_UNGATED}, {NULL, NULL, 0}}},
 };
 const size_t rld_nroutes = sizeof rld_routes / sizeof rld_routes[0];
 
@@ -397,22 +425,30 @@ static void load_state(rld_app *app)
     }
     char aside[4200];
     snprintf(aside, sizeof aside, "%s.corrupt", path);
+    rld_metrics_snapshot_corrupt(app->metrics);
     rld_log("error: state_file %s; moved to %s, starting without it", err.msg,
             rename(path, aside) == 0 ? aside : "(could not move it)");
 }
 
 int rld_app_init(rld_app *app, rl_registry *reg, rl_limiter *lim, const rld_settings *set,
-                 rld_fleet *fleet, int manual_clock, rl_err *err)
+                 rld_fleet *fleet, rl_ns (*clock)(void), rl_err *err)
 {
     memset(app, 0, sizeof *app);
     app->fleet = fleet;
     app->reg = reg;
     app->lim = lim;
     app->set = set;
-    app->manual_clock = manual_clock;
+    app->clock = clock;
+    app->manual_clock = clock == NULL;
     app->rls = (rld_rls){
         .lim = lim, .domain = set->domain, .ratelimit_headers = set->grpc_ratelimit_headers};
     pthread_mutex_init(&app->tick_mu, NULL);
+    pthread_rwlockattr_t ga;
+    pthread_rwlockattr_init(&ga);
+    /* a reload waits for the requests in flight, not for every request that comes after */
+    pthread_rwlockattr_setkind_np(&ga, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+    pthread_rwlock_init(&app->gate, &ga);
+    pthread_rwlockattr_destroy(&ga);
     for (size_t i = 0; i < rld_nroutes; i++)
         endpoint_names[i] = rld_routes[i].endpoint;
     endpoint_names[rld_nroutes] = "other";
@@ -426,6 +462,7 @@ int rld_app_init(rld_app *app, rl_registry *reg, rl_limiter *lim, const rld_sett
         rld_metrics_free(app->metrics);
         free(app->rules_json);
         pthread_mutex_destroy(&app->tick_mu);
+        pthread_rwlock_destroy(&app->gate);
         return RL_ENOMEM;
     }
     app->rules_len = strlen(app->rules_json);
@@ -435,6 +472,7 @@ int rld_app_init(rld_app *app, rl_registry *reg, rl_limiter *lim, const rld_sett
         rld_metrics_free(app->metrics);
         free(app->rules_json);
         pthread_mutex_destroy(&app->tick_mu);
+        pthread_rwlock_destroy(&app->gate);
         return rc;
     }
     if (!fleet)
@@ -447,7 +485,10 @@ int rld_app_save_state(rld_app *app)
     rl_err err = {{0}};
     if (!app->set->state_file)
         return 0;
-    if (rl_limiter_save(app->lim, app->set->state_file, &err) != RL_OK) {
+    pthread_rwlock_rdlock(&app->gate);
+    int rc = rl_limiter_save(app->lim, app->set->state_file, &err);
+    pthread_rwlock_unlock(&app->gate);
+    if (rc != RL_OK) {
         rld_log("error: state_file %s", err.msg);
         return -1;
     }
@@ -460,6 +501,7 @@ void rld_app_free(rld_app *app)
     rld_metrics_free(app->metrics);
     free(app->rules_json);
     pthread_mutex_destroy(&app->tick_mu);
+    pthread_rwlock_destroy(&app->gate);
 }
 
 void rld_app_on_done(void *ctx, size_t route, int status, rl_ns duration)

@@ -258,10 +258,14 @@ json_t *rld_config_to_json(const rl_config *cfg, const rld_settings *set)
         json_object_set_new(lo, "tiered", json_boolean(l->tiered));
         if (l->shadow)
             json_object_set_new(lo, "shadow", json_true());
-        /* a tiered level shows the default tier's rules; a user's own are at /quota/<user> */
-        json_object_set_new(
-            lo, "rules",
-            rld_rules_to_json(l->tiered ? cfg->tiers[cfg->default_tier].rules : l->rules));
+        /* a tiered level shows the default tier's rules; a user's own are at /quota/<user>;
+         * a keyed level's rules follow from each key (a YAML configuration's descriptors) */
+        if (l->key_rules)
+            json_object_set_new(lo, "keyed", json_true());
+        else
+            json_object_set_new(
+                lo, "rules",
+                rld_rules_to_json(l->tiered ? cfg->tiers[cfg->default_tier].rules : l->rules));
         if (set && set->store == RLD_STORE_REDIS) {
             json_object_set_new(lo, "on_store_error", json_string(on_error_name(set->on_error[i])));
             if (set->shards[i] > 1)
@@ -658,6 +662,11 @@ static int parse_root(const json_t *root, rl_registry *reg, rld_settings *set, r
     *default_tier = json_string_value(m);
 
     m = json_object_get(root, "levels");
+    if (set->ratelimit_config && (m || json_object_get(root, "tiers")))
+        return fail(err, "%s: not with ratelimit_config (its YAML describes the limits)",
+                    m ? "levels" : "tiers");
+    if (set->ratelimit_config)
+        return RL_OK;
     if (!json_is_array(m) || json_array_size(m) == 0)
         return fail(err, "levels: required, a list of at least one level");
     if (json_array_size(m) > RL_MAX_LEVELS)
@@ -686,6 +695,11 @@ int rld_config_parse(const char *text, size_t len, rl_registry *reg, rld_setting
     }
     rl_config *cfg = rl_config_new(reg);
     int rc = cfg ? parse_root(root, reg, set, cfg, &default_tier, err) : fail(err, "out of memory");
+    if (rc == RL_OK && set->ratelimit_config) { /* the caller reads the limits from the YAML */
+        json_decref(root);
+        rl_config_free(cfg);
+        return RL_OK;
+    }
     if (rc == RL_OK)
         rc = rl_config_finish(cfg, default_tier, err);
     json_decref(root);

@@ -35,8 +35,8 @@ static int oom(rl_err *err)
     return RL_ENOMEM;
 }
 
-/* A copy of src with every amount and rate divided by n (not below a parameter's minimum). The
- * copy has one reference. NULL when out of memory or a parameter is refused. */
+/* A copy of src with every amount and rate divided by n (rl_param_share: rounded down, so the
+ * fleet's shares never add up to more than the rule). The copy has one reference. NULL when out of memory or a parameter is refused. */
 static rl_rules *scale_rules(const rl_registry *reg, const rl_rules *src, unsigned n)
 {
     rl_err err;
@@ -54,11 +54,8 @@ static rl_rules *scale_rules(const rl_registry *reg, const rl_rules *src, unsign
                 continue;
             }
             double v = rl_rule_get_number(o, d);
-            if (d->kind == RL_PARAM_AMOUNT || d->kind == RL_PARAM_RATE) {
-                v /= n;
-                if (v < d->min)
-                    v = d->min;
-            }
+            if (d->kind == RL_PARAM_AMOUNT || d->kind == RL_PARAM_RATE)
+                v = rl_fp_to_double(rl_param_share(d, rl_fp_from_double(v), n));
             rc = rl_rule_set_number(r, d->name, v, &err);
         }
         if (rc == RL_OK)

@@ -23,6 +23,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "grpc.h"
 #include "log.h"
 
@@ -47,6 +48,8 @@ typedef struct stream {
     rl_ns deadline; /* CLOCK_MONOTONIC; 0: none */
     char now[40];   /* ratelimitd-now metadata */
     int has_now;
+    char auth[1040]; /* authorization metadata ("Bearer <token>", tokens are 1024 at most) */
+    int has_auth;
     rld_buf body;
     char body_inl[256];
     rld_buf resp; /* the length-prefixed answer */
@@ -91,13 +94,6 @@ struct rld_grpc {
     int nworkers;
     worker w[MAX_WORKERS];
 };
-
-static rl_ns mono_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (rl_ns)ts.tv_sec * RL_NS_PER_SEC + ts.tv_nsec;
-}
 
 /* ---- small pieces ----------------------------------------------------------------------- */
 
@@ -253,7 +249,7 @@ static void handle_call(stream *st)
         answer_status(st, RLD_GRPC_UNIMPLEMENTED, "unknown method");
         return;
     }
-    if (st->deadline && mono_now() >= st->deadline) {
+    if (st->deadline && rld_mono_ns() >= st->deadline) {
         answer_status(st, RLD_GRPC_DEADLINE_EXCEEDED,
                       "deadline passed before the call "
                       "was complete");
@@ -261,7 +257,8 @@ static void handle_call(stream *st)
     }
     if (message_or_answer(st, g->cfg.max_message, &msg, &len) != 0)
         return;
-    rld_grpc_call call = {msg, len, st->has_now ? st->now : NULL, &w->arena};
+    rld_grpc_call call = {msg, len, st->has_now ? st->now : NULL,
+                          st->has_auth ? st->auth : NULL, &w->arena};
     rld_buf_reset(&st->resp);
     rld_buf_put(&st->resp, "\0\0\0\0\0", 5);
     rld_grpc_code code = g->cfg.methods[st->method].fn(g->cfg.app, &call, &st->resp, &err);
@@ -272,7 +269,7 @@ static void handle_call(stream *st)
         answer_status(st, code, err.msg);
         return;
     }
-    if (st->deadline && mono_now() >= st->deadline) {
+    if (st->deadline && rld_mono_ns() >= st->deadline) {
         answer_status(st, RLD_GRPC_DEADLINE_EXCEEDED, "deadline passed while deciding");
         return;
     }
@@ -316,7 +313,7 @@ static void set_deadline(stream *st, const uint8_t *v, size_t vlen)
     worker *w = st->c->w;
     if (t < 0)
         return;
-    rl_ns now = mono_now();
+    rl_ns now = rld_mono_ns();
     st->deadline = t > INT64_MAX - now ? INT64_MAX : now + t;
     if (!st->deadline)
         st->deadline = 1;
@@ -356,6 +353,10 @@ static int on_header(nghttp2_session *s, const nghttp2_frame *f, const uint8_t *
         memcpy(st->now, v, vlen);
         st->now[vlen] = '\0';
         st->has_now = 1;
+    } else if (header_is(name, nlen, "authorization") && vlen < sizeof st->auth) {
+        memcpy(st->auth, v, vlen);
+        st->auth[vlen] = '\0';
+        st->has_auth = 1;
     }
     return 0;
 }
@@ -584,7 +585,7 @@ static void accept_all(worker *w)
  * the next deadline (-1: none). */
 static int expire(worker *w)
 {
-    rl_ns now = mono_now(), next = INT64_MAX;
+    rl_ns now = rld_mono_ns(), next = INT64_MAX;
     for (stream *st = w->waiting, *nx; st; st = nx) {
         nx = st->wnext;
         if (st->deadline <= now) {
@@ -626,7 +627,7 @@ static void *worker_main(void *arg)
         if (stopping && !w->goaway_sent)
             begin_stop(w);
         if (stopping &&
-            (w->nconns == 0 || mono_now() >= __atomic_load_n(&g->drain_until, __ATOMIC_ACQUIRE)))
+            (w->nconns == 0 || rld_mono_ns() >= __atomic_load_n(&g->drain_until, __ATOMIC_ACQUIRE)))
             break;
         int timeout = expire(w);
         if (stopping && (timeout < 0 || timeout > 50))
@@ -750,7 +751,7 @@ int rld_grpc_port(const rld_grpc *g)
 
 unsigned rld_grpc_stop(rld_grpc *g, unsigned drain_ms)
 {
-    __atomic_store_n(&g->drain_until, mono_now() + (rl_ns)drain_ms * 1000000, __ATOMIC_RELEASE);
+    __atomic_store_n(&g->drain_until, rld_mono_ns() + (rl_ns)drain_ms * 1000000, __ATOMIC_RELEASE);
     __atomic_store_n(&g->stopping, 1, __ATOMIC_RELEASE);
     for (int i = 0; i < g->nworkers; i++) {
         uint64_t one = 1;

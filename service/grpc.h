@@ -32,6 +32,7 @@ typedef struct rld_grpc_call {
     const uint8_t *msg; /* the request message (not the 5-byte prefix) */
     size_t len;
     const char *now;  /* the "ratelimitd-now" metadata (seconds), or NULL */
+    const char *authorization; /* the "authorization" metadata, or NULL */
     rld_arena *arena; /* for the call's memory, reset after the answer */
 } rld_grpc_call;
 

@@ -8,9 +8,13 @@
 #include "fleet.h"
 #include "grpc/health/v1/health.pb-c.h"
 #include "grpc_api.h"
+#include "tokens.h"
 #include "values.h"
 
 #define RLS_SERVICE "envoy.service.ratelimit.v3.RateLimitService"
+/* the same whatever was wrong, as the HTTP 401 */
+#define UNAUTHENTICATED_MSG                                                                        \
+    "authorization: this method needs \"authorization: Bearer <token>\" with a valid token"
 
 /* The call's time: the clock, or with --manual-clock its ratelimitd-now metadata. */
 static rld_grpc_code call_time(rld_app *app, const rld_grpc_call *call, rl_ns *now, rl_err *err)
@@ -36,10 +40,16 @@ static rld_grpc_code m_should_rate_limit(void *ctx, const rld_grpc_call *call, r
 {
     rld_app *app = ctx;
     rl_ns now = 0;
+    if (!rld_token_matches(app->set->acquire_token, call->authorization))
+        return rl_errf(err, RLD_GRPC_UNAUTHENTICATED, UNAUTHENTICATED_MSG);
     rld_grpc_code code = call_time(app, call, &now, err);
     if (code != RLD_GRPC_OK)
         return code;
-    return rld_rls_call(&app->rls, call->msg, call->len, now, call->arena, out, err);
+    /* as an HTTP request does: a reload waits for it, and it sees one configuration */
+    pthread_rwlock_rdlock(&app->gate);
+    code = rld_rls_call(&app->rls, call->msg, call->len, now, call->arena, out, err);
+    pthread_rwlock_unlock(&app->gate);
+    return code;
 }
 
 /* 1 when the service cannot answer as configured: stopping, or the store unreachable while a
@@ -68,6 +78,8 @@ static rld_grpc_code m_health_check(void *ctx, const rld_grpc_call *call, rld_bu
 {
     Grpc__Health__V1__HealthCheckRequest *req;
     Grpc__Health__V1__HealthCheckResponse resp = GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__INIT;
+    if (!rld_token_matches(((rld_app *)ctx)->set->metrics_token, call->authorization))
+        return rl_errf(err, RLD_GRPC_UNAUTHENTICATED, UNAUTHENTICATED_MSG);
     if (!(req = grpc__health__v1__health_check_request__unpack(NULL, call->len, call->msg)))
         return rl_errf(err, RLD_GRPC_INVALID_ARGUMENT, "message: not a HealthCheckRequest");
     int known = !req->service[0] || strcmp(req->service, RLS_SERVICE) == 0;

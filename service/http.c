@@ -18,8 +18,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "http.h"
 #include "log.h"
+#include "tokens.h"
 
 #define BODY_INLINE 2048
 #define OUT_INLINE 4096
@@ -78,17 +80,12 @@ struct rld_http {
     pthread_t acceptor;
     int accepting;  /* the acceptor thread runs */
     rld_http_config cfg;
-    char *auth; /* "Bearer <token>", or NULL */
+    char *token[3]; /* admin, acquire and metrics tokens (copies), NULL when not needed */
     int port;
     int stopping; /* atomic */
+    long open;    /* atomic: connections accepted and not yet closed */
 };
 
-static rl_ns mono_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (rl_ns)ts.tv_sec * RL_NS_PER_SEC + ts.tv_nsec;
-}
 
 /* ---- requests --------------------------------------------------------------------------- */
 
@@ -123,7 +120,7 @@ static rld_req *req_begin(worker *w, struct MHD_Connection *c)
     r->status = 0;
     r->queued = MHD_NO;
     rld_buf_init(&r->out, r->out_inl, sizeof r->out_inl);
-    r->t0 = mono_now();
+    r->t0 = rld_mono_ns();
     __atomic_add_fetch(&w->active, 1, __ATOMIC_RELAXED);
     return r;
 }
@@ -221,7 +218,7 @@ static void access_line(const rld_req *r, int status)
     rld_access a = {.method = r->method ? r->method : "",
                     .path = r->url ? r->url : "",
                     .status = status,
-                    .duration = mono_now() - r->t0,
+                    .duration = rld_mono_ns() - r->t0,
                     .client = client,
                     .blocked_by = r->note_by,
                     .key = r->note_key,
@@ -292,7 +289,7 @@ void rld_reply(rld_req *r, int status, const char *ctype, const rld_header *hs, 
             r->status = 500;
             r->queued = MHD_NO;
             if (r->h->cfg.on_done)
-                r->h->cfg.on_done(r->h->cfg.app, r->route, 500, mono_now() - r->t0);
+                r->h->cfg.on_done(r->h->cfg.app, r->route, 500, rld_mono_ns() - r->t0);
             return;
         }
     }
@@ -305,7 +302,7 @@ void rld_reply(rld_req *r, int status, const char *ctype, const rld_header *hs, 
     r->status = status;
     /* counted before the answer leaves, so that a client that has it sees it counted */
     if (r->h->cfg.on_done)
-        r->h->cfg.on_done(r->h->cfg.app, r->route, status, mono_now() - r->t0);
+        r->h->cfg.on_done(r->h->cfg.app, r->route, status, rld_mono_ns() - r->t0);
     if (r->h->cfg.access_log)
         access_line(r, status);
     r->queued = MHD_queue_response(r->c, (unsigned)status, resp);
@@ -341,10 +338,8 @@ int rld_reply_error(rld_req *r, int status, const char *fmt, ...)
     return -1;
 }
 
-static int reply_error_with(rld_req *r, int status, const rld_header *hs, size_t nh,
-                            const char *fmt, ...) __attribute__((format(printf, 5, 6)));
-static int reply_error_with(rld_req *r, int status, const rld_header *hs, size_t nh,
-                            const char *fmt, ...)
+int rld_reply_error_with(rld_req *r, int status, const rld_header *hs, size_t nh,
+                         const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -368,19 +363,14 @@ void rld_reply_text(rld_req *r, int status, const char *ctype, char *text)
 
 /* ---- the access handler ----------------------------------------------------------------- */
 
-static int authorized(const rld_http *h, struct MHD_Connection *c)
+static int authorized(const rld_http *h, struct MHD_Connection *c, unsigned flags)
 {
-    const char *got = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
-                                                  MHD_HTTP_HEADER_AUTHORIZATION);
-    if (!h->auth)
-        return 1;
-    if (!got || strlen(got) != strlen(h->auth) || strncasecmp(got, "Bearer ", 7) != 0)
-        return 0;
-    /* the token is compared in constant time */
-    unsigned char diff = 0;
-    for (size_t i = 7; h->auth[i]; i++)
-        diff |= (unsigned char)(got[i] ^ h->auth[i]);
-    return diff == 0;
+    const char *want = flags & RLD_ADMIN     ? h->token[0]
+                       : flags & RLD_ACQUIRE ? h->token[1]
+                       : flags & RLD_METRICS ? h->token[2]
+                                             : NULL;
+    return rld_token_matches(want, MHD_lookup_connection_value(c, MHD_HEADER_KIND,
+                                                               MHD_HTTP_HEADER_AUTHORIZATION));
 }
 
 int rld_route_find(const rld_route *routes, size_t n, const char *url, const char *method,
@@ -416,15 +406,15 @@ static void reply_early(rld_req *r, const char *url, const char *method)
         rld_reply_error(r, 404, "path: no such endpoint: %.200s", url);
     } else if (r->early == 405) {
         rld_header allow = {"Allow", rt->allow};
-        reply_error_with(r, 405, &allow, 1, "method: %.16s is not allowed on %s (allowed: %s)",
+        rld_reply_error_with(r, 405, &allow, 1, "method: %.16s is not allowed on %s (allowed: %s)",
                          method, rt->path, rt->allow);
     } else if (r->early == 413) {
         rld_reply_error(r, 413, "body: larger than %d bytes", RLD_MAX_BODY);
     } else {
         rld_header www = {"WWW-Authenticate", "Bearer realm=\"ratelimitd\""};
-        reply_error_with(r, 401, &www, 1,
+        rld_reply_error_with(r, 401, &www, 1,
                          "authorization: this endpoint needs \"Authorization: Bearer "
-                         "<admin_token>\"");
+                         "<token>\" with a valid token");
     }
 }
 
@@ -444,7 +434,7 @@ static enum MHD_Result first_call(rld_http *h, rld_req *r, const char *url, cons
         r->early = routed;
     else if (length > RLD_MAX_BODY)
         r->early = 413;
-    else if ((r->m->flags & RLD_ADMIN) && !authorized(h, r->c))
+    else if (!authorized(h, r->c, r->m->flags))
         r->early = 401;
     if (r->early == 413) {
         reply_early(r, url, method);
@@ -480,8 +470,13 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char
         rld_reply_error(r, 413, "body: larger than %d bytes", RLD_MAX_BODY);
     else if (r->body_oom)
         rld_reply_error(r, 500, "out of memory");
-    else
+    else if (!h->cfg.gate || (r->m->flags & RLD_UNGATED))
         r->m->fn(h->cfg.app, r);
+    else {
+        pthread_rwlock_rdlock(h->cfg.gate);
+        r->m->fn(h->cfg.app, r);
+        pthread_rwlock_unlock(h->cfg.gate);
+    }
     if (!r->status) {
         rld_log("error: the handler of %s %s gave no answer", method, url);
         rld_reply_error(r, 500, "internal error: no answer");
@@ -507,7 +502,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
 static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
                           enum MHD_ConnectionNotificationCode toe)
 {
-    (void)cls;
+    worker *w = cls;
     (void)c;
     if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
         conn_ctx *cc = malloc(sizeof *cc);
@@ -523,6 +518,7 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_con
         else
             free(cc);
         *socket_context = NULL;
+        __atomic_sub_fetch(&w->h->open, 1, __ATOMIC_RELAXED);
     }
 }
 
@@ -537,6 +533,24 @@ static void on_mhd_log(void *cls, const char *fmt, va_list ap)
 }
 
 /* ---- the daemon ------------------------------------------------------------------------- */
+
+/* Answers a connection past max_connections with 503 and closes it, so that a client learns at
+ * once rather than waiting in a queue. The socket is new, so the short answer fits its buffer. */
+static void refuse(const rld_http *h, int fd)
+{
+    char body[128], msg[384];
+    int nb = snprintf(body, sizeof body,
+                      "{\"error\":\"connections: %u open, the most max_connections allows\"}",
+                      h->cfg.max_connections);
+    int n = snprintf(msg, sizeof msg,
+                     "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+                     "Retry-After: 1\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s",
+                     nb, body);
+    if (write(fd, msg, (size_t)n) < 0) {
+        /* the client is gone already */
+    }
+    close(fd);
+}
 
 /* Connections go round-robin to the workers. libmicrohttpd's own thread pool lets every worker
  * accept from one shared socket, and a burst of new connections (a client opening its pool)
@@ -573,10 +587,18 @@ static void *accept_loop(void *arg)
                 break;
             }
             int one = 1;
+            if (h->cfg.max_connections &&
+                __atomic_load_n(&h->open, __ATOMIC_RELAXED) >= (long)h->cfg.max_connections) {
+                refuse(h, fd);
+                continue;
+            }
             setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+            __atomic_add_fetch(&h->open, 1, __ATOMIC_RELAXED);
             /* closes fd itself when it fails */
-            if (MHD_add_connection(h->d[next], fd, (struct sockaddr *)&ss, sl) != MHD_YES)
+            if (MHD_add_connection(h->d[next], fd, (struct sockaddr *)&ss, sl) != MHD_YES) {
+                __atomic_sub_fetch(&h->open, 1, __ATOMIC_RELAXED);
                 rld_log("error: a new connection could not be taken: %s", strerror(errno));
+            }
             next = next + 1 == h->nd ? 0 : next + 1;
         }
     }
@@ -653,14 +675,17 @@ rld_http *rld_http_start(const rld_http_config *cfg, rl_err *err)
     h->cfg = *cfg;
     h->lfd = -1;
     h->wake[0] = h->wake[1] = -1;
-    if (cfg->admin_token) {
-        size_t n = strlen(cfg->admin_token);
-        if (!(h->auth = malloc(n + 8))) {
+    if ((cfg->tls_cert_pem || cfg->tls_key_pem) &&
+        MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES) {
+        snprintf(err->msg, sizeof err->msg, "tls: this libmicrohttpd was built without TLS");
+        goto fail;
+    }
+    const char *tokens[3] = {cfg->admin_token, cfg->acquire_token, cfg->metrics_token};
+    for (int i = 0; i < 3; i++)
+        if (tokens[i] && !(h->token[i] = strdup(tokens[i]))) {
             snprintf(err->msg, sizeof err->msg, "out of memory");
             goto fail;
         }
-        snprintf(h->auth, n + 8, "Bearer %s", cfg->admin_token);
-    }
     if ((h->lfd = listen_on(cfg, err)) < 0)
         goto fail;
     struct sockaddr_storage ss;
@@ -673,11 +698,18 @@ rld_http *rld_http_start(const rld_http_config *cfg, rl_err *err)
     for (; h->nd < nd; h->nd++) {
         worker *w = &h->w[h->nd];
         w->h = h;
+        int tls = cfg->tls_cert_pem && cfg->tls_key_pem;
+        struct MHD_OptionItem tls_opts[] = {
+            {tls ? MHD_OPTION_HTTPS_MEM_CERT : MHD_OPTION_END, 0, (void *)cfg->tls_cert_pem},
+            {MHD_OPTION_HTTPS_MEM_KEY, 0, (void *)cfg->tls_key_pem},
+            {MHD_OPTION_END, 0, NULL}};
         h->d[h->nd] = MHD_start_daemon(
-            flags, 0, NULL, NULL, on_access, w, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, h,
-            MHD_OPTION_NOTIFY_COMPLETED, on_completed, w, MHD_OPTION_NOTIFY_CONNECTION,
-            on_connection, w, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120,
-            MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)CONN_MEMORY, MHD_OPTION_END);
+            flags | (tls ? MHD_USE_TLS : 0u), 0, NULL, NULL, on_access, w,
+            MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, h, MHD_OPTION_NOTIFY_COMPLETED, on_completed,
+            w, MHD_OPTION_NOTIFY_CONNECTION, on_connection, w, MHD_OPTION_CONNECTION_TIMEOUT,
+            cfg->connection_timeout ? cfg->connection_timeout : 30u,
+            MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)CONN_MEMORY, MHD_OPTION_ARRAY, tls_opts,
+            MHD_OPTION_END);
         if (!h->d[h->nd]) {
             snprintf(err->msg, sizeof err->msg, "cannot start the HTTP workers");
             goto fail;
@@ -695,7 +727,8 @@ fail:
         close(h->wake[0]);
         close(h->wake[1]);
     }
-    free(h->auth);
+    for (int i = 0; i < 3; i++)
+        free(h->token[i]);
     free(h);
     return NULL;
 }
@@ -739,7 +772,8 @@ unsigned rld_http_stop(rld_http *h, unsigned drain_ms)
     teardown(h);
     close(h->wake[0]);
     close(h->wake[1]);
-    free(h->auth);
+    for (int i = 0; i < 3; i++)
+        free(h->token[i]);
     free(h);
     return left;
 }

@@ -15,6 +15,7 @@
 #ifndef RLD_HTTP_H
 #define RLD_HTTP_H
 
+#include <pthread.h>
 #include <stddef.h>
 
 #include "buf.h"
@@ -28,7 +29,10 @@
 typedef struct rld_req rld_req;
 typedef void (*rld_handler)(void *app, rld_req *r);
 
-#define RLD_ADMIN 0x1u /* needs "Authorization: Bearer <admin_token>" when a token is set */
+#define RLD_ADMIN 0x1u   /* needs "Authorization: Bearer <admin_token>" when a token is set */
+#define RLD_ACQUIRE 0x2u /* the same with acquire_token */
+#define RLD_METRICS 0x4u /* the same with metrics_token */
+#define RLD_UNGATED 0x8u /* runs without holding the gate (a handler that takes it to write) */
 
 typedef struct rld_method {
     const char *name; /* "GET", "POST", ...; NULL ends the list */
@@ -55,10 +59,20 @@ typedef struct rld_http_config {
     const char *address; /* IPv4 or IPv6 literal */
     int port;            /* 0: any free port */
     int threads;         /* worker threads (1 to RLD_MAX_WORKERS) */
-    const char *admin_token; /* NULL: admin routes are open */
+    unsigned max_connections;    /* open at once; past it a new one gets 503 and is closed (0:
+                                    no limit) */
+    unsigned connection_timeout; /* seconds idle before a connection is closed (0: 30) */
+    const char *admin_token;   /* NULL: admin routes are open */
+    const char *acquire_token; /* NULL: RLD_ACQUIRE routes are open */
+    const char *metrics_token; /* NULL: RLD_METRICS routes are open */
+    const char *tls_cert_pem;  /* both set: HTTPS only, with this certificate and key (PEM */
+    const char *tls_key_pem;   /* text that outlives the server); both NULL: plain HTTP */
     const rld_route *routes;
     size_t nroutes;
     void *app; /* handed to handlers */
+    /* Handlers run holding it for reading, so that whoever holds it for writing (a reload)
+     * sees no request in flight; NULL: no gate. */
+    pthread_rwlock_t *gate;
     /* Called for each answer as it is queued (before it is sent) with the route index
      * (nroutes for an unknown path), the status and the time since the request's headers
      * arrived. May be NULL. */
@@ -117,6 +131,9 @@ void rld_reply_json(rld_req *r, int status);
 /* Sends {"error": "<message>"}; returns -1 so that helpers can "return rld_reply_error(...)". */
 int rld_reply_error(rld_req *r, int status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* The same with extra headers. */
+int rld_reply_error_with(rld_req *r, int status, const rld_header *h, size_t nh,
+                         const char *fmt, ...) __attribute__((format(printf, 5, 6)));
 /* Sends a malloc'd JSON text (taken over, freed by libmicrohttpd); NULL answers 500. */
 void rld_reply_text(rld_req *r, int status, const char *ctype, char *text);
 

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "api.h"
+#include "clock.h"
 #include "config_json.h"
 #include "fleet.h"
 #include "grpc_api.h"
@@ -22,6 +23,8 @@
 #include "log.h"
 #include "redis_pool.h"
 #include "redis_store.h"
+#include "tokens.h"
+#include "rls_yaml_grpc.h"
 
 /* config/default.json, embedded by the Makefile. */
 extern const char rld_default_config[];
@@ -34,7 +37,8 @@ static const char usage[] =
     "usage: ratelimitd [--config PATH] [--port N] [--grpc-port N] [--manual-clock]\n"
     "       ratelimitd --check-config PATH\n"
     "\n"
-    "  --config PATH        configuration file (default: the built-in config/default.json)\n"
+    "  --config PATH        configuration file (default: the built-in config/default.json),\n"
+    "                       or envoyproxy/ratelimit's YAML: a .yaml/.yml file or a directory\n"
     "  --port N             listen on port N instead of the configuration's; 0 picks a free\n"
     "                       port. The first line of stdout is \"listening on ADDRESS:PORT\".\n"
     "  --grpc-port N        serve Envoy's rate limit service (gRPC) on port N, at the\n"
@@ -48,7 +52,8 @@ static const char usage[] =
     "  --help               this text\n"
     "  --version            the version\n"
     "\n"
-    "SIGTERM or SIGINT stop it: it stops accepting, finishes requests in flight, exits 0.\n";
+    "SIGTERM or SIGINT stop it: it stops accepting, finishes requests in flight, exits 0.\n"
+    "SIGHUP reloads the configuration file (as POST /admin/reload does).\n";
 
 typedef struct opts {
     const char *config;
@@ -114,6 +119,89 @@ static int parse_flags(int argc, char **argv, opts *o)
     return -1;
 }
 
+/* Reads the certificate and key PEM files of "tls" (both NULL when it is not set). On failure
+ * returns RL_EINVAL with err naming the member and nothing to free. */
+static int read_tls(const rld_settings *set, char **cert, char **key, rl_err *err)
+{
+    *cert = *key = NULL;
+    if (!set->tls_cert && !set->tls_key)
+        return RL_OK;
+    if (!set->tls_cert || !set->tls_key)
+        return rl_errf(err, RL_EINVAL, "tls: give both cert and key");
+    errno = 0;
+    if (!(*cert = rld_read_file(set->tls_cert, NULL)))
+        return rl_errf(err, RL_EINVAL, "tls.cert: %.200s: %s", set->tls_cert,
+                       errno ? strerror(errno) : "cannot be read");
+    errno = 0;
+    if (!(*key = rld_read_file(set->tls_key, NULL))) {
+        free(*cert);
+        *cert = NULL;
+        return rl_errf(err, RL_EINVAL, "tls.key: %.200s: %s", set->tls_key,
+                       errno ? strerror(errno) : "cannot be read");
+    }
+    return RL_OK;
+}
+
+/* Loads a configuration: JSON, or envoyproxy/ratelimit's YAML (a .yaml or .yml file or a
+ * directory of them, alone with default settings or named by the JSON's "ratelimit_config"),
+ * which makes *yrls, the matcher that decides rate limit requests (freed after the limiter).
+ * err names the file for YAML. */
+static int load_config(const char *path, rl_registry *reg, rld_settings *set, rl_config **cfg,
+                       rld_yrls **yrls, rl_err *err)
+{
+    rld_yconf *c;
+    const char *yaml = path;
+    int rc;
+    *yrls = NULL;
+    if (!rld_yaml_is_config(path)) {
+        if ((rc = rld_config_load(path, reg, set, cfg, err)) != RL_OK || !set->ratelimit_config)
+            return rc;
+        yaml = set->ratelimit_config;
+    } else if (rld_settings_defaults(set) != RL_OK) {
+        return rl_errf(err, RL_ENOMEM, "out of memory");
+    }
+    if ((rc = rld_yaml_load(yaml, &c, err)) == RL_OK &&
+        (rc = rld_yrls_new(c, reg, yrls, cfg, err)) == RL_OK)
+        (*cfg)->reservation_ttl = set->reservation_ttl;
+    if (rc == RL_OK && set->store == RLD_STORE_REDIS && rld_yrls_charges(*yrls)) {
+        rc = rl_errf(err, RL_EINVAL, "ratelimit_config: charge: the Redis store does not "
+                                     "support charged limits yet (use the memory store)");
+        rl_config_free(*cfg);
+        rld_yrls_free(*yrls);
+        *cfg = NULL;
+        *yrls = NULL;
+    }
+    if (rc != RL_OK)
+        rld_settings_clear(set);
+    return rc;
+}
+
+/* envoyproxy/ratelimit's environment variables: its response headers, turned on as there by
+ * LIMIT_RESPONSE_HEADERS_ENABLED (a Go boolean: 1, t, T, true, True, TRUE) and named by
+ * LIMIT_LIMIT_HEADER, LIMIT_REMAINING_HEADER and LIMIT_RESET_HEADER; its global SHADOW_MODE. */
+static void upstream_env(rld_yrls *yrls)
+{
+    static const char *const yes[] = {"1", "t", "T", "true", "True", "TRUE"};
+    const char *on = getenv("LIMIT_RESPONSE_HEADERS_ENABLED"), *v[3];
+    static const char *const vars[3][2] = {{"LIMIT_LIMIT_HEADER", "RateLimit-Limit"},
+                                           {"LIMIT_REMAINING_HEADER", "RateLimit-Remaining"},
+                                           {"LIMIT_RESET_HEADER", "RateLimit-Reset"}};
+    int enabled = 0;
+    for (size_t i = 0; on && i < sizeof yes / sizeof yes[0]; i++)
+        enabled |= strcmp(on, yes[i]) == 0;
+    if (!yrls)
+        return;
+    on = getenv("SHADOW_MODE"); /* its global shadow mode */
+    for (size_t i = 0; on && i < sizeof yes / sizeof yes[0]; i++)
+        if (strcmp(on, yes[i]) == 0)
+            rld_yrls_set_global_shadow(yrls);
+    if (!enabled)
+        return;
+    for (int i = 0; i < 3; i++)
+        v[i] = getenv(vars[i][0]) && *getenv(vars[i][0]) ? getenv(vars[i][0]) : vars[i][1];
+    rld_yrls_set_upstream_headers(yrls, v[0], v[1], v[2]);
+}
+
 /* Checks what starting would check, without binding or connecting: with the Redis store its
  * URL and whether it can hold every rule type the configuration uses. */
 static int check_config(const char *path)
@@ -121,8 +209,16 @@ static int check_config(const char *path)
     rl_registry *reg = rl_registry_new();
     rld_settings set;
     rl_config *cfg = NULL;
+    rld_yrls *yrls = NULL;
     rl_err err = {{0}};
-    int rc = reg ? rld_config_load(path, reg, &set, &cfg, &err) : RL_ENOMEM;
+    int rc = reg ? load_config(path, reg, &set, &cfg, &yrls, &err) : RL_ENOMEM;
+    char *cert = NULL, *key = NULL;
+    if (rc == RL_OK)
+        rc = rld_tokens_resolve(&set, &err);
+    if (rc == RL_OK)
+        rc = read_tls(&set, &cert, &key, &err);
+    free(cert);
+    free(key);
     if (rc == RL_OK && set.store == RLD_STORE_REDIS) {
         rld_redis_addr addr;
         char why[sizeof err.msg];
@@ -133,15 +229,17 @@ static int check_config(const char *path)
             rc = rld_redis_store_check_config(cfg, &err);
         }
     }
-    if (rc == RL_OK) {
+    if (rc == RL_OK)
         printf("ok\n");
-    } else {
+    else if (rld_yaml_is_config(path)) /* its messages name the file */
+        printf("%s\n", reg ? err.msg : "out of memory");
+    else
         printf("%s: %s\n", path, reg ? err.msg : "out of memory");
-    }
     if (cfg) {
         rl_config_free(cfg);
         rld_settings_clear(&set);
     }
+    rld_yrls_free(yrls);
     rl_registry_free(reg);
     return rc == RL_OK ? 0 : 1;
 }
@@ -156,36 +254,33 @@ typedef struct housekeeper {
     rld_app *app;
 } housekeeper;
 
-static double monotonic_s(void)
+/* The real clock the decisions use: the daemon's only reading of wall-clock time. */
+static rl_ns real_clock(void)
 {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (rl_ns)ts.tv_sec * RL_NS_PER_SEC + ts.tv_nsec;
 }
+
 
 /* Ticks the limiter ten times a second and saves a snapshot every state_interval seconds. */
 static void *housekeeping(void *arg)
 {
     housekeeper *hk = arg;
     int interval = hk->app->set->state_file && !hk->app->fleet ? hk->app->set->state_interval : 0;
-    double next_save = monotonic_s() + interval;
+    rl_ns next_save = rld_mono_ns() + interval * RL_NS_PER_SEC;
     pthread_mutex_lock(&hk->mu);
     while (!hk->stop) {
-        struct timespec until;
-        clock_gettime(CLOCK_MONOTONIC, &until);
-        until.tv_nsec += 100000000;
-        if (until.tv_nsec >= 1000000000) {
-            until.tv_sec++;
-            until.tv_nsec -= 1000000000;
-        }
+        rl_ns t = rld_mono_ns() + RL_NS_PER_SEC / 10; /* the condition's clock is CLOCK_MONOTONIC */
+        struct timespec until = {.tv_sec = t / RL_NS_PER_SEC, .tv_nsec = t % RL_NS_PER_SEC};
         pthread_cond_timedwait(&hk->cv, &hk->mu, &until);
         if (hk->stop)
             break;
         pthread_mutex_unlock(&hk->mu);
         rld_app_tick(hk->app);
-        if (interval > 0 && monotonic_s() >= next_save) {
+        if (interval > 0 && rld_mono_ns() >= next_save) {
             rld_app_save_state(hk->app);
-            next_save = monotonic_s() + interval;
+            next_save = rld_mono_ns() + interval * RL_NS_PER_SEC;
         }
         pthread_mutex_lock(&hk->mu);
     }
@@ -273,11 +368,13 @@ static int serve(const opts *o)
     rl_limiter *lim = NULL;
     rl_store *store = NULL; /* NULL: the memory store */
     rld_fleet *fleet = NULL;
+    rld_yrls *yrls = NULL; /* with a YAML configuration */
     rl_err err = {{0}};
     char store_name[400] = "memory store";
     rld_app app;
     housekeeper hk;
     const char *source = o->config ? o->config : "built-in config/default.json";
+    char *tls_cert = NULL, *tls_key = NULL; /* PEM text of "tls" */
     int rc;
 
     /* signals are taken by sigwait below: block them before any thread starts (the quota
@@ -286,6 +383,7 @@ static int serve(const opts *o)
     sigemptyset(&stop_signals);
     sigaddset(&stop_signals, SIGTERM);
     sigaddset(&stop_signals, SIGINT);
+    sigaddset(&stop_signals, SIGHUP); /* a reload, not a stop */
     pthread_sigmask(SIG_BLOCK, &stop_signals, NULL);
     signal(SIGPIPE, SIG_IGN);
 
@@ -293,7 +391,7 @@ static int serve(const opts *o)
         rld_log("error: out of memory");
         return 1;
     }
-    rc = o->config ? rld_config_load(o->config, reg, &set, &cfg, &err)
+    rc = o->config ? load_config(o->config, reg, &set, &cfg, &yrls, &err)
                    : rld_config_parse(rld_default_config, rld_default_config_len, reg, &set,
                                       &cfg, &err);
     if (rc != RL_OK) {
@@ -302,6 +400,12 @@ static int serve(const opts *o)
         return 1;
     }
     rld_log_configure(set.log_level, set.log_format);
+    if ((rc = rld_tokens_resolve(&set, &err)) != RL_OK ||
+        (rc = read_tls(&set, &tls_cert, &tls_key, &err)) != RL_OK) {
+        rld_log("error: configuration %s: %s", source, err.msg);
+        rl_config_free(cfg);
+        goto fail_settings;
+    }
     if (o->port >= 0)
         set.port = o->port;
     if (set.store == RLD_STORE_REDIS) {
@@ -318,6 +422,11 @@ static int serve(const opts *o)
                     set.quota_file && set.state_file ? " and " : "",
                     set.state_file ? "state_file" : "");
     }
+    if (!store && set.max_keys && !(store = rl_memory_store_new_bounded((uint64_t)set.max_keys))) {
+        rld_log("error: out of memory");
+        rl_config_free(cfg);
+        goto fail_settings;
+    }
     if ((rc = rl_limiter_new(cfg, store, &lim, &err)) != RL_OK) {
         rld_log("error: configuration %s: %s", source, err.msg);
         rld_fleet_free(fleet);
@@ -327,18 +436,33 @@ static int serve(const opts *o)
         rld_log("error: %s", err.msg);
         goto fail_limiter;
     }
-    if ((rc = rld_app_init(&app, reg, lim, &set, fleet, o->manual_clock, &err)) != RL_OK) {
+    if ((rc = rld_app_init(&app, reg, lim, &set, fleet, o->manual_clock ? NULL : real_clock,
+                           &err)) != RL_OK) {
         rld_log("error: %s", err.msg);
         goto fail_limiter;
+    }
+    app.config_path = o->config;
+    app.yrls = yrls;
+    upstream_env(yrls);
+    if (yrls) { /* ShouldRateLimit is decided by the YAML configuration's matcher */
+        app.rls.decide = rld_yrls_decide_rls;
+        app.rls.cls = yrls;
     }
 
     rld_http_config hc = {.address = set.address,
                           .port = set.port,
                           .threads = threads_for(&set),
+                          .max_connections = (unsigned)set.max_connections,
+                          .connection_timeout = (unsigned)set.connection_timeout,
                           .admin_token = set.admin_token,
+                          .acquire_token = set.acquire_token,
+                          .metrics_token = set.metrics_token,
+                          .tls_cert_pem = tls_cert,
+                          .tls_key_pem = tls_key,
                           .routes = rld_routes,
                           .nroutes = rld_nroutes,
                           .app = &app,
+                          .gate = &app.gate,
                           .on_done = rld_app_on_done,
                           .access_log = set.log_access};
     if (!(app.http = rld_http_start(&hc, &err))) {
@@ -365,8 +489,14 @@ static int serve(const opts *o)
             o->manual_clock ? "manual" : "real", source);
 
     int sig = 0;
-    while (sigwait(&stop_signals, &sig) != 0)
-        ;
+    for (;;) {
+        while (sigwait(&stop_signals, &sig) != 0)
+            ;
+        if (sig != SIGHUP)
+            break;
+        rl_err rerr;
+        rld_app_reload(&app, &rerr); /* logs and counts either way */
+    }
     rld_log("stopping on %s: no new connections, finishing requests in flight",
             sig == SIGTERM ? "SIGTERM" : "SIGINT");
     __atomic_store_n(&app.grpc_stopping, 1, __ATOMIC_RELEASE);
@@ -381,8 +511,12 @@ static int serve(const opts *o)
     if (set.state_file && !fleet && rld_app_save_state(&app) == 0)
         rld_log("state saved to %s", set.state_file);
     rld_fleet_free(fleet); /* its follower applies quotas to the limiter */
+    lim = app.lim;         /* another one after a reload */
     rld_app_free(&app);
     rl_limiter_free(lim);
+    free(tls_cert);
+    free(tls_key);
+    rld_yrls_free(yrls);
     rld_settings_clear(&set);
     rl_registry_free(reg);
     rld_log("stopped");
@@ -394,6 +528,9 @@ fail_limiter:
     rld_fleet_free(fleet);
     rl_limiter_free(lim);
 fail_settings:
+    free(tls_cert);
+    free(tls_key);
+    rld_yrls_free(yrls);
     rld_settings_clear(&set);
     rl_registry_free(reg);
     return 1;

@@ -54,12 +54,30 @@ struct rld_metrics {
     size_t ndenied;
     denied_entry *denied;
     uint64_t denied_other[RL_MAX_LEVELS];
+    uint64_t snapshots_corrupt; /* atomic */
+    uint64_t keys_refused;      /* atomic */
+    uint64_t reloads[2];        /* atomic: refused, ok */
 };
 
 static _Thread_local struct {
     const rld_metrics *owner;
     slot *s;
 } mine;
+
+void rld_metrics_reload(rld_metrics *m, int ok)
+{
+    __atomic_add_fetch(&m->reloads[ok != 0], 1, __ATOMIC_RELAXED);
+}
+
+void rld_metrics_keys_refused(rld_metrics *m)
+{
+    __atomic_add_fetch(&m->keys_refused, 1, __ATOMIC_RELAXED);
+}
+
+void rld_metrics_snapshot_corrupt(rld_metrics *m)
+{
+    __atomic_add_fetch(&m->snapshots_corrupt, 1, __ATOMIC_RELAXED);
+}
 
 rld_metrics *rld_metrics_new(size_t nendpoints, const char *const *names)
 {
@@ -281,6 +299,23 @@ void rld_metrics_render(rld_metrics *m, rl_limiter *lim, rld_buf *o)
            "Reservations that reached reservation_ttl before the client finished them.");
     rld_buf_puts(o, "ratelimit_reservations_expired_total");
     u64_line(o, st.reservations_expired);
+
+    family(o, "ratelimit_snapshot_corrupt_total", "counter",
+           "State files found corrupt or truncated at start and moved aside unloaded.");
+    rld_buf_puts(o, "ratelimit_snapshot_corrupt_total");
+    u64_line(o, __atomic_load_n(&m->snapshots_corrupt, __ATOMIC_RELAXED));
+
+    family(o, "ratelimit_config_reloads_total", "counter",
+           "Configuration reloads (SIGHUP, POST /admin/reload), by result.");
+    rld_buf_puts(o, "ratelimit_config_reloads_total{result=\"ok\"}");
+    u64_line(o, __atomic_load_n(&m->reloads[1], __ATOMIC_RELAXED));
+    rld_buf_puts(o, "ratelimit_config_reloads_total{result=\"error\"}");
+    u64_line(o, __atomic_load_n(&m->reloads[0], __ATOMIC_RELAXED));
+
+    family(o, "ratelimit_keys_refused_total", "counter",
+           "Decisions refused (503) because the store held max_keys key states, none idle.");
+    rld_buf_puts(o, "ratelimit_keys_refused_total");
+    u64_line(o, __atomic_load_n(&m->keys_refused, __ATOMIC_RELAXED));
 
     family(o, "ratelimit_keys", "gauge", "Keys with state held in the store, by level.");
     for (size_t l = 0; l < cfg->nlevels; l++) {

@@ -31,6 +31,13 @@ void rld_metrics_decision(rld_metrics *m, const rl_decision *d, int dry_run, rl_
 /* One settled reservation. */
 void rld_metrics_settle(rld_metrics *m, const rl_settlement *s);
 
+/* A decision refused because the memory store holds max_keys key states, none idle. */
+void rld_metrics_keys_refused(rld_metrics *m);
+/* A configuration reload, ok or refused. */
+void rld_metrics_reload(rld_metrics *m, int ok);
+/* A state file found corrupt or truncated at start (and moved aside). */
+void rld_metrics_snapshot_corrupt(rld_metrics *m);
+
 /* Appends the exposition of every family to out; lim gives keys per level and reservations. */
 void rld_metrics_render(rld_metrics *m, rl_limiter *lim, rld_buf *out);
 

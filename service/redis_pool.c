@@ -57,12 +57,6 @@ struct rld_pool {
     int wake[2];
 };
 
-rl_ns rld_mono_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (rl_ns)ts.tv_sec * RL_NS_PER_SEC + ts.tv_nsec;
-}
 
 
 /* ---- URLs ---------------------------------------------------------------------------------- */

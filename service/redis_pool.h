@@ -28,6 +28,7 @@
 
 #include <hiredis/hiredis.h>
 
+#include "clock.h"
 #include "ratelimit.h"
 
 #define RLD_MAX_SENTINELS 16
@@ -121,7 +122,5 @@ uint64_t rld_pool_switches(rld_pool *p);
  * database, or NULL with the reason in err. The caller frees it with redisFree. */
 redisContext *rld_pool_connect(rld_pool *p, int timeout_ms, rl_err *err);
 
-/* The monotonic clock in nanoseconds. */
-rl_ns rld_mono_ns(void);
 
 #endif

@@ -18,7 +18,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 
 #include "fallback_store.h"
 #include "redis_args.h"
@@ -39,9 +38,8 @@ typedef struct type_info {
     int stateless;
     int refund; /* has refund: settling applies to it (when it counts cost) */
     int holds;
-    size_t nparams; /* the parameters its port takes, in order: offset and kind of each */
-    size_t off[MAX_PORT_PARAMS];
-    rl_param_kind kind[MAX_PORT_PARAMS];
+    size_t nparams; /* the parameters its port takes, in order */
+    const rl_param_def *def[MAX_PORT_PARAMS];
 } type_info;
 
 typedef struct redis_store {
@@ -73,39 +71,16 @@ typedef struct redis_store {
 static const int64_t zero_state[RL_STATE_MAX / 8];
 
 
-static uint64_t random64(void)
-{
-    uint64_t v = 0;
-    if (getrandom(&v, sizeof v, 0) != (ssize_t)sizeof v)
-        v = (uint64_t)rld_mono_ns() * 0x9e3779b97f4a7c15ull ^ (uint64_t)(uintptr_t)&v;
-    return v;
-}
-
-/* The splitmix64 finaliser, a bijection: ids follow a counter but do not reveal it. */
-static uint64_t permute(uint64_t x)
-{
-    x ^= x >> 30;
-    x *= 0xbf58476d1ce4e5b9ull;
-    x ^= x >> 27;
-    x *= 0x94d049bb133111ebull;
-    x ^= x >> 31;
-    return x;
-}
-
 static void new_id(redis_store *rs, char id[RL_RESERVATION_ID])
 {
     uint64_t n = __atomic_add_fetch(&rs->idseq, 1, __ATOMIC_RELAXED);
-    snprintf(id, RL_RESERVATION_ID, "r-%016llx", (unsigned long long)permute(n ^ rs->idkey));
+    rl_store_id_format(id, rl_store_permute(n ^ rs->idkey));
 }
 
 static int valid_id(const char *id)
 {
-    if (strlen(id) != RL_RESERVATION_ID - 1 || id[0] != 'r' || id[1] != '-')
-        return 0;
-    for (int i = 2; i < RL_RESERVATION_ID - 1; i++)
-        if (!((id[i] >= '0' && id[i] <= '9') || (id[i] >= 'a' && id[i] <= 'f')))
-            return 0;
-    return 1;
+    uint64_t v;
+    return rl_store_id_parse(id, &v) == 0;
 }
 
 static unsigned pick_shard(unsigned n)
@@ -114,7 +89,7 @@ static unsigned pick_shard(unsigned n)
     if (n <= 1)
         return 0;
     if (!x)
-        x = random64() | 1;
+        x = rl_random64() | 1;
     x ^= x << 13;
     x ^= x >> 7;
     x ^= x << 17;
@@ -261,18 +236,13 @@ static void ab_key(const redis_store *rs, abuf *k, const char *what, const char 
         ab_cat(k, id, strlen(id));
 }
 
-/* The parameters the rule's port takes, quotas divided among n shards (never below one unit). */
+/* The parameters the rule's port takes, each shard's share of them (rl_param_share). */
 static void ab_params(abuf *a, const type_info *ti, const rl_rule *r, unsigned n)
 {
     for (size_t i = 0; i < ti->nparams; i++) {
         int64_t v;
-        memcpy(&v, (const char *)r->params + ti->off[i], sizeof v);
-        if (n > 1 && (ti->kind[i] == RL_PARAM_AMOUNT || ti->kind[i] == RL_PARAM_RATE)) {
-            v /= (int64_t)n;
-            if (v < 1)
-                v = 1;
-        }
-        ab_i64(a, v);
+        memcpy(&v, (const char *)r->params + ti->def[i]->offset, sizeof v);
+        ab_i64(a, rl_param_share(ti->def[i], v, n));
     }
 }
 
@@ -316,10 +286,8 @@ static void describe_type(const rl_rule_type *t, type_info *ti)
         return;
     for (size_t i = 0; i < port->nparams; i++)
         for (size_t j = 0; j < t->nparams; j++)
-            if (strcmp(t->params[j].name, port->params[i]) == 0) {
-                ti->off[i] = t->params[j].offset;
-                ti->kind[i] = t->params[j].kind;
-            }
+            if (strcmp(t->params[j].name, port->params[i]) == 0)
+                ti->def[i] = &t->params[j];
     ti->nparams = port->nparams;
     ti->tag = port->tag;
 }
@@ -1159,8 +1127,8 @@ int rld_redis_store_new(const rld_redis_options *opt, rl_store **out, rl_err *er
     rs->floor_ms = opt->ttl_floor_ms;
     for (size_t l = 0; l < RL_MAX_LEVELS; l++)
         rs->shards[l] = opt->shards[l] > 1 ? opt->shards[l] : 1;
-    rs->idkey = random64();
-    snprintf(rs->instance, sizeof rs->instance, "%016llx", (unsigned long long)random64());
+    rs->idkey = rl_random64();
+    snprintf(rs->instance, sizeof rs->instance, "%016llx", (unsigned long long)rl_random64());
     snprintf(rs->cursor, sizeof rs->cursor, "0");
     pthread_mutex_init(&rs->tick_mu, NULL);
 

@@ -7,6 +7,7 @@
 
 #include "render.h"
 #include "rls.h"
+#include "values.h"
 
 /* Most entries one request may carry (all descriptors together). */
 #define MAX_ENTRIES 64
@@ -263,10 +264,8 @@ static rld_grpc_code request_cost(const rld_rls_request *req, rl_fp *cost, int *
         set = 1;
     }
     *dry = hits == 0;
-    if (hits > (uint64_t)(RL_FP_MAX / RL_FP_ONE))
-        return rl_errf(err, RLD_GRPC_INVALID_ARGUMENT,
-                       "hits_addend: must be at most 1000000000000");
-    *cost = (rl_fp)(*dry ? 1 : hits) * RL_FP_ONE;
+    if (rld_value_cost_units("hits_addend", *dry ? 1 : hits, cost, err) != 0)
+        return RLD_GRPC_INVALID_ARGUMENT;
     return RLD_GRPC_OK;
 }
 

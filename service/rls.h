@@ -43,7 +43,8 @@ typedef Envoy__Extensions__Common__Ratelimit__V3__RateLimitDescriptor rld_rls_de
     X(FAILED_PRECONDITION, 9)                                                                      \
     X(UNIMPLEMENTED, 12)                                                                           \
     X(INTERNAL, 13)                                                                                \
-    X(UNAVAILABLE, 14)
+    X(UNAVAILABLE, 14)                                                                             \
+    X(UNAUTHENTICATED, 16)
 
 typedef enum rld_grpc_code {
 #define RLD__GRPC_ENUM(name, value) RLD_GRPC_##name = value,

@@ -162,6 +162,22 @@ static const rld_setting log_rows[] = {
              "a token. See [Access logs](#access-logs)"},
 };
 
+static const rld_setting tls_rows[] = {
+    {.name = "cert",
+     .kind = RLD_SET_STRING,
+     .offset = OFF(tls_cert),
+     .min = 1,
+     .max = 4096,
+     .help = "PEM file of the server's certificate (with its chain), relative to the working "
+             "directory"},
+    {.name = "key",
+     .kind = RLD_SET_STRING,
+     .offset = OFF(tls_key),
+     .min = 1,
+     .max = 4096,
+     .help = "PEM file of its private key (unencrypted)"},
+};
+
 static const rld_setting grpc_rows[] = {
     {.name = "listen",
      .kind = RLD_SET_STRING,
@@ -249,6 +265,38 @@ static const rld_setting root_rows[] = {
      .def = 0,
      .help = "HTTP worker threads; 0 = one per CPU, and with the Redis store at least one per "
              "pooled connection (`pool`, 8), since a worker waits on Redis for each decision"},
+    {.name = "tls",
+     .kind = RLD_SET_OBJECT,
+     .sub = &rld_settings_tls,
+     .doc_value = "object",
+     .help = "`{\"cert\", \"key\"}`: serve HTTPS only (GnuTLS, through libmicrohttpd), see the "
+             "`tls` table below"},
+    {.name = "max_connections",
+     .kind = RLD_SET_INT,
+     .offset = OFF(max_connections),
+     .min = 1,
+     .max = 1000000,
+     .def = 4096,
+     .help = "connections served at once; past it a new connection is answered 503 and closed "
+             "at once, not queued"},
+    {.name = "max_keys",
+     .kind = RLD_SET_INT,
+     .offset = OFF(max_keys),
+     .min = 0,
+     .max = 1000000000,
+     .def = 10000000,
+     .help = "key states (one per rule of a key) the memory store holds at most; past it idle "
+             "ones are dropped first, and when none is idle a decision that needs a new one is "
+             "answered 503 with `Retry-After` (`ratelimit_keys_refused_total`) while keys with "
+             "state keep being served. 0: no bound"},
+    {.name = "connection_timeout",
+     .kind = RLD_SET_INT,
+     .offset = OFF(connection_timeout),
+     .min = 1,
+     .max = 86400,
+     .def = 30,
+     .help = "seconds a connection may stay idle (no request, or a request that stalls) before "
+             "it is closed, so that slow clients cannot pin the server"},
     {.name = "store",
      .kind = RLD_SET_OBJECT,
      .sub = &rld_settings_store,
@@ -261,7 +309,40 @@ static const rld_setting root_rows[] = {
      .offset = OFF(admin_token),
      .min = 1,
      .max = 1024,
-     .help = "when set, /quota/&lt;user&gt; needs `Authorization: Bearer <token>`"},
+     .help = "when set, /quota/&lt;user&gt; needs `Authorization: Bearer <token>`; also from "
+             "`admin_token_file` or the environment variable `RATELIMITD_ADMIN_TOKEN`"},
+    {.name = "admin_token_file",
+     .kind = RLD_SET_STRING,
+     .offset = OFF(admin_token_file),
+     .min = 1,
+     .max = 4096,
+     .help = "a file holding `admin_token` (one trailing newline is dropped)"},
+    {.name = "acquire_token",
+     .kind = RLD_SET_STRING,
+     .offset = OFF(acquire_token),
+     .min = 1,
+     .max = 1024,
+     .help = "when set, /acquire, /check, /refund and /release need `Authorization: Bearer "
+             "<token>`; also from `acquire_token_file` or `RATELIMITD_ACQUIRE_TOKEN`"},
+    {.name = "acquire_token_file",
+     .kind = RLD_SET_STRING,
+     .offset = OFF(acquire_token_file),
+     .min = 1,
+     .max = 4096,
+     .help = "a file holding `acquire_token`"},
+    {.name = "metrics_token",
+     .kind = RLD_SET_STRING,
+     .offset = OFF(metrics_token),
+     .min = 1,
+     .max = 1024,
+     .help = "when set, /metrics and /healthz need `Authorization: Bearer <token>` (open "
+             "otherwise); also from `metrics_token_file` or `RATELIMITD_METRICS_TOKEN`"},
+    {.name = "metrics_token_file",
+     .kind = RLD_SET_STRING,
+     .offset = OFF(metrics_token_file),
+     .min = 1,
+     .max = 4096,
+     .help = "a file holding `metrics_token`"},
     {.name = "quota_file",
      .kind = RLD_SET_STRING,
      .offset = OFF(quota_file),
@@ -328,7 +409,16 @@ static const rld_setting root_rows[] = {
      .kind = RLD_SET_CONFIG,
      .required = 1,
      .doc_value = "list of levels",
-     .help = "the ordered list of levels, see the `levels` table below"},
+     .help = "the ordered list of levels, see the `levels` table below (unless "
+             "`ratelimit_config` is given)"},
+    {.name = "ratelimit_config",
+     .kind = RLD_SET_STRING,
+     .offset = OFF(ratelimit_config),
+     .min = 1,
+     .max = 4096,
+     .help = "envoyproxy/ratelimit's YAML configuration instead of `levels`: a `.yaml` or `.yml` "
+             "file or a directory of them, relative to the working directory (see [Coming from "
+             "envoyproxy/ratelimit](#coming-from-envoyproxyratelimit))"},
     {.name = "tiers",
      .kind = RLD_SET_CONFIG,
      .doc_value = "object",
@@ -351,11 +441,13 @@ const rld_setting_table rld_settings_listen = {"listen", listen_rows, COUNT(list
 const rld_setting_table rld_settings_store = {"store", store_rows, COUNT(store_rows), "type", 0};
 const rld_setting_table rld_settings_level = {"level", level_rows, COUNT(level_rows), NULL, 1};
 const rld_setting_table rld_settings_log = {"log", log_rows, COUNT(log_rows), NULL, 0};
+const rld_setting_table rld_settings_tls = {"tls", tls_rows, COUNT(tls_rows), NULL, 0};
 const rld_setting_table rld_settings_grpc = {"grpc", grpc_rows, COUNT(grpc_rows), NULL, 0};
 
 static const rld_setting_table *const all_tables[] = {&rld_settings_root,  &rld_settings_listen,
                                                       &rld_settings_store, &rld_settings_level,
-                                                      &rld_settings_log,   &rld_settings_grpc};
+                                                      &rld_settings_log,   &rld_settings_tls,
+                                                      &rld_settings_grpc};
 
 const rld_setting *rld_setting_find(const rld_setting_table *t, const char *name, size_t len)
 {

@@ -48,7 +48,17 @@ typedef struct rld_settings {
     char address[64]; /* listen address */
     int port;
     int threads;           /* HTTP worker threads; 0 = one per CPU */
+    char *tls_cert;        /* PEM files; both NULL: plain HTTP */
+    char *tls_key;
+    int max_connections;   /* connections served at once */
+    int max_keys;          /* key states the memory store holds at most; 0: no bound */
+    int connection_timeout; /* seconds a connection may stay idle */
     char *admin_token;     /* NULL: admin endpoints are open */
+    char *admin_token_file;   /* where admin_token is read from (tokens.h) */
+    char *acquire_token;      /* NULL: the decision endpoints are open */
+    char *acquire_token_file;
+    char *metrics_token;      /* NULL: /metrics and /healthz are open */
+    char *metrics_token_file;
     char *quota_file;      /* NULL: quotas set at run time are not kept */
     char *state_file;      /* NULL: per-key state and reservations are not kept across restarts */
     int state_interval;    /* seconds between snapshots to state_file; 0: only at stop */
@@ -71,6 +81,7 @@ typedef struct rld_settings {
     char *grpc_listen;          /* "ADDR:PORT" of the gRPC server; NULL: no gRPC server */
     int grpc_ratelimit_headers; /* RateLimit headers in ShouldRateLimit's answers */
     int grpc_max_message;       /* bytes of the largest request message */
+    char *ratelimit_config; /* envoyproxy/ratelimit's YAML instead of levels; NULL: none */
 } rld_settings;
 
 typedef enum rld_setting_kind {
@@ -119,7 +130,8 @@ struct rld_setting_table {
 };
 
 extern const rld_setting_table rld_settings_root, rld_settings_listen, rld_settings_store,
-    rld_settings_level, rld_settings_log, rld_settings_grpc;
+    rld_settings_level, rld_settings_log, rld_settings_tls,
+    rld_settings_grpc;
 
 /* Splits "ADDR:PORT" ("127.0.0.1:8081", "[::1]:8081"; PORT 0 to 65535) into addr (len bytes)
  * and *port. NULL on success, else why not ("must be ADDRESS:PORT"). */

@@ -57,9 +57,11 @@ static const struct {
      "\"default_tier\": \"free\", \"quotas\": {\"bob\": \"gold\"}}",
      "quotas.bob: unknown tier \"gold\""},
     {"{\"colour\": 1, \"levels\": [{\"name\": \"user\", \"rules\": [" TB "]}]}",
-     "colour: unknown field (known: listen, threads, store, admin_token, quota_file, "
-     "state_file, state_interval, reservation_ttl, log, domain, grpc, plugins, levels, tiers, "
-     "default_tier, quotas)"},
+     "colour: unknown field (known: listen, threads, tls, max_connections, max_keys, "
+     "connection_timeout, store, admin_token, admin_token_file, acquire_token, "
+     "acquire_token_file, metrics_token, metrics_token_file, quota_file, state_file, "
+     "state_interval, reservation_ttl, log, domain, grpc, plugins, levels, ratelimit_config, "
+     "tiers, default_tier, quotas)"},
     {"{\"levels\": [{\"name\": \"user\", \"rules\": [{\"type\": \"deny_list\", \"keys\": [], "
      "\"reserved\": {\"fraction\": 0.2}}]}]}",
      "levels[0].rules[0].reserved: deny_list has no quota to reserve a share of"},

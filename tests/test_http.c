@@ -659,7 +659,7 @@ START_TEST(quotas_need_the_token)
     for (size_t i = 0; i < 3; i++) {
         su_resp r = su_req(&s, "GET", "/quota/bob", NULL, bad[i]);
         check_error(&r, 401, "authorization: this endpoint needs \"Authorization: Bearer "
-                             "<admin_token>\"");
+                             "<token>\" with a valid token");
         ck_assert_str_eq(su_header(&r, "WWW-Authenticate"), "Bearer realm=\"ratelimitd\"");
         su_resp_free(&r);
         r = su_req(&s, "PUT", "/quota/bob", "{\"tier\": \"gold\"}", bad[i]);
@@ -1291,6 +1291,8 @@ static const char *const families[] = {
     "ratelimit_charged_cost_total",  "ratelimit_reservations_active",
     "ratelimit_reservations_expired_total", "ratelimit_keys",
     "ratelimit_http_requests_total", "ratelimit_http_request_duration_seconds",
+    "ratelimit_config_reloads_total", "ratelimit_keys_refused_total",
+    "ratelimit_snapshot_corrupt_total",
 };
 
 START_TEST(metrics_exposition)

@@ -78,7 +78,9 @@ static int decide(fixture *f, const char *spec, double now, rl_decision *d)
         double cost;
         int used;
         ck_assert_int_eq(sscanf(p, " %31[^:]:%lf%n", keys[n], &cost, &used), 2);
-        it[n] = (rl_item){.level = 0, .key = keys[n], .keylen = strlen(keys[n]),
+        it[n] = (rl_item){.level = 0,
+                          .key = keys[n],
+                          .keylen = strlen(keys[n]),
                           .cost = (rl_fp)(cost * 1e6 + 0.5)};
         n++;
         p += used;

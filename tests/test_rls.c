@@ -245,6 +245,8 @@ static const struct {
      "descriptor's; with a native configuration a request is one "
      "decision at one cost"},
     {"edge", 1, "ip=10.0.0.1|user=", "descriptors[1].entries[0].value: must not be empty"},
+    {"edge", 1, "user=a#1000000000001",
+     "hits_addend: must be a whole number from 1 to 1000000000000"},
 };
 
 START_TEST(bad_requests_name_the_field)

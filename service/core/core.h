@@ -29,8 +29,6 @@ void rl__err_prefix(rl_err *err, const char *fmt, ...) __attribute__((format(pri
 /* A fast keyed hash of n bytes (not cryptographic; the seed is random per limiter so that
  * clients cannot aim keys at one bucket chain). */
 uint64_t rl__hash(const void *p, size_t n, uint64_t seed);
-/* 64 random bits from the system, or a time-derived value when none is available. */
-uint64_t rl__random64(void);
 
 /* A version 2 type that answers for the version 1 type v1 (allocated; freed with
  * rl__rule_v1_free), or NULL when v1 is malformed or out of memory. */

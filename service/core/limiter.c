@@ -282,7 +282,7 @@ int rl_limiter_new(rl_config *cfg, rl_store *store, rl_limiter **out, rl_err *er
         return rl_errf(err, RL_ENOMEM, "out of memory");
     }
     lim->cfg = cfg;
-    lim->seed = rl__random64();
+    lim->seed = rl_random64();
     lim->tiered = rl_config_tiered_level(cfg);
     for (size_t i = 0; i < QSTRIPES; i++)
         pthread_mutex_init(&lim->q[i].mu, NULL);

@@ -200,6 +200,18 @@ static int fill_state(const rl_rule *rule, void *st, const void *bytes, size_t l
     return t->state_load ? t->state_load(rule->params, st, bytes, len) : -1;
 }
 
+/* Whether a state read from a file fits the rule now in force: at the load's time it holds no
+ * more than the rule's limit and answers no negative wait. One that does not comes from a
+ * damaged file or from a rule whose limit has shrunk since (a bucket above its capacity, more
+ * slots free than there are); it is not loaded, and the key starts as a new one. */
+static int plausible(const rl_rule *rule, const void *st, const reader *rd, size_t klen)
+{
+    rl_rule_status status;
+    memset(&status, 0, sizeof status);
+    rl_ns wait = rl_rule_peek(rule, st, rd->key, klen, rd->now, RL_FP_ONE, &status);
+    return wait >= 0 && status.remaining <= status.limit;
+}
+
 /* One 'K' record. Returns 1 when loaded, 0 when skipped, -1 when malformed. */
 static int load_key(reader *rd)
 {
@@ -235,14 +247,24 @@ static int load_key(reader *rd)
             rl_rules_unref(ref);
             return -1;
         }
+        if (!plausible(rule, st, rd, klen)) {
+            if (rt->state_free)
+                rt->state_free(rule->params, st);
+            rl_rules_unref(ref);
+            return 0;
+        }
         int idle = rt->idle_at && rt->idle_at(rule->params, st) <= rd->now;
         uint64_t kh = rl__hash(rd->key, klen, ms->seed);
         rl__seg *s = rl__table_seg(&ms->tables[l], kh);
         uint32_t h = rl__rec_hash(kh, slot), i = RL__NONE;
         rl__spin_lock(&s->lock);
-        if (!idle && rl__seg_find(s, h, slot, rd->key, klen) == RL__NONE)
+        if (!idle && rl__seg_find(s, h, slot, rd->key, klen) == RL__NONE &&
+            rl__ms_key_claim(ms)) {
             i = rl__seg_insert(s, h, slot, rd->key, klen, type_code(rule->type_id),
                                ext_size(rt));
+            if (i == RL__NONE)
+                rl__ms_key_drop(ms, 1);
+        }
         if (i != RL__NONE) {
             memcpy(rec_state(&s->r[i], rt), st, rt->state_size);
             loaded = 1;
@@ -326,6 +348,7 @@ static void wipe(mem_store *ms)
             rl__seg_free(s);
             rl__spin_unlock(&s->lock);
         }
+    __atomic_store_n(&ms->nkeys, 0, __ATOMIC_RELAXED);
     pthread_mutex_lock(&ms->rmu);
     for (resv *rv = ms->oldest, *next; rv; rv = next) {
         next = rv->next;

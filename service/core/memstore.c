@@ -35,6 +35,22 @@ void rl__ms_state_clear(mem_store *ms, rl__rec *r)
     memset(&r->st, 0, sizeof r->st);
 }
 
+int rl__ms_key_claim(mem_store *ms)
+{
+    if (!ms->max_keys)
+        return 1;
+    if (__atomic_add_fetch(&ms->nkeys, 1, __ATOMIC_RELAXED) <= ms->max_keys)
+        return 1;
+    __atomic_sub_fetch(&ms->nkeys, 1, __ATOMIC_RELAXED);
+    return 0;
+}
+
+void rl__ms_key_drop(mem_store *ms, uint64_t n)
+{
+    if (ms->max_keys && n)
+        __atomic_sub_fetch(&ms->nkeys, n, __ATOMIC_RELAXED);
+}
+
 /* Gives r a zero state of another type (a tier change put another rule at its position). */
 static int rec_retype(mem_store *ms, rl__rec *r, const rl_rule_type *t, unsigned type_id)
 {
@@ -50,37 +66,9 @@ static int rec_retype(mem_store *ms, rl__rec *r, const rl_rule_type *t, unsigned
 
 /* ---- reservations ------------------------------------------------------------------------ */
 
-/* A bijection of 64-bit values (the splitmix64 finaliser): ids follow a counter but cannot be
- * guessed from one another without the key. */
-static uint64_t permute(uint64_t x)
-{
-    x ^= x >> 30;
-    x *= 0xbf58476d1ce4e5b9ull;
-    x ^= x >> 27;
-    x *= 0x94d049bb133111ebull;
-    x ^= x >> 31;
-    return x;
-}
-
-static int parse_id(const char *s, uint64_t *out)
-{
-    uint64_t v = 0;
-    if (strlen(s) != RL_RESERVATION_ID - 1 || s[0] != 'r' || s[1] != '-')
-        return -1;
-    for (int i = 2; i < RL_RESERVATION_ID - 1; i++) {
-        char c = s[i];
-        int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
-        if (d < 0)
-            return -1;
-        v = v << 4 | (uint64_t)d;
-    }
-    *out = v;
-    return 0;
-}
-
 static resv **resv_link(mem_store *ms, uint64_t id)
 {
-    resv **l = &ms->rbucket[permute(id) & (ms->nrbucket - 1)];
+    resv **l = &ms->rbucket[rl_store_permute(id) & (ms->nrbucket - 1)];
     while (*l && (*l)->id != id)
         l = &(*l)->hnext;
     return l;
@@ -95,7 +83,7 @@ static int resv_grow(mem_store *ms)
     for (size_t i = 0; i < ms->nrbucket; i++)
         for (resv *r = ms->rbucket[i], *next; r; r = next) {
             next = r->hnext;
-            size_t k = permute(r->id) & (nb - 1);
+            size_t k = rl_store_permute(r->id) & (nb - 1);
             r->hnext = b[k];
             b[k] = r;
         }
@@ -128,7 +116,7 @@ int rl__ms_resv_add(mem_store *ms, resv *r, int keep_id)
     resv **l;
     for (;;) {
         if (!keep_id)
-            r->id = permute(++ms->idseq ^ ms->idkey);
+            r->id = rl_store_permute(++ms->idseq ^ ms->idkey);
         l = resv_link(ms, r->id);
         if (!*l)
             break;
@@ -401,8 +389,51 @@ static int evaluate_all(run *x)
     return allowed;
 }
 
+/* Whether record r of level behaves like a missing one at now: its rule is gone or of another
+ * type, or the rule says its state is idle. */
+static int rec_idle(mem_store *ms, size_t level, rl__rec *r, rl_ns now)
+{
+    rl_rules *ref = NULL;
+    const rl_rule *rule =
+        ms->res->rule_at(ms->res->ctx, level, r->slot, rl__rec_key(r), r->klen, &ref);
+    int idle = !rule || !code_is(r->type, rule);
+    if (!idle && rule->type->idle_at)
+        idle = rule->type->idle_at(rule->params, rec_state(r, rule->type)) <= now;
+    rl_rules_unref(ref);
+    return idle;
+}
+
+/* Drops the idle records of s (locked); returns how many. */
+static uint64_t drop_idle(mem_store *ms, size_t level, rl__seg *s, rl_ns now)
+{
+    uint64_t n = 0;
+    for (uint32_t i = 0; i < s->cap;) {
+        rl__rec *r = &s->r[i];
+        if (r->type && rec_idle(ms, level, r, now)) {
+            rl__ms_state_clear(ms, r);
+            rl__seg_remove(s, i); /* the next record may now sit here: look again */
+            n++;
+        } else {
+            i++;
+        }
+    }
+    rl__ms_key_drop(ms, n);
+    return n;
+}
+
+/* Finds the record of every stateful rule that takes again (an insert may move them). */
+static void find_again(run *x)
+{
+    for (size_t i = 0; i < x->plan->n; i++) {
+        const rl_applied *a = &x->d->applied[i];
+        if (a->rule->type->state_size && x->takes[i])
+            x->idx[i] = rl__seg_find(x->seg[i], x->h[i], a->slot, a->key, a->keylen);
+    }
+}
+
 /* Gives every stateful rule a record of its type (a new key's, or one whose position now has
- * another type); then finds them again, since an insert may move the records found before. */
+ * another type); then finds them again, since an insert may move the records found before.
+ * RL_EFULL when a new record would pass max_keys. */
 static int make_records(run *x, rl_err *err)
 {
     int moved = 0;
@@ -412,8 +443,18 @@ static int make_records(run *x, rl_err *err)
         if (!r->type->state_size || !x->takes[i])
             continue;
         if (x->idx[i] == RL__NONE) {
+            if (!rl__ms_key_claim(x->ms)) {
+                if (moved)
+                    find_again(x);
+                return rl_errf(err, RL_EFULL,
+                               "store: max_keys (%llu) key states held and none idle; keys "
+                               "with state are still served, try again later",
+                               (unsigned long long)x->ms->max_keys);
+            }
             x->idx[i] = rl__seg_insert(x->seg[i], x->h[i], a->slot, a->key, a->keylen,
                                        type_code(r->type_id), ext_size(r->type));
+            if (x->idx[i] == RL__NONE)
+                rl__ms_key_drop(x->ms, 1);
             moved = 1;
         } else if (!code_is(x->seg[i]->r[x->idx[i]].type, r) &&
                    rec_retype(x->ms, &x->seg[i]->r[x->idx[i]], r->type, r->type_id) != 0) {
@@ -422,12 +463,30 @@ static int make_records(run *x, rl_err *err)
         if (x->idx[i] == RL__NONE)
             return rl_errf(err, RL_ENOMEM, "out of memory");
     }
-    for (size_t i = 0; moved && i < x->plan->n; i++) {
-        const rl_applied *a = &x->d->applied[i];
-        if (a->rule->type->state_size && x->takes[i])
-            x->idx[i] = rl__seg_find(x->seg[i], x->h[i], a->slot, a->key, a->keylen);
-    }
+    if (moved)
+        find_again(x);
     return RL_OK;
+}
+
+/* Near max_keys, drops the idle records of every segment before a decision locks its own (no
+ * other lock is held, so this cannot deadlock). One caller at a time and at most every
+ * MAKE_ROOM_EVERY of request time, so that a flood of new keys while nothing is idle costs
+ * a scan ten times a second, not one per request. */
+#define MAKE_ROOM_EVERY (RL_NS_PER_SEC / 10)
+static void make_room(mem_store *ms, rl_ns now)
+{
+    rl_ns last = __atomic_load_n(&ms->room_at, __ATOMIC_RELAXED);
+    if ((now >= last && now - last < MAKE_ROOM_EVERY && last != 0) ||
+        !__atomic_compare_exchange_n(&ms->room_at, &last, now ? now : 1, 0, __ATOMIC_RELAXED,
+                                     __ATOMIC_RELAXED))
+        return;
+    for (size_t l = 0; l < ms->cfg->nlevels; l++)
+        for (size_t k = 0; k < RL__NSEG; k++) {
+            rl__seg *s = &ms->tables[l].s[k];
+            rl__spin_lock(&s->lock);
+            drop_idle(ms, l, s, now);
+            rl__spin_unlock(&s->lock);
+        }
 }
 
 /* Records the takes as a reservation when the plan asks for one or a rule holds slots. */
@@ -444,8 +503,7 @@ static int reserve(run *x, rl_err *err)
     pthread_mutex_lock(&x->ms->rmu);
     int added = rl__ms_resv_add(x->ms, rv, 0) == 0;
     if (added)
-        snprintf(x->d->reservation, sizeof x->d->reservation, "r-%016llx",
-                 (unsigned long long)rv->id);
+        rl_store_id_format(x->d->reservation, rv->id);
     pthread_mutex_unlock(&x->ms->rmu);
     if (!added) {
         free(rv);
@@ -501,6 +559,9 @@ static int ms_decide(void *cls, const rl_plan *plan, rl_decision *d, rl_err *err
     x.d = d;
     x.nlocked = 0;
     x.several = 0;
+    if (x.ms->max_keys && !(plan->flags & RL_DRY_RUN) &&
+        __atomic_load_n(&x.ms->nkeys, __ATOMIC_RELAXED) + plan->n > x.ms->max_keys)
+        make_room(x.ms, plan->now);
     locate(&x);
     lock_and_find(&x);
     int rc = RL_OK;
@@ -527,7 +588,7 @@ static int ms_settle(void *cls, const char *id, rl_fp actual, rl_ns now, rl_sett
     resv *rv = NULL, *copy = NULL;
     int rc = RL_OK;
 
-    if (parse_id(id, &v) != 0)
+    if (rl_store_id_parse(id, &v) != 0)
         return rl_errf(err, RL_ENOTFOUND, "reservation: unknown or expired");
     pthread_mutex_lock(&ms->rmu);
     if (ms->nrbucket)
@@ -565,7 +626,7 @@ static int ms_release(void *cls, const char *id, rl_ns now, rl_err *err)
     uint64_t v;
     resv *rv = NULL;
 
-    if (parse_id(id, &v) != 0)
+    if (rl_store_id_parse(id, &v) != 0)
         return rl_errf(err, RL_ENOTFOUND, "reservation: unknown, expired or released");
     pthread_mutex_lock(&ms->rmu);
     if (ms->nrbucket)
@@ -595,16 +656,10 @@ static uint32_t sweep_seg(mem_store *ms, size_t level, rl__seg *s, rl_ns now, in
             s->sweep++;
             continue;
         }
-        rl_rules *ref = NULL;
-        const rl_rule *rule =
-            ms->res->rule_at(ms->res->ctx, level, r->slot, rl__rec_key(r), r->klen, &ref);
-        int idle = !rule || !code_is(r->type, rule);
-        if (!idle && rule->type->idle_at)
-            idle = rule->type->idle_at(rule->params, rec_state(r, rule->type)) <= now;
-        rl_rules_unref(ref);
-        if (idle) {
+        if (rec_idle(ms, level, r, now)) {
             rl__ms_state_clear(ms, r);
             rl__seg_remove(s, s->sweep); /* the next record may now sit here: look again */
+            rl__ms_key_drop(ms, 1);
         } else {
             s->sweep++;
         }
@@ -713,12 +768,18 @@ static const rl_store_ops memory_ops = {
 
 rl_store *rl_memory_store_new(void)
 {
+    return rl_memory_store_new_bounded(0);
+}
+
+rl_store *rl_memory_store_new_bounded(uint64_t max_keys)
+{
     mem_store *ms = calloc(1, sizeof *ms);
     if (!ms)
         return NULL;
+    ms->max_keys = max_keys;
     pthread_mutex_init(&ms->rmu, NULL);
-    ms->seed = rl__random64();
-    ms->idkey = rl__random64();
+    ms->seed = rl_random64();
+    ms->idkey = rl_random64();
     ms->base.ops = &memory_ops;
     ms->base.cls = ms;
     return &ms->base;

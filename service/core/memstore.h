@@ -48,7 +48,15 @@ typedef struct mem_store {
     uint64_t expired;
     /* where the next tick sweeps */
     size_t sweep_level, sweep_seg;
+    uint64_t max_keys; /* 0: no bound */
+    uint64_t nkeys;    /* atomic: records held, counted only when max_keys is set */
+    rl_ns room_at;     /* atomic: when idle records were last dropped to make room */
 } mem_store;
+
+/* Counts a record about to be inserted; 0 when max_keys is reached (nothing counted). */
+int rl__ms_key_claim(mem_store *ms);
+/* Uncounts n records removed. */
+void rl__ms_key_drop(mem_store *ms, uint64_t n);
 
 /* The type byte of records and reservation items: the rule type's registry index + 1, so that
  * 0 marks an empty slot. These three are the only places that know the encoding. */

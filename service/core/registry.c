@@ -138,6 +138,12 @@ int rl_registry_load_plugin(rl_registry *reg, const char *path, rl_err *err)
     void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (!h)
         return rl_errf(err, RL_EPLUGIN, "%s: %s", path, dlerror());
+    for (size_t i = 0; i < reg->nplugins; i++)
+        if (reg->plugins[i] == h) {
+            /* loaded already (a configuration read again): its types are registered */
+            dlclose(h);
+            return RL_OK;
+        }
 
     rl_plugin_init_fn init;
     void *sym = dlsym(h, "rl_plugin_init");

@@ -116,7 +116,7 @@ uint64_t rl__hash(const void *data, size_t n, uint64_t seed)
     return mix(k2 ^ (uint64_t)n, mix(a ^ k1, b ^ h));
 }
 
-uint64_t rl__random64(void)
+uint64_t rl_random64(void)
 {
     uint64_t v = 0;
     int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);

@@ -286,6 +286,18 @@ test('every documented operation, each answer valid against the document', async
   assert.deepEqual(r.json, { status: 'ok' });
   await call('PUT', '/healthz', { body: {}, status: 405 });
 
+  // POST /admin/reload: the same file again (state kept), then one that does not load
+  await call('POST', '/admin/reload', { status: 401 });
+  r = await call('POST', '/admin/reload', { headers: auth, status: 200 });
+  assert.deepEqual(r.json, { reloaded: true });
+  const cfgPath = path.join(dir, 'config.json');
+  const good = fs.readFileSync(cfgPath, 'utf8');
+  fs.writeFileSync(cfgPath, '{"levels": []}');
+  r = await call('POST', '/admin/reload', { headers: auth, status: 400 });
+  assert.match(r.json.error, /^levels: /);
+  fs.writeFileSync(cfgPath, good);
+  await call('GET', '/admin/reload', { status: 405 });
+
   // every operation and every documented status was answered (or is listed as unreachable)
   const missing = [];
   for (const [p, item] of Object.entries(doc.paths))

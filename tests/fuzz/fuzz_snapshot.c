@@ -2,7 +2,7 @@
  * fuzz_snapshot.c - the state file read at start: rl_limiter_load over the input, at a fixed
  * now, into a limiter with every built-in rule type. A refusal has a message and leaves the
  * limiter empty (never half-loaded). A snapshot that loads saves and loads again with as many
- * states and reservations, and decisions on the keys of the seed snapshots keep the invariants
+ * states and reservations (once idle ones are dropped), and decisions on the keys of the seed snapshots keep the invariants
  * of fz_check_decision (a balance read from the file is never above its capacity).
  */
 #include <string.h>
@@ -72,7 +72,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     FZ_CHECK(rl_limiter_save(lim, again, &err) == RL_OK, "save: %s", err.msg);
     rl_limiter *lim2 = fz_limiter(config);
     FZ_CHECK(rl_limiter_load(lim2, again, NOW, &loaded2, &err) == RL_OK, "reload: %s", err.msg);
-    FZ_CHECK(loaded2 == loaded, "%zu loaded, %zu after a round trip", loaded, loaded2);
+    /* a reservation that expired while the daemon was down gives its slots back as it loads,
+     * which can leave a state idle that was loaded (and counted) before it: saved, that one is
+     * skipped. Once housekeeping drops idle states both hold the same. */
+    rl_limiter_tick(lim, NOW);
+    rl_limiter_tick(lim2, NOW);
+    FZ_CHECK(held(lim) == held(lim2), "%zu held, %zu after a round trip (%zu and %zu loaded)",
+             held(lim), held(lim2), loaded, loaded2);
     unlink(again);
     decide_seed_keys(lim);
     fz_free(lim2);

@@ -232,5 +232,63 @@ class GrpcTest(unittest.TestCase):
         self.assertEqual(codes.count(self.Resp.Code.Value("OVER_LIMIT")), 40)
 
 
+TOKEN_CONFIG = """{
+  "domain": "edge", "acquire_token": "acq-1", "metrics_token": "met-1",
+  "levels": [{"name": "user", "rules": [{"type": "fixed_window", "name": "per-user", "limit": 3, "window": 60}]}]
+}"""
+UNAUTH = 'authorization: this method needs "authorization: Bearer <token>" with a valid token'
+
+
+class GrpcTokenTest(unittest.TestCase):
+    """acquire_token guards ShouldRateLimit and metrics_token Health, as they guard /acquire and
+    /healthz: one UNAUTHENTICATED answer whatever was wrong."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory()
+        m = load_messages(cls.tmp.name)
+        cls.Req = m["envoy.service.ratelimit.v3.RateLimitRequest"]
+        cls.Resp = m["envoy.service.ratelimit.v3.RateLimitResponse"]
+        cls.HReq = m["grpc.health.v1.HealthCheckRequest"]
+        cls.HResp = m["grpc.health.v1.HealthCheckResponse"]
+        cls.d = Daemon(cls.tmp.name, TOKEN_CONFIG)
+        cls.ch = grpc.insecure_channel(cls.d.grpc_addr)
+        cls.srl = cls.ch.unary_unary(RLS, request_serializer=cls.Req.SerializeToString,
+                                     response_deserializer=cls.Resp.FromString)
+        cls.health = cls.ch.unary_unary(HEALTH, request_serializer=cls.HReq.SerializeToString,
+                                        response_deserializer=cls.HResp.FromString)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.ch.close()
+        rc = cls.d.stop()
+        cls.tmp.cleanup()
+        if rc != 0:
+            raise AssertionError("ratelimitd exited %d" % rc)
+
+    def refused(self, fn, req, metadata):
+        with self.assertRaises(grpc.RpcError) as cm:
+            fn(req, timeout=5, metadata=metadata)
+        self.assertEqual((cm.exception.code(), cm.exception.details()),
+                         (grpc.StatusCode.UNAUTHENTICATED, UNAUTH))
+
+    def test_tokens(self):
+        req = self.Req(domain="edge")
+        d = req.descriptors.add()
+        d.entries.add(key="user", value="u")
+        now = ("ratelimitd-now", "10")
+        for md in ([now], [now, ("authorization", "Bearer acq-2")],
+                   [now, ("authorization", "Bearer met-1")], [now, ("authorization", "acq-1")]):
+            self.refused(self.srl, req, md)
+        # nothing was counted by the refusals: 3 of 3 left, this takes 1
+        r = self.srl(req, timeout=5, metadata=[now, ("authorization", "Bearer acq-1")])
+        self.assertEqual(r.overall_code, self.Resp.Code.Value("OK"))
+        self.assertEqual(r.statuses[0].limit_remaining, 2)
+        for md in ([], [("authorization", "Bearer acq-1")]):
+            self.refused(self.health, self.HReq(), md)
+        h = self.health(self.HReq(), timeout=5, metadata=[("authorization", "Bearer met-1")])
+        self.assertEqual(h.status, self.HResp.ServingStatus.Value("SERVING"))
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=2)

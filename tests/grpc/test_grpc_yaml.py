@@ -1,0 +1,144 @@
+"""ShouldRateLimit over a real connection (Debian's python3-grpcio) with envoyproxy/ratelimit's
+YAML configuration: the JSON names it with ratelimit_config, the daemon runs with --manual-clock
+and every call carries its time in the ratelimitd-now metadata. The numbers are worked out by
+hand from the YAML below (day windows from 0: at t = 1000.5 the day ends in 85400 s).
+
+Run by make test (make grpc-check) with RL_BUILD naming the build directory.
+"""
+import os
+import sys
+import tempfile
+import unittest
+
+import grpc
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from test_grpc import RLS, Daemon, load_messages  # noqa: E402
+
+YAML = """domain: messaging
+descriptors:
+  - key: message_type
+    value: marketing
+    descriptors:
+      - key: to_number
+        rate_limit:
+          name: marketing
+          unit: day
+          requests_per_unit: 5
+  - key: to_number
+    rate_limit:
+      unit: day
+      requests_per_unit: 100
+  - key: ldap
+    rate_limit:
+      unlimited: true
+"""
+
+CONFIG = """{
+  "listen": {"address": "127.0.0.1", "port": 0},
+  "grpc": {"ratelimit_headers": true},
+  "ratelimit_config": "ratelimit"
+}"""
+
+
+class GrpcYamlTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory()
+        m = load_messages(cls.tmp.name)
+        cls.Req = m["envoy.service.ratelimit.v3.RateLimitRequest"]
+        cls.Resp = m["envoy.service.ratelimit.v3.RateLimitResponse"]
+        os.mkdir(os.path.join(cls.tmp.name, "ratelimit"))
+        with open(os.path.join(cls.tmp.name, "ratelimit", "messaging.yaml"), "w") as f:
+            f.write(YAML)
+        # envoyproxy/ratelimit's own header option, read from the same variables
+        os.environ["LIMIT_RESPONSE_HEADERS_ENABLED"] = "true"
+        os.environ["LIMIT_REMAINING_HEADER"] = "X-RateLimit-Remaining"
+        try:
+            cls.d = Daemon(cls.tmp.name, CONFIG)
+        finally:
+            del os.environ["LIMIT_RESPONSE_HEADERS_ENABLED"]
+            del os.environ["LIMIT_REMAINING_HEADER"]
+        cls.ch = grpc.insecure_channel(cls.d.grpc_addr)
+        cls.srl = cls.ch.unary_unary(RLS, request_serializer=cls.Req.SerializeToString,
+                                     response_deserializer=cls.Resp.FromString)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.ch.close()
+        rc = cls.d.stop()
+        cls.tmp.cleanup()
+        if rc != 0:
+            raise AssertionError("ratelimitd exited %d" % rc)
+
+    def call(self, descriptors, now, hits=0, domain="messaging"):
+        """descriptors: a list of (entries as (key, value) pairs, own hits_addend or None,
+        limit override (requests_per_unit, unit name) or None)."""
+        r = self.Req(domain=domain, hits_addend=hits)
+        for entries, own, override in descriptors:
+            d = r.descriptors.add()
+            for k, v in entries:
+                d.entries.add(key=k, value=v)
+            if own is not None:
+                d.hits_addend.value = own
+            if override is not None:
+                d.limit.requests_per_unit = override[0]
+                d.limit.unit = d.limit.DESCRIPTOR.fields_by_name["unit"].enum_type \
+                    .values_by_name[override[1]].number
+        return self.srl(r, timeout=5, metadata=[("ratelimitd-now", str(now))])
+
+    def status(self, st, code, name, rpu, unit, remaining, reset_s):
+        self.assertEqual(st.code, self.Resp.Code.Value(code))
+        self.assertEqual(st.current_limit.name, name)
+        self.assertEqual(st.current_limit.requests_per_unit, rpu)
+        units = self.Resp.DESCRIPTOR.nested_types_by_name["RateLimit"].enum_types_by_name["Unit"]
+        self.assertEqual(st.current_limit.unit, units.values_by_name[unit].number)
+        self.assertEqual(st.limit_remaining, remaining)
+        self.assertEqual(st.duration_until_reset.seconds, reset_s)
+
+    def test_nested_descriptors_one_decision(self):
+        both = [([("message_type", "marketing"), ("to_number", "1")], None, None),
+                ([("to_number", "1")], None, None)]
+        for i in range(1, 6):
+            r = self.call(both, 1000.5)
+            self.assertEqual(r.overall_code, self.Resp.Code.Value("OK"))
+            self.status(r.statuses[0], "OK", "marketing", 5, "DAY", 5 - i, 85400)
+            self.status(r.statuses[1], "OK", "", 100, "DAY", 100 - i, 85400)
+        # the sixth: over, and the number's 100 is not counted (95 left, not 94)
+        r = self.call(both, 1000.5)
+        self.assertEqual(r.overall_code, self.Resp.Code.Value("OVER_LIMIT"))
+        self.status(r.statuses[0], "OVER_LIMIT", "marketing", 5, "DAY", 0, 85400)
+        self.status(r.statuses[1], "OK", "", 100, "DAY", 95, 85400)
+        headers = {h.key: h.value for h in r.response_headers_to_add}
+        self.assertEqual(headers["ratelimit-policy"],
+                         '"marketing";q=5;w=86400, "to_number";q=100;w=86400')
+        self.assertEqual(headers["ratelimit"], '"marketing";r=0;t=85400, "to_number";r=95;t=85400')
+        # upstream's headers: the descriptor over its limit, its remaining under the given name
+        self.assertEqual(headers["RateLimit-Limit"], "5")
+        self.assertEqual(headers["X-RateLimit-Remaining"], "0")
+        self.assertEqual(headers["RateLimit-Reset"], "85400")
+
+    def test_override_unlimited_unmatched(self):
+        r = self.call([([("to_number", "2")], None, (3, "MINUTE")),
+                       ([("ldap", "x")], None, None),
+                       ([("nothing", "here")], None, None)], 10, hits=2)
+        self.assertEqual(r.overall_code, self.Resp.Code.Value("OK"))
+        self.status(r.statuses[0], "OK", "", 3, "MINUTE", 1, 50)
+        self.assertFalse(r.statuses[1].HasField("current_limit"))
+        self.assertEqual(r.statuses[1].limit_remaining, 4294967295)
+        self.assertFalse(r.statuses[2].HasField("current_limit"))
+        self.assertEqual(r.statuses[2].limit_remaining, 0)
+
+    def test_check_only(self):
+        r = self.call([([("to_number", "3")], 0, None)], 20)
+        self.status(r.statuses[0], "OK", "", 100, "DAY", 100, 86380)
+        r = self.call([([("to_number", "3")], 100, None)], 20)
+        self.status(r.statuses[0], "OK", "", 100, "DAY", 0, 86380)
+        r = self.call([([("to_number", "3")], 0, None)], 20)
+        self.assertEqual(r.overall_code, self.Resp.Code.Value("OK"))  # used up, not over
+        r = self.call([([("to_number", "3")], None, None)], 20)
+        self.assertEqual(r.overall_code, self.Resp.Code.Value("OVER_LIMIT"))
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)

@@ -1,0 +1,800 @@
+/*
+ * test_rls_yaml.c - envoyproxy/ratelimit's configurations decided by the limiter: the
+ * examples of its README (written out again here), each asked with requests whose answers
+ * are worked out by hand, the limit override, both hits_addends, and the cases where
+ * ratelimitd differs on purpose (a denied request counts against none of its descriptors).
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "buf.h"
+#include "testutil.h"
+#include "yamlutil.h"
+
+#define OK RLD_YCODE_OK
+#define OVER RLD_YCODE_OVER_LIMIT
+
+/* status i: code, requests_per_unit, unit, remaining, reset in whole seconds */
+static void expect(const yt *t, size_t i, rld_ycode code, uint32_t rpu, int unit,
+                   uint32_t remaining, long reset_s)
+{
+    const rld_ystatus *s = &t->st[i];
+    ck_assert_msg(s->code == code, "status %zu: code %d, want %d", i, s->code, code);
+    ck_assert_msg(s->has_limit, "status %zu: no limit", i);
+    ck_assert_uint_eq(s->requests_per_unit, rpu);
+    ck_assert_int_eq(s->unit, unit);
+    ck_assert_msg(s->remaining == remaining, "status %zu: remaining %u, want %u", i, s->remaining,
+                  remaining);
+    ck_assert(s->has_reset);
+    ck_assert_int_eq(s->reset, (rl_ns)reset_s * RL_NS_PER_SEC);
+}
+
+/* status i: OK with no limit (nothing matched, or replaced) */
+static void expect_none(const yt *t, size_t i)
+{
+    ck_assert_int_eq(t->st[i].code, OK);
+    ck_assert(!t->st[i].has_limit);
+    ck_assert(!t->st[i].has_reset);
+    ck_assert_uint_eq(t->st[i].remaining, t->st[i].unlimited ? UINT32_MAX : 0);
+}
+
+/* ---- README example 1: two values of one key, 500 a second each -------------------------- */
+
+static const char *ex1 = "domain: mongo_cps\n"
+                         "descriptors:\n"
+                         "  - key: database\n"
+                         "    value: users\n"
+                         "    rate_limit:\n"
+                         "      unit: second\n"
+                         "      requests_per_unit: 500\n"
+                         "\n"
+                         "  - key: database\n"
+                         "    value: default\n"
+                         "    rate_limit:\n"
+                         "      unit: second\n"
+                         "      requests_per_unit: 500\n";
+
+START_TEST(example1_per_second)
+{
+    yt t;
+    yt_open(&t, ex1, NULL);
+    /* 499 at t = 100.25 leave 1; the window of second 100 ends in 1 s */
+    ck_assert_int_eq(yt_ask(&t, "mongo_cps", 100.25, 499, "database=users"), OK);
+    expect(&t, 0, OK, 500, RLD_UNIT_SECOND, 1, 1);
+    ck_assert_int_eq(yt_ask(&t, "mongo_cps", 100.5, 0, "database=users"), OK);
+    expect(&t, 0, OK, 500, RLD_UNIT_SECOND, 0, 1);
+    ck_assert_int_eq(yt_ask(&t, "mongo_cps", 100.75, 0, "database=users"), OVER);
+    expect(&t, 0, OVER, 500, RLD_UNIT_SECOND, 0, 1);
+    /* the other value has its own 500; an unlisted value matches nothing */
+    ck_assert_int_eq(yt_ask(&t, "mongo_cps", 100.75, 0, "database=default; database=other"), OK);
+    expect(&t, 0, OK, 500, RLD_UNIT_SECOND, 499, 1);
+    expect_none(&t, 1);
+    /* second 101 is a new window */
+    ck_assert_int_eq(yt_ask(&t, "mongo_cps", 101, 0, "database=users"), OK);
+    expect(&t, 0, OK, 500, RLD_UNIT_SECOND, 499, 1);
+    yt_close(&t);
+}
+END_TEST
+
+/* ---- README example 2: nested descriptors, several descriptors in one request ------------ */
+
+static const char *ex2 = "domain: messaging\n"
+                         "descriptors:\n"
+                         "  # Only allow 5 marketing messages a day\n"
+                         "  - key: message_type\n"
+                         "    value: marketing\n"
+                         "    descriptors:\n"
+                         "      - key: to_number\n"
+                         "        rate_limit:\n"
+                         "          unit: day\n"
+                         "          requests_per_unit: 5\n"
+                         "\n"
+                         "  # Only allow 100 messages a day to any unique phone number\n"
+                         "  - key: to_number\n"
+                         "    rate_limit:\n"
+                         "      unit: day\n"
+                         "      requests_per_unit: 100\n";
+
+START_TEST(example2_nested_and_denial_consumes_nothing)
+{
+    yt t;
+    const char *both = "message_type=marketing, to_number=2061111111; to_number=2061111111";
+    yt_open(&t, ex2, NULL);
+    /* day windows from 0: at t = 1000.5 the day ends in 86400 - 1000 = 85400 s */
+    for (uint32_t i = 1; i <= 5; i++) {
+        ck_assert_int_eq(yt_ask(&t, "messaging", 1000.5, 0, both), OK);
+        expect(&t, 0, OK, 5, RLD_UNIT_DAY, 5 - i, 85400);
+        expect(&t, 1, OK, 100, RLD_UNIT_DAY, 100 - i, 85400);
+    }
+    /* the sixth marketing message is over; the number's own limit had room, and is not
+     * counted: the request is denied as a whole (upstream would count it: 94) */
+    ck_assert_int_eq(yt_ask(&t, "messaging", 2000, 0, both), OVER);
+    expect(&t, 0, OVER, 5, RLD_UNIT_DAY, 0, 84400);
+    expect(&t, 1, OK, 100, RLD_UNIT_DAY, 95, 84400);
+    ck_assert_int_eq(yt_ask(&t, "messaging", 2000, 0, "to_number=2061111111"), OK);
+    expect(&t, 0, OK, 100, RLD_UNIT_DAY, 94, 84400);
+    /* every number counts on its own */
+    ck_assert_int_eq(
+        yt_ask(&t, "messaging", 2000, 0, "message_type=marketing, to_number=2062222222"), OK);
+    expect(&t, 0, OK, 5, RLD_UNIT_DAY, 4, 84400);
+    /* the next day starts at 86400 */
+    ck_assert_int_eq(yt_ask(&t, "messaging", 86400, 0, both), OK);
+    expect(&t, 0, OK, 5, RLD_UNIT_DAY, 4, 86400);
+    expect(&t, 1, OK, 100, RLD_UNIT_DAY, 99, 86400);
+    /* a request deeper than the configuration, and message_type alone, match nothing */
+    ck_assert_int_eq(yt_ask(&t, "messaging", 86400, 0, "to_number=1, x=y; message_type=marketing"),
+                     OK);
+    expect_none(&t, 0);
+    expect_none(&t, 1);
+    yt_close(&t);
+}
+END_TEST
+
+/* ---- README example 3: the most specific match, a limit of 0 ------------------------------ */
+
+static const char *ex3 = "domain: edge_proxy_per_ip\n"
+                         "descriptors:\n"
+                         "  - key: remote_address\n"
+                         "    rate_limit:\n"
+                         "      unit: second\n"
+                         "      requests_per_unit: 10\n"
+                         "\n"
+                         "  # Black list IP\n"
+                         "  - key: remote_address\n"
+                         "    value: 50.0.0.5\n"
+                         "    rate_limit:\n"
+                         "      unit: second\n"
+                         "      requests_per_unit: 0\n";
+
+START_TEST(example3_most_specific_wins)
+{
+    yt t;
+    yt_open(&t, ex3, NULL);
+    ck_assert_int_eq(yt_ask(&t, "edge_proxy_per_ip", 7, 0, "remote_address=50.0.0.1"), OK);
+    expect(&t, 0, OK, 10, RLD_UNIT_SECOND, 9, 1);
+    ck_assert_int_eq(yt_ask(&t, "edge_proxy_per_ip", 7, 0, "remote_address=50.0.0.5"), OVER);
+    expect(&t, 0, OVER, 0, RLD_UNIT_SECOND, 0, 1);
+    /* a check of 0 hits is not over a limit of 0 (upstream: 0 + 0 > 0 is false) */
+    ck_assert_int_eq(yt_ask(&t, "edge_proxy_per_ip", 7, 0, "remote_address=50.0.0.5 @h0"), OK);
+    expect(&t, 0, OK, 0, RLD_UNIT_SECOND, 0, 1);
+    yt_close(&t);
+}
+END_TEST
+
+/* ---- README example 4: the request's depth must be the configuration's -------------------- */
+
+START_TEST(example4_depth)
+{
+    yt t;
+    yt_open(&t,
+            "domain: example4\n"
+            "descriptors:\n"
+            "  - key: key\n"
+            "    value: value\n"
+            "    rate_limit:\n"
+            "      requests_per_unit: 300\n"
+            "      unit: second\n",
+            NULL);
+    ck_assert_int_eq(yt_ask(&t, "example4", 1, 0, "key=value, subkey=subvalue"), OK);
+    expect_none(&t, 0);
+    yt_close(&t);
+
+    yt_open(&t,
+            "domain: example4\n"
+            "descriptors:\n"
+            "  - key: key\n"
+            "    value: value\n"
+            "    descriptors:\n"
+            "      - key: subkey\n"
+            "        rate_limit:\n"
+            "          requests_per_unit: 300\n"
+            "          unit: second\n",
+            NULL);
+    ck_assert_int_eq(yt_ask(&t, "example4", 1, 0, "key=value, subkey=subvalue; key=value"), OK);
+    expect(&t, 0, OK, 300, RLD_UNIT_SECOND, 299, 1);
+    expect_none(&t, 1);
+    yt_close(&t);
+}
+END_TEST
+
+/* ---- README example 5: unlimited ----------------------------------------------------------- */
+
+START_TEST(example5_unlimited)
+{
+    yt t;
+    yt_open(&t,
+            "domain: internal\n"
+            "descriptors:\n"
+            "  - key: ldap\n"
+            "    rate_limit:\n"
+            "      unlimited: true\n"
+            "\n"
+            "  - key: azure\n"
+            "    rate_limit:\n"
+            "      unit: minute\n"
+            "      requests_per_unit: 100\n",
+            NULL);
+    /* at t = 90 the minute [60, 120) ends in 30 s */
+    ck_assert_int_eq(yt_ask(&t, "internal", 90, 1000000, "ldap=x; azure=y @h1"), OK);
+    ck_assert(t.st[0].unlimited);
+    expect_none(&t, 0); /* OK, no limit, remaining MaxUint32 */
+    expect(&t, 1, OK, 100, RLD_UNIT_MINUTE, 99, 30);
+    yt_close(&t);
+}
+END_TEST
+
+/* ---- README example 6: shadow_mode --------------------------------------------------------- */
+
+static const char *ex6 = "domain: example6\n"
+                         "descriptors:\n"
+                         "  - key: service\n"
+                         "    descriptors:\n"
+                         "      - key: user\n"
+                         "        value: user-a\n"
+                         "        rate_limit:\n"
+                         "          requests_per_unit: 10\n"
+                         "          unit: second\n"
+                         "        shadow_mode: true\n"
+                         "      - key: user\n"
+                         "        value: user-b\n"
+                         "        rate_limit:\n"
+                         "          requests_per_unit: 20\n"
+                         "          unit: second\n";
+
+START_TEST(example6_shadow_mode)
+{
+    yt t;
+    const char *a = "service=auth-service, user=user-a";
+    const char *b = "service=auth-service, user=user-b";
+    yt_open(&t, ex6, NULL);
+    for (uint32_t i = 1; i <= 10; i++) {
+        ck_assert_int_eq(yt_ask(&t, "example6", 5, 0, a), OK);
+        expect(&t, 0, OK, 10, RLD_UNIT_SECOND, 10 - i, 1);
+        ck_assert(!t.st[0].shadow_denied);
+    }
+    /* the eleventh would be over: OK all the same, reported as a shadow denial */
+    ck_assert_int_eq(yt_ask(&t, "example6", 5, 0, a), OK);
+    expect(&t, 0, OK, 10, RLD_UNIT_SECOND, 0, 1);
+    ck_assert(t.st[0].shadow_denied);
+    /* user-b is enforced: 20, then over */
+    ck_assert_int_eq(yt_ask(&t, "example6", 5, 20, b), OK);
+    ck_assert_int_eq(yt_ask(&t, "example6", 5, 0, b), OVER);
+    /* a request denied by user-b takes nothing from user-a's shadow limit either */
+    ck_assert_int_eq(yt_ask(&t, "example6", 6, 20, b), OK);
+    char both[128];
+    snprintf(both, sizeof both, "%s; %s", a, b);
+    ck_assert_int_eq(yt_ask(&t, "example6", 6, 0, both), OVER);
+    expect(&t, 0, OK, 10, RLD_UNIT_SECOND, 10, 1);
+    expect(&t, 1, OVER, 20, RLD_UNIT_SECOND, 0, 1);
+    ck_assert_int_eq(yt_ask(&t, "example6", 6, 0, a), OK);
+    expect(&t, 0, OK, 10, RLD_UNIT_SECOND, 9, 1);
+    yt_close(&t);
+}
+END_TEST
+
+START_TEST(global_shadow_mode)
+{
+    /* SHADOW_MODE: user-b's 20 is counted, never denies; a 21st is let through uncounted */
+    yt t;
+    yt_open(&t, ex6, NULL);
+    rld_yrls_set_global_shadow(t.y);
+    ck_assert_int_eq(yt_ask(&t, "example6", 5, 20, "service=s, user=user-b"), OK);
+    expect(&t, 0, OK, 20, RLD_UNIT_SECOND, 0, 1);
+    ck_assert_int_eq(yt_ask(&t, "example6", 5, 0, "service=s, user=user-b"), OK);
+    ck_assert(t.st[0].shadow_denied);
+    ck_assert_int_eq(yt_ask(&t, "example6", 6, 0, "service=s, user=user-b"), OK);
+    expect(&t, 0, OK, 20, RLD_UNIT_SECOND, 19, 1);
+    yt_close(&t);
+}
+END_TEST
+
+/* ---- README example 7: replaces ------------------------------------------------------------ */
+
+static const char *ex7 = "domain: example7\n"
+                         "descriptors:\n"
+                         "  - key: key_1\n"
+                         "    value: value_1\n"
+                         "    descriptors:\n"
+                         "      - key: user\n"
+                         "        value: bkthomps\n"
+                         "        rate_limit:\n"
+                         "          name: specific_limit\n"
+                         "          requests_per_unit: 5\n"
+                         "          unit: second\n"
+                         "  - key: key_2\n"
+                         "    value: value_2\n"
+                         "    descriptors:\n"
+                         "      - key: user\n"
+                         "        value: bkthomps\n"
+                         "        rate_limit:\n"
+                         "          replaces:\n"
+                         "            - name: specific_limit\n"
+                         "          requests_per_unit: 10\n"
+                         "          unit: second\n";
+
+START_TEST(example7_replaces)
+{
+    yt t;
+    const char *both = "key_1=value_1, user=bkthomps; key_2=value_2, user=bkthomps";
+    yt_open(&t, ex7, NULL);
+    /* with both, only the replacing 10/s applies, and the 5/s one is left alone */
+    for (uint32_t i = 1; i <= 7; i++) {
+        ck_assert_int_eq(yt_ask(&t, "example7", 3, 0, both), OK);
+        expect_none(&t, 0);
+        expect(&t, 1, OK, 10, RLD_UNIT_SECOND, 10 - i, 1);
+    }
+    ck_assert_int_eq(yt_ask(&t, "example7", 3, 0, "key_1=value_1, user=bkthomps"), OK);
+    expect(&t, 0, OK, 5, RLD_UNIT_SECOND, 4, 1);
+    ck_assert_str_eq(t.st[0].name, "specific_limit");
+    yt_close(&t);
+}
+END_TEST
+
+/* ---- README examples 8 and 9: values, wildcards -------------------------------------------- */
+
+START_TEST(example8_value_beats_key)
+{
+    yt t;
+    yt_open(&t,
+            "domain: example8\n"
+            "descriptors:\n"
+            "  - key: key1\n"
+            "    detailed_metric: true\n"
+            "    rate_limit:\n"
+            "      unit: minute\n"
+            "      requests_per_unit: 10\n"
+            "  - key: key1\n"
+            "    value: value1\n"
+            "    rate_limit:\n"
+            "      unit: minute\n"
+            "      requests_per_unit: 20\n",
+            NULL);
+    ck_assert_int_eq(yt_ask(&t, "example8", 0, 0, "key1=value1; key1=other; key1=other2"), OK);
+    expect(&t, 0, OK, 20, RLD_UNIT_MINUTE, 19, 60);
+    expect(&t, 1, OK, 10, RLD_UNIT_MINUTE, 9, 60);
+    expect(&t, 2, OK, 10, RLD_UNIT_MINUTE, 9, 60);
+    yt_close(&t);
+}
+END_TEST
+
+START_TEST(example9_wildcards)
+{
+    yt t;
+    yt_open(&t,
+            "domain: example9\n"
+            "descriptors:\n"
+            "  - key: key1\n"
+            "    value: value*\n"
+            "    rate_limit:\n"
+            "      unit: minute\n"
+            "      requests_per_unit: 20\n"
+            "  - key: path\n"
+            "    value: /api/*/action\n"
+            "    rate_limit:\n"
+            "      unit: minute\n"
+            "      requests_per_unit: 20\n"
+            "  - key: route\n"
+            "    value: /api/*/resource/*/action\n"
+            "    rate_limit:\n"
+            "      unit: minute\n"
+            "      requests_per_unit: 20\n",
+            NULL);
+    ck_assert_int_eq(
+        yt_ask(&t, "example9", 61, 0, "key1=value1; key1=value1; key1=valueXYZ; key1=valu"), OK);
+    /* one counter per value: value1 twice in one request counts 2 */
+    expect(&t, 0, OK, 20, RLD_UNIT_MINUTE, 18, 59);
+    expect(&t, 1, OK, 20, RLD_UNIT_MINUTE, 18, 59);
+    expect(&t, 2, OK, 20, RLD_UNIT_MINUTE, 19, 59);
+    expect_none(&t, 3);
+    ck_assert_int_eq(yt_ask(&t, "example9", 61, 0,
+                            "path=/api/123/action; path=/api/123/other; "
+                            "route=/api/v1/resource/123/action; route=/api/v1/resource/123"),
+                     OK);
+    expect(&t, 0, OK, 20, RLD_UNIT_MINUTE, 19, 59);
+    expect_none(&t, 1);
+    expect(&t, 2, OK, 20, RLD_UNIT_MINUTE, 19, 59);
+    expect_none(&t, 3);
+    yt_close(&t);
+}
+END_TEST
+
+/* ---- README example 11: share_threshold ---------------------------------------------------- */
+
+START_TEST(example11_share_threshold)
+{
+    yt t;
+    yt_open(&t,
+            "domain: example11\n"
+            "descriptors:\n"
+            "  - key: files\n"
+            "    value: files/*\n"
+            "    share_threshold: true\n"
+            "    rate_limit:\n"
+            "      unit: hour\n"
+            "      requests_per_unit: 10\n"
+            "  - key: files_no_share\n"
+            "    value: files_no_share/*\n"
+            "    share_threshold: false\n"
+            "    rate_limit:\n"
+            "      unit: hour\n"
+            "      requests_per_unit: 10\n",
+            NULL);
+    ck_assert_int_eq(yt_ask(&t, "example11", 10, 5, "files=files/a.pdf"), OK);
+    ck_assert_int_eq(yt_ask(&t, "example11", 10, 5, "files=files/b.csv"), OK);
+    expect(&t, 0, OK, 10, RLD_UNIT_HOUR, 0, 3590);
+    ck_assert_int_eq(yt_ask(&t, "example11", 10, 0, "files=files/c.txt"), OVER);
+    ck_assert_int_eq(yt_ask(&t, "example11", 10, 10, "files_no_share=files_no_share/a.pdf"), OK);
+    ck_assert_int_eq(yt_ask(&t, "example11", 10, 0, "files_no_share=files_no_share/b.csv"), OK);
+    expect(&t, 0, OK, 10, RLD_UNIT_HOUR, 9, 3590);
+    yt_close(&t);
+}
+END_TEST
+
+START_TEST(every_unit)
+{
+    /* windows from 0 of every unit; at t = 100000000.5 (day 1157, 09:46:40) each ends in
+     * unit - 100000000 % unit seconds */
+    yt t;
+    yt_open(&t,
+            "domain: u\n"
+            "descriptors:\n"
+            "  - {key: s, rate_limit: {unit: second, requests_per_unit: 2}}\n"
+            "  - {key: m, rate_limit: {unit: minute, requests_per_unit: 2}}\n"
+            "  - {key: h, rate_limit: {unit: hour, requests_per_unit: 2}}\n"
+            "  - {key: d, rate_limit: {unit: day, requests_per_unit: 2}}\n"
+            "  - {key: w, rate_limit: {unit: week, requests_per_unit: 2}}\n"
+            "  - {key: mo, rate_limit: {unit: month, requests_per_unit: 2}}\n"
+            "  - {key: y, rate_limit: {unit: year, requests_per_unit: 2}}\n",
+            NULL);
+    ck_assert_int_eq(yt_ask(&t, "u", 100000000.5, 0, "s=1; m=1; h=1; d=1; w=1; mo=1; y=1"), OK);
+    expect(&t, 0, OK, 2, RLD_UNIT_SECOND, 1, 1);
+    expect(&t, 1, OK, 2, RLD_UNIT_MINUTE, 1, 20);     /* 100000000 % 60 = 40 */
+    expect(&t, 2, OK, 2, RLD_UNIT_HOUR, 1, 800);      /* % 3600 = 2800 */
+    expect(&t, 3, OK, 2, RLD_UNIT_DAY, 1, 51200);     /* % 86400 = 35200 */
+    expect(&t, 4, OK, 2, RLD_UNIT_WEEK, 1, 396800);   /* % 604800 = 208000 */
+    expect(&t, 5, OK, 2, RLD_UNIT_MONTH, 1, 1088000); /* % 2592000 = 1504000 */
+    expect(&t, 6, OK, 2, RLD_UNIT_YEAR, 1, 26144000); /* % 31536000 = 5392000 */
+    /* the week ends at 100396800: a second before, w has none left after a hit; then two */
+    ck_assert_int_eq(yt_ask(&t, "u", 100396799, 0, "w=1"), OK);
+    expect(&t, 0, OK, 2, RLD_UNIT_WEEK, 0, 1);
+    ck_assert_int_eq(yt_ask(&t, "u", 100396800, 0, "w=1"), OK);
+    expect(&t, 0, OK, 2, RLD_UNIT_WEEK, 1, 604800);
+    yt_close(&t);
+}
+END_TEST
+
+START_TEST(native_algorithms)
+{
+    /* the same numbers, another shape: a token bucket of 60 refilled at 60 a minute (1/s) */
+    yt t;
+    yt_open(&t,
+            "domain: n\n"
+            "descriptors:\n"
+            "  - key: k\n"
+            "    rate_limit: {unit: minute, requests_per_unit: 60, algorithm: token_bucket}\n",
+            NULL);
+    ck_assert_int_eq(yt_ask(&t, "n", 30, 60, "k=a"), OK);
+    ck_assert_uint_eq(t.st[0].remaining, 0);
+    ck_assert_int_eq(yt_ask(&t, "n", 30, 0, "k=a"), OVER);
+    /* 5 s later 5 tokens are back (a fixed window would wait for the minute's end) */
+    ck_assert_int_eq(yt_ask(&t, "n", 35, 5, "k=a"), OK);
+    ck_assert_uint_eq(t.st[0].remaining, 0);
+    ck_assert_str_eq(t.st[0].rule->type->name, "token_bucket");
+    yt_close(&t);
+}
+END_TEST
+
+START_TEST(charge_after_the_fact)
+{
+    /* an AI gateway's token limit: a check (hits 0) before the model call, the real count
+     * after it, recorded even past the limit; later checks wait out the debt */
+    yt t;
+    yt_open(&t,
+            "domain: ai\n"
+            "descriptors:\n"
+            "  - key: api_key\n"
+            "    charge: true\n"
+            "    rate_limit: {unit: minute, requests_per_unit: 1000}\n",
+            NULL);
+    ck_assert_int_eq(yt_ask(&t, "ai", 1, 0, "api_key=k @h0"), OK);
+    expect(&t, 0, OK, 1000, RLD_UNIT_MINUTE, 1000, 59);
+    ck_assert_int_eq(yt_ask(&t, "ai", 2, 0, "api_key=k @h800"), OK);
+    expect(&t, 0, OK, 1000, RLD_UNIT_MINUTE, 200, 58);
+    /* 700 more: 1500 of 1000, recorded, and not denied (nobody waits for this answer) */
+    ck_assert_int_eq(yt_ask(&t, "ai", 3, 0, "api_key=k @h700"), OK);
+    expect(&t, 0, OK, 1000, RLD_UNIT_MINUTE, 0, 57);
+    ck_assert_int_eq(t.st[0].st.remaining, -500 * RL_FP_ONE);
+    /* the next check is over until the window ends */
+    ck_assert_int_eq(yt_ask(&t, "ai", 4, 0, "api_key=k @h0"), OVER);
+    ck_assert_int_eq(yt_ask(&t, "ai", 60, 0, "api_key=k @h0"), OK);
+    expect(&t, 0, OK, 1000, RLD_UNIT_MINUTE, 1000, 60);
+    ck_assert(rld_yrls_charges(t.y));
+    yt_close(&t);
+}
+END_TEST
+
+/* ---- the request: domain, override, hits_addend -------------------------------------------- */
+
+static const char *basic = "domain: test-domain\n"
+                           "descriptors:\n"
+                           "  - key: key1\n"
+                           "    value: value1\n"
+                           "    descriptors:\n"
+                           "      - key: subkey1\n"
+                           "        rate_limit:\n"
+                           "          unit: minute\n"
+                           "          requests_per_unit: 50\n";
+
+START_TEST(unknown_domain_limits_nothing)
+{
+    yt t;
+    yt_open(&t, basic, NULL);
+    ck_assert_int_eq(yt_ask(&t, "other-domain", 1, 0, "key1=value1, subkey1=x @o1/SECOND"), OK);
+    expect_none(&t, 0);
+    yt_close(&t);
+}
+END_TEST
+
+START_TEST(limit_override_counts_on_its_own)
+{
+    yt t;
+    const char *d = "key1=value1, subkey1=something";
+    yt_open(&t, basic, NULL);
+    /* 3 a minute from the request: at t = 10 the minute ends in 50 s */
+    ck_assert_int_eq(yt_ask(&t, "test-domain", 10, 0, "key1=value1, subkey1=something @o3/MINUTE"),
+                     OK);
+    expect(&t, 0, OK, 3, RLD_UNIT_MINUTE, 2, 50);
+    ck_assert_str_eq(t.st[0].name, "");
+    ck_assert_int_eq(yt_ask(&t, "test-domain", 10, 2, "key1=value1, subkey1=something @o3/MINUTE"),
+                     OK);
+    expect(&t, 0, OK, 3, RLD_UNIT_MINUTE, 0, 50);
+    ck_assert_int_eq(yt_ask(&t, "test-domain", 10, 0, "key1=value1, subkey1=something @o3/MINUTE"),
+                     OVER);
+    /* the configured 50 a minute is another counter, untouched */
+    ck_assert_int_eq(yt_ask(&t, "test-domain", 10, 0, d), OK);
+    expect(&t, 0, OK, 50, RLD_UNIT_MINUTE, 49, 50);
+    /* an override applies where the configuration has no limit at all, and per day */
+    ck_assert_int_eq(yt_ask(&t, "test-domain", 10, 0, "nothing=here @o2/DAY"), OK);
+    expect(&t, 0, OK, 2, RLD_UNIT_DAY, 1, 86390);
+    ck_assert_str_eq(yt_ask_err(&t, "test-domain", "a=b @o2/UNKNOWN"),
+                     "descriptors[0].limit.unit: unknown unit 0");
+    yt_close(&t);
+}
+END_TEST
+
+START_TEST(hits_addends)
+{
+    yt t;
+    const char *d = "key1=value1, subkey1=x";
+    yt_open(&t, basic, NULL);
+    /* the request's hits_addend: 0 means 1 */
+    ck_assert_int_eq(yt_ask(&t, "test-domain", 0, 0, d), OK);
+    expect(&t, 0, OK, 50, RLD_UNIT_MINUTE, 49, 60);
+    ck_assert_int_eq(yt_ask(&t, "test-domain", 0, 9, d), OK);
+    expect(&t, 0, OK, 50, RLD_UNIT_MINUTE, 40, 60);
+    /* a descriptor's own hits_addend wins over the request's, 0 checks without counting */
+    ck_assert_int_eq(yt_ask(&t, "test-domain", 0, 9, "key1=value1, subkey1=x @h3"), OK);
+    expect(&t, 0, OK, 50, RLD_UNIT_MINUTE, 37, 60);
+    ck_assert_int_eq(yt_ask(&t, "test-domain", 0, 9, "key1=value1, subkey1=x @h0"), OK);
+    expect(&t, 0, OK, 50, RLD_UNIT_MINUTE, 37, 60);
+    /* 37 more fit exactly; then a check still passes (not over), a hit does not */
+    ck_assert_int_eq(yt_ask(&t, "test-domain", 0, 37, d), OK);
+    expect(&t, 0, OK, 50, RLD_UNIT_MINUTE, 0, 60);
+    ck_assert_int_eq(yt_ask(&t, "test-domain", 0, 0, "key1=value1, subkey1=x @h0"), OK);
+    ck_assert_int_eq(yt_ask(&t, "test-domain", 0, 0, d), OVER);
+    /* a request of 51 can never fit 50 */
+    ck_assert_int_eq(yt_ask(&t, "test-domain", 60, 51, d), OVER);
+    ck_assert_int_eq(yt_ask(&t, "test-domain", 60, 50, d), OK);
+    yt_close(&t);
+}
+END_TEST
+
+START_TEST(bad_requests)
+{
+    yt t;
+    yt_open(&t, basic, NULL);
+    ck_assert_str_eq(yt_ask_err(&t, "test-domain", "key1=a\tb"),
+                     "descriptors[0].entries[0].value: must not hold control characters");
+    ck_assert_str_eq(yt_ask_err(&t, "test-domain", "k=v; key1=value1, subkey1=x @h1000000000001"),
+                     "descriptors[1].hits_addend: at most 1000000000000");
+    yt_close(&t);
+}
+END_TEST
+
+START_TEST(keys_are_found_again_from_the_store)
+{
+    /* values with the key format's own characters, and the rules found from a stored key when
+     * the store sweeps: a key idle past its window is dropped */
+    yt t;
+    yt_open(&t, basic, NULL);
+    ck_assert_int_eq(yt_ask(&t, "test-domain", 0, 0, "key1=value1, subkey1=a|b=c%d#e"), OK);
+    ck_assert_int_eq(yt_ask(&t, "test-domain", 0, 0, "key1=value1, subkey1=a|b=c%d#e"), OK);
+    expect(&t, 0, OK, 50, RLD_UNIT_MINUTE, 48, 60);
+    ck_assert_int_eq(yt_ask(&t, "test-domain", 0, 0, "key1=value1, subkey1=a|b=c%d#f"), OK);
+    expect(&t, 0, OK, 50, RLD_UNIT_MINUTE, 49, 60);
+    ck_assert_int_eq(yt_ask(&t, "test-domain", 0, 0, "x=y @o5/HOUR"), OK);
+    ck_assert_uint_eq(rl_limiter_keys(t.lim, 0), 3);
+    rl_limiter_tick(t.lim, S(30));
+    ck_assert_uint_eq(rl_limiter_keys(t.lim, 0), 3);
+    rl_limiter_tick(t.lim, S(3600));
+    ck_assert_uint_eq(rl_limiter_keys(t.lim, 0), 0);
+    yt_close(&t);
+}
+END_TEST
+
+/* ---- statistics -------------------------------------------------------------------------- */
+
+static char *metrics_of(yt *t)
+{
+    static char text[16384];
+    rld_buf b;
+    rld_buf_init(&b, text, sizeof text);
+    rld_yrls_metrics(t->y, &b);
+    ck_assert(!rld_buf_on_heap(&b));
+    rld_buf_cstr(&b);
+    return text;
+}
+
+static void has_line(const char *text, const char *line)
+{
+    char want[400];
+    snprintf(want, sizeof want, "\n%s\n", line);
+    ck_assert_msg(strstr(text, want) != NULL, "no line \"%s\" in:\n%s", line, text);
+}
+
+START_TEST(statistics_as_upstream_counts)
+{
+    yt t;
+    yt_open(&t,
+            "domain: example8\n"
+            "descriptors:\n"
+            "  - key: key1\n"
+            "    detailed_metric: true\n"
+            "    rate_limit:\n"
+            "      unit: minute\n"
+            "      requests_per_unit: 10\n"
+            "  - key: key1\n"
+            "    value: value1\n"
+            "    rate_limit:\n"
+            "      unit: minute\n"
+            "      requests_per_unit: 20\n",
+            NULL);
+    /* 17 of 20: 1 near (past 16); 5 more: 2 over, 3 near, denied and not counted; 3 more fit:
+     * 3 near */
+    yt_ask(&t, "example8", 0, 17, "key1=value1");
+    ck_assert_int_eq(yt_ask(&t, "example8", 0, 5, "key1=value1"), OVER);
+    ck_assert_int_eq(yt_ask(&t, "example8", 0, 3, "key1=value1"), OK);
+    /* detailed_metric: a series per value */
+    yt_ask(&t, "example8", 0, 2, "key1=other");
+    yt_ask(&t, "example8", 0, 0, "key1=other2 @o5/HOUR");
+    const char *m = metrics_of(&t);
+    has_line(m, "# TYPE ratelimit_service_rate_limit_total_hits counter");
+    has_line(
+        m, "ratelimit_service_rate_limit_total_hits{domain=\"example8\",key1=\"key1_value1\"} 25");
+    has_line(m,
+             "ratelimit_service_rate_limit_over_limit{domain=\"example8\",key1=\"key1_value1\"} 2");
+    has_line(m,
+             "ratelimit_service_rate_limit_near_limit{domain=\"example8\",key1=\"key1_value1\"} 7");
+    has_line(
+        m,
+        "ratelimit_service_rate_limit_within_limit{domain=\"example8\",key1=\"key1_value1\"} 20");
+    has_line(m, "ratelimit_service_rate_limit_total_hits{domain=\"example8\",key1=\"key1\"} 0");
+    has_line(m,
+             "ratelimit_service_rate_limit_total_hits{domain=\"example8\",key1=\"key1_other\"} 2");
+    /* an override counts under its entries */
+    has_line(m,
+             "ratelimit_service_rate_limit_total_hits{domain=\"example8\",key1=\"key1_other2\"} 1");
+    yt_close(&t);
+
+    yt_open(&t, ex6, NULL);
+    for (int i = 0; i < 11; i++)
+        yt_ask(&t, "example6", 5, 0, "service=auth-service, user=user-a");
+    m = metrics_of(&t);
+    /* 11 hits of 10: the 9th and 10th near (past 8), the 11th over and let through */
+    has_line(m, "ratelimit_service_rate_limit_total_hits{domain=\"example6\",key1=\"service\","
+                "key2=\"user_user-a\"} 11");
+    has_line(m, "ratelimit_service_rate_limit_near_limit{domain=\"example6\",key1=\"service\","
+                "key2=\"user_user-a\"} 2");
+    has_line(m, "ratelimit_service_rate_limit_over_limit{domain=\"example6\",key1=\"service\","
+                "key2=\"user_user-a\"} 1");
+    has_line(m, "ratelimit_service_rate_limit_shadow_mode{domain=\"example6\",key1=\"service\","
+                "key2=\"user_user-a\"} 1");
+    has_line(m, "ratelimit_service_rate_limit_shadow_mode{domain=\"example6\",key1=\"service\","
+                "key2=\"user_user-b\"} 0");
+    yt_close(&t);
+}
+END_TEST
+
+/* ---- threads -------------------------------------------------------------------------------- */
+
+static yt shared;
+
+static void *hammer(void *arg)
+{
+    /* 1000 requests of two descriptors: the configured counter, and an override's */
+    rld_yentry e[2] = {{"key1", 4, "value1", 6}, {"subkey1", 7, "x", 1}};
+    rld_ydescreq d[2] = {{.entries = e, .nentries = 2},
+                         {.entries = e,
+                          .nentries = 2,
+                          .has_override = 1,
+                          .override_rpu = 100000,
+                          .override_unit = RLD_UNIT_HOUR}};
+    rld_ystatus st[2];
+    rld_ycode overall;
+    rl_err err;
+    (void)arg;
+    for (int i = 0; i < 1000; i++) {
+        rld_yreq r = {
+            .domain = "test-domain", .domain_len = 11, .desc = d, .ndesc = 2, .now = S(1)};
+        ck_assert_int_eq(rld_yrls_decide(shared.y, shared.lim, &r, st, &overall, &err), RL_OK);
+        ck_assert_int_eq(overall, OK);
+    }
+    return NULL;
+}
+
+START_TEST(threads_share_counters_and_stats)
+{
+    pthread_t th[4];
+    yt_open(&shared,
+            "domain: test-domain\n"
+            "descriptors:\n"
+            "  - key: key1\n"
+            "    value: value1\n"
+            "    descriptors:\n"
+            "      - key: subkey1\n"
+            "        detailed_metric: true\n"
+            "        rate_limit: {unit: minute, requests_per_unit: 5000}\n",
+            NULL);
+    for (int i = 0; i < 4; i++)
+        ck_assert_int_eq(pthread_create(&th[i], NULL, hammer, NULL), 0);
+    for (int i = 0; i < 4; i++)
+        pthread_join(th[i], NULL);
+    /* 4000 of 5000 taken, and 4000 of the override's 100000 */
+    ck_assert_int_eq(yt_ask(&shared, "test-domain", 1, 0, "key1=value1, subkey1=x @h0"), OK);
+    ck_assert_uint_eq(shared.st[0].remaining, 1000);
+    ck_assert_int_eq(
+        yt_ask(&shared, "test-domain", 1, 0, "key1=value1, subkey1=x @h0 @o100000/HOUR"), OK);
+    ck_assert_uint_eq(shared.st[0].remaining, 96000);
+    has_line(metrics_of(&shared), "ratelimit_service_rate_limit_total_hits{domain=\"test-domain\","
+                                  "key1=\"key1_value1\",key2=\"subkey1_x\"} 8000");
+    yt_close(&shared);
+}
+END_TEST
+
+static Suite *rls_yaml_suite(void)
+{
+    Suite *s = suite_create("rls_yaml");
+    TCase *tc = tcase_create("examples");
+    tcase_add_test(tc, example1_per_second);
+    tcase_add_test(tc, example2_nested_and_denial_consumes_nothing);
+    tcase_add_test(tc, example3_most_specific_wins);
+    tcase_add_test(tc, example4_depth);
+    tcase_add_test(tc, example5_unlimited);
+    tcase_add_test(tc, example6_shadow_mode);
+    tcase_add_test(tc, global_shadow_mode);
+    tcase_add_test(tc, example7_replaces);
+    tcase_add_test(tc, example8_value_beats_key);
+    tcase_add_test(tc, example9_wildcards);
+    tcase_add_test(tc, example11_share_threshold);
+    tcase_add_test(tc, every_unit);
+    tcase_add_test(tc, native_algorithms);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("request");
+    tcase_add_test(tc, unknown_domain_limits_nothing);
+    tcase_add_test(tc, limit_override_counts_on_its_own);
+    tcase_add_test(tc, hits_addends);
+    tcase_add_test(tc, charge_after_the_fact);
+    tcase_add_test(tc, bad_requests);
+    tcase_add_test(tc, keys_are_found_again_from_the_store);
+    tcase_add_test(tc, statistics_as_upstream_counts);
+    tcase_add_test(tc, threads_share_counters_and_stats);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    return tu_run(rls_yaml_suite()) ? EXIT_FAILURE : EXIT_SUCCESS;
+}

@@ -71,7 +71,9 @@ static void cc_report(const void *pp, const rl_eval *ev, rl_ns now, rl_rule_stat
     const cc_state *s = &((const cc_ev *)(const void *)ev)->s;
     (void)now;
     out->limit = p->limit;
-    out->remaining = p->limit - s->held;
+    /* held is never negative; a state that says so (a damaged snapshot) reports more than
+     * any limit, which is how the loader knows it, and does not overflow */
+    out->remaining = s->held < 0 ? INT64_MAX : p->limit - s->held;
     out->reset_after = 0;
     out->window = 0;
     out->next = s->held > 0 ? wait_for(p, s, rl_status_want(p->limit, out->remaining)) : 0;

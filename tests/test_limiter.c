@@ -173,6 +173,17 @@ START_TEST(bad_requests_change_nothing)
     ck_assert_str_eq(err.msg, "keys.user: must be at most 256 bytes");
     ck_assert_int_eq(tu_acquire_err(lim, "user=a\tb", 1, S(0), &err), RL_EINVAL);
     ck_assert_str_eq(err.msg, "keys.user: must not hold control characters");
+    /* keys are checked eight bytes at a time: a control character or DEL anywhere in a long key,
+     * and bytes above 0x7f next to 0x7e (a carry must not hide or invent one) */
+    static const char *const bad[] = {"user=abcdefghijklmn\x1fp", "user=abcdefgh\x7fjklmnopq",
+                                      "user=\x01" "bcdefghijklmnopqrstuvw", "user=abcdefg\x7f"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        ck_assert_int_eq(tu_acquire_err(lim, bad[i], 1, S(0), &err), RL_EINVAL);
+        ck_assert_str_eq(err.msg, "keys.user: must not hold control characters");
+    }
+    rl_decision dd;
+    ck_assert(tu_acquire_ex(lim, "user=\xff\x7e\xff\x7e abcdefghijklmn\x80\x20~", 1, S(0),
+                            RL_DRY_RUN, 0, &dd));
     ck_assert_int_eq(tu_acquire_err(lim, "user=u1,user=u2", 1, S(0), &err), RL_EINVAL);
     ck_assert_str_eq(err.msg, "keys.user: given twice");
     ck_assert_int_eq(tu_acquire_err(lim, "user=u1", 0, S(0), &err), RL_EINVAL);

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "core/core.h"
 #include "testutil.h"
 
 #define NEVER (-1.0)
@@ -289,6 +290,36 @@ START_TEST(v2_evaluation_stateless)
 }
 END_TEST
 
+/* The precomputed reciprocal divides exactly as the division does, at the edges of every
+ * divisor (0, 1, d - 1, d, d + 1, 2^64 - 1) and at pseudo-random numerators. */
+START_TEST(reciprocal_division_is_exact)
+{
+    uint64_t ds[64] = {1, 2, 3, 5, 7, 10, 1000000, 1000000000, 999999937, 6700417,
+                       (uint64_t)1 << 63, ((uint64_t)1 << 63) + 1, UINT64_MAX, UINT64_MAX - 1,
+                       ((uint64_t)1 << 32) - 1, ((uint64_t)1 << 32) + 1};
+    uint64_t x = 0x9e3779b97f4a7c15ull;
+    for (int i = 16; i < 64; i++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        ds[i] = (x >> (x % 60)) | 1;
+    }
+    for (int i = 0; i < 64; i++) {
+        uint64_t d = ds[i];
+        rl__recip r = rl__recip_make(d);
+        uint64_t ns[7] = {0, 1, d - 1, d, d + 1, UINT64_MAX, UINT64_MAX - d};
+        for (int k = 0; k < 2007; k++) {
+            uint64_t n = k < 7 ? ns[k] : (x ^= x << 13, x ^= x >> 7, x ^= x << 17, x);
+            if (k >= 7 && k % 3 == 0)
+                n >>= x % 64;
+            ck_assert_msg(rl__recip_div(&r, n) == n / d, "%llu / %llu", (unsigned long long)n,
+                          (unsigned long long)d);
+            rl__u128 wide = (rl__u128)n * 3;
+            ck_assert_int_eq(rl__recip_ceil(&r, wide), rl__ceil_div(wide, d));
+            ck_assert_int_eq(rl__recip_ceil(&r, n), rl__ceil_div(n, d));
+        }
+    }
+}
+END_TEST
+
 /* The same refill in doubles, as a naive implementation would compute it, is short of a token:
  * this is why the core counts in integers. */
 START_TEST(naive_doubles_would_deny)
@@ -411,6 +442,7 @@ Suite *rules_suite(void)
     tcase_add_loop_test(tc, v2_evaluation, 0, (int)(sizeof ecases / sizeof ecases[0]));
     tcase_add_test(tc, v2_evaluation_stateless);
     tcase_add_test(tc, naive_doubles_would_deny);
+    tcase_add_test(tc, reciprocal_division_is_exact);
     tcase_add_test(tc, waiting_retry_after_is_enough);
     tcase_add_test(tc, default_names);
     tcase_add_test(tc, status_fields);

@@ -80,6 +80,55 @@ static inline rl_ns rl__ceil_div(rl__u128 a, uint64_t b)
     return q >= (rl__u128)RL_WAIT_NEVER ? RL_WAIT_NEVER : (rl_ns)q;
 }
 
+/* Division by a divisor fixed in advance (a rule's rate), exact for every 64-bit numerator:
+ * a multiplication by a precomputed reciprocal and a shift instead of a division, which costs
+ * several times more (the round-up method with an add step, Granlund and Montgomery 1994). */
+typedef struct rl__recip {
+    uint64_t magic; /* 0: d is a power of two, shift only */
+    uint8_t shift;
+    uint8_t add;    /* the 65-bit reciprocal: one more step */
+    uint64_t d;
+} rl__recip;
+
+/* The reciprocal of d > 0. */
+static inline rl__recip rl__recip_make(uint64_t d)
+{
+    rl__recip r = {0, (uint8_t)(63 - __builtin_clzll(d)), 0, d};
+    if ((d & (d - 1)) == 0)
+        return r;
+    rl__u128 num = (rl__u128)1 << (64 + r.shift);
+    uint64_t m = (uint64_t)(num / d), rem = (uint64_t)(num % d);
+    if (d - rem >= (uint64_t)1 << r.shift) {
+        uint64_t twice = rem + rem;
+        m += m;
+        if (twice >= d || twice < rem)
+            m += 1;
+        r.add = 1;
+    }
+    r.magic = m + 1;
+    return r;
+}
+
+/* n / r->d. */
+static inline uint64_t rl__recip_div(const rl__recip *r, uint64_t n)
+{
+    if (r->magic == 0)
+        return n >> r->shift;
+    uint64_t q = (uint64_t)(((rl__u128)r->magic * n) >> 64);
+    if (r->add)
+        return (((n - q) >> 1) + q) >> r->shift;
+    return q >> r->shift;
+}
+
+/* ceil(a / r->d), saturated at RL_WAIT_NEVER. */
+static inline rl_ns rl__recip_ceil(const rl__recip *r, rl__u128 a)
+{
+    if ((uint64_t)(a >> 64) != 0 || (uint64_t)a == 0)
+        return rl__ceil_div(a, r->d);
+    uint64_t q = rl__recip_div(r, (uint64_t)a - 1) + 1;
+    return q >= (uint64_t)RL_WAIT_NEVER ? RL_WAIT_NEVER : (rl_ns)q;
+}
+
 /* a + b for a, b >= 0, saturated at RL_WAIT_NEVER. */
 static inline rl_ns rl__add_sat(rl_ns a, rl_ns b)
 {

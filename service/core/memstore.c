@@ -307,6 +307,8 @@ typedef struct run {
     uint32_t h[RL_MAX_APPLIED];
     uint32_t idx[RL_MAX_APPLIED]; /* RL__NONE: no record (yet) */
     int several;                  /* a level has several keys (a request of items) */
+    int holds;                    /* a rule that takes holds slots (a reservation is needed) */
+    int missing;                  /* a rule that takes has no record of its type yet */
     uint8_t takes[RL_MAX_APPLIED]; /* takes when the request is allowed (a shadow rule: fits) */
     rl_eval ev[RL_MAX_APPLIED];
 } run;
@@ -382,9 +384,14 @@ static int evaluate_all(run *x)
         const rl_rule *r = a->rule;
         a->wait = r->type->evaluate(r->params, state_of(x, i), a->key, a->keylen, plan->now,
                                     plan->items[i].need, &x->ev[i]);
+        a->has_status = r->type->report != NULL;
         a->shadow_denied = (plan->items[i].mode & RL_ITEM_SHADOW) && a->wait != 0;
         x->takes[i] = (uint8_t)rl_plan_item_takes(plan, i, a->wait);
         allowed &= a->wait == 0 || !rl_plan_item_blocks(plan, i);
+        if (x->takes[i] && r->type->state_size) {
+            x->holds |= (r->type->flags & RL_RULE_HOLDS) != 0;
+            x->missing |= x->idx[i] == RL__NONE || !code_is(x->seg[i]->r[x->idx[i]].type, r);
+        }
     }
     return allowed;
 }
@@ -492,10 +499,7 @@ static void make_room(mem_store *ms, rl_ns now)
 /* Records the takes as a reservation when the plan asks for one or a rule holds slots. */
 static int reserve(run *x, rl_err *err)
 {
-    int holds = 0;
-    for (size_t i = 0; i < x->plan->n; i++)
-        holds |= x->takes[i] && (x->d->applied[i].rule->type->flags & RL_RULE_HOLDS) != 0;
-    if (!holds && !(x->plan->flags & RL_RESERVE))
+    if (!x->holds && !(x->plan->flags & RL_RESERVE))
         return RL_OK;
     resv *rv = resv_new(x->plan, x->d, x->takes, x->ms->cfg->reservation_ttl);
     if (!rv)
@@ -545,8 +549,7 @@ static void report_all(run *x, int locked)
     for (size_t i = 0; i < x->plan->n; i++) {
         rl_applied *a = &x->d->applied[i];
         const rl_rule_type *t = a->rule->type;
-        a->has_status = t->report != NULL;
-        if (a->has_status && ((t->flags & RL_RULE_EVAL_IN_STATE) != 0) == locked)
+        if (t->report && ((t->flags & RL_RULE_EVAL_IN_STATE) != 0) == locked)
             t->report(a->rule->params, &x->ev[i], x->plan->now, &a->st);
     }
 }
@@ -559,6 +562,8 @@ static int ms_decide(void *cls, const rl_plan *plan, rl_decision *d, rl_err *err
     x.d = d;
     x.nlocked = 0;
     x.several = 0;
+    x.holds = 0;
+    x.missing = 0;
     if (x.ms->max_keys && !(plan->flags & RL_DRY_RUN) &&
         __atomic_load_n(&x.ms->nkeys, __ATOMIC_RELAXED) + plan->n > x.ms->max_keys)
         make_room(x.ms, plan->now);
@@ -566,7 +571,8 @@ static int ms_decide(void *cls, const rl_plan *plan, rl_decision *d, rl_err *err
     lock_and_find(&x);
     int rc = RL_OK;
     if (evaluate_all(&x) && !(plan->flags & RL_DRY_RUN)) {
-        rc = make_records(&x, err);
+        if (x.missing)
+            rc = make_records(&x, err);
         if (rc == RL_OK)
             rc = reserve(&x, err);
         if (rc == RL_OK)

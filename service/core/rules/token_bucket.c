@@ -18,6 +18,7 @@ typedef struct tb_params {
     rl_fp capacity;
     rl_fp rate;   /* per second */
     rl_ns window; /* time to refill from empty, computed once */
+    rl__recip per_rate; /* divides by rate (computed once) */
 } tb_params;
 
 typedef struct tb_state {
@@ -58,7 +59,7 @@ static rl_ns time_to(const tb_params *p, const tb_state *s, rl_fp target)
         return 0;
     rl__u128 need = (rl__u128)(uint64_t)(s->used - target) * (uint64_t)RL_NS_PER_SEC -
                     (uint64_t)s->frac;
-    return rl__ceil_div(need, (uint64_t)p->rate);
+    return rl__recip_ceil(&p->per_rate, need);
 }
 
 /* The evaluation: the state brought to max(now, last). */
@@ -138,6 +139,7 @@ static int tb_prepare(void *pp, char *err, size_t errlen)
     (void)errlen;
     p->window = rl__ceil_div((rl__u128)(uint64_t)p->capacity * (uint64_t)RL_NS_PER_SEC,
                              (uint64_t)p->rate);
+    p->per_rate = rl__recip_make((uint64_t)p->rate);
     return 0;
 }
 

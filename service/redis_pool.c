@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 #include "redis_pool.h"
-#include "redis_scripts.h"
+#include "redis_lua.h"
 
 #define BACKOFF_MIN (50 * 1000000LL)
 #define BACKOFF_MAX (2000 * 1000000LL)
@@ -41,10 +41,9 @@ struct rld_pool {
     uint64_t errors;
     char last_error[256];
     char sha[RLD_NSCRIPTS][41];
-    /* Redis Functions: the library (header and rld_lua_library), its function names, and
-     * whether to use them: 1 yes (until Redis refuses), 0 no (EVALSHA only), under mu */
-    char *library;
-    char fname[RLD_NSCRIPTS][40];
+    /* the scripts and the Functions library (set before the first call), and whether to use
+     * Functions: 1 yes (until Redis refuses), 0 no (EVALSHA only), an atomic */
+    rld_lua lua;
     int functions;
     /* the primary: addr's without sentinels; with, the one they named last (under mu) */
     char host[256];
@@ -58,20 +57,6 @@ struct rld_pool {
     pthread_t watcher;
     int watching;
     int wake[2];
-};
-
-/* The scripts in the Functions library (the others are small and run with EVALSHA). */
-static const int in_library[RLD_NSCRIPTS] = {
-    [RLD_SCRIPT_DECIDE] = 1, [RLD_SCRIPT_SETTLE] = 1, [RLD_SCRIPT_RELEASE] = 1,
-    [RLD_SCRIPT_DUE] = 1};
-static const char *const fn_suffix[RLD_NSCRIPTS] = {
-    [RLD_SCRIPT_DECIDE] = "decide", [RLD_SCRIPT_SETTLE] = "settle",
-    [RLD_SCRIPT_RELEASE] = "release", [RLD_SCRIPT_DUE] = "due"};
-
-static const char *const script_text[RLD_NSCRIPTS] = {
-    [RLD_SCRIPT_DECIDE] = rld_lua_decide,       [RLD_SCRIPT_SETTLE] = rld_lua_settle,
-    [RLD_SCRIPT_RELEASE] = rld_lua_release,     [RLD_SCRIPT_DUE] = rld_lua_due,
-    [RLD_SCRIPT_HEARTBEAT] = rld_lua_heartbeat, [RLD_SCRIPT_QUOTA] = rld_lua_quota,
 };
 
 
@@ -187,26 +172,11 @@ int rld_pool_new(const rld_redis_addr *addr, int timeout_ms, int size, rld_pool 
         free(p);
         return rl_errf(err, RL_ENOMEM, "out of memory");
     }
-    /* the library's version: FNV-1a of its text, so that ratelimitd builds with different
-     * scripts sharing one Redis each load and call their own */
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (const char *c = rld_lua_library; *c; c++)
-        h = (h ^ (unsigned char)*c) * 0x100000001b3ull;
-    char head[128];
-    int hn = snprintf(head, sizeof head, "#!lua name=ratelimitd_%016llx\nlocal V = '%016llx'\n",
-                      (unsigned long long)h, (unsigned long long)h);
-    size_t blen = strlen(rld_lua_library);
-    if (!(p->library = malloc((size_t)hn + blen + 1))) {
+    if (rld_lua_build(NULL, &p->lua) != RL_OK) {
         free(p->conns);
         free(p);
         return rl_errf(err, RL_ENOMEM, "out of memory");
     }
-    memcpy(p->library, head, (size_t)hn);
-    memcpy(p->library + hn, rld_lua_library, blen + 1);
-    for (int i = 0; i < RLD_NSCRIPTS; i++)
-        if (in_library[i])
-            snprintf(p->fname[i], sizeof p->fname[i], "rld_%016llx_%s", (unsigned long long)h,
-                     fn_suffix[i]);
     p->functions = 0;
     p->addr = *addr;
     if (addr->sentinel.n == 0) {
@@ -251,7 +221,7 @@ void rld_pool_free(rld_pool *p)
         if (p->conns[i].c)
             redisFree(p->conns[i].c);
     free(p->conns);
-    free(p->library);
+    rld_lua_free(&p->lua);
     pthread_mutex_destroy(&p->mu);
     pthread_cond_destroy(&p->cv);
     free(p);
@@ -266,6 +236,19 @@ void rld_pool_use_functions(rld_pool *p, int on)
 int rld_pool_functions(rld_pool *p)
 {
     return __atomic_load_n(&p->functions, __ATOMIC_RELAXED);
+}
+
+int rld_pool_set_ports(rld_pool *p, const char *ports, rl_err *err)
+{
+    rld_lua l;
+    if (rld_lua_build(ports, &l) != RL_OK)
+        return rl_errf(err, RL_ENOMEM, "out of memory");
+    pthread_mutex_lock(&p->mu);
+    rld_lua_free(&p->lua);
+    p->lua = l;
+    memset(p->sha, 0, sizeof p->sha); /* other texts, other SHA1s */
+    pthread_mutex_unlock(&p->mu);
+    return RL_OK;
 }
 
 int rld_pool_up(rld_pool *p)
@@ -753,7 +736,7 @@ static void sha_get(rld_pool *p, rld_script s, char out[41])
 static int load_script(rld_pool *p, redisContext *c, rld_script s, rl_ns deadline, char sha[41],
                        int *link_failed, rl_err *err)
 {
-    const char *argv[3] = {"SCRIPT", "LOAD", script_text[s]};
+    const char *argv[3] = {"SCRIPT", "LOAD", p->lua.script[s]};
     redisReply *r = send_argv(c, deadline, 3, argv, NULL);
     if (!r) {
         *link_failed = 1;
@@ -780,7 +763,7 @@ static int load_script(rld_pool *p, redisContext *c, rld_script s, rl_ns deadlin
 static int load_library(rld_pool *p, redisContext *c, rl_ns deadline, int *link_failed,
                         rl_err *err)
 {
-    const char *argv[3] = {"FUNCTION", "LOAD", p->library};
+    const char *argv[3] = {"FUNCTION", "LOAD", p->lua.library};
     redisReply *r = send_argv(c, deadline, 3, argv, NULL);
     if (!r) {
         *link_failed = 1;
@@ -816,12 +799,12 @@ static int run(rld_pool *p, pconn *pc, int s, int argc, const char **av, size_t 
     *reply = NULL;
     *link_failed = *reset = 0;
     for (int attempt = 0; attempt < 4; attempt++) {
-        int fn = s >= 0 && in_library[s] && rld_pool_functions(p);
+        int fn = s >= 0 && p->lua.fname[s][0] && rld_pool_functions(p);
         if (fn) {
             av[0] = "FCALL";
-            av[1] = p->fname[s];
+            av[1] = p->lua.fname[s];
             al[0] = 5;
-            al[1] = strlen(p->fname[s]);
+            al[1] = strlen(p->lua.fname[s]);
         } else if (s >= 0) {
             if (!sha[0] && !reloaded) /* after NOSCRIPT the pool's SHA1 is stale: load */
                 sha_get(p, (rld_script)s, sha);

@@ -106,6 +106,11 @@ int rld_pool_exec(rld_pool *p, int s, int nkeys, int argc, const char **argv,
 void rld_pool_use_functions(rld_pool *p, int on);
 int rld_pool_functions(rld_pool *p);
 
+/* Puts the plug-ins' rule type ports (Lua text, see redis_lua.h; NULL or "" for none) into the
+ * scripts and the library. Call it before the first call that runs a script (the texts are read
+ * without the pool's lock). RL_OK, or RL_ENOMEM leaving the scripts as they were. */
+int rld_pool_set_ports(rld_pool *p, const char *ports, rl_err *err);
+
 /* 1 while the link is up (the last attempt reached Redis), 0 while it is down. */
 int rld_pool_up(rld_pool *p);
 /* Calls that failed because of the store (including those refused at once while down). */

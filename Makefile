@@ -22,6 +22,8 @@ BUILD   ?= build$(if $(SANITIZE),-$(subst $(comma),-,$(SANITIZE)))
 WARN := -std=c11 -Wall -Wextra -Wpedantic -Wshadow -Wstrict-prototypes -Wmissing-prototypes \
         -Wpointer-arith -Wformat=2 -Wvla -Werror
 BASE_CPPFLAGS := -D_DEFAULT_SOURCE -Iinclude -MMD -MP
+# generated headers (redis_args.h) for the service and the tests
+GEN_CPPFLAGS := -I$(BUILD)/gen
 ifneq ($(SANITIZE),)
   SAN := -fsanitize=$(SANITIZE) -fno-sanitize-recover=all -fno-omit-frame-pointer
 endif
@@ -85,36 +87,51 @@ $(PB_DIR)/%.pb-c.o: $(PB_DIR)/%.pb-c.c | $(PB_H)
 $(BUILD)/service/%.o: service/%.c | $(PB_H)
 	@mkdir -p $(dir $@)
 	$(call say,CC,$<)
-	$(Q)$(CC) $(BASE_CPPFLAGS) -Iservice $(SVC_CFLAGS) $(ALL_CFLAGS) -c $< -o $@
+	$(Q)$(CC) $(BASE_CPPFLAGS) $(GEN_CPPFLAGS) -Iservice $(SVC_CFLAGS) $(ALL_CFLAGS) -c $< -o $@
 
 # The Redis store's Lua scripts, embedded as C arrays (an array, not a string literal: ISO C
-# only promises string literals of 4095 bytes). Each script is lib.lua followed by its own file.
-# rld_lua_library is the same as one Redis Functions library: lib.lua and the scripts that use it
-# as functions, made on their first call (redis_pool.c puts the name and version in front).
+# only promises string literals of 4095 bytes). rld_lua_lib is lib.lua, rld_lua_ports each rule
+# type's port (service/core/rules/*.lua); each script's body is its Lua offsets (from args.def)
+# and its own file. redis_lua.c puts them together, with the plug-ins' ports after the built-in
+# ones, as plain scripts and as one Redis Functions library.
 LUA_WITH_LIB := decide settle release due
 LUA_PLAIN    := heartbeat quota
-$(BUILD)/gen/redis_scripts.c: $(wildcard service/redis/*.lua) Makefile
+LUA_RULES    := $(sort $(wildcard service/core/rules/*.lua))
+LUA_ARGS     := service/redis/args.def
+lua_array = echo "const char $(1)[] = {"; cat $(2) | od -An -v -tx1 | \
+    sed -e 's/ \([0-9a-f][0-9a-f]\)/0x\1,/g'; echo '0};';
+# A script's Lua offsets: local A_NOW, ..., A_FIELDS = 1, ..., n (and I_ for its items).
+lua_args = awk -v s=$(1) '$$1 == s || $$1 == s "_item" { p = $$1 == s ? "A_" : "I_"; n = ""; \
+    v = ""; for (i = 2; i <= NF; i++) { n = n p toupper($$i) ", "; v = v (i - 1) ", " } \
+    print "local " n p "FIELDS = " v (NF - 1) }' $(LUA_ARGS)
+
+$(BUILD)/gen/redis_args.h: $(LUA_ARGS) Makefile
 	@mkdir -p $(dir $@)
 	$(call say,GEN,$@)
-	$(Q){ echo '/* generated from the files in service/redis by the Makefile: do not edit */'; \
-	  echo '#include "redis_scripts.h"'; \
-	  for s in $(LUA_WITH_LIB) $(LUA_PLAIN); do \
-	    case " $(LUA_WITH_LIB) " in *" $$s "*) lib=service/redis/lib.lua ;; *) lib= ;; esac; \
-	    echo "const char rld_lua_$$s[] = {"; \
-	    cat $$lib service/redis/$$s.lua | od -An -v -tx1 | sed -e 's/ \([0-9a-f][0-9a-f]\)/0x\1,/g'; \
-	    echo '0};'; \
+	$(Q){ echo '/* generated from service/redis/args.def by the Makefile: do not edit */'; \
+	  echo '#ifndef RLD_REDIS_ARGS_H'; echo '#define RLD_REDIS_ARGS_H'; \
+	  awk '!/^#/ && NF { printf "enum {"; for (i = 2; i <= NF; i++) \
+	    printf " RLD_%s_%s,", toupper($$1), toupper($$i); printf " RLD_%s_FIELDS };\n", \
+	    toupper($$1) }' $<; echo '#endif'; } > $@.tmp && mv $@.tmp $@
+
+$(BUILD)/gen/redis_scripts.c: $(wildcard service/redis/*.lua) $(LUA_RULES) $(LUA_ARGS) Makefile
+	@mkdir -p $(dir $@)
+	$(call say,GEN,$@)
+	$(Q){ echo '/* generated from service/redis, service/core/rules by the Makefile: do not edit */'; \
+	  echo '#include <stddef.h>'; echo '#include "redis_scripts.h"'; \
+	  $(call lua_array,rld_lua_lib,service/redis/lib.lua) \
+	  for f in $(LUA_RULES); do n=$$(basename $$f .lua); \
+	    $(call lua_array,rld_lua_port_$$n,$$f) done; \
+	  echo 'const rld_lua_port rld_lua_ports[] = {'; \
+	  for f in $(LUA_RULES); do n=$$(basename $$f .lua); \
+	    sed -n "s/^register_rule('\([a-z0-9_]*\)'.*/    {\"\1\", rld_lua_port_$$n},/p" $$f; done; \
+	  echo '    {NULL, NULL}};'; \
+	  for s in $(LUA_WITH_LIB); do \
+	    { $(call lua_args,$$s); cat service/redis/$$s.lua; } > $@.$$s; \
+	    $(call lua_array,rld_lua_body_$$s,$@.$$s) rm -f $@.$$s; \
 	  done; \
-	  echo 'const char rld_lua_library[] = {'; \
-	  { echo 'local $(LUA_WITH_LIB)' | sed -e 's/ \([a-z]\)/, \1/g' -e 's/local,/local/'; \
-	    echo 'local function init()'; cat service/redis/lib.lua; \
-	    for s in $(LUA_WITH_LIB); do echo "$$s = function(KEYS, ARGV)"; cat service/redis/$$s.lua; \
-	      echo 'end'; done; \
-	    echo 'end'; \
-	    for s in $(LUA_WITH_LIB); do \
-	      echo "redis.register_function('rld_' .. V .. '_$$s', function(KEYS, ARGV)"; \
-	      echo "    if not $$s then init() end"; echo "    return $$s(KEYS, ARGV)"; echo 'end)'; \
-	    done; } | od -An -v -tx1 | sed -e 's/ \([0-9a-f][0-9a-f]\)/0x\1,/g'; \
-	  echo '0};'; } > $@.tmp && mv $@.tmp $@
+	  for s in $(LUA_PLAIN); do $(call lua_array,rld_lua_$$s,service/redis/$$s.lua) done; \
+	  true; } > $@.tmp && mv $@.tmp $@
 
 $(BUILD)/gen/redis_scripts.o: $(BUILD)/gen/redis_scripts.c
 	$(call say,CC,$<)
@@ -157,7 +174,7 @@ PLUGINS := $(PLUGIN_SRC:tests/plugins/%.c=$(BUILD)/plugins/lib%.so)
 $(BUILD)/tests/%.o: tests/%.c | $(PB_H)
 	@mkdir -p $(dir $@)
 	$(call say,CC,$<)
-	$(Q)$(CC) $(BASE_CPPFLAGS) -Iservice -Itests $(TEST_CFLAGS) $(ALL_CFLAGS) -c $< -o $@
+	$(Q)$(CC) $(BASE_CPPFLAGS) $(GEN_CPPFLAGS) -Iservice -Itests $(TEST_CFLAGS) $(ALL_CFLAGS) -c $< -o $@
 
 # Every tests/*.c that is not a test (testutil.c, redis_server.c) is linked into each test.
 TEST_HELP_OBJ := $(patsubst tests/%.c,$(BUILD)/tests/%.o,$(filter-out $(TEST_SRC),$(wildcard tests/*.c)))
@@ -214,7 +231,7 @@ $(BUILD)/tools/settings_doc: tools/settings_doc.c $(BUILD)/service/settings.o $(
 # runs bench/run.sh, which starts what it needs on free loopback ports and stops it again.
 BENCH_BUILD  := build-bench
 BENCH_CFLAGS := -O2 -g -DNDEBUG
-BENCH_BIN    := $(BUILD)/bench/bench_core $(BUILD)/bench/loadgen
+BENCH_BIN    := $(BUILD)/bench/bench_core $(BUILD)/bench/loadgen $(BUILD)/bench/lua_scripts
 
 $(BUILD)/bench/bench_core.o: bench/bench_core.c
 	@mkdir -p $(dir $@)
@@ -226,6 +243,17 @@ $(BUILD)/bench/bench_core: $(BUILD)/bench/bench_core.o $(BUILD)/service/config_j
                            $(BUILD)/librl.a
 	$(call say,LD,$@)
 	$(Q)$(CC) $^ -o $@ $(LDFLAGS_ALL) $(SVC_LIBS)
+
+# The Redis store's scripts as it sends them, for bench/lua_cost.sh.
+$(BUILD)/bench/lua_scripts.o: bench/lua_scripts.c | $(BUILD)/gen/redis_args.h
+	@mkdir -p $(dir $@)
+	$(call say,CC,$<)
+	$(Q)$(CC) $(BASE_CPPFLAGS) $(GEN_CPPFLAGS) -Iservice $(SVC_CFLAGS) $(ALL_CFLAGS) -c $< -o $@
+
+$(BUILD)/bench/lua_scripts: $(BUILD)/bench/lua_scripts.o $(BUILD)/service/redis_lua.o \
+                            $(BUILD)/gen/redis_scripts.o
+	$(call say,LD,$@)
+	$(Q)$(CC) $^ -o $@ $(LDFLAGS_ALL)
 
 $(BUILD)/bench/loadgen: bench/loadgen.c
 	@mkdir -p $(dir $@)
@@ -338,9 +366,16 @@ settings-doc: deps-quiet
 # Test objects are kept (not removed as intermediates), so a second make rebuilds nothing.
 .SECONDARY: $(TEST_HELP_OBJ) $(TEST_SRC:tests/%.c=$(BUILD)/tests/%.o) $(PB_C) $(PB_H)
 
+# Every object of the service and the tests may include the generated argument indices.
+$(SVC_LIB_OBJ) $(BUILD)/service/main.o $(TEST_SRC:tests/%.c=$(BUILD)/tests/%.o): \
+    | $(BUILD)/gen/redis_args.h
+
 # The core must compile with nothing but include/ and the C library on its include path: a
 # copy of the system include directory without the HTTP, JSON, Redis and test libraries.
 MULTIARCH := $(shell $(CC) -print-multiarch 2>/dev/null)
+# Files of the service that may name rule types: rls_yaml.c translates envoyproxy/ratelimit's
+# configuration, whose algorithm names map onto rule types.
+NAMES_ALLOWED := service/rls_yaml.c
 check-core:
 	@rm -rf $(BUILD)/sysinc && mkdir -p $(BUILD)/sysinc
 	@for e in /usr/include/*; do case $${e##*/} in \
@@ -352,9 +387,16 @@ check-core:
 	        -fsyntax-only $$f || exit 1; \
 	done; echo "check-core: the core compiles without HTTP, JSON or Redis headers"
 	@names=$$(sed -n 's/.*\.name = "\([a-z_]*\)".*/\1/p' service/core/rules/*.c | paste -sd'|'); \
-	if grep -nwE "$$names" $(filter-out service/core/rules/%,$(CORE_SRC)) service/core/*.h; then \
-	    echo "check-core: a rule type is named outside its own file (above)"; exit 1; fi; \
-	echo "check-core: no rule type ($$names) is named outside service/core/rules/"
+	tags=$$(sed -n 's/.*\.tag = "\([a-z0-9_]*\)".*/\1/p' service/core/rules/*.c | paste -sd'|'); \
+	if grep -nwE "$$names" $(filter-out service/core/rules/%,$(CORE_SRC)) service/core/*.h \
+	    $(filter-out $(NAMES_ALLOWED),$(wildcard service/*.c)); then \
+	    echo "check-core: a rule type is named outside its own files (above)"; exit 1; fi; \
+	if grep -nE "[\"']($$tags)[\"'|]" $(filter-out $(NAMES_ALLOWED),$(wildcard service/*.c)) \
+	    service/*.h service/redis/*.lua; then \
+	    echo "check-core: a rule type's Redis tag is named outside its own files (above)"; \
+	    exit 1; fi; \
+	echo "check-core: no rule type ($$names) nor its Redis tag ($$tags) is named outside" \
+	    "service/core/rules/"
 	@if grep -n CLOCK_REALTIME $(filter-out service/main.c service/log.c,$(wildcard service/*.c)); then \
 	    echo "check-core: the wall clock is read outside service/main.c (above)"; exit 1; fi; \
 	echo "check-core: only service/main.c reads the wall clock for decisions (log.c for log lines)"

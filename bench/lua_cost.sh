@@ -4,11 +4,12 @@
 #   bench/lua_cost.sh [N]        (N calls per case, default 50000)
 #
 # Starts a redis-server of its own on a free loopback port (no persistence), loads the decision
-# script as the store builds it (service/redis/lib.lua followed by decide.lua), replays one
-# EVALSHA per case with redis-benchmark (keys spread over 100,000 values with __rand_int__,
-# Redis's own clock, the arguments laid out as service/redis_store.c lays them out), and prints
+# script as the store builds it (build/bench/lua_scripts prints it: lib.lua, the rule types'
+# ports, decide.lua), replays one EVALSHA per case with redis-benchmark (keys spread over 100,000
+# values with __rand_int__, Redis's own clock, the arguments in the order service/redis/args.def
+# gives, as service/redis_store.c writes them), and prints
 # Redis's usec_per_call of EVALSHA for each case from INFO commandstats, plus used_memory per
-# state key. Also the cost of the library alone (lib.lua + "return 1"). Each case runs with
+# state key. Also the cost of the library alone (the lib + "return 1"). Each case runs with
 # EVALSHA, then (on Redis 7) as FCALL of the same scripts loaded as a Functions library, as the
 # store calls them there. Asserts nothing.
 #
@@ -24,6 +25,8 @@ CONNS=16
 for tool in redis-server redis-cli redis-benchmark; do
     command -v "$tool" >/dev/null || { echo "lua_cost: $tool is missing: run make deps" >&2; exit 1; }
 done
+make -s --no-print-directory -C "$ROOT" build/bench/lua_scripts >&2
+LS=$ROOT/build/bench/lua_scripts
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/rlluacost.XXXXXX")
 port=
 for _ in $(seq 50); do
@@ -41,21 +44,15 @@ for _ in $(seq 100); do
 done
 cli() { redis-cli -p "$port" "$@"; }
 
-R=$ROOT/service/redis
-cat "$R/lib.lua" "$R/decide.lua" >"$TMP/decide.lua"
-{ cat "$R/lib.lua"; echo "return 1"; } >"$TMP/libonly.lua"
+"$LS" decide >"$TMP/decide.lua"
+{ "$LS" lib; echo "return 1"; } >"$TMP/libonly.lua"
 SHA=$(cli -x script load <"$TMP/decide.lua")
 LIBSHA=$(cli -x script load <"$TMP/libonly.lua")
-# the Functions library as the Makefile builds it (when this Redis has Functions)
+# the Functions library as the store loads it (when this Redis has Functions)
 FN=
-if [ -f "$R/decide.lua" ] && cli function list >/dev/null 2>&1; then
-    { echo '#!lua name=rld_lua_cost'; echo "local V = 'cost'"; echo 'local decide'
-      echo 'local function init()'; cat "$R/lib.lua"; echo 'decide = function(KEYS, ARGV)'
-      cat "$R/decide.lua"; echo 'end'; echo 'end'
-      echo "redis.register_function('rld_cost_decide', function(KEYS, ARGV)"
-      echo '    if not decide then init() end'; echo '    return decide(KEYS, ARGV)'; echo 'end)'
-    } >"$TMP/library.lua"
-    cli -x function load replace <"$TMP/library.lua" >/dev/null 2>&1 && FN=rld_cost_decide
+if cli function list >/dev/null 2>&1; then
+    "$LS" library >"$TMP/library.lua"
+    cli -x function load replace <"$TMP/library.lua" >/dev/null 2>&1 && FN=$("$LS" fname)
 fi
 
 # usec_per_call of EVALSHA (or FCALL) after replaying "$@" N times
@@ -68,15 +65,35 @@ run() {
         awk -F'[=,]' '/^cmdstat_(evalsha|fcall):/ { printf "%.1f", $6 }'
 }
 
-# one item: tag, key index, need, cost, p1, p2 (the rule's parameters in fixed point / ns)
-item() { printf '%s\n' "$1" "$2" 1000000 1000000 "$3" "$4" '' ''; }
+# the fields of an argument list of service/redis/args.def, in order
+fields() {
+    awk -v l="$1" '$1 == l { for (i = 2; i <= NF; i++) print $i }' "$ROOT/service/redis/args.def"
+}
+mapfile -t HEAD_FIELDS < <(fields decide)
+mapfile -t ITEM_FIELDS < <(fields decide_item)
 
-decide() { # keys... -- items (as from item): "EVALSHA µs FCALL µs"
-    local -a keys=() args=()
+# one item: tag, key index, p1, p2 (the rule's parameters in fixed point / ns, in its port's
+# order), cost 1
+item() {
+    local -A v=([tag]=$1 [key]=$2 [need]=1000000 [cost]=1000000 [wait]='' [record]='')
+    local f
+    for f in "${ITEM_FIELDS[@]}"; do printf '%s\n' "${v[$f]}"; done
+    printf '%s\n' "$3" "$4"
+}
+
+# a decision's arguments before its items
+decide_head() {
+    local -A v=([now]='' [dry]=0 [cost]=1000000 [reservation_ttl]=60000000000 [floor_ms]=0
+                [hold_ms]=120000 [id]='' [reserve]=0 [modes]='' [items]=$1)
+    local f
+    for f in "${HEAD_FIELDS[@]}"; do printf '%s\n' "${v[$f]}"; done
+}
+
+decide() { # keys... -- items (as from item, one state key each): "EVALSHA µs FCALL µs"
+    local -a keys=() args=() tail=()
     while [ "$1" != -- ]; do keys+=("$1"); shift; done
     shift
-    mapfile -t args < <(for a in "$@"; do printf '%s\n' "$a"; done)
-    local tail=('' 0 1000000 60000000000 0 120000 '' $((${#args[@]} / 8)) "${args[@]}")
+    mapfile -t tail < <(decide_head "${#keys[@]}"; for a in "$@"; do printf '%s\n' "$a"; done)
     cli flushall >/dev/null
     printf 'evalsha %s' "$(run EVALSHA "$SHA" "${#keys[@]}" "${keys[@]}" "${tail[@]}")"
     if [ -n "$FN" ]; then
@@ -113,10 +130,9 @@ echo "concurrency_x3_usec_per_call: $(three cc 100000000 1000000000 10000000000 
 # used_memory per state key: one token bucket key per user, 100,000 users, partly empty
 cli flushall >/dev/null
 m0=$(cli info memory | tr -d '\r' | awk -F: '/^used_memory:/ { print $2 }')
-mapfile -t items < <(item tb 1 100000000 1000)
+mapfile -t items < <(decide_head 1; item tb 1 100000000 1000)
 redis-benchmark -p "$port" -c "$CONNS" -n 300000 -r 100000 -q EVALSHA "$SHA" 1 \
-    'rl:user:0:user-__rand_int__' '' 0 1000000 60000000000 0 120000 '' 1 "${items[@]}" \
-    >/dev/null 2>&1
+    'rl:user:0:user-__rand_int__' "${items[@]}" >/dev/null 2>&1
 m1=$(cli info memory | tr -d '\r' | awk -F: '/^used_memory:/ { print $2 }')
 k=$(cli dbsize)
 echo "state_keys: $k"

@@ -47,7 +47,7 @@ extern "C" {
 
 /* Version of this interface; a plug-in is handed the version the host implements. A type
  * declares the version it was written against in api_version: 1 (wait, take, status) or 2
- * (evaluate, commit, report). */
+ * (evaluate, commit, report, and the Redis port). */
 #define RL_RULE_API_VERSION 2
 
 typedef int64_t rl_ns; /* nanoseconds */
@@ -127,6 +127,20 @@ typedef union rl_eval {
     long double ld;
 } rl_eval;
 
+/* What the Redis store needs to keep a rule type's state in Redis: its port, a Lua file that
+ * registers the type under tag in the store's scripts (docs/redis.md, "A rule type's Redis
+ * port"), and the parameters the store sends it. A type without state needs none: the store
+ * decides it in C. */
+typedef struct rl_rule_redis {
+    const char *tag;           /* the port's name in the scripts: [a-z0-9_], unique */
+    const char *const *params; /* the parameters sent to the port, by name, in order; each of a
+                                * kind held in 64 bits (not RL_PARAM_STRINGS) */
+    size_t nparams;
+    unsigned layout; /* the version of the state's binary layout in Redis, as the port says */
+    const char *lua; /* a plug-in's port, its Lua text; NULL for the built-in types, whose ports
+                      * are built into the store (service/core/rules/<type>.lua) */
+} rl_rule_redis;
+
 /* Flags of a rule type. */
 #define RL_RULE_UNIT_REQUESTS 0x1u /* default unit is "requests" (one per request) */
 #define RL_RULE_HOLDS 0x2u         /* a take holds something until release (concurrency) */
@@ -197,11 +211,16 @@ typedef struct rl_rule_type {
     /* Fills every field of st, next included, from ev after the decision (committed or not).
      * now is the time evaluate was given. NULL for rules that report nothing (a deny list). */
     void (*report)(const void *params, const rl_eval *ev, rl_ns now, rl_rule_status *st);
+
+    /* The Redis port (version 2); NULL when the type has none (a type with state then cannot be
+     * used with the Redis store). */
+    const rl_rule_redis *redis;
 } rl_rule_type;
 
 /* Adds a rule type to the registry. The type struct must outlive the registry. Returns 0, or
- * -1 when the name is taken, the registry is full, the API version is newer than the host's or
- * the type is malformed. */
+ * -1 when the name (or the Redis port's tag) is taken, the registry is full, the API version is
+ * newer than the host's or the type is malformed (a Redis port naming a parameter the type does
+ * not have, or one of RL_PARAM_STRINGS, or a tag not of [a-z0-9_], 1 to 32 characters). */
 int rl_register_rule_type(rl_registry *reg, const rl_rule_type *type);
 
 /* Looks key up in a loaded string list. Returns 1 when present, 0 otherwise. */

@@ -33,7 +33,7 @@ int rld_fleet_open(const rld_settings *set, int manual_clock, rl_store **store, 
     rld_fleet *f = calloc(1, sizeof *f);
     if (!f)
         return rl_errf(err, RL_ENOMEM, "out of memory");
-    int rc = rld_redis_parse_url(set->redis_url, &f->addr, err);
+    int rc = rld_redis_store_addr(set, &f->addr, err);
     if (rc == RL_OK)
         rc = rld_redis_store_open(set, manual_clock, &f->top, &f->redis, err);
     if (rc != RL_OK) {
@@ -91,6 +91,11 @@ void rld_fleet_free(rld_fleet *f)
 void rld_fleet_describe(const rld_fleet *f, char *buf, size_t len)
 {
     int v6 = strchr(f->addr.host, ':') != NULL;
+    if (f->addr.sentinel.n) {
+        snprintf(buf, len, "redis store via %zu sentinels (primary \"%s\")/%d, prefix \"%s\"",
+                 f->addr.sentinel.n, f->addr.sentinel.master, f->addr.db, f->prefix);
+        return;
+    }
     snprintf(buf, len, "redis store %s%s%s:%d/%d, prefix \"%s\"", v6 ? "[" : "", f->addr.host,
              v6 ? "]" : "", f->addr.port, f->addr.db, f->prefix);
 }

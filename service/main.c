@@ -221,13 +221,8 @@ static int check_config(const char *path)
     free(key);
     if (rc == RL_OK && set.store == RLD_STORE_REDIS) {
         rld_redis_addr addr;
-        char why[sizeof err.msg];
-        if ((rc = rld_redis_parse_url(set.redis_url, &addr, &err)) != RL_OK) {
-            snprintf(why, sizeof why, "%s", err.msg);
-            rl_errf(&err, rc, "store.url: %s", why);
-        } else {
+        if ((rc = rld_redis_store_addr(&set, &addr, &err)) == RL_OK)
             rc = rld_redis_store_check_config(cfg, &err);
-        }
     }
     if (rc == RL_OK)
         printf("ok\n");

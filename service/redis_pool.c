@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 #include "redis_pool.h"
-#include "redis_scripts.h"
+#include "redis_lua.h"
 
 #define BACKOFF_MIN (50 * 1000000LL)
 #define BACKOFF_MAX (2000 * 1000000LL)
@@ -41,35 +41,22 @@ struct rld_pool {
     uint64_t errors;
     char last_error[256];
     char sha[RLD_NSCRIPTS][41];
-    /* Redis Functions: the library (header and rld_lua_library), its function names, and
-     * whether to use them: 1 yes (until Redis refuses), 0 no (EVALSHA only), under mu */
-    char *library;
-    char fname[RLD_NSCRIPTS][40];
+    /* the scripts and the Functions library (set before the first call), and whether to use
+     * Functions: 1 yes (until Redis refuses), 0 no (EVALSHA only), an atomic */
+    rld_lua lua;
     int functions;
     /* the primary: addr's without sentinels; with, the one they named last (under mu) */
     char host[256];
     int port;
     int resolved;         /* 0: ask the sentinels before opening the next connection */
+    char bad_host[256];   /* the primary last found unreachable or not a primary */
+    int bad_port;
     size_t next_sentinel; /* the one to ask first: the last that answered */
     uint64_t switches;
     /* with sentinels: the thread following +switch-master, woken through wake[] to stop */
     pthread_t watcher;
     int watching;
     int wake[2];
-};
-
-/* The scripts in the Functions library (the others are small and run with EVALSHA). */
-static const int in_library[RLD_NSCRIPTS] = {
-    [RLD_SCRIPT_DECIDE] = 1, [RLD_SCRIPT_SETTLE] = 1, [RLD_SCRIPT_RELEASE] = 1,
-    [RLD_SCRIPT_DUE] = 1};
-static const char *const fn_suffix[RLD_NSCRIPTS] = {
-    [RLD_SCRIPT_DECIDE] = "decide", [RLD_SCRIPT_SETTLE] = "settle",
-    [RLD_SCRIPT_RELEASE] = "release", [RLD_SCRIPT_DUE] = "due"};
-
-static const char *const script_text[RLD_NSCRIPTS] = {
-    [RLD_SCRIPT_DECIDE] = rld_lua_decide,       [RLD_SCRIPT_SETTLE] = rld_lua_settle,
-    [RLD_SCRIPT_RELEASE] = rld_lua_release,     [RLD_SCRIPT_DUE] = rld_lua_due,
-    [RLD_SCRIPT_HEARTBEAT] = rld_lua_heartbeat, [RLD_SCRIPT_QUOTA] = rld_lua_quota,
 };
 
 
@@ -185,26 +172,11 @@ int rld_pool_new(const rld_redis_addr *addr, int timeout_ms, int size, rld_pool 
         free(p);
         return rl_errf(err, RL_ENOMEM, "out of memory");
     }
-    /* the library's version: FNV-1a of its text, so that ratelimitd builds with different
-     * scripts sharing one Redis each load and call their own */
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (const char *c = rld_lua_library; *c; c++)
-        h = (h ^ (unsigned char)*c) * 0x100000001b3ull;
-    char head[128];
-    int hn = snprintf(head, sizeof head, "#!lua name=ratelimitd_%016llx\nlocal V = '%016llx'\n",
-                      (unsigned long long)h, (unsigned long long)h);
-    size_t blen = strlen(rld_lua_library);
-    if (!(p->library = malloc((size_t)hn + blen + 1))) {
+    if (rld_lua_build(NULL, &p->lua) != RL_OK) {
         free(p->conns);
         free(p);
         return rl_errf(err, RL_ENOMEM, "out of memory");
     }
-    memcpy(p->library, head, (size_t)hn);
-    memcpy(p->library + hn, rld_lua_library, blen + 1);
-    for (int i = 0; i < RLD_NSCRIPTS; i++)
-        if (in_library[i])
-            snprintf(p->fname[i], sizeof p->fname[i], "rld_%016llx_%s", (unsigned long long)h,
-                     fn_suffix[i]);
     p->functions = 0;
     p->addr = *addr;
     if (addr->sentinel.n == 0) {
@@ -249,7 +221,7 @@ void rld_pool_free(rld_pool *p)
         if (p->conns[i].c)
             redisFree(p->conns[i].c);
     free(p->conns);
-    free(p->library);
+    rld_lua_free(&p->lua);
     pthread_mutex_destroy(&p->mu);
     pthread_cond_destroy(&p->cv);
     free(p);
@@ -264,6 +236,19 @@ void rld_pool_use_functions(rld_pool *p, int on)
 int rld_pool_functions(rld_pool *p)
 {
     return __atomic_load_n(&p->functions, __ATOMIC_RELAXED);
+}
+
+int rld_pool_set_ports(rld_pool *p, const char *ports, rl_err *err)
+{
+    rld_lua l;
+    if (rld_lua_build(ports, &l) != RL_OK)
+        return rl_errf(err, RL_ENOMEM, "out of memory");
+    pthread_mutex_lock(&p->mu);
+    rld_lua_free(&p->lua);
+    p->lua = l;
+    memset(p->sha, 0, sizeof p->sha); /* other texts, other SHA1s */
+    pthread_mutex_unlock(&p->mu);
+    return RL_OK;
 }
 
 int rld_pool_up(rld_pool *p)
@@ -358,10 +343,16 @@ static void checkin(rld_pool *p, pconn *pc, int probe, int link_failed, int fail
         if (err)
             snprintf(p->last_error, sizeof p->last_error, "%.255s", err->msg);
     }
-    if (link_failed) {
+    if (link_failed && pc->gen != p->gen) {
+        /* it went to a primary that has been replaced meanwhile (a failover followed): that
+         * says nothing of the new one, whose first try the switch may just have allowed */
+    } else if (link_failed) {
         rl_ns now = rld_mono_ns();
-        if (p->addr.sentinel.n)
-            p->resolved = 0; /* the primary may have moved: ask the sentinels */
+        if (p->addr.sentinel.n) { /* the primary may have moved: ask the sentinels */
+            p->resolved = 0;
+            memcpy(p->bad_host, p->host, sizeof p->bad_host);
+            p->bad_port = p->port;
+        }
         if (p->up) {
             p->up = 0;
             p->gen++;
@@ -525,33 +516,47 @@ static redisContext *open_sentinel(rld_pool *p, size_t i, rl_ns deadline, rl_err
     return open_conn(s->host[i], s->port[i], s->user, s->pass, 0, deadline, err);
 }
 
-/* Asks the sentinels in turn, from the one that answered last, where the primary is. */
+/* Asks the sentinels in turn, from the one that answered last, where the primary is. A
+ * sentinel that still names the primary just found failed may not have heard of the failover
+ * yet (they tell each other every 2 s): the others are asked too, and that answer is taken
+ * only when none names another. */
 static int resolve(rld_pool *p, rl_ns deadline, rl_err *err)
 {
     size_t n = p->addr.sentinel.n;
+    char bad[256], found[256] = "";
+    int bad_port, found_port = 0;
     pthread_mutex_lock(&p->mu);
-    size_t first = p->next_sentinel;
+    size_t first = p->next_sentinel, found_at = first;
+    memcpy(bad, p->bad_host, sizeof bad);
+    bad_port = p->bad_port;
     pthread_mutex_unlock(&p->mu);
     int rc = rl_errf(err, RL_ESTORE, "redis: no sentinel answered within the timeout");
     for (size_t k = 0; k < n && rld_mono_ns() < deadline; k++) {
         size_t i = (first + k) % n;
         char host[256];
         int port;
-        rc = RL_ESTORE;
         redisContext *c = open_sentinel(p, i, deadline, err);
-        if (c) {
-            rc = ask_master(p, c, deadline, host, sizeof host, &port, err);
-            redisFree(c);
+        if (!c || ask_master(p, c, deadline, host, sizeof host, &port, err) != RL_OK) {
+            if (c)
+                redisFree(c);
+            continue;
         }
-        if (rc == RL_OK) {
-            pthread_mutex_lock(&p->mu);
-            p->next_sentinel = i;
-            pthread_mutex_unlock(&p->mu);
-            set_primary(p, host, port);
-            return RL_OK;
+        redisFree(c);
+        if (!found[0] || !(port == bad_port && strcmp(host, bad) == 0)) {
+            memcpy(found, host, sizeof found);
+            found_port = port;
+            found_at = i;
         }
+        if (!(port == bad_port && strcmp(host, bad) == 0))
+            break;
     }
-    return rc;
+    if (!found[0])
+        return rc;
+    pthread_mutex_lock(&p->mu);
+    p->next_sentinel = found_at;
+    pthread_mutex_unlock(&p->mu);
+    set_primary(p, found, found_port);
+    return RL_OK;
 }
 
 /* ROLE on a node the sentinels named: RL_OK when it is a primary. */
@@ -580,6 +585,7 @@ static redisContext *open_primary(rld_pool *p, rl_ns deadline, unsigned *gen, rl
     int sentinel = p->addr.sentinel.n > 0;
     pthread_mutex_lock(&p->mu);
     int known = p->resolved;
+    *gen = p->gen;
     pthread_mutex_unlock(&p->mu);
     if (sentinel && !known && resolve(p, deadline, err) != RL_OK)
         return NULL;
@@ -598,6 +604,8 @@ static redisContext *open_primary(rld_pool *p, rl_ns deadline, unsigned *gen, rl
         forget_primary(p, 0);
         pthread_mutex_lock(&p->mu);
         p->next_sentinel = (p->next_sentinel + 1) % p->addr.sentinel.n;
+        memcpy(p->bad_host, host, sizeof p->bad_host);
+        p->bad_port = port;
         pthread_mutex_unlock(&p->mu);
     }
     return c;
@@ -728,7 +736,7 @@ static void sha_get(rld_pool *p, rld_script s, char out[41])
 static int load_script(rld_pool *p, redisContext *c, rld_script s, rl_ns deadline, char sha[41],
                        int *link_failed, rl_err *err)
 {
-    const char *argv[3] = {"SCRIPT", "LOAD", script_text[s]};
+    const char *argv[3] = {"SCRIPT", "LOAD", p->lua.script[s]};
     redisReply *r = send_argv(c, deadline, 3, argv, NULL);
     if (!r) {
         *link_failed = 1;
@@ -755,7 +763,7 @@ static int load_script(rld_pool *p, redisContext *c, rld_script s, rl_ns deadlin
 static int load_library(rld_pool *p, redisContext *c, rl_ns deadline, int *link_failed,
                         rl_err *err)
 {
-    const char *argv[3] = {"FUNCTION", "LOAD", p->library};
+    const char *argv[3] = {"FUNCTION", "LOAD", p->lua.library};
     redisReply *r = send_argv(c, deadline, 3, argv, NULL);
     if (!r) {
         *link_failed = 1;
@@ -782,8 +790,8 @@ static int functions_refused(const char *e)
  * needed and again after NOSCRIPT. *link_failed: Redis could not be reached; *reset: the
  * connection was found closed (EOF or reset) rather than slow. */
 static int run(rld_pool *p, pconn *pc, int s, int argc, const char **av, size_t *al,
-               const size_t *len, rl_ns deadline, redisReply **reply, int *link_failed,
-               int *reset, rl_err *err)
+               const size_t *len, unsigned flags, rl_ns deadline, redisReply **reply,
+               int *link_failed, int *reset, rl_err *err)
 {
     char sha[41] = "";
     int rc = RL_ESTORE, loaded = 0, reloaded = 0;
@@ -791,12 +799,12 @@ static int run(rld_pool *p, pconn *pc, int s, int argc, const char **av, size_t 
     *reply = NULL;
     *link_failed = *reset = 0;
     for (int attempt = 0; attempt < 4; attempt++) {
-        int fn = s >= 0 && in_library[s] && rld_pool_functions(p);
+        int fn = s >= 0 && p->lua.fname[s][0] && rld_pool_functions(p);
         if (fn) {
             av[0] = "FCALL";
-            av[1] = p->fname[s];
+            av[1] = p->lua.fname[s];
             al[0] = 5;
-            al[1] = strlen(p->fname[s]);
+            al[1] = strlen(p->lua.fname[s]);
         } else if (s >= 0) {
             if (!sha[0] && !reloaded) /* after NOSCRIPT the pool's SHA1 is stale: load */
                 sha_get(p, (rld_script)s, sha);
@@ -811,7 +819,12 @@ static int run(rld_pool *p, pconn *pc, int s, int argc, const char **av, size_t 
             al[0] = 7;
             al[1] = 40;
         }
-        r = send_pc(pc, deadline, argc, av, al ? al : len);
+        if (flags & RLD_POOL_ASKING) {
+            const char *asking[1] = {"ASKING"};
+            if ((r = send_pc(pc, deadline, 1, asking, NULL)) != NULL)
+                freeReplyObject(r);
+        }
+        r = (flags & RLD_POOL_ASKING) && !r ? NULL : send_pc(pc, deadline, argc, av, al ? al : len);
         if (!r) {
             int e = errno;
             *link_failed = 1;
@@ -859,6 +872,10 @@ static int run(rld_pool *p, pconn *pc, int s, int argc, const char **av, size_t 
             sha[0] = '\0';
             continue;
         }
+        if (flags & RLD_POOL_REPLY_ERRORS) {
+            rc = RL_OK;
+            break;
+        }
         rc = rl_errf(err, RL_ESTORE, "redis: %.400s", r->str);
         freeReplyObject(r);
         r = NULL;
@@ -870,7 +887,7 @@ static int run(rld_pool *p, pconn *pc, int s, int argc, const char **av, size_t 
 
 /* One call: a script (s >= 0) or a plain command. */
 static int call(rld_pool *p, int s, int nkeys, int argc, const char **argv, const size_t *len,
-                redisReply **reply, rl_err *err)
+                unsigned flags, redisReply **reply, rl_err *err)
 {
     rl_ns deadline = rld_mono_ns() + p->timeout;
     pconn *pc = NULL;
@@ -916,7 +933,7 @@ static int call(rld_pool *p, int s, int nkeys, int argc, const char **argv, cons
             link_failed = 1;
             break;
         }
-        rc = run(p, pc, s, argc, av, al, len, deadline, reply, &link_failed, &reset, err);
+        rc = run(p, pc, s, argc, av, al, len, flags, deadline, reply, &link_failed, &reset, err);
         if (rc == RL_OK || !link_failed || !reset || opened || rld_mono_ns() >= deadline)
             break;
         /* a connection opened earlier was closed under us (Redis restarted, or dropped it as
@@ -936,13 +953,19 @@ static int call(rld_pool *p, int s, int nkeys, int argc, const char **argv, cons
 int rld_pool_eval(rld_pool *p, rld_script s, int nkeys, int argc, const char **argv,
                   const size_t *argvlen, redisReply **reply, rl_err *err)
 {
-    return call(p, (int)s, nkeys, argc, argv, argvlen, reply, err);
+    return call(p, (int)s, nkeys, argc, argv, argvlen, 0, reply, err);
+}
+
+int rld_pool_exec(rld_pool *p, int s, int nkeys, int argc, const char **argv,
+                  const size_t *argvlen, unsigned flags, redisReply **reply, rl_err *err)
+{
+    return call(p, s < 0 ? -1 : s, nkeys, argc, argv, argvlen, flags, reply, err);
 }
 
 int rld_pool_command(rld_pool *p, int argc, const char **argv, const size_t *argvlen,
                      redisReply **reply, rl_err *err)
 {
-    return call(p, -1, 0, argc, argv, argvlen, reply, err);
+    return call(p, -1, 0, argc, argv, argvlen, 0, reply, err);
 }
 
 int rld_pool_probe(rld_pool *p)

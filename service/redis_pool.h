@@ -91,12 +91,25 @@ int rld_pool_eval(rld_pool *p, rld_script s, int nkeys, int argc, const char **a
 int rld_pool_command(rld_pool *p, int argc, const char **argv, const size_t *argvlen,
                      redisReply **reply, rl_err *err);
 
+/* Flags of rld_pool_exec. */
+#define RLD_POOL_ASKING 1u       /* ASKING first, on the same connection (a Redis Cluster ASK) */
+#define RLD_POOL_REPLY_ERRORS 2u /* an error reply is the reply (RL_OK), not a failure */
+
+/* rld_pool_eval (s >= 0: an rld_script) or rld_pool_command (s < 0) with flags. */
+int rld_pool_exec(rld_pool *p, int s, int nkeys, int argc, const char **argv,
+                  const size_t *argvlen, unsigned flags, redisReply **reply, rl_err *err);
+
 /* Whether the store's larger scripts go as Redis Functions (FCALL of a library loaded once)
  * rather than EVALSHA: off (0) by default, on (1) when the store is configured so, and off
  * again for good when Redis refuses Functions (before Redis 7, or a user not permitted
  * FUNCTION and FCALL). A script's top level runs on every EVALSHA, the library's only once. */
 void rld_pool_use_functions(rld_pool *p, int on);
 int rld_pool_functions(rld_pool *p);
+
+/* Puts the plug-ins' rule type ports (Lua text, see redis_lua.h; NULL or "" for none) into the
+ * scripts and the library. Call it before the first call that runs a script (the texts are read
+ * without the pool's lock). RL_OK, or RL_ENOMEM leaving the scripts as they were. */
+int rld_pool_set_ports(rld_pool *p, const char *ports, rl_err *err);
 
 /* 1 while the link is up (the last attempt reached Redis), 0 while it is down. */
 int rld_pool_up(rld_pool *p);

@@ -1,18 +1,26 @@
 /*
- * redis_scripts.h - the Lua scripts of the Redis store, embedded at build time from
- * the files in service/redis (each is lib.lua followed by its own file; see the Makefile).
+ * redis_scripts.h - the Lua of the Redis store, embedded at build time (see the Makefile):
+ * the pieces that redis_lua.c puts together into the scripts and the Functions library.
  */
 #ifndef RLD_REDIS_SCRIPTS_H
 #define RLD_REDIS_SCRIPTS_H
 
-extern const char rld_lua_decide[];
-extern const char rld_lua_settle[];
-extern const char rld_lua_release[];
-extern const char rld_lua_due[];
+/* service/redis/lib.lua. */
+extern const char rld_lua_lib[];
+/* Every built-in rule type's port (service/core/rules/<type>.lua) and the tag it registers,
+ * then {NULL, NULL}. */
+typedef struct rld_lua_port {
+    const char *tag, *text;
+} rld_lua_port;
+extern const rld_lua_port rld_lua_ports[];
+/* The bodies of the scripts that use the lib: each its Lua argument offsets (args.def) and
+ * its own file. */
+extern const char rld_lua_body_decide[];
+extern const char rld_lua_body_settle[];
+extern const char rld_lua_body_release[];
+extern const char rld_lua_body_due[];
+/* Scripts on their own. */
 extern const char rld_lua_heartbeat[];
 extern const char rld_lua_quota[];
-/* decide, settle, release and due as a Functions library (without its first line, #!lua
- * name=..., nor the local V holding the version that the function names carry). */
-extern const char rld_lua_library[];
 
 #endif

@@ -1,12 +1,16 @@
 /*
- * redis_store.c - see redis_store.h. The scripts are the .lua files in service/redis.
+ * redis_store.c - see redis_store.h. The scripts are the .lua files in service/redis, with the
+ * rule types' ports (service/core/rules/<type>.lua, and the plug-ins' own) after lib.lua.
  *
- * A decision's arguments: for every applied rule with state, its key (KEYS) and its type tag,
- * amounts and two parameters as decimal strings (ARGV); a rule without state is decided here
- * and only its wait is passed, so that phase 2 still waits for it. With a reservation id, the
- * reservation's key and the index of reservations follow the state keys, and every rule the
- * reservation must remember gets a record "RH|taken|tag|slot|shard|level|key" (R: it counts
- * cost and can be settled; H: it holds slots until release).
+ * The scripts' arguments are laid out as service/redis/args.def says (redis_args.h gives their
+ * indices). A decision passes, for every applied rule with state, its key (KEYS) and its type's
+ * tag, amounts and the parameters its port takes (rl_rule_redis.params) as decimal strings
+ * (ARGV); a rule without state is decided here and only its wait is passed, so that phase 2
+ * still waits for it. With a reservation id, the reservation's key and the index of
+ * reservations follow the state keys, and every rule the reservation must remember gets a
+ * record "RH|taken|tag|slot|shard|level|key" (R: it counts cost and can be settled; H: it holds
+ * slots until release). This file names no rule type: what it knows of one comes from its
+ * rl_rule_type.
  */
 #include <pthread.h>
 #include <signal.h>
@@ -16,13 +20,18 @@
 #include <string.h>
 
 #include "fallback_store.h"
+#include "redis_args.h"
+#include "redis_scripts.h"
 #include "redis_store.h"
 
 #define GRACE_MS 60000 /* how long a reservation outlives its expiry, for housekeeping */
 #define HEARTBEAT_NS (1000 * 1000000LL)
 #define PEER_STALE_MS 3000 /* an instance silent this long is gone */
 #define FLEET_TTL_MS 10000
+#define DEFAULT_URL "redis://127.0.0.1:6379/0"
 #define EXPIRE_BATCH 100 /* reservations expired per tick at most */
+
+#define MAX_PORT_PARAMS 16
 
 /* What the store knows of a rule type, by registry index. */
 typedef struct type_info {
@@ -30,6 +39,8 @@ typedef struct type_info {
     int stateless;
     int refund; /* has refund: settling applies to it (when it counts cost) */
     int holds;
+    size_t nparams; /* the parameters its port takes, in order */
+    const rl_param_def *def[MAX_PORT_PARAMS];
 } type_info;
 
 typedef struct redis_store {
@@ -226,14 +237,13 @@ static void ab_key(const redis_store *rs, abuf *k, const char *what, const char 
         ab_cat(k, id, strlen(id));
 }
 
-/* The rule's two parameters, each shard's share of them (rl_param_share). */
-static void ab_params(abuf *a, const rl_rule *r, unsigned n)
+/* The parameters the rule's port takes, each shard's share of them (rl_param_share). */
+static void ab_params(abuf *a, const type_info *ti, const rl_rule *r, unsigned n)
 {
-    for (size_t i = 0; i < 2; i++) {
-        const rl_param_def *d = &r->type->params[i];
+    for (size_t i = 0; i < ti->nparams; i++) {
         int64_t v;
-        memcpy(&v, (const char *)r->params + d->offset, sizeof v);
-        ab_i64(a, rl_param_share(d, v, n));
+        memcpy(&v, (const char *)r->params + ti->def[i]->offset, sizeof v);
+        ab_i64(a, rl_param_share(ti->def[i], v, n));
     }
 }
 
@@ -250,44 +260,48 @@ static const type_info *info_of(const redis_store *rs, const rl_rule *r)
 
 /* ---- attach -------------------------------------------------------------------------------- */
 
-static const struct {
-    const char *name, *tag, *p0, *p1;
-} builtin_tags[] = {
-    {"token_bucket", "tb", "capacity", "per_second"},
-    {"gcra", "gcra", "per_second", "burst"},
-    {"fixed_window", "fw", "limit", "window"},
-    {"sliding_window", "sw", "limit", "window"},
-    {"sliding_window_counter", "swc", "limit", "window"},
-    {"concurrency", "cc", "limit", "retry"},
-};
+/* The Redis port of a type of version 2 or later, or NULL. */
+static const rl_rule_redis *port_of(const rl_rule_type *t)
+{
+    return t->api_version >= 2 ? t->redis : NULL;
+}
 
+static int builtin_tag(const char *tag)
+{
+    for (size_t i = 0; rld_lua_ports[i].tag; i++)
+        if (strcmp(rld_lua_ports[i].tag, tag) == 0)
+            return 1;
+    return 0;
+}
+
+/* A type's tag is set when the scripts hold its port: a built-in's, or a plug-in's own text.
+ * Its parameters were checked when it was registered. */
 static void describe_type(const rl_rule_type *t, type_info *ti)
 {
+    const rl_rule_redis *port = port_of(t);
     memset(ti, 0, sizeof *ti);
     ti->stateless = t->state_size == 0;
     ti->refund = t->refund != NULL;
     ti->holds = (t->flags & RL_RULE_HOLDS) != 0;
-    for (size_t i = 0; i < sizeof builtin_tags / sizeof builtin_tags[0]; i++)
-        if (strcmp(t->name, builtin_tags[i].name) == 0 && t->nparams == 2 &&
-            strcmp(t->params[0].name, builtin_tags[i].p0) == 0 &&
-            strcmp(t->params[1].name, builtin_tags[i].p1) == 0)
-            ti->tag = builtin_tags[i].tag;
+    if (!port || port->nparams > MAX_PORT_PARAMS || (!port->lua && !builtin_tag(port->tag)))
+        return;
+    for (size_t i = 0; i < port->nparams; i++)
+        for (size_t j = 0; j < t->nparams; j++)
+            if (strcmp(t->params[j].name, port->params[i]) == 0)
+                ti->def[i] = &t->params[j];
+    ti->nparams = port->nparams;
+    ti->tag = port->tag;
 }
 
 static int check_rules(const redis_store *rs, const rl_rules *rs_, const char *where, rl_err *err)
 {
     for (size_t i = 0; rs_ && i < rs_->n; i++) {
         const type_info *ti = info_of(rs, &rs_->v[i]);
-        if (rs_->v[i].shadow || rs_->v[i].charge)
-            return rl_errf(err, RL_EINVAL,
-                           "%s[%zu]: rule \"%s\" is %s: the Redis store does not support that "
-                           "option yet (use the memory store)",
-                           where, i, rs_->v[i].name, rs_->v[i].shadow ? "shadow" : "charge");
         if (!ti || (!ti->stateless && !ti->tag))
             return rl_errf(err, RL_EINVAL,
-                        "%s[%zu]: rule type %s keeps state that the Redis store cannot hold "
-                        "(only the built-in types and types without state can)",
-                        where, i, rs_->v[i].type->name);
+                           "%s[%zu]: rule type %s keeps state that the Redis store cannot hold: "
+                           "it has no Redis port (rl_rule_type.redis with its Lua text)",
+                           where, i, rs_->v[i].type->name);
     }
     return RL_OK;
 }
@@ -303,11 +317,6 @@ static int check_config(redis_store *rs, const rl_config *cfg, rl_err *err)
     for (size_t i = 0; i < rs->ntypes; i++)
         describe_type(rl_registry_at(cfg->reg, i), &rs->types[i]);
     for (size_t l = 0; l < cfg->nlevels; l++) {
-        if (cfg->levels[l].shadow)
-            return rl_errf(err, RL_EINVAL,
-                           "levels[%zu].shadow: level \"%s\" is shadow: the Redis store does not "
-                           "support that option yet (use the memory store)",
-                           l, cfg->levels[l].name);
         snprintf(where, sizeof where, "levels[%zu].rules", l);
         int rc = check_rules(rs, cfg->levels[l].rules, where, err);
         if (rc != RL_OK)
@@ -339,12 +348,43 @@ int rld_redis_store_check_config(const rl_config *cfg, rl_err *err)
     return rc;
 }
 
+/* Puts the plug-ins' ports into the scripts (the built-ins' are built in). */
+static int set_ports(redis_store *rs, const rl_registry *reg, rl_err *err)
+{
+    size_t n = 0, used = 0;
+    for (size_t i = 0; i < rs->ntypes; i++) {
+        const rl_rule_redis *port = port_of(rl_registry_at(reg, i));
+        if (rs->types[i].tag && port->lua)
+            n += strlen(port->lua) + 1;
+    }
+    if (n == 0)
+        return RL_OK;
+    char *ports = malloc(n + 1);
+    if (!ports)
+        return rl_errf(err, RL_ENOMEM, "out of memory");
+    for (size_t i = 0; i < rs->ntypes; i++) {
+        const rl_rule_redis *port = port_of(rl_registry_at(reg, i));
+        if (rs->types[i].tag && port->lua) {
+            size_t l = strlen(port->lua);
+            memcpy(ports + used, port->lua, l);
+            ports[used + l] = '\n';
+            used += l + 1;
+        }
+    }
+    ports[used] = '\0';
+    int rc = rld_pool_set_ports(rs->pool, ports, err);
+    free(ports);
+    return rc;
+}
+
 static int rs_attach(void *cls, const rl_config *cfg, const rl_resolver *res, rl_err *err)
 {
     redis_store *rs = cls;
     rs->cfg = cfg;
     rs->res = res;
     int rc = check_config(rs, cfg, err);
+    if (rc == RL_OK)
+        rc = set_ports(rs, cfg->reg, err);
     if (rc != RL_OK)
         return rc;
     rl_ns ms = (cfg->reservation_ttl + 999999) / 1000000;
@@ -367,61 +407,132 @@ static int reply_is(const redisReply *r, const char *s)
            r->element[0]->type == REDIS_REPLY_STRING && strcmp(r->element[0]->str, s) == 0;
 }
 
-/* Builds a decision's arguments. Returns RL_OK, or RL_EINVAL for a rule that cannot be decided
- * here; *nstate counts the rules with state. */
-static int build_decide(redis_store *rs, const rl_plan *plan, const rl_decision *d, const char *id,
-                        const unsigned *shard, abuf *k, abuf *a, size_t *nstate, rl_err *err)
+/* The record of what a reservation must remember of an item, or "" when it keeps nothing. */
+static void ab_record(const redis_store *rs, abuf *a, const rl_applied *ap, const type_info *ti,
+                      const rl_plan_item *it, const char *id, unsigned shard)
 {
     char rec[64];
-    *nstate = 0;
-    if (rs->manual)
-        ab_i64(a, plan->now);
-    else
+    int refundable = ap->rule->unit == RL_UNIT_COST && ti->refund;
+    if (!id[0] || !(refundable || ti->holds)) {
         ab_str(a, "");
-    ab_str(a, plan->flags & RL_DRY_RUN ? "1" : "0");
-    ab_i64(a, plan->cost);
-    ab_i64(a, rs->cfg->reservation_ttl);
-    ab_i64(a, rs->floor_ms);
-    ab_i64(a, hold_ms(rs));
-    ab_str(a, id);
-    ab_i64(a, (int64_t)plan->n);
+        return;
+    }
+    const char *lname = rs->cfg->levels[ap->level].name;
+    int m = snprintf(rec, sizeof rec, "%d%d|%lld|%s|%u|%u|", refundable, ti->holds,
+                     (long long)it->cost, ti->tag, ap->slot, shard);
+    ab_add(a, rec, (size_t)m);
+    ab_cat(a, lname, strlen(lname));
+    ab_cat(a, "|", 1);
+    ab_cat(a, ap->key, ap->keylen);
+}
+
+/* Item i's fields in args.def's order, then its port's parameters. ti is NULL for a rule
+ * decided here (its wait is ap->wait). */
+static void ab_decide_item(redis_store *rs, abuf *k, abuf *a, const rl_plan *plan, size_t i,
+                           const rl_applied *ap, const type_info *ti, const char *id,
+                           unsigned shard)
+{
+    const rl_plan_item *it = &plan->items[i];
+    unsigned n = rs->shards[ap->level]; /* 1 when not sharded */
+    if (ti)
+        ab_state_key(rs, k, ap->level, ap->slot, shard, ap->key, ap->keylen);
+    for (int f = 0; f < RLD_DECIDE_ITEM_FIELDS; f++) {
+        switch (f) {
+        case RLD_DECIDE_ITEM_TAG:
+            ab_str(a, ti ? ti->tag : "");
+            break;
+        case RLD_DECIDE_ITEM_KEY:
+            ab_i64(a, ti ? (int64_t)k->n : 0);
+            break;
+        case RLD_DECIDE_ITEM_NEED:
+            ti ? ab_i64(a, it->cost + (it->need - it->cost) / (int64_t)n) : ab_str(a, "");
+            break;
+        case RLD_DECIDE_ITEM_COST:
+            ti ? ab_i64(a, it->cost) : ab_str(a, "");
+            break;
+        case RLD_DECIDE_ITEM_WAIT:
+            ti ? ab_str(a, "") : ab_i64(a, ap->wait);
+            break;
+        case RLD_DECIDE_ITEM_RECORD:
+            ti ? ab_record(rs, a, ap, ti, it, id, shard) : ab_str(a, "");
+            break;
+        }
+    }
+    if (ti)
+        ab_params(a, ti, ap->rule, n);
+}
+
+/* The items' modes: "" when every item blocks and takes, else a character per item (args.def). */
+static void ab_modes(abuf *a, const rl_plan *plan)
+{
+    char m[RL_MAX_APPLIED];
+    int any = 0;
     for (size_t i = 0; i < plan->n; i++) {
-        const rl_applied *ap = &d->applied[i];
+        m[i] = plan->items[i].mode & RL_ITEM_SHADOW ? 's'
+               : !rl_plan_item_blocks(plan, i)      ? 'c'
+                                                    : '-';
+        any |= m[i] != '-';
+    }
+    ab_add(a, m, any ? plan->n : 0);
+}
+
+/* Builds a decision's arguments; the waits of rules without state are final in d. Returns
+ * RL_OK, or RL_EINVAL for a rule that cannot be decided here; *nstate counts the rules with
+ * state. */
+static int build_decide(redis_store *rs, const rl_plan *plan, rl_decision *d, const char *id,
+                        const unsigned *shard, abuf *k, abuf *a, size_t *nstate, rl_err *err)
+{
+    *nstate = 0;
+    for (int f = 0; f < RLD_DECIDE_FIELDS; f++) {
+        switch (f) {
+        case RLD_DECIDE_NOW:
+            rs->manual ? ab_i64(a, plan->now) : ab_str(a, "");
+            break;
+        case RLD_DECIDE_DRY:
+            ab_str(a, plan->flags & RL_DRY_RUN ? "1" : "0");
+            break;
+        case RLD_DECIDE_COST:
+            ab_i64(a, plan->cost);
+            break;
+        case RLD_DECIDE_RESERVATION_TTL:
+            ab_i64(a, rs->cfg->reservation_ttl);
+            break;
+        case RLD_DECIDE_FLOOR_MS:
+            ab_i64(a, rs->floor_ms);
+            break;
+        case RLD_DECIDE_HOLD_MS:
+            ab_i64(a, hold_ms(rs));
+            break;
+        case RLD_DECIDE_ID:
+            ab_str(a, id);
+            break;
+        case RLD_DECIDE_RESERVE:
+            ab_str(a, plan->flags & RL_RESERVE ? "1" : "0");
+            break;
+        case RLD_DECIDE_MODES:
+            ab_modes(a, plan);
+            break;
+        case RLD_DECIDE_ITEMS:
+            ab_i64(a, (int64_t)plan->n);
+            break;
+        }
+    }
+    for (size_t i = 0; i < plan->n; i++) {
+        rl_applied *ap = &d->applied[i];
         const rl_rule *r = ap->rule;
         const type_info *ti = info_of(rs, r);
         const rl_plan_item *it = &plan->items[i];
         if (ti && ti->stateless) {
-            rl_ns w = rl_rule_peek(r, zero_state, ap->key, ap->keylen, plan->now, it->need, NULL);
-            for (int f = 0; f < 6; f++)
-                ab_str(a, f == 1 ? "0" : "");
-            ab_i64(a, w);
-            ab_str(a, "");
+            ap->wait = rl_rule_peek(r, zero_state, ap->key, ap->keylen, plan->now, it->need, NULL);
+            ab_decide_item(rs, k, a, plan, i, ap, NULL, id, shard[ap->level]);
             continue;
         }
         if (!ti || !ti->tag)
-            return rl_errf(err, RL_EINVAL, "rule type %s keeps state that the Redis store cannot hold",
-                        r->type->name);
-        unsigned n = rs->shards[ap->level]; /* 1 when not sharded */
-        ab_state_key(rs, k, ap->level, ap->slot, shard[ap->level], ap->key, ap->keylen);
+            return rl_errf(err, RL_EINVAL,
+                           "rule type %s keeps state that the Redis store cannot hold",
+                           r->type->name);
+        ab_decide_item(rs, k, a, plan, i, ap, ti, id, shard[ap->level]);
         ++*nstate;
-        ab_str(a, ti->tag);
-        ab_i64(a, (int64_t)k->n);
-        ab_i64(a, it->cost + (it->need - it->cost) / (int64_t)n);
-        ab_i64(a, it->cost);
-        ab_params(a, r, n);
-        ab_str(a, "");
-        int refundable = r->unit == RL_UNIT_COST && ti->refund;
-        if (id[0] && (refundable || ti->holds)) {
-            const char *lname = rs->cfg->levels[ap->level].name;
-            int m = snprintf(rec, sizeof rec, "%d%d|%lld|%s|%u|%u|", refundable, ti->holds,
-                             (long long)it->cost, ti->tag, ap->slot, shard[ap->level]);
-            ab_add(a, rec, (size_t)m);
-            ab_cat(a, lname, strlen(lname));
-            ab_cat(a, "|", 1);
-            ab_cat(a, ap->key, ap->keylen);
-        } else {
-            ab_str(a, "");
-        }
     }
     if (id[0]) {
         ab_key(rs, k, "r:", id);
@@ -458,8 +569,6 @@ static int rs_decide(void *cls, const rl_plan *plan, rl_decision *d, rl_err *err
             rc = rl_errf(err, RL_ENOMEM, "out of memory");
         if (rc == RL_OK && nstate == 0 && !reserve) {
             /* nothing kept in Redis: the waits are final */
-            for (size_t i = 0; i < plan->n; i++)
-                d->applied[i].wait = strtoll(a.buf + a.off[8 + i * 8 + 6], NULL, 10);
             ab_free(&k);
             ab_free(&a);
             break;
@@ -484,14 +593,18 @@ static int rs_decide(void *cls, const rl_plan *plan, rl_decision *d, rl_err *err
     if (rc == RL_OK && !r && reserve)
         return rl_errf(err, RL_ESTORE, "redis: no free reservation id");
 
-    int allowed = 1;
+    /* as the script decides: allowed when every item that blocks fits; a reservation when
+     * asked for or when a rule that holds takes */
+    int allowed = 1, made = reserve && (plan->flags & RL_RESERVE);
     for (size_t i = 0; i < plan->n; i++) {
         rl_applied *ap = &d->applied[i];
         const rl_rule *rule = ap->rule;
         const type_info *ti = info_of(rs, rule);
         if (r)
             ap->wait = parse_i64(r->element[1 + 6 * i]);
-        allowed &= ap->wait == 0;
+        allowed &= ap->wait == 0 || !rl_plan_item_blocks(plan, i);
+        ap->shadow_denied = (plan->items[i].mode & RL_ITEM_SHADOW) && ap->wait != 0;
+        made |= reserve && ti && ti->holds && rl_plan_item_takes(plan, i, ap->wait);
         ap->has_status = rule->type->report != NULL;
         if (!ap->has_status)
             continue;
@@ -506,7 +619,7 @@ static int rs_decide(void *cls, const rl_plan *plan, rl_decision *d, rl_err *err
             ap->st.next = parse_i64(e[4]);
         }
     }
-    if (reserve && allowed)
+    if (made && allowed)
         memcpy(d->reservation, id, sizeof id);
     if (r)
         freeReplyObject(r);
@@ -627,13 +740,20 @@ static const rl_rule *rule_now(redis_store *rs, const ritem *it, const type_info
     return r;
 }
 
-/* A remembered item's state key (to k), and its rule's type tag and parameters (to a). */
-static void ab_item(const redis_store *rs, abuf *k, abuf *a, const ritem *it, const char *tag,
-                    const rl_rule *rule)
+/* A remembered item's state key (to k), and (to a) its fields as a settlement's (release 0)
+ * or a release's item in args.def's order, then its rule's port's parameters. */
+static void ab_item(const redis_store *rs, abuf *k, abuf *a, const ritem *it,
+                    const type_info *ti, const rl_rule *rule, int release)
 {
     ab_state_key(rs, k, (size_t)it->level, it->slot, it->shard, it->key, it->keylen);
-    ab_str(a, tag);
-    ab_params(a, rule, rs->shards[it->level]);
+    int nf = release ? RLD_RELEASE_ITEM_FIELDS : RLD_SETTLE_ITEM_FIELDS;
+    for (int f = 0; f < nf; f++) {
+        if (release ? f == RLD_RELEASE_ITEM_TAG : f == RLD_SETTLE_ITEM_TAG)
+            ab_str(a, ti->tag);
+        else if (release && f == RLD_RELEASE_ITEM_HELD)
+            ab_i64(a, it->taken);
+    }
+    ab_params(a, ti, rule, rs->shards[it->level]);
 }
 
 static int rs_settle(void *cls, const char *id, rl_fp actual, rl_ns now, rl_settlement *out,
@@ -654,13 +774,22 @@ static int rs_settle(void *cls, const char *id, rl_fp actual, rl_ns now, rl_sett
     if (rc != RL_OK)
         return rc;
     ab_key(rs, &k, "r:", id);
-    if (rs->manual)
-        ab_i64(&a, now);
-    else
-        ab_str(&a, "");
-    ab_i64(&a, actual);
-    ab_i64(&a, rs->floor_ms);
-    ab_i64(&a, hold_ms(rs));
+    for (int f = 0; f < RLD_SETTLE_FIELDS; f++) {
+        switch (f) {
+        case RLD_SETTLE_NOW:
+            rs->manual ? ab_i64(&a, now) : ab_str(&a, "");
+            break;
+        case RLD_SETTLE_ACTUAL:
+            ab_i64(&a, actual);
+            break;
+        case RLD_SETTLE_FLOOR_MS:
+            ab_i64(&a, rs->floor_ms);
+            break;
+        case RLD_SETTLE_HOLD_MS:
+            ab_i64(&a, hold_ms(rs));
+            break;
+        }
+    }
     for (size_t i = 0; i < rv.n; i++) {
         const ritem *it = &rv.item[i];
         const type_info *ti;
@@ -668,7 +797,7 @@ static int rs_settle(void *cls, const char *id, rl_fp actual, rl_ns now, rl_sett
         const rl_rule *rule = it->refundable ? rule_now(rs, it, &ti, &ref) : NULL;
         if (!rule)
             continue;
-        ab_item(rs, &k, &a, it, ti->tag, rule);
+        ab_item(rs, &k, &a, it, ti, rule, 0);
         rl_rules_unref(ref);
     }
     rc = eval(rs, RLD_SCRIPT_SETTLE, &k, &a, &r, err);
@@ -709,11 +838,25 @@ static int end_resv(redis_store *rs, const char *id, const char *now_arg, int ex
         return rc;
     ab_key(rs, &k, "r:", id);
     ab_key(rs, &k, "resv", NULL);
-    ab_str(&a, now_arg);
-    ab_str(&a, expire ? "expire" : "release");
-    ab_str(&a, id);
-    ab_i64(&a, rs->floor_ms);
-    ab_i64(&a, hold_ms(rs));
+    for (int f = 0; f < RLD_RELEASE_FIELDS; f++) {
+        switch (f) {
+        case RLD_RELEASE_NOW:
+            ab_str(&a, now_arg);
+            break;
+        case RLD_RELEASE_MODE:
+            ab_str(&a, expire ? "expire" : "release");
+            break;
+        case RLD_RELEASE_ID:
+            ab_str(&a, id);
+            break;
+        case RLD_RELEASE_FLOOR_MS:
+            ab_i64(&a, rs->floor_ms);
+            break;
+        case RLD_RELEASE_HOLD_MS:
+            ab_i64(&a, hold_ms(rs));
+            break;
+        }
+    }
     *holds = 0;
     for (size_t i = 0; i < rv.n; i++) {
         const ritem *it = &rv.item[i];
@@ -723,8 +866,7 @@ static int end_resv(redis_store *rs, const char *id, const char *now_arg, int ex
         const rl_rule *rule = it->holds ? rule_now(rs, it, &ti, &ref) : NULL;
         if (!rule)
             continue;
-        ab_item(rs, &k, &a, it, ti->tag, rule);
-        ab_i64(&a, it->taken);
+        ab_item(rs, &k, &a, it, ti, rule, 1);
         rl_rules_unref(ref);
     }
     rc = eval(rs, RLD_SCRIPT_RELEASE, &k, &a, &r, err);
@@ -788,11 +930,12 @@ static void expire_due(redis_store *rs, rl_ns now)
     abuf k = {0}, a = {0};
     redisReply *r;
     ab_key(rs, &k, "resv", NULL);
-    if (rs->manual)
-        ab_i64(&a, now);
-    else
-        ab_str(&a, "");
-    ab_i64(&a, EXPIRE_BATCH);
+    for (int f = 0; f < RLD_DUE_FIELDS; f++) {
+        if (f == RLD_DUE_NOW)
+            rs->manual ? ab_i64(&a, now) : ab_str(&a, "");
+        else if (f == RLD_DUE_BATCH)
+            ab_i64(&a, EXPIRE_BATCH);
+    }
     int rc = eval(rs, RLD_SCRIPT_DUE, &k, &a, &r, NULL);
     ab_free(&k);
     ab_free(&a);
@@ -955,17 +1098,16 @@ int rld_redis_store_new(const rld_redis_options *opt, rl_store **out, rl_err *er
 {
     rld_redis_addr addr;
     *out = NULL;
-    int rc = rld_redis_parse_url(opt->url ? opt->url : "redis://127.0.0.1:6379/0", &addr, err);
+    int rc = RL_OK;
+    if (opt->addr)
+        addr = *opt->addr;
+    else
+        rc = rld_redis_parse_url(opt->url ? opt->url : DEFAULT_URL, &addr, err);
     if (rc != RL_OK)
         return rc;
-    if (opt->sentinel) {
-        if (opt->sentinel->n < 1 || opt->sentinel->n > RLD_MAX_SENTINELS ||
-            !opt->sentinel->master[0])
-            return rl_errf(err, RL_EINVAL,
-                           "store.sentinel: needs 1 to %d nodes and the master's name",
-                           RLD_MAX_SENTINELS);
-        addr.sentinel = *opt->sentinel;
-    }
+    if (addr.sentinel.n > RLD_MAX_SENTINELS || (addr.sentinel.n && !addr.sentinel.master[0]))
+        return rl_errf(err, RL_EINVAL, "store.sentinel: needs 1 to %d nodes and the master's name",
+                       RLD_MAX_SENTINELS);
     if (opt->ttl_floor_ms < 0)
         return rl_errf(err, RL_EINVAL, "ttl_floor_ms: must not be negative");
     redis_store *rs = calloc(1, sizeof *rs);
@@ -1001,10 +1143,61 @@ int rld_redis_store_new(const rld_redis_options *opt, rl_store **out, rl_err *er
     return RL_OK;
 }
 
+/* A string setting into a fixed buffer (the rows' bounds make it fit). */
+static void copy_setting(char *dst, size_t cap, const char *s)
+{
+    snprintf(dst, cap, "%s", s ? s : "");
+}
+
+int rld_redis_store_addr(const rld_settings *set, rld_redis_addr *out, rl_err *err)
+{
+    const char *extra = set->redis_password ? "password"
+                        : set->redis_username ? "username"
+                        : set->redis_db       ? "db"
+                                              : NULL;
+    memset(out, 0, sizeof *out);
+    if (!set->nsentinels && !set->sentinel_master) {
+        if (extra)
+            return rl_errf(err, RL_EINVAL,
+                           "store.%s: only with store.sentinel (with store.url, the credentials "
+                           "and the database are part of the URL)",
+                           extra);
+        return rld_redis_parse_url(set->redis_url ? set->redis_url : DEFAULT_URL, out, err);
+    }
+    if (set->redis_url && strcmp(set->redis_url, DEFAULT_URL) != 0)
+        return rl_errf(err, RL_EINVAL,
+                       "store.url: not with store.sentinel (the sentinels name the primary; give "
+                       "the data nodes' store.username, store.password and store.db instead)");
+    rld_sentinel *s = &out->sentinel;
+    if (set->nsentinels < 1 || set->nsentinels > RLD_MAX_SENTINELS)
+        return rl_errf(err, RL_EINVAL, "store.sentinel.nodes: must list 1 to %d sentinels",
+                       RLD_MAX_SENTINELS);
+    for (size_t i = 0; i < set->nsentinels; i++) {
+        char what[64];
+        snprintf(what, sizeof what, "store.sentinel.nodes[%zu]", i);
+        int rc = rld_redis_parse_hostport(set->sentinels[i], what, s->host[i], sizeof s->host[i],
+                                          &s->port[i], err);
+        if (rc != RL_OK)
+            return rc;
+    }
+    s->n = set->nsentinels;
+    copy_setting(s->master, sizeof s->master, set->sentinel_master);
+    copy_setting(s->user, sizeof s->user, set->sentinel_username);
+    copy_setting(s->pass, sizeof s->pass, set->sentinel_password);
+    copy_setting(out->user, sizeof out->user, set->redis_username);
+    copy_setting(out->pass, sizeof out->pass, set->redis_password);
+    out->db = set->redis_db;
+    return RL_OK;
+}
+
 int rld_redis_store_open(const rld_settings *set, int manual_clock, rl_store **out,
                          rl_store **redis, rl_err *err)
 {
-    rld_redis_options o = {.url = set->redis_url,
+    rld_redis_addr addr;
+    int rc = rld_redis_store_addr(set, &addr, err);
+    if (rc != RL_OK)
+        return rc;
+    rld_redis_options o = {.addr = &addr,
                            .prefix = set->redis_prefix,
                            .timeout_ms = set->redis_timeout_ms,
                            .pool = set->redis_pool,
@@ -1016,7 +1209,7 @@ int rld_redis_store_open(const rld_settings *set, int manual_clock, rl_store **o
     *out = NULL;
     memcpy(o.shards, set->shards, sizeof o.shards);
     memcpy(f.mode, set->on_error, sizeof f.mode);
-    int rc = rld_redis_store_new(&o, &rs, err);
+    rc = rld_redis_store_new(&o, &rs, err);
     if (rc != RL_OK)
         return rc;
     f.peers_ctx = rs;

@@ -39,9 +39,8 @@
 
 typedef struct rld_redis_options {
     const char *url;                /* redis://[[user]:password@]host[:port][/db] */
-    const rld_sentinel *sentinel;   /* NULL, or the sentinels that name the primary (copied):
-                                       then url's host and port are not used, its credentials
-                                       and database are the data nodes' */
+    const rld_redis_addr *addr;     /* instead of url when not NULL (copied): where Redis is,
+                                       with sentinels when addr->sentinel.n > 0 */
     const char *prefix;             /* in front of every key, "" allowed; NULL: "rl:" */
     int timeout_ms;                 /* most a call waits on Redis (1..60000) */
     int pool;                       /* connections (1..1024) */
@@ -84,6 +83,11 @@ unsigned rld_redis_store_peers(void *ctx);
  * rld_redis_store_health and the quota functions. manual_clock as in rld_redis_options. */
 int rld_redis_store_open(const rld_settings *set, int manual_clock, rl_store **out,
                          rl_store **redis, rl_err *err);
+
+/* Where the settings say Redis is: store.url, or store.sentinel with store.username, password
+ * and db for the data nodes. RL_EINVAL naming the field ("store.sentinel.nodes[1]: ...", a url
+ * given with sentinel, credentials given outside the URL without sentinel). */
+int rld_redis_store_addr(const rld_settings *set, rld_redis_addr *out, rl_err *err);
 
 /* The checks attaching to a limiter makes, without a store or a connection: RL_EINVAL naming
  * the rule when cfg uses a rule type whose state this store cannot hold. For --check-config. */

@@ -47,6 +47,15 @@ const char *rld_listen_parse(const char *s, char *addr, size_t len, int *port)
     return NULL;
 }
 
+/* "host:port" of a server to connect to: as a listen address, but port 0 means nothing */
+static const char *hostport_check(const char *s)
+{
+    char addr[256];
+    int port;
+    const char *why = rld_listen_parse(s, addr, sizeof addr, &port);
+    return why ? why : port == 0 ? "must end in a port from 1 to 65535" : NULL;
+}
+
 static const char *grpc_listen_check(const char *s)
 {
     char addr[64];
@@ -90,7 +99,7 @@ static const rld_setting store_rows[] = {
      .offset = OFF(redis_url),
      .min = 1,
      .max = 1024,
-     .def_str = "redis://127.0.0.1:6379/0",
+     .doc_default = "`\"redis://127.0.0.1:6379/0\"`",
      .check = redis_url_check,
      .help = "`redis://[[user]:password@]host[:port][/db]`. Give a numeric address: resolving "
              "a name is not bounded by `timeout_ms`"},
@@ -135,6 +144,64 @@ static const rld_setting store_rows[] = {
              "every call) but leaves the library in Redis's data set; where Redis refuses "
              "Functions the store goes back to `EVALSHA` by itself. See "
              "[docs/redis.md](docs/redis.md)"},
+    {.name = "sentinel",
+     .kind = RLD_SET_OBJECT,
+     .sub = &rld_settings_sentinel,
+     .doc_value = "object",
+     .help = "Redis Sentinel instead of `url`: `{\"nodes\", \"master\"}`, see the `sentinel` "
+             "table below. The store uses the primary the sentinels name and follows a failover "
+             "by itself"},
+    {.name = "username",
+     .kind = RLD_SET_STRING,
+     .offset = OFF(redis_username),
+     .min = 1,
+     .max = 127,
+     .help = "with `sentinel`: the ACL user on the data nodes (with `url`, it is in the URL)"},
+    {.name = "password",
+     .kind = RLD_SET_STRING,
+     .offset = OFF(redis_password),
+     .min = 1,
+     .max = 255,
+     .help = "with `sentinel`: the data nodes' password (with `url`, it is in the URL)"},
+    {.name = "db",
+     .kind = RLD_SET_INT,
+     .offset = OFF(redis_db),
+     .min = 0,
+     .max = 1000000,
+     .def = 0,
+     .help = "with `sentinel`: the database number (with `url`, it is in the URL)"},
+};
+
+static const rld_setting sentinel_rows[] = {
+    {.name = "nodes",
+     .kind = RLD_SET_STRINGS,
+     .offset = OFF(sentinels),
+     .count_offset = OFF(nsentinels),
+     .min = 3,
+     .max = 300,
+     .required = 1,
+     .check = hostport_check,
+     .doc_value = "list of 1 to 16 `\"host:port\"`",
+     .help = "the sentinels to ask where the primary is, in turn (numeric addresses)"},
+    {.name = "master",
+     .kind = RLD_SET_STRING,
+     .offset = OFF(sentinel_master),
+     .min = 1,
+     .max = 127,
+     .required = 1,
+     .help = "the name the sentinels monitor the primary by (`sentinel monitor <name> ...`)"},
+    {.name = "username",
+     .kind = RLD_SET_STRING,
+     .offset = OFF(sentinel_username),
+     .min = 1,
+     .max = 127,
+     .help = "the sentinels' ACL user, when they need one"},
+    {.name = "password",
+     .kind = RLD_SET_STRING,
+     .offset = OFF(sentinel_password),
+     .min = 1,
+     .max = 255,
+     .help = "the sentinels' password (`requirepass` in sentinel.conf), when they need one"},
 };
 
 static const rld_setting log_rows[] = {
@@ -441,13 +508,15 @@ const rld_setting_table rld_settings_listen = {"listen", listen_rows, COUNT(list
 const rld_setting_table rld_settings_store = {"store", store_rows, COUNT(store_rows), "type", 0};
 const rld_setting_table rld_settings_level = {"level", level_rows, COUNT(level_rows), NULL, 1};
 const rld_setting_table rld_settings_log = {"log", log_rows, COUNT(log_rows), NULL, 0};
+const rld_setting_table rld_settings_sentinel = {"sentinel", sentinel_rows, COUNT(sentinel_rows),
+                                                 NULL, 0};
 const rld_setting_table rld_settings_tls = {"tls", tls_rows, COUNT(tls_rows), NULL, 0};
 const rld_setting_table rld_settings_grpc = {"grpc", grpc_rows, COUNT(grpc_rows), NULL, 0};
 
 static const rld_setting_table *const all_tables[] = {&rld_settings_root,  &rld_settings_listen,
                                                       &rld_settings_store, &rld_settings_level,
                                                       &rld_settings_log,   &rld_settings_tls,
-                                                      &rld_settings_grpc};
+                                                      &rld_settings_grpc,  &rld_settings_sentinel};
 
 const rld_setting *rld_setting_find(const rld_setting_table *t, const char *name, size_t len)
 {

@@ -69,6 +69,14 @@ typedef struct rld_settings {
     int redis_timeout_ms;
     int redis_pool;
     int redis_functions; /* 0: scripts by EVALSHA; 1: as a Functions library by FCALL */
+    char *redis_username; /* with sentinels: the data nodes' credentials and database */
+    char *redis_password;
+    int redis_db;
+    size_t nsentinels;   /* Redis Sentinel instead of redis_url: 0 for none */
+    char **sentinels;    /* "host:port" each */
+    char *sentinel_master;
+    char *sentinel_username; /* the sentinels' own credentials */
+    char *sentinel_password;
     int fleet_size;      /* 0: counted from heartbeats */
     rld_on_error on_error[RL_MAX_LEVELS];
     unsigned shards[RL_MAX_LEVELS]; /* 1: not sharded */
@@ -130,8 +138,8 @@ struct rld_setting_table {
 };
 
 extern const rld_setting_table rld_settings_root, rld_settings_listen, rld_settings_store,
-    rld_settings_level, rld_settings_log, rld_settings_tls,
-    rld_settings_grpc;
+    rld_settings_level, rld_settings_log, rld_settings_tls, rld_settings_grpc,
+    rld_settings_sentinel;
 
 /* Splits "ADDR:PORT" ("127.0.0.1:8081", "[::1]:8081"; PORT 0 to 65535) into addr (len bytes)
  * and *port. NULL on success, else why not ("must be ADDRESS:PORT"). */

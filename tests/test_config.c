@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "redis_store.h"
 #include "testutil.h"
 
 #define TB "{\"type\": \"token_bucket\", \"capacity\": 10, \"per_second\": 1}"
@@ -112,7 +113,7 @@ static const struct {
     {"{\"store\": {\"type\": \"redis\", \"colour\": 1}, \"levels\": [{\"name\": \"user\", "
      "\"rules\": [" TB "]}]}",
      "store.colour: unknown field (known: type, url, prefix, timeout_ms, pool, "
-     "fleet_size, functions)"},
+     "fleet_size, functions, sentinel, username, password, db)"},
     {"{\"store\": {\"url\": \"redis://x\"}, \"levels\": [{\"name\": \"user\", \"rules\": [" TB
      "]}]}",
      "store.type: must be \"memory\" or \"redis\""},
@@ -240,7 +241,13 @@ START_TEST(defaults_from_the_table)
     ck_assert_ptr_null(set.state_file);
     ck_assert_int_eq(set.state_interval, 60);
     ck_assert_int_eq(set.store, RLD_STORE_REDIS);
-    ck_assert_str_eq(set.redis_url, "redis://127.0.0.1:6379/0");
+    ck_assert_ptr_null(set.redis_url); /* the store's default, below */
+    rld_redis_addr addr;
+    ck_assert_int_eq(rld_redis_store_addr(&set, &addr, &err), RL_OK);
+    ck_assert_str_eq(addr.host, "127.0.0.1");
+    ck_assert_int_eq(addr.port, 6379);
+    ck_assert_int_eq(addr.db, 0);
+    ck_assert_uint_eq(addr.sentinel.n, 0);
     ck_assert_str_eq(set.redis_prefix, "rl:");
     ck_assert_int_eq(set.redis_timeout_ms, 50);
     ck_assert_int_eq(set.redis_pool, 8);

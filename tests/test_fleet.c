@@ -555,7 +555,8 @@ START_TEST(quotas_apply_to_the_fleet_and_outlive_it)
     a = su_req(&s[0], "PUT", "/quota/bob", "{\"rules\": [{\"type\": \"max_keys\", \"limit\": 2}]}",
                NULL);
     check_error(&a, 400,
-                "rules[0]: rule type max_keys keeps state that the Redis store cannot hold");
+                "rules[0]: rule type max_keys keeps state that the Redis store cannot hold: it "
+                "has no Redis port");
     su_resp_free(&a);
     ck_assert_int_eq(hlen(&r), 2);
     ck_assert_str_eq(stored(&r, "bob"), "{\"tier\":\"gold\"}");
@@ -884,24 +885,39 @@ START_TEST(check_config_redis)
          "{\"name\": \"user\", \"on_store_error\": \"sometimes\", \"rules\": [{\"type\": "
          "\"gcra\", \"per_second\": 5}]}",
          "levels[0].on_store_error: ", 1},
+        {"{\"type\": \"redis\", \"sentinel\": {\"nodes\": [\"127.0.0.1:26379\", "
+         "\"[::1]:26380\"], \"master\": \"mymaster\", \"password\": \"s\"}, \"password\": \"d\", "
+         "\"db\": 2}",
+         "{\"name\": \"user\", \"rules\": [{\"type\": \"gcra\", \"per_second\": 5}]}", "ok\n", 0},
+        {"{\"type\": \"redis\", \"sentinel\": {\"nodes\": [\"127.0.0.1:26379\", "
+         "\"127.0.0.1\"], \"master\": \"mymaster\"}}",
+         "{\"name\": \"user\", \"rules\": [{\"type\": \"gcra\", \"per_second\": 5}]}",
+         "store.sentinel.nodes[1]: must be ADDRESS:PORT", 1},
+        {"{\"type\": \"redis\", \"sentinel\": {\"nodes\": [\"127.0.0.1:26379\"]}}",
+         "{\"name\": \"user\", \"rules\": [{\"type\": \"gcra\", \"per_second\": 5}]}",
+         "store.sentinel.master: ", 1},
+        {"{\"type\": \"redis\", \"sentinel\": {\"nodes\": [], \"master\": \"m\"}}",
+         "{\"name\": \"user\", \"rules\": [{\"type\": \"gcra\", \"per_second\": 5}]}",
+         "store.sentinel.nodes: must list 1 to 16 sentinels", 1},
+        {"{\"type\": \"redis\", \"url\": \"redis://10.0.0.1:6379/0\", \"sentinel\": "
+         "{\"nodes\": [\"127.0.0.1:26379\"], \"master\": \"m\"}}",
+         "{\"name\": \"user\", \"rules\": [{\"type\": \"gcra\", \"per_second\": 5}]}",
+         "store.url: not with store.sentinel", 1},
+        {"{\"type\": \"redis\", \"password\": \"x\"}",
+         "{\"name\": \"user\", \"rules\": [{\"type\": \"gcra\", \"per_second\": 5}]}",
+         "store.password: only with store.sentinel", 1},
         {"{\"type\": \"redis\"}",
          "{\"name\": \"user\", \"rules\": [{\"type\": \"max_keys\", \"limit\": 2}]}",
-         "levels[0].rules[0]: rule type max_keys keeps state that the Redis store cannot hold", 1},
+         "levels[0].rules[0]: rule type max_keys keeps state that the Redis store cannot hold: "
+         "it has no Redis port",
+         1},
+        /* shadow and charge rules, and a shadow level, run on Redis too */
         {"{\"type\": \"redis\"}",
          "{\"name\": \"user\", \"rules\": [{\"type\": \"gcra\", \"per_second\": 5}, {\"type\": "
-         "\"gcra\", \"name\": \"try\", \"per_second\": 1, \"shadow\": true}]}",
-         "levels[0].rules[1]: rule \"try\" is shadow: the Redis store does not support that option "
-         "yet (use the memory store)", 1},
-        {"{\"type\": \"redis\"}",
-         "{\"name\": \"user\", \"rules\": [{\"type\": \"gcra\", \"name\": \"pay\", "
-         "\"per_second\": 1, \"charge\": true}]}",
-         "levels[0].rules[0]: rule \"pay\" is charge: the Redis store does not support that option "
-         "yet (use the memory store)", 1},
-        {"{\"type\": \"redis\"}",
-         "{\"name\": \"team\", \"shadow\": true, \"rules\": [{\"type\": \"gcra\", "
-         "\"per_second\": 1}]}",
-         "levels[0].shadow: level \"team\" is shadow: the Redis store does not support that option "
-         "yet (use the memory store)", 1},
+         "\"gcra\", \"name\": \"try\", \"per_second\": 1, \"shadow\": true}, {\"type\": "
+         "\"gcra\", \"name\": \"pay\", \"per_second\": 1, \"charge\": true}]}, {\"name\": "
+         "\"team\", \"shadow\": true, \"rules\": [{\"type\": \"gcra\", \"per_second\": 1}]}",
+         "ok\n", 0},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char cfg[2048], path[400], *out;
@@ -919,6 +935,52 @@ START_TEST(check_config_redis)
 }
 END_TEST
 
+/* ---- a plug-in's rule type with state, on Redis -------------------------------------------- */
+
+/* tests/plugins/rule_leaky_bucket.c carries its Redis port: two daemons share one bucket of it.
+ * capacity 4, 2/s: 3 through A and 1 through B at t = 0 fill it; one more waits 0.5 s (one unit
+ * leaks); at t = 1 it holds 2, so 3 through B waits 0.5 s and 2 through A fit. */
+START_TEST(a_plugin_type_runs_in_the_fleet)
+{
+    rt_redis r;
+    rt_redis_start(&r);
+    su_server s[2];
+    char rest[1024], rel[400], path[400];
+    const char *b = getenv("RL_BUILD");
+    snprintf(rel, sizeof rel, "%s/plugins/librule_leaky_bucket.so", b && *b ? b : "build");
+    ck_assert_msg(realpath(rel, path) != NULL, "no %s", rel);
+    snprintf(rest, sizeof rest,
+             "\"plugins\": [\"%s\"], \"levels\": [{\"name\": \"user\", \"rules\": [{\"type\": "
+             "\"leaky_bucket\", \"capacity\": 4, \"per_second\": 2}]}]",
+             path);
+    start_all(s, 2, fleet_config(&r, ", \"prefix\": \"lk:\"", rest), manual);
+    static const struct {
+        int on, status;
+        const char *cost, *now;
+        double remaining, retry_after;
+    } steps[] = {
+        {0, 200, "3", "0", 1, 0}, {1, 200, "1", "0", 0, 0},   {0, 429, "1", "0", 0, 0.5},
+        {1, 429, "3", "1", 2, 0.5}, {0, 200, "2", "1", 0, 0},
+    };
+    for (size_t i = 0; i < sizeof steps / sizeof steps[0]; i++) {
+        char body[128];
+        snprintf(body, sizeof body, "{\"keys\": {\"user\": \"u\"}, \"cost\": %s, \"now\": %s}",
+                 steps[i].cost, steps[i].now);
+        su_resp a = post(&s[steps[i].on], "/acquire", body);
+        check_decision(&a, steps[i].status,
+                       steps[i].status == 200 ? NULL : "user: leaky_bucket(4, 2/s)");
+        ck_assert_msg(json_number_value(limit_at(&a, 0, "remaining")) == steps[i].remaining,
+                      "step %zu: %.2000s", i, a.body);
+        if (steps[i].status != 200)
+            ck_assert_msg(su_num(&a, "retry_after") == steps[i].retry_after, "step %zu: %.2000s",
+                          i, a.body);
+        su_resp_free(&a);
+    }
+    stop_all(s, 2);
+    rt_redis_stop(&r);
+}
+END_TEST
+
 static Suite *fleet_suite(void)
 {
     Suite *s = suite_create("fleet");
@@ -930,6 +992,10 @@ static Suite *fleet_suite(void)
     tcase_add_test(tc, redis_killed_under_load_and_back);
     tcase_add_test(tc, starts_without_redis_and_catches_up);
     tcase_add_test(tc, check_config_redis);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("plugins");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, a_plugin_type_runs_in_the_fleet);
     suite_add_tcase(s, tc);
     return s;
 }

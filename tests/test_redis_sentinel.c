@@ -50,9 +50,10 @@ typedef struct inst {
     rl_store *top, *redis;
 } inst;
 
-static void sentinels_of(rld_sentinel *s, const char *master)
+static void sentinels_of(rld_redis_addr *a, const char *master)
 {
-    memset(s, 0, sizeof *s);
+    memset(a, 0, sizeof *a);
+    rld_sentinel *s = &a->sentinel;
     s->n = RT_SENTINELS;
     for (int i = 0; i < RT_SENTINELS; i++) {
         snprintf(s->host[i], sizeof s->host[i], "127.0.0.1");
@@ -71,9 +72,9 @@ static void inst_new(inst *in, const char *levels, const char *master)
     in->reg = rl_registry_new();
     int rc = rld_config_parse(json, strlen(json), in->reg, &set, &cfg, &err);
     ck_assert_msg(rc == RL_OK, "%s", err.msg);
-    rld_sentinel sen;
-    sentinels_of(&sen, master);
-    rld_redis_options o = {.sentinel = &sen, .prefix = "se:", .timeout_ms = TIMEOUT_MS, .pool = 4};
+    rld_redis_addr addr;
+    sentinels_of(&addr, master);
+    rld_redis_options o = {.addr = &addr, .prefix = "se:", .timeout_ms = TIMEOUT_MS, .pool = 4};
     rld_fallback_options f = {.fleet_size = 2};
     memcpy(f.mode, set.on_error, sizeof f.mode);
     rld_settings_clear(&set);
@@ -187,6 +188,9 @@ static void *load_loop(void *arg)
                 l->wrong++;
         }
         rl_decision_done(&d);
+        /* clients with a little think time: answers that fall back come at once, and
+         * spinning on them would starve the sentinels and Redis of the machine's CPUs */
+        usleep(200);
     }
     return NULL;
 }

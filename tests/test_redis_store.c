@@ -17,6 +17,7 @@
 
 #include "fallback_store.h"
 #include "redis_quota.h"
+#include "redis_lua.h"
 #include "redis_scripts.h"
 #include "redis_server.h"
 #include "redis_store.h"
@@ -86,10 +87,16 @@ static rl_limiter *memory_limiter(rl_registry *reg, const char *json)
     return lim;
 }
 
+static const char *plugin_path(const char *name);
+
+/* Both limiters share one registry, which has the test plug-in with a Redis port loaded. */
 static void pair_new(pair *p, const char *json, const char *prefix)
 {
+    rl_err err = {{0}};
     p->reg = rl_registry_new();
     ck_assert_ptr_nonnull(p->reg);
+    ck_assert_msg(rl_registry_load_plugin(p->reg, plugin_path("rule_leaky_bucket"), &err) == RL_OK,
+                  "%s", err.msg);
     p->mem = memory_limiter(p->reg, json);
     p->red = redis_limiter(p->reg, json, prefix, 0, NULL);
 }
@@ -282,9 +289,22 @@ static int put_ns(char *b, size_t n, rl_ns v)
                     (long long)(v % RL_NS_PER_SEC));
 }
 
+/* Every built-in type, then a plug-in's with state and its own Redis port
+ * (tests/plugins/rule_leaky_bucket.c). */
 static const char *const type_names[] = {
-    "token_bucket",           "gcra",        "fixed_window", "sliding_window",
-    "sliding_window_counter", "concurrency", "deny_list"};
+    "token_bucket", "gcra",      "fixed_window", "sliding_window", "sliding_window_counter",
+    "concurrency",  "deny_list", "leaky_bucket"};
+#define NTYPES ((int)(sizeof type_names / sizeof type_names[0]))
+#define DENY_LIST 6
+
+/* The path of a test plug-in (tests/plugins/<name>.c, built by the Makefile). */
+static const char *plugin_path(const char *name)
+{
+    static _Thread_local char path[512];
+    const char *b = getenv("RL_BUILD");
+    snprintf(path, sizeof path, "%s/plugins/lib%s.so", b && *b ? b : "build", name);
+    return path;
+}
 
 /* Writes one random rule of type t as JSON into b. */
 static size_t rnd_rule(uint64_t *s, int t, int idx, char *b, size_t n)
@@ -309,6 +329,11 @@ static size_t rnd_rule(uint64_t *s, int t, int idx, char *b, size_t n)
         put_ns(y, sizeof y, rnd_duration(s, 31622400));
         u += (size_t)snprintf(b + u, n - u, ", \"limit\": %s, \"window\": %s", x, y);
         break;
+    case 7:
+        put_fp(x, sizeof x, rnd_amount(s, 1000000000000));
+        put_fp(y, sizeof y, rnd_rate(s));
+        u += (size_t)snprintf(b + u, n - u, ", \"capacity\": %s, \"per_second\": %s", x, y);
+        break;
     case 5:
         put_fp(x, sizeof x, rnd_amount(s, 20));
         put_ns(y, sizeof y, rnd_duration(s, 3600));
@@ -320,9 +345,15 @@ static size_t rnd_rule(uint64_t *s, int t, int idx, char *b, size_t n)
         u += (size_t)snprintf(b + u, n - u, ", \"keys\": [\"zz\", \"dflt\"]");
         break;
     }
-    if (t < 5 && rnd(s, 4) == 0)
+    if ((t < 5 || t == 7) && rnd(s, 4) == 0)
         u += (size_t)snprintf(b + u, n - u, ", \"unit\": \"requests\"");
-    if (t < 6 && rnd(s, 5) == 0)
+    /* shadow and charge rules (shadow wins when both are set) */
+    uint64_t opt = rnd(s, 16);
+    if (opt < 2 || opt == 4)
+        u += (size_t)snprintf(b + u, n - u, ", \"shadow\": true");
+    if (opt >= 2 && opt <= 4)
+        u += (size_t)snprintf(b + u, n - u, ", \"charge\": true");
+    if (t != DENY_LIST && rnd(s, 5) == 0)
         u += (size_t)snprintf(b + u, n - u,
                               ", \"reserved\": {\"fraction\": 0.%02d, \"min_priority\": 2}",
                               (int)(1 + rnd(s, 98)));
@@ -337,11 +368,12 @@ static void rnd_config(uint64_t *s, int force, char *b, size_t n)
         (size_t)snprintf(b, n, "{\"reservation_ttl\": %d, \"levels\": [", (int)(1 + rnd(s, 600)));
     int nlevels = 1 + (int)rnd(s, 3);
     for (int l = 0; l < nlevels; l++) {
-        u += (size_t)snprintf(b + u, n - u, "%s{\"name\": \"l%d\", %s\"rules\": [", l ? ", " : "",
-                              l, rnd(s, 3) == 0 ? "\"default_key\": \"dflt\", " : "");
+        u += (size_t)snprintf(b + u, n - u, "%s{\"name\": \"l%d\", %s%s\"rules\": [",
+                              l ? ", " : "", l, rnd(s, 3) == 0 ? "\"default_key\": \"dflt\", " : "",
+                              rnd(s, 12) == 0 ? "\"shadow\": true, " : "");
         int nrules = 1 + (int)rnd(s, 3);
         for (int i = 0; i < nrules; i++) {
-            int t = l == 0 && i == 0 ? force : (int)rnd(s, 7);
+            int t = l == 0 && i == 0 ? force : (int)rnd(s, (uint64_t)NTYPES);
             if (i)
                 u += (size_t)snprintf(b + u, n - u, ", ");
             u += rnd_rule(s, t, i, b + u, n - u);
@@ -373,7 +405,7 @@ static size_t pick_id(uint64_t *s, size_t n)
     return (size_t)rnd(s, n);
 }
 
-#define TRACES 28
+#define TRACES (4 * NTYPES)
 #define STEPS 400
 
 static void compare(const rl_decision *a, const rl_decision *b, const char *ctx)
@@ -386,6 +418,10 @@ static void compare(const rl_decision *a, const rl_decision *b, const char *ctx)
                   b->napplied);
     ck_assert_msg(!a->reservation[0] == !b->reservation[0], "%s: reservation '%s' vs '%s'", ctx,
                   a->reservation, b->reservation);
+    for (size_t i = 0; i < a->napplied; i++)
+        ck_assert_msg(a->applied[i].shadow_denied == b->applied[i].shadow_denied,
+                      "%s: [%zu] shadow_denied %d vs %d", ctx, i, a->applied[i].shadow_denied,
+                      b->applied[i].shadow_denied);
     for (size_t i = 0; i < a->napplied; i++) {
         const rl_applied *x = &a->applied[i], *y = &b->applied[i];
         ck_assert_msg(x->wait == y->wait, "%s: [%zu] %s wait %" PRId64 " vs %" PRId64, ctx, i,
@@ -501,7 +537,7 @@ START_TEST(differential_replay)
     if (env)
         seed = strtoull(env, NULL, 0);
     snprintf(prefix, sizeof prefix, "diff%" PRIx64 ":", seed);
-    replay(seed, _i % 7, STEPS, prefix);
+    replay(seed, _i % NTYPES, STEPS, prefix);
 }
 END_TEST
 
@@ -614,7 +650,7 @@ START_TEST(differential_replay_functions)
     char prefix[40];
     snprintf(prefix, sizeof prefix, "difffn%d:", _i);
     functions = 1;
-    replay(0x5ba0000u + (uint64_t)_i, _i % 7, STEPS, prefix);
+    replay(0x5ba0000u + (uint64_t)_i, _i % NTYPES, STEPS, prefix);
     functions = 0;
 }
 END_TEST
@@ -789,16 +825,26 @@ static i128 rnd_value(uint64_t *s)
     return rng_next(s) % 4 == 0 ? -v : v;
 }
 
+/* The lib as the store's scripts hold it (lib.lua, the built-in rule types' ports and ports)
+ * followed by harness, in buf. */
+static void lib_ports_with(const char *ports, const char *harness, char *buf, size_t cap)
+{
+    char *s = rld_lua_with_lib(ports, harness);
+    ck_assert_ptr_nonnull(s);
+    ck_assert_uint_lt(strlen(s), cap);
+    strcpy(buf, s);
+    free(s);
+}
+
+static void lib_with(const char *harness, char *buf, size_t cap)
+{
+    lib_ports_with(NULL, harness, buf, cap);
+}
+
 START_TEST(lua_arithmetic_matches_c)
 {
-    /* the library as embedded in the binary: the part of a script before its own file */
-    static char script[65536];
-    const char *own = strstr(rld_lua_due, "-- due.lua - ");
-    ck_assert_ptr_nonnull(own);
-    size_t n = (size_t)(own - rld_lua_due);
-    ck_assert_uint_lt(n + strlen(arith_harness), sizeof script);
-    memcpy(script, rld_lua_due, n);
-    strcpy(script + n, arith_harness);
+    static char script[131072];
+    lib_with(arith_harness, script, sizeof script);
 
     redisContext *c = rt_redis_connect(&srv);
     uint64_t s = 0xa817;
@@ -872,18 +918,6 @@ START_TEST(lua_arithmetic_matches_c)
     redisFree(c);
 }
 END_TEST
-
-/* The library as embedded in the binary (the part of a script before its own file) followed by
- * harness, in buf. */
-static void lib_with(const char *harness, char *buf, size_t cap)
-{
-    const char *own = strstr(rld_lua_due, "-- due.lua - ");
-    ck_assert_ptr_nonnull(own);
-    size_t n = (size_t)(own - rld_lua_due);
-    ck_assert_uint_lt(n + strlen(harness), cap);
-    memcpy(buf, rld_lua_due, n);
-    strcpy(buf + n, harness);
-}
 
 /* Runs script with ARGV (no keys); fails on an error reply. */
 static redisReply *eval_args(redisContext *c, const char *script, int n, const char **args)
@@ -1670,6 +1704,119 @@ START_TEST(quotas_reach_every_instance)
 }
 END_TEST
 
+/* What a rule type's C side declares its Redis port takes (rl_rule_redis: the parameters, in
+ * order, and the state's layout version) is what the port itself says (T.params, T.layout), for
+ * every registered type with a port; every built-in port's tag belongs to a registered type,
+ * and every built-in type with state has a port. */
+static const char *port_harness =
+    "local T = rule_type(ARGV[1])\n"
+    "if not T then return {'none'} end\n"
+    "local out = {tostring(T.layout)}\n"
+    "for i = 1, #T.params do out[#out + 1] = T.params[i] end\n"
+    "return out\n";
+
+static void check_ports(rl_registry *reg, const char *script)
+{
+    redisContext *c = rt_redis_connect(&srv);
+    size_t ported = 0;
+    for (size_t i = 0; i < rl_registry_count(reg); i++) {
+        const rl_rule_type *t = rl_registry_at(reg, i);
+        const rl_rule_redis *port = t->api_version >= 2 ? t->redis : NULL;
+        if (!port) {
+            ck_assert_msg(t->state_size == 0, "%s keeps state and has no Redis port", t->name);
+            continue;
+        }
+        ported++;
+        redisReply *r = redisCommand(c, "EVAL %s 0 %s", script, port->tag);
+        ck_assert_ptr_nonnull(r);
+        ck_assert_msg(r->type == REDIS_REPLY_ARRAY, "%s: %s", t->name,
+                      r->type == REDIS_REPLY_ERROR ? r->str : "not an array");
+        ck_assert_msg(r->elements == 1 + port->nparams,
+                      "%s: the port takes %zu parameters, C sends %zu", t->name, r->elements - 1,
+                      port->nparams);
+        ck_assert_msg(strtoul(r->element[0]->str, NULL, 10) == port->layout,
+                      "%s: the port's layout %s, C's %u", t->name, r->element[0]->str,
+                      port->layout);
+        for (size_t j = 0; j < port->nparams; j++)
+            ck_assert_msg(strcmp(r->element[1 + j]->str, port->params[j]) == 0,
+                          "%s: parameter %zu is %s in the port, %s in C", t->name, j,
+                          r->element[1 + j]->str, port->params[j]);
+        freeReplyObject(r);
+    }
+    ck_assert_uint_ge(ported, 7);
+    redisFree(c);
+}
+
+START_TEST(ports_match_their_declarations)
+{
+    static char script[131072];
+    rl_err err = {{0}};
+    rl_registry *reg = rl_registry_new();
+    ck_assert_int_eq(rl_registry_load_plugin(reg, plugin_path("rule_leaky_bucket"), &err), RL_OK);
+    const rl_rule_type *lk = rl_registry_find(reg, "leaky_bucket");
+    ck_assert_ptr_nonnull(lk);
+    ck_assert_ptr_nonnull(lk->redis->lua);
+    /* the lib and the plug-in's port, as the store puts them together */
+    lib_ports_with(lk->redis->lua, port_harness, script, sizeof script);
+    check_ports(reg, script);
+    for (size_t i = 0; rld_lua_ports[i].tag; i++) {
+        size_t j = 0;
+        while (j < rl_registry_count(reg) &&
+               !(rl_registry_at(reg, j)->redis &&
+                 strcmp(rl_registry_at(reg, j)->redis->tag, rld_lua_ports[i].tag) == 0))
+            j++;
+        ck_assert_msg(j < rl_registry_count(reg), "the port %s belongs to no built-in type",
+                      rld_lua_ports[i].tag);
+    }
+    rl_registry_free(reg);
+}
+END_TEST
+
+/* A Redis store refuses a rule type with state and no Redis port, naming it, and a registry
+ * refuses a port whose tag is taken or whose parameters the type does not have. */
+START_TEST(types_without_a_port_are_refused)
+{
+    rl_err err = {{0}};
+    rl_registry *reg = rl_registry_new();
+    ck_assert_int_eq(rl_registry_load_plugin(reg, plugin_path("rule_max_keys"), &err), RL_OK);
+    rld_settings set;
+    rl_config *cfg = config_of(reg,
+                               "{\"levels\": [{\"name\": \"u\", \"rules\": [{\"type\": "
+                               "\"max_keys\", \"limit\": 2}]}]}",
+                               &set);
+    rld_settings_clear(&set);
+    ck_assert_int_eq(rld_redis_store_check_config(cfg, &err), RL_EINVAL);
+    ck_assert_str_eq(err.msg, "levels[0].rules[0]: rule type max_keys keeps state that the Redis "
+                              "store cannot hold: it has no Redis port (rl_rule_type.redis with "
+                              "its Lua text)");
+    rl_store *st;
+    rl_limiter *lim;
+    rld_redis_options o = {.url = srv.url, .prefix = "refuse:", .timeout_ms = 1000, .pool = 1};
+    ck_assert_int_eq(rld_redis_store_new(&o, &st, &err), RL_OK);
+    ck_assert_int_eq(rl_limiter_new(cfg, st, &lim, &err), RL_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err.msg, "rule type max_keys keeps state"));
+
+    /* a built-in's tag, and a parameter the type does not have */
+    static const char *const params[] = {"capacity", "per_second"}, *const bad[] = {"rate"};
+    rl_rule_type t = *rl_registry_find(reg, "token_bucket");
+    rl_rule_redis port = {.tag = "tb", .params = params, .nparams = 2, .layout = 1, .lua = ""};
+    t.name = "tb_copy";
+    t.redis = &port;
+    ck_assert_int_eq(rl_register_rule_type(reg, &t), -1);
+    port.tag = "tb_copy";
+    port.params = bad;
+    port.nparams = 1;
+    ck_assert_int_eq(rl_register_rule_type(reg, &t), -1);
+    port.tag = "Tb";
+    port.params = params;
+    port.nparams = 2;
+    ck_assert_int_eq(rl_register_rule_type(reg, &t), -1);
+    port.tag = "tb_copy";
+    ck_assert_int_eq(rl_register_rule_type(reg, &t), 0);
+    rl_registry_free(reg);
+}
+END_TEST
+
 Suite *redis_store_suite(void);
 Suite *redis_store_suite(void)
 {
@@ -1680,6 +1827,8 @@ Suite *redis_store_suite(void)
     tcase_add_test(tc, lua_arithmetic_matches_c);
     tcase_add_test(tc, lua_products_match_c);
     tcase_add_test(tc, lua_times_match_c);
+    tcase_add_test(tc, ports_match_their_declarations);
+    tcase_add_test(tc, types_without_a_port_are_refused);
     tcase_add_loop_test(tc, conformance_table, 0,
                         (int)(sizeof conformance / sizeof conformance[0]));
     suite_add_tcase(s, tc);
@@ -1688,7 +1837,7 @@ Suite *redis_store_suite(void)
     tcase_add_checked_fixture(tc, srv_up, srv_down);
     tcase_set_timeout(tc, 300);
     tcase_add_loop_test(tc, differential_replay, 0, TRACES);
-    tcase_add_loop_test(tc, differential_replay_functions, 0, 7);
+    tcase_add_loop_test(tc, differential_replay_functions, 0, NTYPES);
     tcase_add_loop_test(tc, boundaries_alike, 0, (int)(sizeof boundaries / sizeof boundaries[0]));
     tcase_add_test(tc, charges_saturate_alike);
     tcase_add_test(tc, tier_changes_alike);

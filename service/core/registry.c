@@ -54,6 +54,31 @@ const rl_rule_type *rl_registry_at(const rl_registry *reg, size_t i)
     return i < reg->n ? reg->types[i] : NULL;
 }
 
+/* The Redis port of a type of version 2 or later, or NULL. */
+static const rl_rule_redis *redis_of(const rl_rule_type *t)
+{
+    return t->api_version >= 2 ? t->redis : NULL;
+}
+
+/* A Redis port's tag is [a-z0-9_]+ and each of its parameters one of the type's, held in 64
+ * bits. */
+static int redis_is_wellformed(const rl_rule_type *t, const rl_rule_redis *r)
+{
+    if (!r->tag || !*r->tag || strlen(r->tag) > 32 || (r->nparams > 0 && !r->params))
+        return 0;
+    for (const char *c = r->tag; *c; c++)
+        if (!((*c >= 'a' && *c <= 'z') || (*c >= '0' && *c <= '9') || *c == '_'))
+            return 0;
+    for (size_t i = 0; i < r->nparams; i++) {
+        size_t j = 0;
+        while (j < t->nparams && (!r->params[i] || strcmp(t->params[j].name, r->params[i]) != 0))
+            j++;
+        if (j == t->nparams || t->params[j].kind == RL_PARAM_STRINGS)
+            return 0;
+    }
+    return 1;
+}
+
 /* What both versions require (a version 1 type's struct is read only up to its own end). */
 static int common_wellformed(const rl_rule_type *t)
 {
@@ -70,9 +95,22 @@ static int common_wellformed(const rl_rule_type *t)
     return 1;
 }
 
+/* Whether another type already has t's Redis tag. */
+static int tag_taken(const rl_registry *reg, const rl_rule_type *t)
+{
+    const rl_rule_redis *r = redis_of(t);
+    for (size_t i = 0; r && i < reg->n; i++) {
+        const rl_rule_redis *o = redis_of(reg->types[i]);
+        if (o && strcmp(o->tag, r->tag) == 0)
+            return 1;
+    }
+    return 0;
+}
+
 static int v2_wellformed(const rl_rule_type *t)
 {
-    return t->evaluate && t->eval_size <= RL_EVAL_MAX && (t->state_size == 0 || t->commit);
+    return t->evaluate && t->eval_size <= RL_EVAL_MAX && (t->state_size == 0 || t->commit) &&
+           (!t->redis || redis_is_wellformed(t, t->redis));
 }
 
 int rl_register_rule_type(rl_registry *reg, const rl_rule_type *type)
@@ -80,7 +118,7 @@ int rl_register_rule_type(rl_registry *reg, const rl_rule_type *type)
     if (!reg || !type || reg->n >= RL__MAX_TYPES || type->api_version < 1 ||
         type->api_version > RL_RULE_API_VERSION || !common_wellformed(type))
         return -1;
-    if (rl_registry_find(reg, type->name))
+    if (rl_registry_find(reg, type->name) || tag_taken(reg, type))
         return -1;
     if (type->api_version == 1)
         type = rl__rule_v1_adapt(type);

@@ -4,67 +4,104 @@
 --
 -- KEYS: the state keys the items name, then (with a reservation id) the reservation's key and
 --       the reservation index.
--- ARGV: now ('' = Redis TIME), dry run ('1'/'0'), the request's cost, reservation TTL (ns),
---       least TTL of a key (ms), TTL of a reservation and of held slots (ms), reservation id
---       ('' = none), the number of items, then 8 fields an item: type tag ('' for a rule decided
---       by the caller), key index (0 for none), need, cost, 2 parameters, the caller's wait
---       (for a rule without state), the item's reservation record ('' when it keeps none).
+-- ARGV: as args.def lists them (A_ and I_ offsets, put above this file by the build): now ('' =
+--       Redis TIME), dry run ('1'/'0'), the request's cost, reservation TTL (ns), least TTL of a
+--       key (ms), TTL of a reservation and of held slots (ms), reservation id ('' = none),
+--       whether the request asked for the reservation ('1'; '0': it is made only when a rule
+--       that holds slots takes), the items' modes ('' when every item blocks and takes, else a
+--       character per item: '-' it does, 's' a shadow rule: never blocks, takes only when its
+--       cost fits, 'c' a charge rule that does not block: takes whatever it has left), the
+--       number of items, then per item: type tag ('' for a rule decided by the caller), key
+--       index (0 for none), need, cost, the caller's wait (for a rule without state), the
+--       item's reservation record ('' when it keeps none), then the rule's parameters
+--       (T.params; none for a rule decided by the caller).
 -- Returns {'ok', then per item: wait, limit, remaining, reset_after, window, next} (integers,
--- which Redis makes of Lua numbers exactly below 2^53, or decimals beyond; statuses are '' for rules decided by the caller), or {'dup'} when the reservation id is taken. next is
+-- which Redis makes of Lua numbers exactly below 2^53, or decimals beyond; statuses are '' for
+-- rules decided by the caller), or {'dup'} when the reservation id is taken. next is
 -- rl_status_next: the wait for one whole unit more than remains (0 when full).
 --
 -- Each state is read and prepared (refilled, rolled) once; wait, take, status and next all
 -- start from it, as each of them would in C from the same state at the same now.
 
-clock(ARGV[1])
-local dry = ARGV[2] == '1'
-local floor_ms, hold_ms = tonumber(ARGV[5]), tonumber(ARGV[6])
-local id = ARGV[7]
-local n = tonumber(ARGV[8])
+clock(ARGV[A_NOW])
+local dry = ARGV[A_DRY] == '1'
+local floor_ms, hold_ms = tonumber(ARGV[A_FLOOR_MS]), tonumber(ARGV[A_HOLD_MS])
+local id = ARGV[A_ID]
+local n = tonumber(ARGV[A_ITEMS])
+local modes = ARGV[A_MODES]
 local items = {}
 local allowed = true
 
 -- An item is one table: its state, its rule's parameters (the field names never collide, so the
--- table is both the p and the s of the rule functions), and T, k, rec, cost and wait.
+-- table is both the p and the s of the rule functions), and T, k, rec, cost, wait and mode
+-- (false for '').
+local o = A_FIELDS
 for i = 1, n do
-    local o = 8 + (i - 1) * 8
-    local k = tonumber(ARGV[o + 2])
+    local k = tonumber(ARGV[o + I_KEY])
     local it
     if k > 0 then
-        local T = rule_type(ARGV[o + 1])
+        local T = rule_type(ARGV[o + I_TAG])
+        if not T then return redis.error_reply('no rule type port for tag ' .. ARGV[o + I_TAG]) end
         it = load_state(T, KEYS[k])
         -- N(x), with the usual case (up to 15 digits: a number) inline
-        local need, cost, a, b = ARGV[o + 3], ARGV[o + 4], ARGV[o + 5], ARGV[o + 6]
+        local need, cost = ARGV[o + I_NEED], ARGV[o + I_COST]
         need = #need <= 15 and tonumber(need) or N(need)
         cost = #cost <= 15 and tonumber(cost) or N(cost)
-        T.params(#a <= 15 and tonumber(a) or N(a), #b <= 15 and tonumber(b) or N(b), it)
+        it.T, it.cost, it.k, it.rec = T, cost, k, ARGV[o + I_RECORD]
+        -- read_params, inline
+        local names = T.params
+        o = o + I_FIELDS
+        for j = 1, #names do
+            local v = ARGV[o + j]
+            it[names[j]] = #v <= 15 and tonumber(v) or N(v)
+        end
+        o = o + #names
         T.prep(it, it)
-        it.T, it.cost = T, cost
         it.wait = T.wait(it, it, need)
     else
-        it = {wait = N(ARGV[o + 7])}
+        it = {wait = N(ARGV[o + I_WAIT]), k = 0, rec = ARGV[o + I_RECORD]}
+        o = o + I_FIELDS
     end
-    it.k, it.rec = k, ARGV[o + 8]
-    if it.wait ~= 0 then allowed = false end
+    if modes ~= '' then
+        local m = string.sub(modes, i, i)
+        if m ~= '-' then it.mode = m end
+    end
+    if it.wait ~= 0 and not it.mode then allowed = false end
     items[i] = it
+end
+
+-- Whether an item takes when the request is allowed: a shadow rule only when its cost fits.
+local function takes(it) return it.mode ~= 's' or it.wait == 0 end
+
+-- A reservation is made when asked for, or when a rule that holds slots takes (its record's
+-- second character is 1).
+local function reserves()
+    if id == '' then return false end
+    if ARGV[A_RESERVE] == '1' then return true end
+    for i = 1, n do
+        local it = items[i]
+        if it.rec ~= '' and string.byte(it.rec, 2) == 49 and takes(it) then return true end
+    end
+    return false
 end
 
 if allowed and not dry then
     local rk, ik = KEYS[#KEYS - 1], KEYS[#KEYS]
-    if id ~= '' and redis.call('EXISTS', rk) == 1 then return {'dup'} end
+    local resv = reserves()
+    if resv and redis.call('EXISTS', rk) == 1 then return {'dup'} end
     for i = 1, n do
         local it = items[i]
-        if it.T then
+        if it.T and takes(it) then
             it.T.take(it, it, it.cost)
             save_state(it.T, it, it, KEYS[it.k], floor_ms, hold_ms)
         end
     end
-    if id ~= '' then
-        local exp = dec_of_rel(sat_time(N(ARGV[4])))
-        local cmd = {'HSET', rk, 'cost', ARGV[3], 'at', now_str(), 'exp', exp, 'settled', '0'}
+    if resv then
+        local exp = dec_of_rel(sat_time(N(ARGV[A_RESERVATION_TTL])))
+        local cmd = {'HSET', rk, 'cost', ARGV[A_COST], 'at', now_str(), 'exp', exp, 'settled', '0'}
         local m = 0
         for i = 1, n do
-            if items[i].rec ~= '' then
+            if items[i].rec ~= '' and takes(items[i]) then
                 m = m + 1
                 cmd[#cmd + 1] = 'i' .. m
                 cmd[#cmd + 1] = items[i].rec

@@ -1,4 +1,5 @@
--- lib.lua - exact integers and the built-in rule types, shared by the scripts of the Redis store.
+-- lib.lua - exact integers, times, binary state values and the rule type registry, shared by the
+-- scripts of the Redis store (the rule types' ports follow it: service/core/rules/*.lua).
 --
 -- Redis runs Lua 5.1, whose numbers are doubles: exact only below 2^53, while the rules count
 -- nanoseconds since 1970 (about 2^61) and multiply them by rates into 128-bit intermediates.
@@ -9,8 +10,8 @@
 -- of 2^53 or more, so the two never hold the same value. Values cross into and out of Redis as
 -- decimal strings. Division truncates toward zero, as in C.
 --
--- The rule functions below are ported line by line from service/core/rules/*.c and must stay in
--- step with them: a differential test replays random traces through both and compares.
+-- The rule types' ports (service/core/rules/*.lua) are ported line by line from their C files
+-- and must stay in step with them: a differential test replays random traces through both.
 -- Functions never modify their arguments; tables are shared freely.
 
 local floor = math.floor
@@ -894,625 +895,65 @@ end
 local function enc_time(t) return pack('>I4I4', halves_of_rel(t)) end
 
 -- ---- rule types -----------------------------------------------------------------------------
--- Ported from service/core/rules/*.c with every time relative to now. Each type:
--- params(p1, p2) -> table; zero() -> a new key's state; load(value) -> the state, or nil when
--- the value is not of this type; dump(state) -> value; prep(p, s) brings s to now where every C
--- function starts by doing so (a token bucket's refill, a window's roll: doing it once lets
--- wait, take, status and refund all start from it, which in C each redo on a copy); then
--- wait(p, s, cost), take(p, s, cost), refund(p, s, taken_at, amount), release(p, s, amount) as
--- in C; idle(p, s) -> C's idle_at relative to now (false: a new key's already; true: never, for
--- a state holding slots); status(p, s) -> limit, remaining, reset_after, window. A type is
--- made on first use (rule_type), since a script's top level runs on every call. A zero()
--- state holds times of 0 relative to now for the absolute 0 of C's zeroed state: each type below
--- treats both alike once prepared (nothing is used, nothing counted: only max(now, last) = now
--- matters).
+-- Each rule type's port is a file of its own beside its C file (service/core/rules/<type>.lua,
+-- or a plug-in's text), which registers it by its tag: register_rule(tag, make), make()
+-- returning the type's table T. The scripts put those files after this one, inside functions
+-- of port_loaders (the built-in ports in one, each behind its tag, the plug-ins' in another:
+-- Lua 5.1 lets a function reach at most 60 locals of the functions around it), so they see
+-- every local above; rule_type runs them for a tag it does not know yet and makes a type on
+-- its first use, since a script's top level runs on every call (and a closure made there
+-- costs a lookup of each of its upvalues). T holds:
+--   params   the names of the parameters the store sends, in the order the C side declares
+--            them (rl_rule_redis.params); read_params puts each in the item's table by name
+--   layout   the version of the state's binary layout (rl_rule_redis.layout)
+--   zero(t) -> a new key's state in t; load(value, t) -> t, or nil when the value is not of
+--   this type; dump(s) -> value; prep(p, s) brings s to now where every C function starts by
+--   doing so (a token bucket's refill, a window's roll: doing it once lets wait, take, status
+--   and refund all start from it, which in C each redo on a copy); then wait(p, s, cost),
+--   take(p, s, cost), refund(p, s, taken_at, amount), release(p, s, amount) as in C (refund and
+--   release may be absent); idle(p, s) -> C's idle_at relative to now (false: a new key's
+--   already; true: never, for a state holding slots); status(p, s) -> limit, remaining,
+--   reset_after, window.
+-- Every time is relative to now (above). A zero() state holds times of 0 relative to now for
+-- the absolute 0 of C's zeroed state: each type treats both alike once prepared (nothing is
+-- used, nothing counted: only max(now, last) = now matters). p and s are the same table (the
+-- item's, below), so parameter and state field names must not collide.
 
 local function noop() end
-local R = {}
+local MAKE, R = {}, {}
+-- functions calling every port's register_rule, set after this file (redis_lua.c), run once
+local port_loaders = {}
 
--- The rule type of a tag (R[tag] once made), or nil for an unknown tag.
+-- Registers a rule type's port under its tag (a later registration of the same tag wins).
+local function register_rule(tag, make) MAKE[tag] = make end
+
+-- The rule type of a tag (made on first use), or nil for an unknown tag.
 local function rule_type(tag)
     local T = R[tag]
     if T then return T end
-    if tag == 'tb' then
-        -- token_bucket {capacity, per_second}: used, last, frac
-        -- 'T' last used (frac 0), or 'U' last frac(4 bytes) used
-        T = {refundable = true}
-        function T.params(a, b, t)
-            t = t or {}
-            t.cap, t.rate = a, b
-            return t
-        end
-        function T.zero(t)
-            t.used, t.last, t.frac = 0, 0, 0
-            return t
-        end
-        function T.load(v, t)
-            local n = #v
-            if n < 9 then return nil end
-            local k, hi, lo = unpack_('>BI4I4', v)
-            if k == 84 and n <= 17 then
-                t.used, t.last, t.frac = uint(v, 10, n), rel_of_halves(hi, lo), 0
-                return t
-            elseif k == 85 and n >= 13 and n <= 21 then
-                t.used, t.last, t.frac = uint(v, 14, n), rel_of_halves(hi, lo), uint(v, 10, 13)
-                return t
-            end
-        end
-        function T.dump(s)
-            local used, frac = s.used, s.frac
-            if type(used) == 'number' and used < 4294967296 then
-                -- one pack: the type, last, frac when not 0, used in as few bytes as it takes
-                local hi, lo = halves_of_rel(s.last)
-                local n = used == 0 and '' or used < 256 and 'I1' or used < 65536 and 'I2' or
-                              used < 16777216 and 'I3' or 'I4'
-                if frac == 0 then return pack('>BI4I4' .. n, 84, hi, lo, used) end
-                return pack('>BI4I4I4' .. n, 85, hi, lo, frac, used)
-            end
-            if frac == 0 then return 'T' .. enc_time(s.last) .. enc_var(used) end
-            return 'U' .. enc_time(s.last) .. pack('>I4', frac) .. enc_var(used)
-        end
-        -- refill: gain = floor(((now - last) * rate + frac) / 1e9); at least used when already
-        -- (now - last) * rate >= used * 1e9 (frac >= 0), which settles most refills without
-        -- dividing (in doubles: rounding is monotonic, so a rounded product above the other
-        -- means an exact one above it)
-        function T.prep(p, s)
-            local last, used = s.last, s.used
-            if type(last) == 'number' then
-                if last >= 0 then return end
-                if used == 0 then
-                    s.frac, s.last = 0, 0
-                    return
-                end
-                local rate = p.rate
-                if type(used) == 'number' and type(rate) == 'number' and
-                    -last * rate > used * NS then
-                    s.used, s.frac, s.last = 0, 0, 0
-                    return
-                end
-            elseif not isneg(last) then
-                return
-            end
-            if ispos(used) then
-                local dt = sub(0, last)
-                if cmp_prod(dt, p.rate, used, NS) >= 0 then
-                    s.used, s.frac = 0, 0
-                else
-                    local gain, rem = mdm(dt, p.rate, s.frac, NS)
-                    if cmp(gain, used) >= 0 then
-                        s.used, s.frac = 0, 0
-                    else
-                        s.used, s.frac = sub(used, gain), rem
-                    end
-                end
-            else
-                s.frac = 0
-            end
-            s.last = 0
-        end
-        -- ceil(((used - target) * 1e9 - frac) / rate), target >= 0; in doubles while
-        -- (used - target) * 1e9 stays below 2^53 (floor(x / rate) is exact there)
-        local function time_to(p, s, target)
-            local used, rate = s.used, p.rate
-            if type(used) == 'number' and type(target) == 'number' and type(rate) == 'number' then
-                if used <= target then return 0 end
-                local d = (used - target) * NS
-                if d < LIM then
-                    local x = d - s.frac
-                    local q = floor(x / rate)
-                    if q * rate < x then q = q + 1 end
-                    return q
-                end
-            elseif cmp(used, target) <= 0 then
-                return 0
-            end
-            return ceil_mdm(sub(used, target), NS, 0 - s.frac, rate)
-        end
-        -- time_to(0), kept in the state until it changes
-        local function full(p, s)
-            local f = s.full
-            if not f then
-                f = time_to(p, s, 0)
-                s.full = f
-            end
-            return f
-        end
-        function T.wait(p, s, cost)
-            local cap = p.cap
-            local target
-            if type(cost) == 'number' and type(cap) == 'number' then
-                if cost > cap then return NEVER end
-                target = cap - cost
-            else
-                if cmp(cost, cap) > 0 then return NEVER end
-                target = sub(cap, cost)
-            end
-            local dt = target == 0 and full(p, s) or time_to(p, s, target)
-            if dt == 0 then return 0 end
-            return add_sat(s.last, dt)
-        end
-        function T.take(p, s, cost)
-            s.used = used_add(s.used, cost)
-            s.full = nil
-        end
-        function T.refund(p, s, taken_at, amount)
-            if isneg(amount) then
-                s.used = used_add(s.used, sub(0, amount))
-            elseif cmp(amount, s.used) >= 0 then
-                s.used = 0
-                s.frac = 0
-            else
-                s.used = sub(s.used, amount)
-            end
-            s.full = nil
-        end
-        function T.idle(p, s)
-            if s.used == 0 then return false end
-            return add_sat_t(s.last, full(p, s))
-        end
-        function T.status(p, s)
-            local f = full(p, s)
-            local reset = 0
-            if f ~= 0 then reset = add_sat(s.last, f) end
-            local win = p.win
-            if not win then
-                win = ceil_mdm(p.cap, NS, 0, p.rate)
-                p.win = win
-            end
-            return p.cap, sub(p.cap, s.used), reset, win
-        end
-    elseif tag == 'gcra' then
-        -- gcra {per_second, burst}: tat, rem, last
-        -- 'G' tat last rem
-        T = {refundable = true}
-        function T.params(a, b, t)
-            t = t or {}
-            t.rate, t.burst = a, b
-            return t
-        end
-        function T.zero(t)
-            t.tat, t.rem, t.last = 0, 0, 0
-            return t
-        end
-        function T.load(v, t)
-            local n = #v
-            if byte(v, 1) == 71 and n >= 17 and n <= 25 then
-                t.tat, t.last, t.rem = dec_time(v, 2), dec_time(v, 10), uint(v, 18, n)
-                return t
-            end
-        end
-        function T.dump(s) return 'G' .. enc_time(s.tat) .. enc_time(s.last) .. enc_var(s.rem) end
-        -- C's ahead(t), the scaled (TAT - t) * rate + rem, as d * rate + r: (TAT - t, rem) when TAT
-        -- is ahead of t, else (0, 0)
-        local function ahead(s, t)
-            local c = cmp(s.tat, t)
-            if c < 0 or (c == 0 and iszero(s.rem)) then return 0, 0 end
-            return sub(s.tat, t), s.rem
-        end
-        -- t = max(now, last) becomes last, and a TAT behind it becomes t with rem 0 (ahead 0
-        -- either way; take and refund set both): then ahead(last) is (tat - last, rem)
-        function T.prep(p, s)
-            local t = max(0, s.last)
-            s.last = t
-            local d, r = ahead(s, t)
-            if d == 0 and r == 0 then s.tat, s.rem = t, 0 end
-        end
-        -- A = ahead * 1e9... as qa * 1e9 + ra (C's "used" and "part"), kept until take
-        local function split(p, s)
-            local qa = s.qa
-            if qa then return qa, s.ra end
-            local ra
-            qa, ra = mdm(sub(s.tat, s.last), p.rate, s.rem, NS)
-            s.qa, s.ra = qa, ra
-            return qa, ra
-        end
-        function T.wait(p, s, cost)
-            local burst = p.burst
-            if cmp(cost, burst) > 0 then return NEVER end
-            -- fits when A + cost * 1e9 <= burst * 1e9: A <= k * 1e9 with k = burst - cost >= 0
-            -- holds iff qa < k, or qa = k and ra = 0
-            local k = sub(burst, cost)
-            local qa, ra = split(p, s)
-            local c = cmp(qa, k)
-            if c < 0 or (c == 0 and ra == 0) then return 0 end
-            -- ceil((A - k * 1e9) / rate)
-            return add_sat(s.last, ceil_mdm(sub(qa, k), NS, ra, p.rate))
-        end
-        -- C's set_ahead(t, A + cost * 1e9): floor(scaled / rate) = (tat - t) + floor((rem +
-        -- cost * 1e9) / rate), since tat - t is whole: the new TAT is tat + that quotient
-        function T.take(p, s, cost)
-            local q, rem = mdm(cost, NS, s.rem, p.rate)
-            s.rem = rem
-            s.tat = sat_time(add(s.tat, q))
-            s.qa = nil
-        end
-        function T.refund(p, s, taken_at, amount)
-            local t = s.last
-            local d, r = ahead(s, t)
-            local a = add(mul(d, p.rate), r)
-            if isneg(amount) then
-                a = add(a, mul(sub(0, amount), NS))
-            elseif cmp(a, mul(amount, NS)) > 0 then
-                a = sub(a, mul(amount, NS))
-            else
-                a = 0
-            end
-            local q, rem = divmod(a, p.rate)
-            s.rem = rem
-            s.tat = sat_time(add(t, q))
-            s.qa = nil
-        end
-        function T.idle(p, s)
-            if s.rem ~= 0 then return add_sat_t(s.tat, 1) end
-            return s.tat
-        end
-        function T.status(p, s)
-            local qa, ra = split(p, s)
-            local used = ra ~= 0 and add(qa, 1) or qa
-            local burst = p.burst
-            local remaining
-            if type(used) == 'number' then
-                remaining = sub(burst, used)
-            elseif cmp(used, USED_MAX) >= 0 then
-                remaining = sub(burst, USED_MAX)
-            else
-                remaining = sub(burst, used)
-            end
-            local reset = 0
-            local d, r = sub(s.tat, s.last), s.rem
-            if d ~= 0 or r ~= 0 then
-                -- ceil(A / rate) = d + ceil(r / rate), saturated
-                local c = add(d, ceil_div(r, p.rate))
-                if type(c) ~= 'number' and cmp(c, NEVER) > 0 then c = NEVER end
-                reset = add_sat(s.last, c)
-            end
-            local win = p.win
-            if not win then
-                win = ceil_mdm(burst, NS, 0, p.rate)
-                p.win = win
-            end
-            return burst, remaining, reset, win
-        end
-    elseif tag == 'fw' then
-        -- fixed_window {limit, window}: last, count
-        -- 'F' last count
-        T = {refundable = true}
-        function T.params(a, b, t)
-            t = t or {}
-            t.limit, t.window = a, b
-            return t
-        end
-        function T.zero(t)
-            t.last, t.count = 0, 0
-            return t
-        end
-        function T.load(v, t)
-            local n = #v
-            if byte(v, 1) == 70 and n >= 9 and n <= 17 then
-                t.last, t.count = dec_time(v, 2), uint(v, 10, n)
-                return t
-            end
-        end
-        function T.dump(s) return 'F' .. enc_time(s.last) .. enc_var(s.count) end
-        -- count_at(t) with t = max(now, last), which becomes last; ws is the start of its
-        -- window (last does not change again before the state is saved)
-        function T.prep(p, s)
-            if isneg(s.last) then
-                local ws = start_of(p.window, 0)
-                if cmp(ws, start_of(p.window, s.last)) ~= 0 then s.count = 0 end
-                s.last, s.ws = 0, ws
-            end
-        end
-        local function ws_of(p, s)
-            local ws = s.ws
-            if not ws then
-                ws = start_of(p.window, s.last)
-                s.ws = ws
-            end
-            return ws
-        end
-        function T.wait(p, s, cost)
-            if cmp(cost, p.limit) > 0 then return NEVER end
-            if cmp(s.count, sub(p.limit, cost)) <= 0 then return 0 end
-            return add_sat(ws_of(p, s), p.window)
-        end
-        function T.take(p, s, cost) s.count = used_add(s.count, cost) end
-        function T.refund(p, s, taken_at, amount)
-            if isneg(amount) then
-                s.count = used_add(s.count, sub(0, amount))
-            elseif cmp(start_of(p.window, taken_at), ws_of(p, s)) == 0 then
-                if cmp(amount, s.count) >= 0 then
-                    s.count = 0
-                else
-                    s.count = sub(s.count, amount)
-                end
-            end
-        end
-        function T.idle(p, s)
-            if s.count == 0 then return false end
-            return add_sat_t(ws_of(p, s), p.window)
-        end
-        function T.status(p, s)
-            local c = s.count
-            local reset = 0
-            if c ~= 0 then reset = add_sat(ws_of(p, s), p.window) end
-            return p.limit, sub(p.limit, c), reset, p.window
-        end
-    elseif tag == 'sw' then
-        -- sliding_window {limit, window}: sum, last, and the log as pairs ts, cost (oldest first)
-        -- 'S' last sum, then ts cost per entry
-        T = {refundable = true, prep = noop}
-        function T.params(a, b, t)
-            t = t or {}
-            t.limit, t.window = a, b
-            return t
-        end
-        function T.zero(t)
-            t.sum, t.last, t.ts, t.c = 0, 0, {}, {}
-            return t
-        end
-        function T.load(v, s)
-            local n = #v
-            if byte(v, 1) ~= 83 or n < 17 or (n - 17) % 16 ~= 0 then return nil end
-            local ts, c = {}, {}
-            s.last, s.sum, s.ts, s.c = dec_time(v, 2), uint(v, 10, 17), ts, c
-            local k = 0
-            for i = 18, n, 16 do
-                k = k + 1
-                ts[k] = dec_time(v, i)
-                c[k] = uint(v, i + 8, i + 15)
-            end
-            return s
-        end
-        function T.dump(s)
-            local out = {'S', enc_time(s.last), enc_u8(s.sum)}
-            for i = 1, #s.ts do
-                out[#out + 1] = enc_time(s.ts[i])
-                out[#out + 1] = enc_u8(s.c[i])
-            end
-            return table.concat(out)
-        end
-        function T.wait(p, s, cost)
-            if cmp(cost, p.limit) > 0 then return NEVER end
-            local t = max(0, s.last)
-            local live, room = s.sum, sub(p.limit, cost)
-            local edge = sub(t, p.window)
-            local i, n = 1, #s.ts
-            while i <= n and cmp(s.ts[i], edge) <= 0 do
-                live = sub(live, s.c[i])
-                i = i + 1
-            end
-            if cmp(live, room) <= 0 then return 0 end
-            while i <= n do
-                live = sub(live, s.c[i])
-                if cmp(live, room) <= 0 then return add_sat(s.ts[i], p.window) end
-                i = i + 1
-            end
-            return NEVER
-        end
-        local function expire(p, s, t)
-            local edge = sub(t, p.window)
-            local k = 0
-            while k < #s.ts and cmp(s.ts[k + 1], edge) <= 0 do
-                s.sum = sub(s.sum, s.c[k + 1])
-                k = k + 1
-            end
-            if k > 0 then
-                local ts, c = {}, {}
-                for i = k + 1, #s.ts do
-                    ts[#ts + 1] = s.ts[i]
-                    c[#c + 1] = s.c[i]
-                end
-                s.ts, s.c = ts, c
-            end
-        end
-        local function append(s, t, amount)
-            local n = #s.ts
-            if n > 0 and cmp(s.ts[n], t) == 0 then
-                s.c[n] = used_add(s.c[n], amount)
-            else
-                s.ts[n + 1] = t
-                s.c[n + 1] = amount
-            end
-            s.sum = used_add(s.sum, amount)
-        end
-        function T.take(p, s, cost)
-            local t = max(0, s.last)
-            expire(p, s, t)
-            append(s, t, cost)
-            s.last = t
-        end
-        function T.refund(p, s, taken_at, amount)
-            local t = max(0, s.last)
-            expire(p, s, t)
-            s.last = t
-            if isneg(amount) then
-                append(s, t, sub(0, amount))
-                return
-            end
-            for i = #s.ts, 1, -1 do
-                local c = cmp(s.ts[i], taken_at)
-                if c < 0 then break end
-                if c == 0 then
-                    local back = min(amount, s.c[i])
-                    s.c[i] = sub(s.c[i], back)
-                    s.sum = sub(s.sum, back)
-                    break
-                end
-            end
-        end
-        function T.idle(p, s)
-            if #s.ts == 0 then return false end
-            return add_sat_t(s.last, p.window)
-        end
-        function T.status(p, s)
-            local t = max(0, s.last)
-            local live = s.sum
-            local edge = sub(t, p.window)
-            local i = 1
-            while i <= #s.ts and cmp(s.ts[i], edge) <= 0 do
-                live = sub(live, s.c[i])
-                i = i + 1
-            end
-            local reset = 0
-            if ispos(live) then reset = add_sat(s.last, p.window) end
-            return p.limit, sub(p.limit, live), reset, p.window
-        end
-    elseif tag == 'swc' then
-        -- sliding_window_counter {limit, window}: last, cur, prev
-        -- 'W' last cur(8 bytes) prev
-        T = {refundable = true}
-        function T.params(a, b, t)
-            t = t or {}
-            t.limit, t.window = a, b
-            return t
-        end
-        function T.zero(t)
-            t.last, t.cur, t.prev = 0, 0, 0
-            return t
-        end
-        function T.load(v, t)
-            local n = #v
-            if byte(v, 1) == 87 and n >= 17 and n <= 25 then
-                t.last, t.cur, t.prev = dec_time(v, 2), uint(v, 10, 17), uint(v, 18, n)
-                return t
-            end
-        end
-        function T.dump(s) return 'W' .. enc_time(s.last) .. enc_u8(s.cur) .. enc_var(s.prev) end
-        -- roll(t) with t = max(now, last), which becomes last (a roll needs t in a later
-        -- window); ws is the start of its window (last does not change again before the state
-        -- is saved)
-        function T.prep(p, s)
-            if not isneg(s.last) then return end
-            local w = p.window
-            local ws, ls = start_of(w, 0), start_of(w, s.last)
-            if cmp(ws, ls) ~= 0 then
-                if cmp(sub(ws, ls), w) == 0 then
-                    s.prev = s.cur
-                else
-                    s.prev = 0
-                end
-                s.cur = 0
-            end
-            s.last, s.ws = 0, ws
-        end
-        local function ws_of(p, s)
-            local ws = s.ws
-            if not ws then
-                ws = start_of(p.window, s.last)
-                s.ws = ws
-            end
-            return ws
-        end
-        -- prev * (w - e) + (cur + cost) * w <= limit * w, i.e. with room = limit - cur - cost:
-        -- room >= 0 and prev * (w - e) <= room * w
-        local function fits(p, s, cost)
-            local w = p.window
-            local room = sub(sub(p.limit, s.cur), cost)
-            if isneg(room) then return false end
-            local e = sub(s.last, ws_of(p, s))
-            return cmp_prod(s.prev, sub(w, e), room, w) <= 0
-        end
-        -- k = floor(room * w / prev) >= w iff room >= prev
-        local function first_fit(p, prev, cur, cost)
-            local room = sub(sub(p.limit, cost), cur)
-            if isneg(room) then return p.window end
-            if iszero(prev) then return 0 end
-            if cmp(room, prev) >= 0 then return 0 end
-            return sub(p.window, (mdm(room, p.window, 0, prev)))
-        end
-        function T.wait(p, s, cost)
-            if cmp(cost, p.limit) > 0 then return NEVER end
-            if fits(p, s, cost) then return 0 end
-            local ws = ws_of(p, s)
-            local e = first_fit(p, s.prev, s.cur, cost)
-            if cmp(e, p.window) < 0 then return add_sat(ws, e) end
-            e = first_fit(p, s.cur, 0, cost)
-            return add_sat(add_sat(ws, p.window), e)
-        end
-        function T.take(p, s, cost) s.cur = used_add(s.cur, cost) end
-        function T.refund(p, s, taken_at, amount)
-            if isneg(amount) then
-                s.cur = used_add(s.cur, sub(0, amount))
-                return
-            end
-            local ws, ts = ws_of(p, s), start_of(p.window, taken_at)
-            local field
-            if cmp(ts, ws) == 0 then
-                field = 'cur'
-            elseif cmp(ts, sub(ws, p.window)) == 0 then
-                field = 'prev'
-            end
-            if field then
-                if cmp(amount, s[field]) >= 0 then
-                    s[field] = 0
-                else
-                    s[field] = sub(s[field], amount)
-                end
-            end
-        end
-        function T.idle(p, s)
-            if s.cur ~= 0 then return add_sat_t(ws_of(p, s), mul(2, p.window)) end
-            if s.prev ~= 0 then return add_sat_t(ws_of(p, s), p.window) end
-            return false
-        end
-        function T.status(p, s)
-            local w = p.window
-            local ws = ws_of(p, s)
-            local e = sub(s.last, ws)
-            local q, r = mdm(s.prev, sub(w, e), 0, w)
-            if r ~= 0 then q = add(q, 1) end
-            local est = add(s.cur, q)
-            local reset = 0
-            if not iszero(s.cur) then
-                reset = add(ws, mul(2, w))
-            elseif not iszero(s.prev) then
-                reset = add(ws, w)
-            end
-            return p.limit, sub(p.limit, est), reset, w
-        end
-    elseif tag == 'cc' then
-        -- concurrency {limit, retry}: held
-        -- the decimal held (which Redis keeps as an integer)
-        T = {holds = true, prep = noop}
-        function T.params(a, b, t)
-            t = t or {}
-            t.limit, t.retry = a, b
-            return t
-        end
-        function T.zero(t)
-            t.held = 0
-            return t
-        end
-        function T.load(v, t)
-            local k = byte(v, 1)
-            if k >= 48 and k <= 57 and #v <= 19 then
-                t.held = N(v)
-                return t
-            end
-        end
-        function T.dump(s) return S(s.held) end
-        function T.wait(p, s, cost)
-            if cmp(cost, p.limit) > 0 then return NEVER end
-            if cmp(s.held, sub(p.limit, cost)) <= 0 then return 0 end
-            return p.retry
-        end
-        function T.take(p, s, cost) s.held = used_add(s.held, cost) end
-        function T.release(p, s, amount)
-            if cmp(amount, s.held) >= 0 then
-                s.held = 0
-            else
-                s.held = sub(s.held, amount)
-            end
-        end
-        function T.idle(p, s) return not iszero(s.held) end
-        function T.status(p, s) return p.limit, sub(p.limit, s.held), 0, 0 end
-    else
-        return nil
+    local make = MAKE[tag]
+    for i = 1, #port_loaders do
+        if make then break end
+        port_loaders[i](tag)
+        make = MAKE[tag]
     end
+    if not make then return nil end
+    T = make()
     R[tag] = T
     return T
 end
+
+-- Reads T's parameters, ARGV[o + 1] on, into t by name (N(x) with the usual case, up to 15
+-- digits, inline). Returns the offset of the last one.
+local function read_params(T, t, argv, o)
+    local names = T.params
+    for j = 1, #names do
+        local v = argv[o + j]
+        t[names[j]] = #v <= 15 and tonumber(v) or N(v)
+    end
+    return o + #names
+end
+
 
 -- ---- state keys -------------------------------------------------------------------------------
 
@@ -1520,7 +961,7 @@ end
 -- Lua size it for 16 at once (a table that grows is rehashed at each power of two).
 local function new_item()
     return {T = false, k = 0, rec = false, cost = 0, wait = 0, full = false, win = false,
-        x1 = false, x2 = false}
+        mode = false, x2 = false}
 end
 
 -- The state of type T stored at key, in t (a new item when nil); a new key's state when the key

@@ -7,8 +7,13 @@
  * 4 at t = 0 fill it (2 s until empty, 0.5 s until one unit fits: next); at t = 1 it holds
  * 2, so 3 waits 0.5 s. The level is exact: what has not yet leaked a whole fixed
  * point unit is kept in nanounits (frac < 1e9).
+ *
+ * Its Redis port (lb_lua, below) keeps the same fields, as 'L' last(8) frac(4) level(as few
+ * bytes as it takes), and does the same arithmetic with the store's exact helpers, so that
+ * the type runs on the Redis store as the built-in ones do.
  */
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 
 #include "ratelimit_rule.h"
@@ -100,7 +105,10 @@ static void lb_report(const void *pp, const rl_eval *ev, rl_ns now, rl_rule_stat
 static rl_ns lb_idle_at(const void *pp, const void *st)
 {
     const lb_state *s = st;
-    return s->level == 0 ? 0 : s->last + until(pp, s, s->last, 0);
+    if (s->level == 0)
+        return 0;
+    rl_ns d = until(pp, s, s->last, 0);
+    return s->last > INT64_MAX - d ? INT64_MAX : s->last + d;
 }
 
 static void lb_name(const void *pp, char *buf, size_t len)
@@ -124,6 +132,71 @@ static const rl_param_def lb_params_def[] = {
      "what leaks out per second"},
 };
 
+/* The Redis port: times relative to the script's now, values numbers or the store's big
+ * integers (service/redis/lib.lua's helpers, docs/redis.md). */
+static const char lb_lua[] =
+    "register_rule('leaky_bucket', function()\n"
+    "    local T = {params = {'capacity', 'per_second'}, layout = 1}\n"
+    "    local LEVEL_MAX = N('4611686018427387903')\n"
+    "    function T.zero(t)\n"
+    "        t.level, t.last, t.frac = 0, 0, 0\n"
+    "        return t\n"
+    "    end\n"
+    "    function T.load(v, t)\n"
+    "        local n = #v\n"
+    "        if string.byte(v, 1) == 76 and n >= 13 and n <= 21 then\n"
+    "            t.last, t.frac, t.level = dec_time(v, 2), uint(v, 10, 13), uint(v, 14, n)\n"
+    "            return t\n"
+    "        end\n"
+    "    end\n"
+    "    function T.dump(s)\n"
+    "        return 'L' .. enc_time(s.last) .. string.sub(enc_u8(s.frac), 5) .. enc_var(s.level)\n"
+    "    end\n"
+    "    function T.prep(p, s)\n"
+    "        if not isneg(s.last) then return end\n"
+    "        local gone, rem = mdm(sub(0, s.last), p.per_second, s.frac, NS)\n"
+    "        if cmp(gone, s.level) >= 0 then\n"
+    "            s.level, s.frac = 0, 0\n"
+    "        else\n"
+    "            s.level, s.frac = sub(s.level, gone), rem\n"
+    "        end\n"
+    "        s.last = 0\n"
+    "    end\n"
+    "    local function until_(p, s, target)\n"
+    "        if cmp(s.level, target) <= 0 then return 0 end\n"
+    "        return add_sat(s.last, ceil_mdm(sub(s.level, target), NS, 0 - s.frac, p.per_second))\n"
+    "    end\n"
+    "    function T.wait(p, s, cost)\n"
+    "        if cmp(cost, p.capacity) > 0 then return NEVER end\n"
+    "        return until_(p, s, sub(p.capacity, cost))\n"
+    "    end\n"
+    "    function T.take(p, s, cost)\n"
+    "        if cmp(s.level, sub(LEVEL_MAX, cost)) > 0 then\n"
+    "            s.level = LEVEL_MAX\n"
+    "        else\n"
+    "            s.level = add(s.level, cost)\n"
+    "        end\n"
+    "    end\n"
+    "    function T.idle(p, s)\n"
+    "        if s.level == 0 then return false end\n"
+    "        return add_sat_t(s.last, ceil_mdm(s.level, NS, 0 - s.frac, p.per_second))\n"
+    "    end\n"
+    "    function T.status(p, s)\n"
+    "        return p.capacity, sub(p.capacity, s.level), until_(p, s, 0),\n"
+    "            ceil_mdm(p.capacity, NS, 0, p.per_second)\n"
+    "    end\n"
+    "    return T\n"
+    "end)\n";
+
+static const char *const lb_redis_params[] = {"capacity", "per_second"};
+static const rl_rule_redis lb_redis = {
+    .tag = "leaky_bucket",
+    .params = lb_redis_params,
+    .nparams = 2,
+    .layout = 1,
+    .lua = lb_lua,
+};
+
 static const rl_rule_type leaky_bucket = {
     .api_version = 2,
     .name = "leaky_bucket",
@@ -138,6 +211,7 @@ static const rl_rule_type leaky_bucket = {
     .evaluate = lb_evaluate,
     .commit = lb_commit,
     .report = lb_report,
+    .redis = &lb_redis,
 };
 
 int rl_plugin_init(rl_registry *reg, unsigned api_version);

@@ -98,6 +98,15 @@ static const rl_param_def cc_params_def[] = {
      "retry_after suggested while full, in seconds"},
 };
 
+/* The Redis port: concurrency.lua beside this file. */
+static const char *const cc_redis_params[] = {"limit", "retry"};
+static const rl_rule_redis cc_redis = {
+    .tag = "cc",
+    .params = cc_redis_params,
+    .nparams = 2,
+    .layout = 1,
+};
+
 const rl_rule_type rl__concurrency = {
     .api_version = RL_RULE_API_VERSION,
     .name = "concurrency",
@@ -114,4 +123,5 @@ const rl_rule_type rl__concurrency = {
     .evaluate = cc_evaluate,
     .commit = cc_commit,
     .report = cc_report,
+    .redis = &cc_redis,
 };

@@ -121,6 +121,15 @@ static const rl_param_def fw_params_def[] = {
      "window length in seconds"},
 };
 
+/* The Redis port: fixed_window.lua beside this file. */
+static const char *const fw_redis_params[] = {"limit", "window"};
+static const rl_rule_redis fw_redis = {
+    .tag = "fw",
+    .params = fw_redis_params,
+    .nparams = 2,
+    .layout = 1,
+};
+
 const rl_rule_type rl__fixed_window = {
     .api_version = RL_RULE_API_VERSION,
     .name = "fixed_window",
@@ -136,4 +145,5 @@ const rl_rule_type rl__fixed_window = {
     .evaluate = fw_evaluate,
     .commit = fw_commit,
     .report = fw_report,
+    .redis = &fw_redis,
 };

@@ -147,6 +147,15 @@ static const rl_param_def gcra_params_def[] = {
      "most that may be sent at once (default 1: strictly spaced)"},
 };
 
+/* The Redis port: gcra.lua beside this file. */
+static const char *const gcra_redis_params[] = {"per_second", "burst"};
+static const rl_rule_redis gcra_redis = {
+    .tag = "gcra",
+    .params = gcra_redis_params,
+    .nparams = 2,
+    .layout = 1,
+};
+
 const rl_rule_type rl__gcra = {
     .api_version = RL_RULE_API_VERSION,
     .name = "gcra",
@@ -162,4 +171,5 @@ const rl_rule_type rl__gcra = {
     .evaluate = gcra_evaluate,
     .commit = gcra_commit,
     .report = gcra_report,
+    .redis = &gcra_redis,
 };

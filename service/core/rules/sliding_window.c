@@ -262,6 +262,15 @@ static const rl_param_def swl_params_def[] = {
      "window length in seconds"},
 };
 
+/* The Redis port: sliding_window.lua beside this file. */
+static const char *const swl_redis_params[] = {"limit", "window"};
+static const rl_rule_redis swl_redis = {
+    .tag = "sw",
+    .params = swl_redis_params,
+    .nparams = 2,
+    .layout = 1,
+};
+
 const rl_rule_type rl__sliding_window = {
     .api_version = RL_RULE_API_VERSION,
     .name = "sliding_window",
@@ -281,4 +290,5 @@ const rl_rule_type rl__sliding_window = {
     .evaluate = swl_evaluate,
     .commit = swl_commit,
     .report = swl_report,
+    .redis = &swl_redis,
 };

@@ -169,6 +169,15 @@ static const rl_param_def swc_params_def[] = {
      "window length in seconds"},
 };
 
+/* The Redis port: sliding_window_counter.lua beside this file. */
+static const char *const swc_redis_params[] = {"limit", "window"};
+static const rl_rule_redis swc_redis = {
+    .tag = "swc",
+    .params = swc_redis_params,
+    .nparams = 2,
+    .layout = 1,
+};
+
 const rl_rule_type rl__sliding_window_counter = {
     .api_version = RL_RULE_API_VERSION,
     .name = "sliding_window_counter",
@@ -184,4 +193,5 @@ const rl_rule_type rl__sliding_window_counter = {
     .evaluate = swc_evaluate,
     .commit = swc_commit,
     .report = swc_report,
+    .redis = &swc_redis,
 };

@@ -164,6 +164,15 @@ static const rl_param_def tb_params_def[] = {
      "refill per second"},
 };
 
+/* The Redis port: token_bucket.lua beside this file. */
+static const char *const tb_redis_params[] = {"capacity", "per_second"};
+static const rl_rule_redis tb_redis = {
+    .tag = "tb",
+    .params = tb_redis_params,
+    .nparams = 2,
+    .layout = 1,
+};
+
 const rl_rule_type rl__token_bucket = {
     .api_version = RL_RULE_API_VERSION,
     .name = "token_bucket",
@@ -180,4 +189,5 @@ const rl_rule_type rl__token_bucket = {
     .evaluate = tb_evaluate,
     .commit = tb_commit,
     .report = tb_report,
+    .redis = &tb_redis,
 };

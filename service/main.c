@@ -163,14 +163,6 @@ static int load_config(const char *path, rl_registry *reg, rld_settings *set, rl
     if ((rc = rld_yaml_load(yaml, &c, err)) == RL_OK &&
         (rc = rld_yrls_new(c, reg, yrls, cfg, err)) == RL_OK)
         (*cfg)->reservation_ttl = set->reservation_ttl;
-    if (rc == RL_OK && set->store == RLD_STORE_REDIS && rld_yrls_charges(*yrls)) {
-        rc = rl_errf(err, RL_EINVAL, "ratelimit_config: charge: the Redis store does not "
-                                     "support charged limits yet (use the memory store)");
-        rl_config_free(*cfg);
-        rld_yrls_free(*yrls);
-        *cfg = NULL;
-        *yrls = NULL;
-    }
     if (rc != RL_OK)
         rld_settings_clear(set);
     return rc;

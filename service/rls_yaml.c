@@ -62,7 +62,6 @@ struct rld_yrls {
     size_t noverrides;
     override overrides[MAX_OVERRIDES];
     int global_shadow;
-    int charge; /* some limit is charge: true */
     int upstream_headers;
     char header[3][64]; /* envoyproxy/ratelimit's limit, remaining and reset header names */
 };
@@ -199,7 +198,6 @@ static int build_tree(build *b, const rld_ydesc *v, size_t n, const char *parent
                 return prefix(b->err, rc, d->file, d->path);
             /* charged after the fact: hits always count, checks wait out a negative balance */
             b->dom->rules[d->id]->v[0].charge = d->charge;
-            b->y->charge |= d->charge;
         }
         int rc = build_tree(b, d->children, d->nchildren, composite);
         if (rc != RL_OK)
@@ -295,11 +293,6 @@ void rld_yrls_free(rld_yrls *y)
     pthread_mutex_destroy(&y->mu);
     rld_yconf_free(y->conf);
     free(y);
-}
-
-int rld_yrls_charges(const rld_yrls *y)
-{
-    return y->charge;
 }
 
 const rld_yconf *rld_yrls_conf(const rld_yrls *y)

@@ -34,8 +34,6 @@ typedef struct rld_yrls rld_yrls;
 int rld_yrls_new(rld_yconf *c, rl_registry *reg, rld_yrls **out, rl_config **cfg, rl_err *err);
 /* Frees the matcher (after the limiter). NULL is ok. */
 void rld_yrls_free(rld_yrls *y);
-/* Whether a limit has "charge: true" (which the Redis store does not support yet). */
-int rld_yrls_charges(const rld_yrls *y);
 /* The configuration it reads (borrowed). */
 const rld_yconf *rld_yrls_conf(const rld_yrls *y);
 

@@ -670,5 +670,6 @@ size_t rl_limiter_keys(rl_limiter *lim, size_t level)
 
 void rl_limiter_stats(rl_limiter *lim, rl_stats *out)
 {
+    memset(out, 0, sizeof *out); /* a store fills what it keeps */
     lim->store->ops->stats(lim->store->cls, out);
 }

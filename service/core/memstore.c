@@ -736,6 +736,8 @@ static void ms_stats(void *cls, rl_stats *out)
     out->reservations_active = ms->nresv;
     out->reservations_expired = ms->expired;
     pthread_mutex_unlock(&ms->rmu);
+    out->key_states = __atomic_load_n(&ms->nkeys, __ATOMIC_RELAXED);
+    out->key_states_max = ms->max_keys;
 }
 
 static void ms_destroy(void *cls)

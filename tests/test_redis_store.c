@@ -1787,6 +1787,59 @@ START_TEST(quotas_reach_every_instance)
 }
 END_TEST
 
+/* On a cluster: the quota hash lives where its slot says, and a change published through one
+ * instance reaches subscribers on every primary (Redis Cluster carries PUBLISH to every node),
+ * so the follower of another instance applies it wherever it subscribed. */
+START_TEST(quotas_on_a_cluster)
+{
+    const char *json =
+        "{\"levels\": [{\"name\": \"user\", \"tiered\": true}], \"tiers\": {"
+        "\"free\": [{\"type\": \"token_bucket\", \"capacity\": 2, \"per_second\": 1}],"
+        "\"pro\": [{\"type\": \"token_bucket\", \"capacity\": 5, \"per_second\": 1}]},"
+        "\"default_tier\": \"free\"}";
+    rl_registry *reg = rl_registry_new();
+    rl_store *ra, *rb;
+    rl_limiter *a = redis_limiter(reg, json, "q:", 0, &ra);
+    rl_limiter *b = redis_limiter(reg, json, "q:", 0, &rb);
+    rld_quota_follower *f;
+    rl_err err;
+    redisContext *sub[3];
+    for (int i = 0; i < 3; i++) {
+        sub[i] = rt_redis_connect(&cl.node[i]);
+        redisReply *r = redisCommand(sub[i], "SUBSCRIBE q:quotas");
+        ck_assert_ptr_nonnull(r);
+        freeReplyObject(r);
+    }
+    ck_assert_int_eq(rld_redis_quota_follow(rb, b, &f, &err), RL_OK);
+    for (int i = 0; i < 500 && rld_redis_quota_applied(f) == 0; i++)
+        usleep(10000);
+    ck_assert_uint_gt(rld_redis_quota_applied(f), 0);
+    ck_assert_int_eq(rld_redis_quota_put(ra, "alice", "pro", NULL, &err), RL_OK);
+    wait_tier(b, "alice", "pro");
+    for (int i = 0; i < 3; i++) {
+        struct timeval tv = {10, 0};
+        redisSetTimeout(sub[i], tv);
+        redisReply *m;
+        ck_assert_int_eq(redisGetReply(sub[i], (void **)&m), REDIS_OK);
+        ck_assert_int_eq(m->type, REDIS_REPLY_ARRAY);
+        ck_assert_str_eq(m->element[0]->str, "message");
+        ck_assert_str_eq(m->element[2]->str, "alice");
+        freeReplyObject(m);
+        redisFree(sub[i]);
+    }
+    redisReply *r = rt_redis_cmd(&cl.node[0], "CLUSTER KEYSLOT q:quotas");
+    int owner = rt_cluster_owner(&cl, (int)r->integer);
+    freeReplyObject(r);
+    r = rt_redis_cmd(&cl.node[owner], "HGET q:quotas alice");
+    ck_assert_str_eq(r->str, "{\"tier\":\"pro\"}");
+    freeReplyObject(r);
+    rld_redis_quota_unfollow(f);
+    rl_limiter_free(a);
+    rl_limiter_free(b);
+    rl_registry_free(reg);
+}
+END_TEST
+
 /* What a rule type's C side declares its Redis port takes (rl_rule_redis: the parameters, in
  * order, and the state's layout version) is what the port itself says (T.params, T.layout), for
  * every registered type with a port; every built-in port's tag belongs to a registered type,
@@ -1931,6 +1984,7 @@ Suite *redis_store_suite(void)
     tcase_set_timeout(tc, 300);
     tcase_add_loop_test(tc, differential_replay_cluster, 0, 2);
     tcase_add_test(tc, cluster_refuses_types_that_cannot_give_back);
+    tcase_add_test(tc, quotas_on_a_cluster);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("keys");

@@ -370,6 +370,8 @@ size_t rl_limiter_keys(rl_limiter *lim, size_t level);
 typedef struct rl_stats {
     uint64_t reservations_active;
     uint64_t reservations_expired;
+    uint64_t key_states;     /* key states held, counted against key_states_max */
+    uint64_t key_states_max; /* the store's bound on them (max_keys); 0: no bound */
 } rl_stats;
 void rl_limiter_stats(rl_limiter *lim, rl_stats *out);
 

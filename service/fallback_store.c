@@ -325,11 +325,13 @@ static size_t fb_keys(void *cls, size_t level)
 static void fb_stats(void *cls, rl_stats *out)
 {
     fb_store *fs = cls;
-    rl_stats a, b;
+    rl_stats a = {0}, b = {0};
     fs->inner->ops->stats(fs->inner->cls, &a);
     fs->local->ops->stats(fs->local->cls, &b);
     out->reservations_active = a.reservations_active + b.reservations_active;
     out->reservations_expired = a.reservations_expired + b.reservations_expired;
+    out->key_states = a.key_states; /* the bound is the inner store's */
+    out->key_states_max = a.key_states_max;
 }
 
 static void fb_destroy(void *cls)

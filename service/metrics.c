@@ -324,6 +324,16 @@ void rld_metrics_render(rld_metrics *m, rl_limiter *lim, rld_buf *o)
            "Reservations that reached reservation_ttl before the client finished them.");
     rld_buf_puts(o, "ratelimit_reservations_expired_total");
     u64_line(o, st.reservations_expired);
+    if (st.key_states_max) {
+        family(o, "ratelimit_key_states", "gauge",
+               "Key states (one per rule of a key) the memory store holds, against max_keys.");
+        rld_buf_puts(o, "ratelimit_key_states");
+        u64_line(o, st.key_states);
+        family(o, "ratelimit_key_states_max", "gauge",
+               "max_keys: the key states the memory store holds at most.");
+        rld_buf_puts(o, "ratelimit_key_states_max");
+        u64_line(o, st.key_states_max);
+    }
 
     family(o, "ratelimit_snapshot_corrupt_total", "counter",
            "State files found corrupt or truncated at start and moved aside unloaded.");

@@ -622,6 +622,9 @@ START_TEST(max_keys_answers_503_and_counts)
     ck_assert_double_eq(remaining_at(&s, "a", 1, 1, 0, 200), 4);
     r = su_req(&s, "GET", "/metrics", NULL, NULL);
     ck_assert_msg(strstr(r.body, "\nratelimit_keys_refused_total 1\n"), "%s", r.body);
+    /* a and b hold one state each (one rule), against the bound of 2 */
+    ck_assert_msg(strstr(r.body, "\nratelimit_key_states 2\n"), "%s", r.body);
+    ck_assert_msg(strstr(r.body, "\nratelimit_key_states_max 2\n"), "%s", r.body);
     su_resp_free(&r);
     /* b is full again at t = 6 (5 + 5 s at 1/s) and idle: c takes its place */
     ck_assert_double_eq(remaining_at(&s, "c", 1, 6, 0, 200), 9);

@@ -1292,7 +1292,8 @@ static const char *const families[] = {
     "ratelimit_reservations_expired_total", "ratelimit_keys",
     "ratelimit_http_requests_total", "ratelimit_http_request_duration_seconds",
     "ratelimit_config_reloads_total", "ratelimit_keys_refused_total",
-    "ratelimit_snapshot_corrupt_total",
+    "ratelimit_snapshot_corrupt_total", "ratelimit_key_states",
+    "ratelimit_key_states_max",
 };
 
 START_TEST(metrics_exposition)
@@ -1322,6 +1323,7 @@ START_TEST(metrics_exposition)
         snprintf(want, sizeof want, "# TYPE %s %s\n", families[i],
                  strstr(families[i], "duration") ? "histogram"
                  : strcmp(families[i], "ratelimit_keys") == 0 ||
+                         strncmp(families[i], "ratelimit_key_states", 20) == 0 ||
                          strcmp(families[i], "ratelimit_reservations_active") == 0
                      ? "gauge"
                      : "counter");
@@ -1348,6 +1350,9 @@ START_TEST(metrics_exposition)
         "\nratelimit_keys{level=\"user\"} 1\n",
         "\nratelimit_keys{level=\"team\"} 1\n",
         "\nratelimit_keys{level=\"global\"} 1\n",
+        /* one rule at each of the three levels, one key each; max_keys' default */
+        "\nratelimit_key_states 3\n",
+        "\nratelimit_key_states_max 10000000\n",
         "\nratelimit_http_requests_total{endpoint=\"/acquire\",code=\"400\"} 1\n",
         "\nratelimit_http_requests_total{endpoint=\"other\",code=\"404\"} 1\n",
         "\nratelimit_http_request_duration_seconds_bucket{endpoint=\"/acquire\",le=\"+Inf\"} 5\n",

@@ -201,6 +201,31 @@ START_TEST(redis_same_descriptor_twice)
 }
 END_TEST
 
+START_TEST(redis_charge_after_the_fact)
+{
+    /* charge: true on Redis, as in the memory store: 1000 hits a minute; 800 and then 700 are
+     * both recorded (1500, 500 past the limit) and not denied; a check (hits 0) is then over
+     * until the minute ends, and the next minute starts at 1000 */
+    yt t;
+    yt_open(&t,
+            "domain: ai\ndescriptors:\n  - key: api_key\n    charge: true\n"
+            "    rate_limit: {unit: minute, requests_per_unit: 1000}\n",
+            redis_store("charge:"));
+    ck_assert_int_eq(yt_ask(&t, "ai", 1, 0, "api_key=k @h0"), RLD_YCODE_OK);
+    ck_assert_uint_eq(t.st[0].remaining, 1000);
+    ck_assert_int_eq(yt_ask(&t, "ai", 2, 0, "api_key=k @h800"), RLD_YCODE_OK);
+    ck_assert_uint_eq(t.st[0].remaining, 200);
+    ck_assert_int_eq(yt_ask(&t, "ai", 3, 0, "api_key=k @h700"), RLD_YCODE_OK);
+    ck_assert_uint_eq(t.st[0].remaining, 0);
+    ck_assert_int_eq(t.st[0].st.remaining, -500 * RL_FP_ONE);
+    ck_assert_int_eq(yt_ask(&t, "ai", 4, 0, "api_key=k @h0"), RLD_YCODE_OVER_LIMIT);
+    ck_assert_int_eq(t.st[0].reset, 56 * RL_NS_PER_SEC);
+    ck_assert_int_eq(yt_ask(&t, "ai", 60, 0, "api_key=k @h0"), RLD_YCODE_OK);
+    ck_assert_uint_eq(t.st[0].remaining, 1000);
+    yt_close(&t);
+}
+END_TEST
+
 static Suite *trace_suite(void)
 {
     Suite *s = suite_create("rls_trace");
@@ -213,6 +238,7 @@ static Suite *trace_suite(void)
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, redis_upstream_trace);
     tcase_add_test(tc, redis_admitted_trace);
+    tcase_add_test(tc, redis_charge_after_the_fact);
     tcase_add_test(tc, redis_same_descriptor_twice);
     suite_add_tcase(s, tc);
     return s;

@@ -79,14 +79,35 @@ static void array_free(rl__rec *r, uint32_t cap)
         munmap(r, (bytes + page - 1) / page * page);
 }
 
+static inline uint64_t load64(const void *p)
+{
+    uint64_t v;
+    memcpy(&v, p, 8);
+    return v;
+}
+
+static inline uint32_t load32(const void *p)
+{
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+/* Whether r holds key (klen bytes). An inline key is compared as two loads from each end that
+ * overlap in the middle, which covers every byte once the lengths are equal. */
 static inline int key_equal(const rl__rec *r, const char *key, size_t klen)
 {
     if (r->klen != klen)
         return 0;
     if (klen > RL__KEY_INLINE)
         return memcmp(r->key.out, key, klen) == 0;
+    const char *in = r->key.in;
+    if (klen >= 8)
+        return load64(in) == load64(key) && load64(in + klen - 8) == load64(key + klen - 8);
+    if (klen >= 4)
+        return load32(in) == load32(key) && load32(in + klen - 4) == load32(key + klen - 4);
     for (size_t i = 0; i < klen; i++)
-        if (r->key.in[i] != key[i])
+        if (in[i] != key[i])
             return 0;
     return 1;
 }

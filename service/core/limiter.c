@@ -431,25 +431,31 @@ static int plan_key(rl_limiter *lim, size_t li, const char *key, size_t klen,
                     const rl_request *req, rl_fp cost, rl_decision *d, rl_plan *plan, rl_err *err)
 {
     const rl_level *l = &lim->cfg->levels[li];
-    rl_rules *ref;
-    const rl_rules *rs = level_rules(lim, li, key, klen, &ref);
-    if (l->tiered) {
-        rl_rules_unref(d->held); /* only one level is tiered: one key per decision */
-        d->held = ref;
-    } else {
-        rl_rules_unref(ref); /* a keyed level's lists outlive the limiter */
+    const rl_rules *rs = l->rules;
+    if (l->tiered || l->key_rules) {
+        rl_rules *ref;
+        rs = level_rules(lim, li, key, klen, &ref);
+        if (l->tiered) {
+            rl_rules_unref(d->held); /* only one level is tiered: one key per decision */
+            d->held = ref;
+        } else if (ref) {
+            rl_rules_unref(ref); /* a keyed level's lists outlive the limiter */
+        }
     }
     if (!rs || rs->n == 0)
         return RL_OK;
-    if (d->napplied + rs->n > RL_MAX_APPLIED)
+    size_t n = rs->n, base = d->napplied;
+    if (base + n > RL_MAX_APPLIED)
         return rl_errf(err, RL_EINVAL, "keys: more than %d rules would apply", RL_MAX_APPLIED);
     uint64_t hint = 0;
     if (lim->store->ops->prefetch)
         hint = lim->store->ops->prefetch(lim->store->cls, li, rs, key, klen);
-    for (size_t si = 0; si < rs->n; si++) {
+    rl_applied *a = &d->applied[base];
+    rl_plan_item *it = &plan->items[base];
+    rl_fp unit_cost = cost > 0 ? RL_FP_ONE : cost;
+    for (size_t si = 0; si < n; si++, a++, it++) {
         const rl_rule *r = &rs->v[si];
-        rl_applied *a = &d->applied[d->napplied];
-        rl_plan_item *it = &plan->items[d->napplied];
+        uint8_t shadow = (uint8_t)((r->shadow | l->shadow) != 0), charge = r->charge != 0;
         a->level = (uint16_t)li;
         a->slot = (uint16_t)si;
         a->rule = r;
@@ -458,17 +464,17 @@ static int plan_key(rl_limiter *lim, size_t li, const char *key, size_t klen,
         a->has_status = 0;
         a->fallback = RL_FALLBACK_NONE;
         a->wait = 0;
-        a->shadow = (uint8_t)(r->shadow || l->shadow);
+        a->shadow = shadow;
         a->shadow_denied = 0;
-        a->charge = (uint8_t)(r->charge != 0);
-        it->mode = (uint8_t)((a->shadow ? RL_ITEM_SHADOW : 0) | (a->charge ? RL_ITEM_CHARGE : 0));
+        a->charge = charge;
+        it->mode = (uint8_t)((shadow ? RL_ITEM_SHADOW : 0) | (charge ? RL_ITEM_CHARGE : 0));
         it->hash = hint;
-        it->cost = r->unit == RL_UNIT_REQUESTS && cost > 0 ? RL_FP_ONE : cost;
+        it->cost = r->unit == RL_UNIT_REQUESTS ? unit_cost : cost;
         it->need = it->cost;
         if (r->reserved > 0 && req->priority < r->reserved_min_priority)
             it->need += r->reserved;
-        d->napplied++;
     }
+    d->napplied = base + n;
     return RL_OK;
 }
 
@@ -664,5 +670,6 @@ size_t rl_limiter_keys(rl_limiter *lim, size_t level)
 
 void rl_limiter_stats(rl_limiter *lim, rl_stats *out)
 {
+    memset(out, 0, sizeof *out); /* a store fills what it keeps */
     lim->store->ops->stats(lim->store->cls, out);
 }

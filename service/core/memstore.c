@@ -309,6 +309,7 @@ typedef struct run {
     int several;                  /* a level has several keys (a request of items) */
     int holds;                    /* a rule that takes holds slots (a reservation is needed) */
     int missing;                  /* a rule that takes has no record of its type yet */
+    int in_state;                 /* a rule's evaluation points into its state */
     uint8_t takes[RL_MAX_APPLIED]; /* takes when the request is allowed (a shadow rule: fits) */
     rl_eval ev[RL_MAX_APPLIED];
 } run;
@@ -331,69 +332,71 @@ static void locate(run *x)
             x->seg[i] = x->seg[i - 1];
         }
         x->h[i] = rl__rec_hash(kh, a->slot);
-        if (a->rule->type->state_size && (!plan->items[i].hash || a->slot >= 4))
+        if ((!plan->items[i].hash || a->slot >= 4) && a->rule->type->state_size)
             rl__seg_prefetch(x->seg[i], x->h[i]);
     }
 }
 
-/* Segments are locked in level order (two decisions never deadlock), and each level's records
- * are found as soon as its segment is locked: the cache miss of a per-user record is then paid
- * while only that user's segment is locked, not while a broad level's (team, global), which
- * every decision needs, is held. A plan with several keys on one level locks all its segments
- * first, each once, in (level, address) order. */
-static void lock_and_find(run *x)
+/* Phase 1 for item i, its segment locked: finds its record and evaluates its rule once at
+ * now. Returns 0 when the item blocks the request (its wait decides and is not 0). */
+static int evaluate_one(run *x, size_t i)
 {
-    int one_key_a_level = one_key_per_level(x->plan->n, x->d);
-    x->several = !one_key_a_level;
-    if (!one_key_a_level)
-        x->nlocked = lock_in_order(x->plan->n, x->d, x->seg, x->locked);
-    for (size_t i = 0; i < x->plan->n; i++) {
-        const rl_applied *a = &x->d->applied[i];
-        if (one_key_a_level && (i == 0 || x->seg[i] != x->seg[i - 1])) {
+    const rl_plan *plan = x->plan;
+    rl_applied *a = &x->d->applied[i];
+    const rl_rule *r = a->rule;
+    const rl_rule_type *t = r->type;
+    const void *state = zero_state;
+    uint32_t idx = RL__NONE;
+    int have = 0;
+    if (t->state_size) {
+        idx = rl__seg_find(x->seg[i], x->h[i], a->slot, a->key, a->keylen);
+        rl__rec *rec = idx != RL__NONE ? &x->seg[i]->r[idx] : NULL;
+        if ((have = rec && code_is(rec->type, r)))
+            state = rec_state(rec, t);
+    }
+    x->idx[i] = idx;
+    a->wait = t->evaluate(r->params, state, a->key, a->keylen, plan->now, plan->items[i].need,
+                          &x->ev[i]);
+    a->has_status = t->report != NULL;
+    x->in_state |= (t->flags & RL_RULE_EVAL_IN_STATE) != 0;
+    int shadow = (plan->items[i].mode & RL_ITEM_SHADOW) != 0;
+    a->shadow_denied = (uint8_t)(shadow && a->wait != 0);
+    x->takes[i] = (uint8_t)(!shadow || a->wait == 0);
+    if (x->takes[i] && t->state_size) {
+        x->holds |= (t->flags & RL_RULE_HOLDS) != 0;
+        x->missing |= !have;
+    }
+    return a->wait == 0 || !rl_plan_item_blocks(plan, i);
+}
+
+/* Phase 1 for every item; returns whether every rule that decides fits (shadow rules, and
+ * charge rules of a request that takes, do not decide). Segments are locked in level order
+ * (two decisions never deadlock), and each level's records are found and evaluated as soon
+ * as its segment is locked: the cache miss of a per-user record is then paid while only that
+ * user's segment is locked, not while a broad level's (team, global), which every decision
+ * needs, is held. A plan with several keys on one level locks all its segments first, each
+ * once, in (level, address) order. */
+static int lock_and_evaluate(run *x)
+{
+    size_t n = x->plan->n;
+    int allowed = 1;
+    x->several = !one_key_per_level(n, x->d);
+    if (x->several)
+        x->nlocked = lock_in_order(n, x->d, x->seg, x->locked);
+    for (size_t i = 0; i < n; i++) {
+        if (!x->several && (i == 0 || x->seg[i] != x->seg[i - 1])) {
             rl__spin_lock(&x->seg[i]->lock);
             x->locked[x->nlocked++] = x->seg[i];
         }
-        x->idx[i] = a->rule->type->state_size
-                        ? rl__seg_find(x->seg[i], x->h[i], a->slot, a->key, a->keylen)
-                        : RL__NONE;
+        allowed &= evaluate_one(x, i);
     }
+    return allowed;
 }
 
 static void unlock_all(run *x)
 {
     while (x->nlocked > 0)
         rl__spin_unlock(&x->locked[--x->nlocked]->lock);
-}
-
-/* The state item i's rule reads: its record's, or a new key's zeros. */
-static const void *state_of(const run *x, size_t i)
-{
-    const rl_rule *r = x->d->applied[i].rule;
-    rl__rec *rec = x->idx[i] != RL__NONE ? &x->seg[i]->r[x->idx[i]] : NULL;
-    return rec && code_is(rec->type, r) ? rec_state(rec, r->type) : zero_state;
-}
-
-/* Phase 1: every rule evaluated once at now; returns whether every rule that decides fits
- * (shadow rules, and charge rules of a request that takes, do not decide). */
-static int evaluate_all(run *x)
-{
-    const rl_plan *plan = x->plan;
-    int allowed = 1;
-    for (size_t i = 0; i < plan->n; i++) {
-        rl_applied *a = &x->d->applied[i];
-        const rl_rule *r = a->rule;
-        a->wait = r->type->evaluate(r->params, state_of(x, i), a->key, a->keylen, plan->now,
-                                    plan->items[i].need, &x->ev[i]);
-        a->has_status = r->type->report != NULL;
-        a->shadow_denied = (plan->items[i].mode & RL_ITEM_SHADOW) && a->wait != 0;
-        x->takes[i] = (uint8_t)rl_plan_item_takes(plan, i, a->wait);
-        allowed &= a->wait == 0 || !rl_plan_item_blocks(plan, i);
-        if (x->takes[i] && r->type->state_size) {
-            x->holds |= (r->type->flags & RL_RULE_HOLDS) != 0;
-            x->missing |= x->idx[i] == RL__NONE || !code_is(x->seg[i]->r[x->idx[i]].type, r);
-        }
-    }
-    return allowed;
 }
 
 /* Whether record r of level behaves like a missing one at now: its rule is gone or of another
@@ -561,16 +564,15 @@ static int ms_decide(void *cls, const rl_plan *plan, rl_decision *d, rl_err *err
     x.plan = plan;
     x.d = d;
     x.nlocked = 0;
-    x.several = 0;
     x.holds = 0;
     x.missing = 0;
+    x.in_state = 0;
     if (x.ms->max_keys && !(plan->flags & RL_DRY_RUN) &&
         __atomic_load_n(&x.ms->nkeys, __ATOMIC_RELAXED) + plan->n > x.ms->max_keys)
         make_room(x.ms, plan->now);
     locate(&x);
-    lock_and_find(&x);
     int rc = RL_OK;
-    if (evaluate_all(&x) && !(plan->flags & RL_DRY_RUN)) {
+    if (lock_and_evaluate(&x) && !(plan->flags & RL_DRY_RUN)) {
         if (x.missing)
             rc = make_records(&x, err);
         if (rc == RL_OK)
@@ -578,7 +580,7 @@ static int ms_decide(void *cls, const rl_plan *plan, rl_decision *d, rl_err *err
         if (rc == RL_OK)
             commit_all(&x);
     }
-    if (rc == RL_OK)
+    if (rc == RL_OK && x.in_state)
         report_all(&x, 1);
     unlock_all(&x);
     if (rc == RL_OK)
@@ -734,6 +736,8 @@ static void ms_stats(void *cls, rl_stats *out)
     out->reservations_active = ms->nresv;
     out->reservations_expired = ms->expired;
     pthread_mutex_unlock(&ms->rmu);
+    out->key_states = __atomic_load_n(&ms->nkeys, __ATOMIC_RELAXED);
+    out->key_states_max = ms->max_keys;
 }
 
 static void ms_destroy(void *cls)

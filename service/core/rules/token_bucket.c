@@ -53,7 +53,7 @@ static void refill(const tb_params *p, tb_state *s, rl_ns now)
 }
 
 /* Time for s (already at max(now, last)) to bring used down to target. */
-static rl_ns time_to(const tb_params *p, const tb_state *s, rl_fp target)
+static inline rl_ns time_to(const tb_params *p, const tb_state *s, rl_fp target)
 {
     if (s->used <= target)
         return 0;

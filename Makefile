@@ -27,6 +27,11 @@ GEN_CPPFLAGS := -I$(BUILD)/gen
 ifneq ($(SANITIZE),)
   SAN := -fsanitize=$(SANITIZE) -fno-sanitize-recover=all -fno-omit-frame-pointer
 endif
+# What every test process gets: the build it tests; under the sanitizers, LeakSanitizer checks
+# each process of the ASan build at its exit, and ThreadSanitizer's first report fails the
+# process (halt_on_error) instead of being only printed.
+TEST_ENV  := RL_BUILD=$(BUILD) ASAN_OPTIONS=detect_leaks=1 \
+             TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
 
 # Libraries come from pkg-config; the core library uses none of them.
 # A library added here goes into both apt-get lines of the Dockerfile too (make container-test).
@@ -299,10 +304,10 @@ run: deps-quiet
 test: deps-quiet
 	@$(MAKE) --no-print-directory check-core build-test
 	@set -e; for t in $(TEST_BIN); do \
-	    echo "== $$t"; RL_BUILD=$(BUILD) $$t; \
+	    echo "== $$t"; $(TEST_ENV) $$t; \
 	done
 	@set -e; echo "== fuzz corpora"; for f in $(FUZZ_NAMES); do \
-	    $(BUILD)/fuzz/$$f $(FUZZ_CORPUS)/$$f; \
+	    $(TEST_ENV) $(BUILD)/fuzz/$$f $(FUZZ_CORPUS)/$$f; \
 	done
 	@$(MAKE) --no-print-directory api-check
 	@$(MAKE) --no-print-directory grpc-check
@@ -319,11 +324,11 @@ $(GRPC_NODE): tests/grpc-js/package.json tests/grpc-js/package-lock.json
 
 grpc-check: $(GRPC_NODE) $(BUILD)/ratelimitd
 	@echo "== tests/grpc/test_grpc.py (python3-grpcio)"
-	$(Q)RL_BUILD=$(BUILD) $(PYTHON) tests/grpc/test_grpc.py
+	$(Q)$(TEST_ENV) $(PYTHON) tests/grpc/test_grpc.py
 	@echo "== tests/grpc/test_grpc_yaml.py (python3-grpcio, a YAML configuration)"
-	$(Q)RL_BUILD=$(BUILD) $(PYTHON) tests/grpc/test_grpc_yaml.py
+	$(Q)$(TEST_ENV) $(PYTHON) tests/grpc/test_grpc_yaml.py
 	@echo "== tests/grpc-js (node --test, @grpc/grpc-js)"
-	$(Q)cd tests/grpc-js && RL_BUILD=$(abspath $(BUILD)) node --test
+	$(Q)cd tests/grpc-js && $(TEST_ENV) RL_BUILD=$(abspath $(BUILD)) node --test
 
 # The API document: redocly's lint (every warning an error) and tests/api/openapi.test.js, which
 # calls every documented operation of the real daemon and validates each answer with ajv. The
@@ -338,7 +343,7 @@ api-check: $(API_NODE) $(BUILD)/ratelimitd
 	$(Q)cd tests/api && npx --no-install redocly lint --config redocly.yaml --format stylish \
 	    ../../api/openapi.yaml
 	@echo "== tests/api (node --test)"
-	$(Q)cd tests/api && RL_BUILD=$(abspath $(BUILD)) node --test
+	$(Q)cd tests/api && $(TEST_ENV) RL_BUILD=$(abspath $(BUILD)) node --test
 
 build-test: $(BUILD)/ratelimitd $(BUILD)/ratelimit-replay $(TEST_BIN) $(PLUGINS) $(FUZZ_REPLAY)
 

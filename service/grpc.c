@@ -59,6 +59,7 @@ typedef struct stream {
     char msg[600];                /* grpc-message, encoded */
     struct stream *wprev, *wnext; /* in the worker's list of streams waiting with a deadline */
     int waiting;
+    struct stream *cprev, *cnext; /* in its connection's list of open streams */
 } stream;
 
 struct conn {
@@ -68,6 +69,7 @@ struct conn {
     conn *prev, *next;
     int out_armed;
     unsigned nstreams; /* open */
+    stream *streams;   /* the open ones: nghttp2_session_del frees its own without on_close */
     rl_ns last;        /* CLOCK_MONOTONIC: accepted, or bytes last read */
     size_t outlen, outoff;
     const uint8_t *pend; /* the rest of nghttp2's last chunk that did not fit in out */
@@ -304,6 +306,10 @@ static int on_begin_headers(nghttp2_session *s, const nghttp2_frame *f, void *ud
     st->c = c;
     st->method = -1;
     c->nstreams++;
+    st->cnext = c->streams;
+    if (c->streams)
+        c->streams->cprev = st;
+    c->streams = st;
     rld_buf_init(&st->body, st->body_inl, sizeof st->body_inl);
     rld_buf_init(&st->resp, st->resp_inl, sizeof st->resp_inl);
     nghttp2_session_set_stream_user_data(s, st->id, st);
@@ -411,19 +417,30 @@ static int on_frame_sent(nghttp2_session *s, const nghttp2_frame *f, void *ud)
     return 0;
 }
 
+/* Frees a stream of c, closed or left open by a connection that goes. */
+static void stream_free(conn *c, stream *st)
+{
+    waiting_remove(c->w, st);
+    c->nstreams--;
+    if (st->cprev)
+        st->cprev->cnext = st->cnext;
+    else
+        c->streams = st->cnext;
+    if (st->cnext)
+        st->cnext->cprev = st->cprev;
+    rld_buf_reset(&st->body);
+    rld_buf_reset(&st->resp);
+    free(st);
+}
+
 static int on_close(nghttp2_session *s, int32_t id, uint32_t code, void *ud)
 {
-    conn *c = ud;
     (void)code;
     stream *st = nghttp2_session_get_stream_user_data(s, id);
     if (!st)
         return 0;
-    waiting_remove(c->w, st);
-    c->nstreams--;
     nghttp2_session_set_stream_user_data(s, id, NULL);
-    rld_buf_reset(&st->body);
-    rld_buf_reset(&st->resp);
-    free(st);
+    stream_free(ud, st);
     return 0;
 }
 
@@ -499,7 +516,9 @@ static void conn_close(conn *c)
     worker *w = c->w;
     epoll_ctl(w->ep, EPOLL_CTL_DEL, c->fd, NULL);
     close(c->fd);
-    nghttp2_session_del(c->s); /* closes its streams through on_close */
+    while (c->streams) /* a stalled call, say: the session frees its side only */
+        stream_free(c, c->streams);
+    nghttp2_session_del(c->s);
     if (c->prev)
         c->prev->next = c->next;
     else

@@ -139,7 +139,8 @@ static int on_frame(nghttp2_session *s, const nghttp2_frame *f, void *ud)
         size_t n = f->goaway.opaque_data_len < sizeof c->goaway_data - 1
                        ? f->goaway.opaque_data_len
                        : sizeof c->goaway_data - 1;
-        memcpy(c->goaway_data, f->goaway.opaque_data, n);
+        if (n > 0) /* a GOAWAY without opaque data has NULL there */
+            memcpy(c->goaway_data, f->goaway.opaque_data, n);
         c->goaway_data[n] = '\0';
     } else if (f->hd.type == NGHTTP2_PING && (f->hd.flags & NGHTTP2_FLAG_ACK)) {
         c->ping_acked = 1;

@@ -83,9 +83,9 @@ const char *rl__key_problem(const char *k, size_t n)
         memcpy(&lo, k, 4);
         memcpy(&hi, k + n - 4, 4);
         w = lo | (uint64_t)hi << 32;
-    } else {
-        w = 0x2020202020202020ull; /* spaces: fine */
-        memcpy(&w, k, n);
+    } else { /* 1 to 3 bytes: the first, middle and last (some twice), over spaces */
+        w = 0x2020202020000000ull | (unsigned char)k[0] | (uint64_t)(unsigned char)k[n >> 1] << 8 |
+            (uint64_t)(unsigned char)k[n - 1] << 16;
     }
     flagged |= ((w - 0x20 * ones) | (w + ones)) & ~w & highs;
     for (size_t i = 0; flagged && i < n; i++) {

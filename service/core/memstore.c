@@ -314,32 +314,46 @@ typedef struct run {
     rl_eval ev[RL_MAX_APPLIED];
 } run;
 
-/* The rules of one key are consecutive: one hash and one segment a key (a level has one key,
- * unless the request names several as items). Records are prefetched before any is read (by
- * ms_prefetch as the plan was made, for the first four rules of a key; here for the others). */
+/* The hash of item i's key: ms_prefetch's, unless the limiter did not call it. */
+static inline uint64_t key_hash(const run *x, size_t i)
+{
+    const rl_applied *a = &x->d->applied[i];
+    uint64_t kh = x->plan->items[i].hash;
+    return kh ? kh : rl__hash(a->key, a->keylen, x->ms->seed);
+}
+
+/* Starts loading the records ms_prefetch did not: those of rules past a key's first four,
+ * or all of a key the limiter did not prefetch. i is the key's first item. */
+static void prefetch_rest(run *x, size_t i, uint64_t kh, rl__seg *seg)
+{
+    const rl_applied *a = &x->d->applied[i];
+    size_t j = x->plan->items[i].hash ? i + 4 : i;
+    for (; j < x->plan->n && same_key(a, &x->d->applied[j]); j++)
+        if (x->d->applied[j].rule->type->state_size)
+            rl__seg_prefetch(seg, rl__rec_hash(kh, x->d->applied[j].slot));
+}
+
+/* Where every item's record would be, for a plan with several keys on one level: the rules
+ * of one key are consecutive, one hash and one segment a key. */
 static void locate(run *x)
 {
-    const rl_plan *plan = x->plan;
     uint64_t kh = 0;
-    for (size_t i = 0; i < plan->n; i++) {
+    for (size_t i = 0; i < x->plan->n; i++) {
         const rl_applied *a = &x->d->applied[i];
         if (i == 0 || !same_key(&x->d->applied[i - 1], a)) {
-            /* ms_prefetch hashed the key already, unless the limiter did not call it */
-            kh = plan->items[i].hash ? plan->items[i].hash
-                                     : rl__hash(a->key, a->keylen, x->ms->seed);
+            kh = key_hash(x, i);
             x->seg[i] = rl__table_seg(&x->ms->tables[a->level], kh);
+            prefetch_rest(x, i, kh, x->seg[i]);
         } else {
             x->seg[i] = x->seg[i - 1];
         }
         x->h[i] = rl__rec_hash(kh, a->slot);
-        if ((!plan->items[i].hash || a->slot >= 4) && a->rule->type->state_size)
-            rl__seg_prefetch(x->seg[i], x->h[i]);
     }
 }
 
 /* Phase 1 for item i, its segment locked: finds its record and evaluates its rule once at
  * now. Returns 0 when the item blocks the request (its wait decides and is not 0). */
-static int evaluate_one(run *x, size_t i)
+static inline __attribute__((always_inline)) int evaluate_one(run *x, size_t i)
 {
     const rl_plan *plan = x->plan;
     rl_applied *a = &x->d->applied[i];
@@ -381,13 +395,28 @@ static int lock_and_evaluate(run *x)
     size_t n = x->plan->n;
     int allowed = 1;
     x->several = !one_key_per_level(n, x->d);
-    if (x->several)
+    if (x->several) {
+        locate(x);
         x->nlocked = lock_in_order(n, x->d, x->seg, x->locked);
+        for (size_t i = 0; i < n; i++)
+            allowed &= evaluate_one(x, i);
+        return allowed;
+    }
+    uint64_t kh = 0;
     for (size_t i = 0; i < n; i++) {
-        if (!x->several && (i == 0 || x->seg[i] != x->seg[i - 1])) {
-            rl__spin_lock(&x->seg[i]->lock);
-            x->locked[x->nlocked++] = x->seg[i];
+        const rl_applied *a = &x->d->applied[i];
+        if (i == 0 || !same_key(&x->d->applied[i - 1], a)) {
+            kh = key_hash(x, i);
+            rl__seg *seg = rl__table_seg(&x->ms->tables[a->level], kh);
+            if (!x->plan->items[i].hash || i + 4 < n)
+                prefetch_rest(x, i, kh, seg);
+            rl__spin_lock(&seg->lock);
+            x->locked[x->nlocked++] = seg;
+            x->seg[i] = seg;
+        } else {
+            x->seg[i] = x->seg[i - 1];
         }
+        x->h[i] = rl__rec_hash(kh, a->slot);
         allowed &= evaluate_one(x, i);
     }
     return allowed;
@@ -570,7 +599,6 @@ static int ms_decide(void *cls, const rl_plan *plan, rl_decision *d, rl_err *err
     if (x.ms->max_keys && !(plan->flags & RL_DRY_RUN) &&
         __atomic_load_n(&x.ms->nkeys, __ATOMIC_RELAXED) + plan->n > x.ms->max_keys)
         make_room(x.ms, plan->now);
-    locate(&x);
     int rc = RL_OK;
     if (lock_and_evaluate(&x) && !(plan->flags & RL_DRY_RUN)) {
         if (x.missing)

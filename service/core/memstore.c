@@ -253,17 +253,6 @@ static int same_key(const rl_applied *a, const rl_applied *b)
     return a->level == b->level && a->key == b->key && a->keylen == b->keylen;
 }
 
-/* Whether the plan names at most one key per level, levels in increasing order (the plan of
- * descriptors always does). */
-static int one_key_per_level(size_t n, const rl_decision *d)
-{
-    for (size_t i = 1; i < n; i++)
-        if (!same_key(&d->applied[i - 1], &d->applied[i]) &&
-            d->applied[i].level <= d->applied[i - 1].level)
-            return 0;
-    return 1;
-}
-
 /* Locks the distinct segments of the plan in (level, address) order; returns how many. */
 static size_t lock_in_order(size_t n, const rl_decision *d, rl__seg *const *segof,
                             rl__seg **locked)
@@ -383,29 +372,42 @@ static inline __attribute__((always_inline)) int evaluate_one(run *x, size_t i)
     return a->wait == 0 || !rl_plan_item_blocks(plan, i);
 }
 
+static void unlock_all(run *x);
+
+/* A plan with several keys on one level (a request of items): every segment locked first. */
+static int lock_all_and_evaluate(run *x)
+{
+    int allowed = 1;
+    x->several = 1;
+    x->holds = x->missing = x->in_state = 0;
+    locate(x);
+    x->nlocked = lock_in_order(x->plan->n, x->d, x->seg, x->locked);
+    for (size_t i = 0; i < x->plan->n; i++)
+        allowed &= evaluate_one(x, i);
+    return allowed;
+}
+
 /* Phase 1 for every item; returns whether every rule that decides fits (shadow rules, and
  * charge rules of a request that takes, do not decide). Segments are locked in level order
  * (two decisions never deadlock), and each level's records are found and evaluated as soon
  * as its segment is locked: the cache miss of a per-user record is then paid while only that
  * user's segment is locked, not while a broad level's (team, global), which every decision
- * needs, is held. A plan with several keys on one level locks all its segments first, each
- * once, in (level, address) order. */
+ * needs, is held. A plan with several keys on one level (levels not increasing from key to
+ * key) locks all its segments first, each once, in (level, address) order. */
 static int lock_and_evaluate(run *x)
 {
     size_t n = x->plan->n;
     int allowed = 1;
-    x->several = !one_key_per_level(n, x->d);
-    if (x->several) {
-        locate(x);
-        x->nlocked = lock_in_order(n, x->d, x->seg, x->locked);
-        for (size_t i = 0; i < n; i++)
-            allowed &= evaluate_one(x, i);
-        return allowed;
-    }
     uint64_t kh = 0;
+    x->several = 0;
     for (size_t i = 0; i < n; i++) {
         const rl_applied *a = &x->d->applied[i];
         if (i == 0 || !same_key(&x->d->applied[i - 1], a)) {
+            if (i > 0 && a->level <= x->d->applied[i - 1].level) {
+                /* nothing has changed yet: start again the other way */
+                unlock_all(x);
+                return lock_all_and_evaluate(x);
+            }
             kh = key_hash(x, i);
             rl__seg *seg = rl__table_seg(&x->ms->tables[a->level], kh);
             if (!x->plan->items[i].hash || i + 4 < n)

@@ -662,11 +662,12 @@ static int parse_root(const json_t *root, rl_registry *reg, rld_settings *set, r
     *default_tier = json_string_value(m);
 
     m = json_object_get(root, "levels");
-    if (set->ratelimit_config && (m || json_object_get(root, "tiers")))
-        return fail(err, "%s: not with ratelimit_config (its YAML describes the limits)",
-                    m ? "levels" : "tiers");
-    if (set->ratelimit_config)
+    if (set->ratelimit_config && !m) { /* the YAML's limits alone */
+        if (json_object_get(root, "tiers") || json_object_get(root, "quotas"))
+            return fail(err, "%s: needs a tiered level in levels (beside ratelimit_config)",
+                        json_object_get(root, "tiers") ? "tiers" : "quotas");
         return RL_OK;
+    }
     if (!json_is_array(m) || json_array_size(m) == 0)
         return fail(err, "levels: required, a list of at least one level");
     if (json_array_size(m) > RL_MAX_LEVELS)
@@ -695,7 +696,8 @@ int rld_config_parse(const char *text, size_t len, rl_registry *reg, rld_setting
     }
     rl_config *cfg = rl_config_new(reg);
     int rc = cfg ? parse_root(root, reg, set, cfg, &default_tier, err) : fail(err, "out of memory");
-    if (rc == RL_OK && set->ratelimit_config) { /* the caller reads the limits from the YAML */
+    if (rc == RL_OK && set->ratelimit_config && cfg->nlevels == 0) {
+        /* the caller reads the limits from the YAML */
         json_decref(root);
         rl_config_free(cfg);
         return RL_OK;

@@ -15,8 +15,9 @@
 
 /* Parses a configuration from JSON text. Loads the plug-ins it names into reg first. On success
  * *cfg is a finished configuration the caller owns and set is filled (free with
- * rld_settings_clear), except with "ratelimit_config": then *cfg is NULL and the caller reads
- * the limits from set->ratelimit_config; on failure nothing is returned but plug-ins loaded
+ * rld_settings_clear). With "ratelimit_config" the caller reads the limits from
+ * set->ratelimit_config: *cfg is then NULL, or the configuration of the levels given beside it
+ * (rld_yrls_new_beside); on failure nothing is returned but plug-ins loaded
  * stay in reg. */
 int rld_config_parse(const char *text, size_t len, rl_registry *reg, rld_settings *set,
                      rl_config **cfg, rl_err *err);

@@ -34,6 +34,28 @@ int64_t rld_unit_seconds(int unit)
     return unit > 0 && (size_t)unit < NUNITS ? units[unit].seconds : 0;
 }
 
+rld_unit rld_unit_of_limit(rl_fp limit, rl_ns window, uint32_t *per_unit)
+{
+    __extension__ typedef unsigned __int128 u128;
+    static const rld_unit order[] = {RLD_UNIT_SECOND, RLD_UNIT_MINUTE, RLD_UNIT_HOUR,
+                                     RLD_UNIT_DAY, RLD_UNIT_WEEK};
+    uint64_t whole = limit > 0 ? (uint64_t)(limit / RL_FP_ONE) : 0;
+    *per_unit = whole > UINT32_MAX ? UINT32_MAX : (uint32_t)whole;
+    if (window <= 0 || limit <= 0)
+        return RLD_UNIT_UNKNOWN;
+    for (size_t i = 0; i < sizeof order / sizeof order[0]; i++) {
+        /* limit (fp) * unit (ns) / (window (ns) * RL_FP_ONE) */
+        u128 num = (u128)limit * (uint64_t)(rld_unit_seconds(order[i]) * RL_NS_PER_SEC);
+        u128 den = (u128)window * RL_FP_ONE;
+        if (num % den == 0 && num / den > 0) {
+            u128 q = num / den;
+            *per_unit = q > UINT32_MAX ? UINT32_MAX : (uint32_t)q;
+            return order[i];
+        }
+    }
+    return RLD_UNIT_UNKNOWN;
+}
+
 const char *rld_unit_name(int unit)
 {
     return unit > 0 && (size_t)unit < NUNITS ? units[unit].name : "UNKNOWN";

@@ -40,6 +40,11 @@ typedef enum rld_unit {
 /* Seconds in a unit as envoyproxy/ratelimit counts them (a month is 30 days, a year 365), or
  * 0 for RLD_UNIT_UNKNOWN and values outside the enum. */
 int64_t rld_unit_seconds(int unit);
+/* A rule's limit per window as requests_per_unit (*per_unit) and the unit returned: the
+ * smallest of second, minute, hour, day, week for which limit * unit / window is a whole
+ * number (100 per 60 s: 100 per MINUTE; capacity 20 refilled in 2 s: 10 per SECOND), exact in
+ * 128 bits. RLD_UNIT_UNKNOWN and the whole limit when none fits. Saturates at UINT32_MAX. */
+rld_unit rld_unit_of_limit(rl_fp limit, rl_ns window, uint32_t *per_unit);
 /* The unit's name in capitals ("MINUTE"), "UNKNOWN" for others. */
 const char *rld_unit_name(int unit);
 /* The unit named (any case: "minute", "MINUTE"), or RLD_UNIT_UNKNOWN. */

@@ -153,6 +153,7 @@ static int load_config(const char *path, rl_registry *reg, rld_settings *set, rl
     const char *yaml = path;
     int rc;
     *yrls = NULL;
+    *cfg = NULL;
     if (!rld_yaml_is_config(path)) {
         if ((rc = rld_config_load(path, reg, set, cfg, err)) != RL_OK || !set->ratelimit_config)
             return rc;
@@ -160,8 +161,11 @@ static int load_config(const char *path, rl_registry *reg, rld_settings *set, rl
     } else if (rld_settings_defaults(set) != RL_OK) {
         return rl_errf(err, RL_ENOMEM, "out of memory");
     }
-    if ((rc = rld_yaml_load(yaml, &c, err)) == RL_OK &&
-        (rc = rld_yrls_new(c, reg, yrls, cfg, err)) == RL_OK)
+    /* the JSON's own levels, if any, are decided beside the YAML's limits */
+    rl_config *base = *cfg;
+    if ((rc = rld_yaml_load(yaml, &c, err)) != RL_OK)
+        rl_config_free(base);
+    else if ((rc = rld_yrls_new_beside(c, reg, base, yrls, cfg, err)) == RL_OK)
         (*cfg)->reservation_ttl = set->reservation_ttl;
     if (rc != RL_OK)
         rld_settings_clear(set);

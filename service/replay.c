@@ -61,6 +61,11 @@ static int side_open(side *s, const char *path, int redis, rl_err *err)
     int rc = rld_config_load(path, s->reg, &s->set, &cfg, err);
     if (rc != RL_OK)
         return rc;
+    if (s->set.ratelimit_config) {
+        rl_config_free(cfg);
+        return rl_errf(err, RL_EINVAL, "%s: ratelimit_config: the replay reads the native "
+                       "configuration only (its requests are /acquire bodies)", path);
+    }
     if (redis && s->set.store != RLD_STORE_REDIS) {
         rl_config_free(cfg);
         return rl_errf(err, RL_EINVAL, "%s: --store redis needs a configuration with "

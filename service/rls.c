@@ -5,14 +5,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "config_yaml.h"
 #include "render.h"
 #include "rls.h"
 #include "values.h"
 
 /* Most entries one request may carry (all descriptors together). */
 #define MAX_ENTRIES 64
-
-__extension__ typedef unsigned __int128 u128;
 
 typedef Envoy__Service__Ratelimit__V3__RateLimitResponse__RateLimit rls_limit;
 typedef Envoy__Extensions__Common__Ratelimit__V3__RateLimitDescriptor__Entry rls_entry;
@@ -133,44 +132,6 @@ rld_grpc_code rld_rls_check(const rld_rls_request *req, rl_err *err)
 
 /* ---- the response's pieces ---------------------------------------------------------------- */
 
-static const struct {
-    rl_ns len;
-    Envoy__Service__Ratelimit__V3__RateLimitResponse__RateLimit__Unit unit;
-} units[] = {
-    {RL_NS_PER_SEC, ENVOY__SERVICE__RATELIMIT__V3__RATE_LIMIT_RESPONSE__RATE_LIMIT__UNIT__SECOND},
-    {60 * RL_NS_PER_SEC,
-     ENVOY__SERVICE__RATELIMIT__V3__RATE_LIMIT_RESPONSE__RATE_LIMIT__UNIT__MINUTE},
-    {3600 * RL_NS_PER_SEC,
-     ENVOY__SERVICE__RATELIMIT__V3__RATE_LIMIT_RESPONSE__RATE_LIMIT__UNIT__HOUR},
-    {86400 * RL_NS_PER_SEC,
-     ENVOY__SERVICE__RATELIMIT__V3__RATE_LIMIT_RESPONSE__RATE_LIMIT__UNIT__DAY},
-    {7 * 86400 * RL_NS_PER_SEC,
-     ENVOY__SERVICE__RATELIMIT__V3__RATE_LIMIT_RESPONSE__RATE_LIMIT__UNIT__WEEK},
-};
-
-/* requests_per_unit and unit for limit per window: the smallest unit u for which
- * limit * u / window is a whole number (100 per 60 s: 100 per MINUTE; capacity 20 refilled in
- * 2 s: 10 per SECOND). Unit UNKNOWN and the limit as it is when none fits. */
-static void limit_in_units(rls_limit *l, rl_fp limit, rl_ns window)
-{
-    uint64_t whole = limit > 0 ? (uint64_t)(limit / RL_FP_ONE) : 0;
-    l->unit = ENVOY__SERVICE__RATELIMIT__V3__RATE_LIMIT_RESPONSE__RATE_LIMIT__UNIT__UNKNOWN;
-    l->requests_per_unit = whole > UINT32_MAX ? UINT32_MAX : (uint32_t)whole;
-    if (window <= 0 || limit <= 0)
-        return;
-    for (size_t i = 0; i < sizeof units / sizeof units[0]; i++) {
-        /* limit (fp) * u (ns) / (window (ns) * RL_FP_ONE), exact in 128 bits */
-        u128 num = (u128)limit * (uint64_t)units[i].len;
-        u128 den = (u128)window * RL_FP_ONE;
-        if (num % den == 0 && num / den > 0) {
-            u128 q = num / den;
-            l->requests_per_unit = q > UINT32_MAX ? UINT32_MAX : (uint32_t)q;
-            l->unit = units[i].unit;
-            return;
-        }
-    }
-}
-
 int rld_rls_status_from_rule(rld_rls_status *st, const rl_rule *rule, const rl_rule_status *rs,
                              rld_arena *a)
 {
@@ -181,7 +142,8 @@ int rld_rls_status_from_rule(rld_rls_status *st, const rl_rule *rule, const rl_r
     envoy__service__ratelimit__v3__rate_limit_response__rate_limit__init(l);
     google__protobuf__duration__init(d);
     l->name = rule->name;
-    limit_in_units(l, rs->limit, rs->window);
+    l->unit = (Envoy__Service__Ratelimit__V3__RateLimitResponse__RateLimit__Unit)rld_unit_of_limit(
+        rs->limit, rs->window, &l->requests_per_unit);
     st->current_limit = l;
     rl_fp rem = rs->remaining > 0 ? rs->remaining / RL_FP_ONE : 0;
     st->limit_remaining = rem > UINT32_MAX ? UINT32_MAX : (uint32_t)rem;

@@ -53,6 +53,7 @@ typedef struct ydom {
 } ydom;
 
 struct rld_yrls {
+    size_t level; /* the keyed level's index: after the native levels decided beside */
     rld_yconf *conf;
     rl_registry *reg;
     ydom *doms; /* parallel to conf->domains */
@@ -233,14 +234,21 @@ static const rl_rules *key_rules(void *ctx, const char *key, size_t keylen, rl_r
 
 int rld_yrls_new(rld_yconf *c, rl_registry *reg, rld_yrls **out, rl_config **cfg, rl_err *err)
 {
+    return rld_yrls_new_beside(c, reg, NULL, out, cfg, err);
+}
+
+int rld_yrls_new_beside(rld_yconf *c, rl_registry *reg, rl_config *base, rld_yrls **out,
+                        rl_config **cfg, rl_err *err)
+{
     rld_yrls *y = calloc(1, sizeof *y);
-    rl_config *conf = NULL;
+    rl_config *conf = base;
     int rc = RL_OK;
     *out = NULL;
     *cfg = NULL;
     if (!y || !(y->doms = calloc(c->ndomains ? c->ndomains : 1, sizeof *y->doms))) {
         free(y);
         rld_yconf_free(c);
+        rl_config_free(base);
         return rl_errf(err, RL_ENOMEM, "out of memory");
     }
     y->conf = c;
@@ -258,9 +266,18 @@ int rld_yrls_new(rld_yconf *c, rl_registry *reg, rld_yrls **out, rl_config **cfg
         else
             rc = build_tree(&b, dom->children, dom->nchildren, dom->domain);
     }
-    if (rc == RL_OK && !(conf = rl_config_new(reg)))
+    if (rc == RL_OK && !conf && !(conf = rl_config_new(reg)))
         rc = rl_errf(err, RL_ENOMEM, "out of memory");
-    if (rc == RL_OK && (rc = rl_config_add_keyed_level(conf, "rls", key_rules, y, err)) == RL_OK)
+    if (rc == RL_OK) {
+        y->level = conf->nlevels;
+        rc = rl_config_add_keyed_level(conf, "rls", key_rules, y, err);
+        if (rc != RL_OK && conf == base) {
+            char why[sizeof err->msg];
+            memcpy(why, err->msg, sizeof why);
+            rc = rl_errf(err, rc, "%s (the YAML's limits are the level \"rls\")", why);
+        }
+    }
+    if (rc == RL_OK && conf != base) /* a base was finished by its loader */
         rc = rl_config_finish(conf, NULL, err);
     if (rc != RL_OK) {
         rl_config_free(conf);
@@ -540,6 +557,9 @@ typedef struct plan {
     rl_item main[RL_MAX_APPLIED], shadows[RL_MAX_APPLIED];
     rl_rules *main_rules[RL_MAX_APPLIED];
     size_t nmain, nshadow;
+    size_t level;    /* the keyed level */
+    size_t nyaml;    /* main items of the YAML's limits; the native levels' follow */
+    char nkeys[RL_MAX_LEVELS][KEY_MAX];
     char keys[RL_MAX_APPLIED][KEY_MAX];
     const rld_ydesc *path[RL_MAX_APPLIED][64]; /* the node each entry selected */
 } plan;
@@ -626,8 +646,139 @@ static int add_item(const rld_ydomain *dom, const rld_yreq *req, size_t i, rld_y
     if (!sh)
         p->main_rules[*n] = p->rules[i];
     v[(*n)++] =
-        (rl_item){.level = 0, .key = key, .keylen = klen, .cost = (rl_fp)st[i].hits * RL_FP_ONE};
+        (rl_item){.level = p->level, .key = key, .keylen = klen, .cost = (rl_fp)st[i].hits * RL_FP_ONE};
     return RL_OK;
+}
+
+/* ---- native levels beside the YAML ---------------------------------------------------------- */
+
+/* 1 when level l reads the entry named (key, n). */
+static int level_reads(const rl_level *l, const char *key, size_t n)
+{
+    size_t parts = l->ncompose ? l->ncompose : 1;
+    for (size_t k = 0; k < parts; k++) {
+        const char *name = l->ncompose ? l->compose[k] : l->name;
+        if (strlen(name) == n && memcmp(name, key, n) == 0)
+            return 1;
+    }
+    return 0;
+}
+
+/* The first entry named name in the request (*e, NULL when none, its descriptor *from);
+ * RL_EINVAL when a later entry gives the name another value. */
+static int find_entry(const rld_yreq *req, const char *name, const rld_yentry **e, size_t *from,
+                      rl_err *err)
+{
+    size_t n = strlen(name);
+    *e = NULL;
+    for (size_t i = 0; i < req->ndesc; i++)
+        for (size_t j = 0; j < req->desc[i].nentries; j++) {
+            const rld_yentry *x = &req->desc[i].entries[j];
+            if (x->key_len != n || memcmp(x->key, name, n) != 0)
+                continue;
+            if (!*e) {
+                *e = x;
+                *from = i;
+            } else if (x->value_len != (*e)->value_len ||
+                       memcmp(x->value, (*e)->value, x->value_len) != 0) {
+                return rl_errf(err, RL_EINVAL,
+                               "descriptors[%zu].entries[%zu].value: %.64s has another value in "
+                               "an earlier descriptor",
+                               i, j, name);
+            }
+        }
+    return RL_OK;
+}
+
+/* Level li's key from the request's entries (joined with ':' when the level composes several)
+ * into p->nkeys[li]: its length, 0 when an entry is missing; *from is the descriptor of the
+ * first entry. */
+static int native_key(const rl_level *l, size_t li, const rld_yreq *req, plan *p, size_t *len,
+                      size_t *from, rl_err *err)
+{
+    size_t parts = l->ncompose ? l->ncompose : 1, n = 0;
+    char *key = p->nkeys[li];
+    *len = 0;
+    for (size_t k = 0; k < parts; k++) {
+        const rld_yentry *e;
+        size_t at;
+        int rc = find_entry(req, l->ncompose ? l->compose[k] : l->name, &e, &at, err);
+        if (rc != RL_OK || !e)
+            return rc;
+        if (e->value_len == 0)
+            return rl_errf(err, RL_EINVAL, "descriptors[%zu]: %.64s: a value is required (the "
+                           "level %.64s reads it)", at, e->key, l->name);
+        if (n + (k > 0) + e->value_len > KEY_MAX)
+            return rl_errf(err, RL_EINVAL, "descriptors: the key of level %.64s is longer than "
+                           "%d bytes", l->name, KEY_MAX);
+        if (k == 0)
+            *from = at;
+        if (k > 0)
+            key[n++] = ':';
+        memcpy(key + n, e->value, e->value_len);
+        n += e->value_len;
+    }
+    *len = n;
+    return RL_OK;
+}
+
+/* Appends an item for every native level the request keys (or its default key does), with
+ * the hits of the descriptor of its first entry (the request's for a default key). */
+static int add_native(const rl_config *cfg, const rld_yreq *req, const rld_ystatus *st, plan *p,
+                      rl_err *err)
+{
+    for (size_t li = 0; li < cfg->nlevels; li++) {
+        const rl_level *l = &cfg->levels[li];
+        size_t n, from = 0;
+        uint64_t hits = req->hits_addend ? req->hits_addend : 1;
+        int rc;
+        if (li == p->level)
+            continue;
+        if ((rc = native_key(l, li, req, p, &n, &from, err)) != RL_OK)
+            return rc;
+        if (n)
+            hits = st[from].hits;
+        else if (l->default_key)
+            memcpy(p->nkeys[li], l->default_key, n = strlen(l->default_key));
+        else
+            continue;
+        if (p->nmain == RL_MAX_APPLIED)
+            return rl_errf(err, RL_EINVAL, "descriptors: more than %d limits would apply",
+                           RL_MAX_APPLIED);
+        p->main_rules[p->nmain] = NULL;
+        p->main[p->nmain++] = (rl_item){
+            .level = li, .key = p->nkeys[li], .keylen = n, .cost = (rl_fp)hits * RL_FP_ONE};
+    }
+    return RL_OK;
+}
+
+/* A native level that denied marks the descriptors with its entries OVER_LIMIT, and gives
+ * its rule's limit to those without a YAML limit of their own. */
+static void native_status(const rl_config *cfg, const rld_yreq *req, const rl_decision *d,
+                          const plan *p, rld_ystatus *st, rld_ycode *overall)
+{
+    if (d->allowed || d->blocked < (int)p->nyaml)
+        return;
+    const rl_applied *a = &d->applied[d->blocked];
+    const rl_level *l = &cfg->levels[a->level];
+    *overall = RLD_YCODE_OVER_LIMIT;
+    for (size_t i = 0; i < req->ndesc; i++) {
+        int feeds = 0;
+        for (size_t j = 0; j < req->desc[i].nentries; j++)
+            feeds |= level_reads(l, req->desc[i].entries[j].key, req->desc[i].entries[j].key_len);
+        if (!feeds)
+            continue;
+        st[i].code = RLD_YCODE_OVER_LIMIT;
+        st[i].remaining = 0;
+        if (st[i].has_limit || !a->has_status)
+            continue;
+        st[i].has_limit = st[i].has_reset = 1;
+        st[i].rule = a->rule;
+        st[i].st = a->st;
+        st[i].name = a->rule->name ? a->rule->name : "";
+        st[i].unit = (int)rld_unit_of_limit(a->st.limit, a->st.window, &st[i].requests_per_unit);
+        st[i].reset = (a->wait + RL_NS_PER_SEC - 1) / RL_NS_PER_SEC * RL_NS_PER_SEC;
+    }
 }
 
 /* One decision over items; the hints let the keyed level skip matching again. */
@@ -642,9 +793,7 @@ static int acquire(rl_limiter *lim, const rl_item *items, rl_rules *const *rules
     }
     int rc = rl_acquire(lim, &r, d, err);
     hint.n = 0;
-    if (rc == RL_OK)
-        rl_decision_done(d);
-    return rc;
+    return rc; /* the caller reads d, then rl_decision_done */
 }
 
 /* Fills the counted parts of a status from the rule's state after the decision. */
@@ -846,6 +995,7 @@ int rld_yrls_decide(rld_yrls *y, rl_limiter *lim, const rld_yreq *req, rld_ystat
         return RL_OK; /* an unknown domain limits nothing, as upstream */
     size_t di = (size_t)(dom - y->conf->domains);
     p.nmain = p.nshadow = 0;
+    p.level = y->level;
     for (size_t i = 0; i < req->ndesc; i++)
         resolve(y, dom, req, i, &st[i], &p, share[i]);
     apply_replaces(req, st, &p);
@@ -853,8 +1003,12 @@ int rld_yrls_decide(rld_yrls *y, rl_limiter *lim, const rld_yreq *req, rld_ystat
         if (p.rules[i] &&
             (rc = add_item(dom, req, i, st, &p, share[i], y->global_shadow, err)) != RL_OK)
             return rc;
+    p.nyaml = p.nmain;
+    if ((rc = add_native(rl_limiter_config(lim), req, st, &p, err)) != RL_OK)
+        return rc;
 
     d.allowed = 1;
+    d.napplied = 0;
     if (p.nmain &&
         (rc = acquire(lim, p.main, p.main_rules, p.nmain, 0, req->now, &d, err)) != RL_OK)
         return rc;
@@ -868,6 +1022,9 @@ int rld_yrls_decide(rld_yrls *y, rl_limiter *lim, const rld_yreq *req, rld_ystat
                 *overall = RLD_YCODE_OVER_LIMIT;
             count(stat_of(y, di, &req->desc[i], &st[i], p.path[i]), &st[i], d.allowed, 0);
         }
+    native_status(rl_limiter_config(lim), req, &d, &p, st, overall);
+    if (p.nmain)
+        rl_decision_done(&d);
     /* shadow_mode: counted like the others when the request passes and the hits fit, never
      * denying; a denied request counts nothing there either */
     for (size_t k = 0; k < p.nshadow; k++) {
@@ -879,6 +1036,7 @@ int rld_yrls_decide(rld_yrls *y, rl_limiter *lim, const rld_yreq *req, rld_ystat
                 rs = p.rules[i];
         if ((rc = acquire(lim, &p.shadows[k], &rs, 1, flags, req->now, &sd, err)) != RL_OK)
             return rc;
+        rl_decision_done(&sd); /* its rule is the YAML's, which outlives the decision */
         for (size_t i = 0; i < req->ndesc; i++)
             if (p.rules[i] && p.shadow[i] && p.item[i] == (int)k) {
                 status_from(&st[i], &sd.applied[0], !sd.allowed, req->now);

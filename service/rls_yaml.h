@@ -32,6 +32,13 @@ typedef struct rld_yrls rld_yrls;
  * limiter made from *cfg. Errors name the file and the YAML path
  * ("api.yaml: descriptors[0].rate_limit.algorithm: unknown rule type \"leaky\""). */
 int rld_yrls_new(rld_yconf *c, rl_registry *reg, rld_yrls **out, rl_config **cfg, rl_err *err);
+/* The same with the levels of base (a finished configuration, stolen also on failure; NULL:
+ * none) decided beside the YAML's limits: *cfg is base with the level "rls" added. A request's
+ * entries key those levels as the native mapping does (rls.h), so tiers and quotas apply to
+ * YAML-configured traffic: the decision is one, allowed only if every YAML limit and every
+ * level has room. */
+int rld_yrls_new_beside(rld_yconf *c, rl_registry *reg, rl_config *base, rld_yrls **out,
+                        rl_config **cfg, rl_err *err);
 /* Frees the matcher (after the limiter). NULL is ok. */
 void rld_yrls_free(rld_yrls *y);
 /* The configuration it reads (borrowed). */

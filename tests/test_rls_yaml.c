@@ -514,6 +514,54 @@ START_TEST(charge_after_the_fact)
 }
 END_TEST
 
+/* ---- native levels beside the YAML: tiers and quotas ----------------------------------------- */
+
+static const char *beside_json =
+    "{\"ratelimit_config\": \"api.yaml\", \"default_tier\": \"free\", "
+    "\"levels\": [{\"name\": \"api_key\", \"tiered\": true}, {\"name\": \"user\", "
+    "\"rules\": [{\"type\": \"fixed_window\", \"name\": \"per-user\", \"limit\": 1, "
+    "\"window\": 60}]}], "
+    "\"tiers\": {\"free\": [{\"type\": \"fixed_window\", \"limit\": 2, \"window\": 60}], "
+    "\"enterprise\": [{\"type\": \"fixed_window\", \"limit\": 5, \"window\": 60}]}}";
+
+START_TEST(tiers_and_quotas_beside_the_yaml)
+{
+    /* the YAML allows 3 a minute per api_key; the key's tier 2 (free) or 5 (enterprise) */
+    yt t;
+    rl_err err = {{0}};
+    yt_open_beside(&t,
+                   "domain: api\ndescriptors:\n  - key: api_key\n"
+                   "    rate_limit: {unit: minute, requests_per_unit: 3}\n",
+                   beside_json, NULL);
+    ck_assert_int_eq(yt_ask(&t, "api", 10, 1, "api_key=alice"), OK);
+    expect(&t, 0, OK, 3, RLD_UNIT_MINUTE, 2, 50);
+    ck_assert_int_eq(yt_ask(&t, "api", 10, 1, "api_key=alice"), OK);
+    expect(&t, 0, OK, 3, RLD_UNIT_MINUTE, 1, 50);
+    /* the free tier is full: over, though the YAML's limit has room, and nothing is counted */
+    ck_assert_int_eq(yt_ask(&t, "api", 10, 1, "api_key=alice"), OVER);
+    ck_assert_int_eq(t.st[0].code, OVER);
+    ck_assert_uint_eq(t.st[0].requests_per_unit, 3);
+    ck_assert_uint_eq(t.st[0].remaining, 0);
+    /* an admin moves alice to enterprise: her third request fits both, and it is the YAML's
+     * third (the denied one took nothing from it) */
+    ck_assert_msg(rl_quota_set(t.lim, "alice", "enterprise", NULL, &err) == RL_OK, "%s", err.msg);
+    ck_assert_int_eq(yt_ask(&t, "api", 11, 1, "api_key=alice"), OK);
+    expect(&t, 0, OK, 3, RLD_UNIT_MINUTE, 0, 49);
+    ck_assert_int_eq(yt_ask(&t, "api", 11, 1, "api_key=alice"), OVER);
+    ck_assert_int_eq(t.st[0].code, OVER); /* the YAML's limit denies now: 3 of 3 */
+    ck_assert_int_eq(t.st[0].st.limit, 3 * RL_FP_ONE);
+    /* a descriptor the YAML has no limit for, keyed by a native level: that level's numbers */
+    ck_assert_int_eq(yt_ask(&t, "api", 10, 1, "user=bob"), OK);
+    expect_none(&t, 0);
+    ck_assert_int_eq(yt_ask(&t, "api", 10, 1, "user=bob"), OVER);
+    expect(&t, 0, OVER, 1, RLD_UNIT_MINUTE, 0, 50);
+    ck_assert_str_eq(t.st[0].name, "per-user");
+    /* another domain: no limit at all, the native levels included */
+    ck_assert_int_eq(yt_ask(&t, "other", 10, 1, "user=bob"), OK);
+    yt_close(&t);
+}
+END_TEST
+
 /* ---- the request: domain, override, hits_addend -------------------------------------------- */
 
 static const char *basic = "domain: test-domain\n"
@@ -785,6 +833,7 @@ static Suite *rls_yaml_suite(void)
     tcase_add_test(tc, limit_override_counts_on_its_own);
     tcase_add_test(tc, hits_addends);
     tcase_add_test(tc, charge_after_the_fact);
+    tcase_add_test(tc, tiers_and_quotas_beside_the_yaml);
     tcase_add_test(tc, bad_requests);
     tcase_add_test(tc, keys_are_found_again_from_the_store);
     tcase_add_test(tc, statistics_as_upstream_counts);

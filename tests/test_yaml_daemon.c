@@ -86,12 +86,12 @@ START_TEST(json_settings_with_yaml_limits)
     snprintf(path, sizeof path, "%s",
              su_write(s.dir, "both.json",
                       "{\"reservation_ttl\": 60, \"ratelimit_config\": "
-                      "\"edge.yaml\", \"levels\": []}"));
+                      "\"edge.yaml\", \"tiers\": {\"free\": [{\"type\": \"fixed_window\", \"limit\": 1, "
+                      "\"window\": 1}]}}"));
     const char *a1[] = {su_binary(), "--check-config", path, NULL};
     ck_assert_int_eq(su_run(a1, &out), 1);
     snprintf(want, sizeof want,
-             "%s: levels: not with ratelimit_config (its YAML describes the "
-             "limits)\n",
+             "%s: tiers: needs a tiered level in levels (beside ratelimit_config)\n",
              path);
     ck_assert_str_eq(out, want);
     free(out);

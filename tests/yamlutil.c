@@ -6,19 +6,31 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "config_json.h"
 #include "yamlutil.h"
 
 void yt_open(yt *t, const char *yaml, rl_store *store)
 {
+    yt_open_beside(t, yaml, NULL, store);
+}
+
+void yt_open_beside(yt *t, const char *yaml, const char *json, rl_store *store)
+{
     rl_err err = {{0}};
-    rl_config *cfg;
+    rl_config *cfg, *base = NULL;
     rld_yconf *c = rld_yconf_new();
     memset(t, 0, sizeof *t);
     t->reg = rl_registry_new();
     ck_assert_ptr_nonnull(c);
+    if (json) {
+        rld_settings set;
+        int jrc = rld_config_parse(json, strlen(json), t->reg, &set, &base, &err);
+        ck_assert_msg(jrc == RL_OK, "JSON refused: %s", err.msg);
+        rld_settings_clear(&set);
+    }
     int rc = rld_yaml_parse(c, "test.yaml", yaml, strlen(yaml), &err);
     ck_assert_msg(rc == RL_OK, "refused: %s", err.msg);
-    rc = rld_yrls_new(c, t->reg, &t->y, &cfg, &err);
+    rc = rld_yrls_new_beside(c, t->reg, base, &t->y, &cfg, &err);
     ck_assert_msg(rc == RL_OK, "refused: %s", err.msg);
     rc = rl_limiter_new(cfg, store, &t->lim, &err);
     ck_assert_msg(rc == RL_OK, "limiter refused: %s", err.msg);

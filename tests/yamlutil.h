@@ -19,6 +19,8 @@ typedef struct yt {
 /* A matcher over the YAML text (named "test.yaml"), its limiter on store (NULL: memory).
  * Fails the test when the text is refused. */
 void yt_open(yt *t, const char *yaml, rl_store *store);
+/* The same with the levels (and tiers) of a JSON configuration decided beside the YAML. */
+void yt_open_beside(yt *t, const char *yaml, const char *json, rl_store *store);
 void yt_close(yt *t);
 /* The message for YAML text that must be refused (named "bad.yaml"). */
 const char *yt_refused(const char *yaml);

@@ -53,8 +53,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (rld_config_parse((const char *)data, size, reg, &set, &cfg, &err) != RL_OK) {
         FZ_CHECK(err.msg[0] != '\0', "a refusal without a message");
         FZ_CHECK(cfg == NULL, "a refusal with a configuration");
-    } else if (set.ratelimit_config) { /* the limits are in a YAML file: not this parser's */
-        FZ_CHECK(cfg == NULL, "a configuration besides ratelimit_config");
+    } else if (set.ratelimit_config) { /* the YAML's limits are not this parser's */
+        FZ_CHECK(!cfg || (cfg->nlevels >= 1 && cfg->nlevels <= RL_MAX_LEVELS),
+                 "%zu levels beside ratelimit_config", cfg->nlevels);
+        rl_config_free(cfg);
         rld_settings_clear(&set);
     } else {
         FZ_CHECK(cfg && cfg->nlevels >= 1 && cfg->nlevels <= RL_MAX_LEVELS, "%zu levels",

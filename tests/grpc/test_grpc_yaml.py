@@ -5,10 +5,12 @@ hand from the YAML below (day windows from 0: at t = 1000.5 the day ends in 8540
 
 Run by make test (make grpc-check) with RL_BUILD naming the build directory.
 """
+import json
 import os
 import sys
 import tempfile
 import unittest
+import urllib.request
 
 import grpc
 
@@ -138,6 +140,85 @@ class GrpcYamlTest(unittest.TestCase):
         self.assertEqual(r.overall_code, self.Resp.Code.Value("OK"))  # used up, not over
         r = self.call([([("to_number", "3")], None, None)], 20)
         self.assertEqual(r.overall_code, self.Resp.Code.Value("OVER_LIMIT"))
+
+
+TIERS_YAML = """domain: api
+descriptors:
+  - key: api_key
+    rate_limit: {unit: minute, requests_per_unit: 3}
+"""
+
+TIERS_CONFIG = """{
+  "listen": {"address": "127.0.0.1", "port": 0},
+  "ratelimit_config": "api.yaml",
+  "levels": [{"name": "api_key", "tiered": true}],
+  "tiers": {
+    "free": [{"type": "fixed_window", "name": "free", "limit": 2, "window": 60}],
+    "enterprise": [{"type": "fixed_window", "name": "enterprise", "limit": 5, "window": 60}]
+  },
+  "default_tier": "free"
+}"""
+
+
+class GrpcYamlTiersTest(unittest.TestCase):
+    """The JSON's tiered level decided beside the YAML's limits: the api_key entry is the key
+    of both; an admin's PUT /quota changes the tier at run time."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory()
+        m = load_messages(cls.tmp.name)
+        cls.Req = m["envoy.service.ratelimit.v3.RateLimitRequest"]
+        cls.Resp = m["envoy.service.ratelimit.v3.RateLimitResponse"]
+        with open(os.path.join(cls.tmp.name, "api.yaml"), "w") as f:
+            f.write(TIERS_YAML)
+        cls.d = Daemon(cls.tmp.name, TIERS_CONFIG)
+        cls.ch = grpc.insecure_channel(cls.d.grpc_addr)
+        cls.srl = cls.ch.unary_unary(RLS, request_serializer=cls.Req.SerializeToString,
+                                     response_deserializer=cls.Resp.FromString)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.ch.close()
+        rc = cls.d.stop()
+        cls.tmp.cleanup()
+        if rc != 0:
+            raise AssertionError("ratelimitd exited %d" % rc)
+
+    def call(self, key, now):
+        r = self.Req(domain="api", hits_addend=1)
+        r.descriptors.add().entries.add(key="api_key", value=key)
+        return self.srl(r, timeout=5, metadata=[("ratelimitd-now", str(now))])
+
+    def test_tier_changed_at_run_time(self):
+        ok, over = self.Resp.Code.Value("OK"), self.Resp.Code.Value("OVER_LIMIT")
+        # free: 2 a minute, the YAML's 3 counting down beside it (at t = 10 the minute ends
+        # in 50 s)
+        for left in (2, 1):
+            r = self.call("alice", 10)
+            self.assertEqual(r.overall_code, ok)
+            self.assertEqual(r.statuses[0].limit_remaining, left)
+            self.assertEqual(r.statuses[0].current_limit.requests_per_unit, 3)
+            self.assertEqual(r.statuses[0].duration_until_reset.seconds, 50)
+        r = self.call("alice", 10)
+        self.assertEqual(r.overall_code, over)
+        self.assertEqual(r.statuses[0].code, over)
+        # the admin moves alice to enterprise (5): her request fits, and it is only the YAML's
+        # third, as the denied one took nothing; the fourth is over the YAML's 3
+        req = urllib.request.Request("http://%s/quota/alice" % self.d.http_addr, method="PUT",
+                                     data=json.dumps({"tier": "enterprise"}).encode(),
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=5) as resp:
+            self.assertEqual(resp.status, 200)
+        r = self.call("alice", 11)
+        self.assertEqual(r.overall_code, ok)
+        self.assertEqual(r.statuses[0].limit_remaining, 0)
+        r = self.call("alice", 11)
+        self.assertEqual(r.overall_code, over)
+        # bob stays free
+        self.assertEqual(self.call("bob", 11).overall_code, ok)
+        self.assertEqual(self.call("bob", 11).overall_code, ok)
+        self.assertEqual(self.call("bob", 11).overall_code, over)
 
 
 if __name__ == "__main__":

@@ -94,7 +94,7 @@ $(BUILD)/service/%.o: service/%.c | $(PB_H)
 # type's port (service/core/rules/*.lua); each script's body is its Lua offsets (from args.def)
 # and its own file. redis_lua.c puts them together, with the plug-ins' ports after the built-in
 # ones, as plain scripts and as one Redis Functions library.
-LUA_WITH_LIB := decide settle release due
+LUA_WITH_LIB := decide settle release due undo
 LUA_PLAIN    := heartbeat quota
 LUA_RULES    := $(sort $(wildcard service/core/rules/*.lua))
 LUA_ARGS     := service/redis/args.def

@@ -19,7 +19,8 @@ int main(int argc, char **argv)
     static const char *const names[RLD_NSCRIPTS] = {[RLD_SCRIPT_DECIDE] = "decide",
                                                     [RLD_SCRIPT_SETTLE] = "settle",
                                                     [RLD_SCRIPT_RELEASE] = "release",
-                                                    [RLD_SCRIPT_DUE] = "due"};
+                                                    [RLD_SCRIPT_DUE] = "due",
+                                                    [RLD_SCRIPT_UNDO] = "undo"};
     rld_lua l;
     if (argc != 2 || rld_lua_build(NULL, &l) != RL_OK) {
         fprintf(stderr, "usage: lua_scripts decide|settle|release|due|library|fname|lib\n");

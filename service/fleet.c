@@ -18,7 +18,8 @@ struct rld_fleet {
     rl_store *redis; /* the Redis store inside it */
     rl_limiter *lim; /* set by rld_fleet_start */
     rld_quota_follower *follower;
-    rld_redis_addr addr;
+    rld_redis_addr addr; /* with a cluster: its first seed */
+    size_t ncluster;
     char prefix[80];
     rld_on_error mode[RL_MAX_LEVELS]; /* each level's on_store_error */
 };
@@ -44,6 +45,7 @@ int rld_fleet_open(const rld_settings *set, int manual_clock, rl_store **store, 
         return rc;
     }
     snprintf(f->prefix, sizeof f->prefix, "%s", set->redis_prefix ? set->redis_prefix : "rl:");
+    f->ncluster = set->ncluster;
     memcpy(f->mode, set->on_error, sizeof f->mode);
     *store = f->top;
     *out = f;
@@ -91,6 +93,11 @@ void rld_fleet_free(rld_fleet *f)
 void rld_fleet_describe(const rld_fleet *f, char *buf, size_t len)
 {
     int v6 = strchr(f->addr.host, ':') != NULL;
+    if (f->ncluster) {
+        snprintf(buf, len, "redis cluster via %zu seed nodes (first %s%s%s:%d), prefix \"%s\"",
+                 f->ncluster, v6 ? "[" : "", f->addr.host, v6 ? "]" : "", f->addr.port, f->prefix);
+        return;
+    }
     if (f->addr.sentinel.n) {
         snprintf(buf, len, "redis store via %zu sentinels (primary \"%s\")/%d, prefix \"%s\"",
                  f->addr.sentinel.n, f->addr.sentinel.master, f->addr.db, f->prefix);

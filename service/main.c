@@ -218,7 +218,7 @@ static int check_config(const char *path)
     if (rc == RL_OK && set.store == RLD_STORE_REDIS) {
         rld_redis_addr addr;
         if ((rc = rld_redis_store_addr(&set, &addr, &err)) == RL_OK)
-            rc = rld_redis_store_check_config(cfg, &err);
+            rc = rld_redis_store_check_config(cfg, set.ncluster > 0, &err);
     }
     if (rc == RL_OK)
         printf("ok\n");

@@ -26,6 +26,8 @@ struct rld_cluster {
     cnode nodes[RLD_CLUSTER_MAX_NODES];
     size_t nnodes;
     int16_t owner[RLD_CLUSTER_SLOTS]; /* index into nodes, -1 while not known */
+    char *ports;                      /* the rule type ports every node's scripts get */
+    int functions;
     int stale;                        /* ask for the map before the next call */
     rl_ns refreshed_at;
     uint64_t moved, asked, refreshes;
@@ -70,6 +72,12 @@ static int node_at(rld_cluster *c, const char *host, int port)
     a.port = port;
     if (rld_pool_new(&a, c->timeout_ms, c->pool_size, &n->pool, NULL) != RL_OK)
         return -1;
+    if (c->ports && rld_pool_set_ports(n->pool, c->ports, NULL) != RL_OK) {
+        rld_pool_free(n->pool);
+        n->pool = NULL;
+        return -1;
+    }
+    rld_pool_use_functions(n->pool, c->functions);
     snprintf(n->host, sizeof n->host, "%s", host);
     n->port = port;
     return (int)c->nnodes++;
@@ -112,6 +120,7 @@ void rld_cluster_free(rld_cluster *c)
     for (size_t i = 0; i < c->nnodes; i++)
         rld_pool_free(c->nodes[i].pool);
     pthread_mutex_destroy(&c->mu);
+    free(c->ports);
     free(c);
 }
 
@@ -324,4 +333,100 @@ uint64_t rld_cluster_refreshes(rld_cluster *c)
     uint64_t n = c->refreshes;
     pthread_mutex_unlock(&c->mu);
     return n;
+}
+
+int rld_cluster_set_ports(rld_cluster *c, const char *ports, rl_err *err)
+{
+    char *copy = strdup(ports ? ports : "");
+    int rc = copy ? RL_OK : rl_errf(err, RL_ENOMEM, "out of memory");
+    pthread_mutex_lock(&c->mu);
+    for (size_t i = 0; i < c->nnodes && rc == RL_OK; i++)
+        rc = rld_pool_set_ports(c->nodes[i].pool, copy, err);
+    if (rc == RL_OK) {
+        free(c->ports);
+        c->ports = copy;
+    } else {
+        free(copy);
+    }
+    pthread_mutex_unlock(&c->mu);
+    return rc;
+}
+
+void rld_cluster_use_functions(rld_cluster *c, int on)
+{
+    pthread_mutex_lock(&c->mu);
+    c->functions = on != 0;
+    for (size_t i = 0; i < c->nnodes; i++)
+        rld_pool_use_functions(c->nodes[i].pool, on);
+    pthread_mutex_unlock(&c->mu);
+}
+
+size_t rld_cluster_primaries(rld_cluster *c, rld_pool **out, size_t cap)
+{
+    char seen[RLD_CLUSTER_MAX_NODES] = {0};
+    size_t n = 0;
+    pthread_mutex_lock(&c->mu);
+    for (size_t s = 0; s < RLD_CLUSTER_SLOTS; s++) {
+        int idx = c->owner[s];
+        if (idx < 0 || seen[idx])
+            continue;
+        seen[idx] = 1;
+        if (n < cap)
+            out[n] = c->nodes[idx].pool;
+        n++;
+    }
+    pthread_mutex_unlock(&c->mu);
+    return n < cap ? n : cap;
+}
+
+int rld_cluster_probe(rld_cluster *c)
+{
+    rld_pool *p[RLD_CLUSTER_MAX_NODES];
+    pthread_mutex_lock(&c->mu);
+    int due = c->refreshes == 0 ||
+              (c->stale && rld_mono_ns() - c->refreshed_at >= REFRESH_EVERY_NS);
+    pthread_mutex_unlock(&c->mu);
+    if (due)
+        rld_cluster_refresh(c, NULL);
+    size_t n = rld_cluster_primaries(c, p, RLD_CLUSTER_MAX_NODES);
+    int up = n > 0;
+    for (size_t i = 0; i < n; i++)
+        if (!rld_pool_probe(p[i])) {
+            up = 0;
+            mark_stale(c); /* a primary down: its replica may be taking over */
+        }
+    return up;
+}
+
+int rld_cluster_up(rld_cluster *c)
+{
+    rld_pool *p[RLD_CLUSTER_MAX_NODES];
+    size_t n = rld_cluster_primaries(c, p, RLD_CLUSTER_MAX_NODES);
+    int up = n > 0;
+    for (size_t i = 0; i < n; i++)
+        up &= rld_pool_up(p[i]);
+    return up;
+}
+
+uint64_t rld_cluster_errors(rld_cluster *c)
+{
+    uint64_t n = 0;
+    pthread_mutex_lock(&c->mu);
+    size_t nn = c->nnodes;
+    pthread_mutex_unlock(&c->mu);
+    for (size_t i = 0; i < nn; i++)
+        n += rld_pool_errors(c->nodes[i].pool);
+    return n;
+}
+
+void rld_cluster_last_error(rld_cluster *c, char *buf, size_t len)
+{
+    rld_pool *p[RLD_CLUSTER_MAX_NODES];
+    size_t n = rld_cluster_primaries(c, p, RLD_CLUSTER_MAX_NODES);
+    snprintf(buf, len, "%s", "");
+    for (size_t i = 0; i < n && !buf[0]; i++)
+        if (!rld_pool_up(p[i]))
+            rld_pool_last_error(p[i], buf, len);
+    if (!buf[0] && n == 0)
+        snprintf(buf, len, "%s", "redis cluster: no slot map yet");
 }

@@ -69,4 +69,22 @@ uint64_t rld_cluster_redirects(rld_cluster *c, int ask);
 /* Times the whole map was read. */
 uint64_t rld_cluster_refreshes(rld_cluster *c);
 
+/* Puts the plug-ins' rule type ports into every node's scripts, those of nodes found later
+ * included (rld_pool_set_ports; copied). Call it before the first call. RL_OK or RL_ENOMEM. */
+int rld_cluster_set_ports(rld_cluster *c, const char *ports, rl_err *err);
+/* rld_pool_use_functions on every node, those found later included. */
+void rld_cluster_use_functions(rld_cluster *c, int on);
+/* The pools of the primaries the map names now, each once, at most cap of them (borrowed:
+ * alive while the router is). 0 before the map is read. */
+size_t rld_cluster_primaries(rld_cluster *c, rld_pool **out, size_t cap);
+/* Housekeeping: reads the map when it was never read or is stale, and probes every primary
+ * (rld_pool_probe). Returns 1 when the map is known and every primary answers. */
+int rld_cluster_probe(rld_cluster *c);
+/* 1 when the map is known and every primary's link is up (rld_pool_up). */
+int rld_cluster_up(rld_cluster *c);
+/* The calls that failed because of the store, summed over every node's pool. */
+uint64_t rld_cluster_errors(rld_cluster *c);
+/* The last error of a primary whose link is down ("" when every one is up). */
+void rld_cluster_last_error(rld_cluster *c, char *buf, size_t len);
+
 #endif

@@ -17,6 +17,7 @@ static const struct {
     [RLD_SCRIPT_SETTLE] = {"settle", rld_lua_body_settle},
     [RLD_SCRIPT_RELEASE] = {"release", rld_lua_body_release},
     [RLD_SCRIPT_DUE] = {"due", rld_lua_body_due},
+    [RLD_SCRIPT_UNDO] = {"undo", rld_lua_body_undo},
 };
 static const char *const alone[RLD_NSCRIPTS] = {
     [RLD_SCRIPT_HEARTBEAT] = rld_lua_heartbeat,

@@ -70,6 +70,7 @@ typedef enum rld_script {
     RLD_SCRIPT_DUE,
     RLD_SCRIPT_HEARTBEAT,
     RLD_SCRIPT_QUOTA,
+    RLD_SCRIPT_UNDO,
     RLD_NSCRIPTS
 } rld_script;
 

@@ -32,8 +32,7 @@ static int change(rl_store *redis, const char *key, const char *json, long long 
     char hash[128];
     const char *argv[3] = {hash_name(redis, hash, sizeof hash), key, json};
     redisReply *r;
-    int rc =
-        rld_pool_eval(rld_redis_store_pool(redis), RLD_SCRIPT_QUOTA, 1, 3, argv, NULL, &r, err);
+    int rc = rld_redis_store_call(redis, RLD_SCRIPT_QUOTA, 1, 3, argv, NULL, &r, err);
     if (rc != RL_OK)
         return rc;
     if (result)
@@ -139,7 +138,7 @@ int rld_redis_quota_sync(rl_store *redis, rl_limiter *lim, size_t *skipped, rl_e
     const char *argv[2] = {"HGETALL", hash_name(redis, hash, sizeof hash)};
     redisReply *r;
     size_t bad = 0;
-    int rc = rld_pool_command(rld_redis_store_pool(redis), 2, argv, NULL, &r, err);
+    int rc = rld_redis_store_call(redis, -1, 1, 2, argv, NULL, &r, err);
     if (rc != RL_OK)
         return rc;
     if (r->type != REDIS_REPLY_ARRAY) {
@@ -196,7 +195,7 @@ static void apply_key(rld_quota_follower *f, const char *key)
     redisReply *r;
     rl_err err;
     pthread_mutex_lock(&f->mu);
-    if (rld_pool_command(rld_redis_store_pool(f->redis), 3, argv, NULL, &r, &err) == RL_OK) {
+    if (rld_redis_store_call(f->redis, -1, 1, 3, argv, NULL, &r, &err) == RL_OK) {
         if (apply(f->lim, key, r->type == REDIS_REPLY_STRING ? r->str : NULL, r->len, &err) ==
             RL_OK)
             __atomic_add_fetch(&f->applied, 1, __ATOMIC_RELAXED);
@@ -214,7 +213,7 @@ int rld_redis_quota_refresh(rld_quota_follower *f, const char *key, const char *
     rl_err ignored;
     int rc;
     pthread_mutex_lock(&f->mu);
-    if (rld_pool_command(rld_redis_store_pool(f->redis), 3, argv, NULL, &r, &ignored) == RL_OK) {
+    if (rld_redis_store_call(f->redis, -1, 1, 3, argv, NULL, &r, &ignored) == RL_OK) {
         rc = apply(f->lim, key, r->type == REDIS_REPLY_STRING ? r->str : NULL, r->len, err);
         freeReplyObject(r);
     } else {
@@ -279,8 +278,7 @@ static void *follow_loop(void *arg)
     int backoff = RETRY_MIN_MS;
     hash_name(f->redis, channel, sizeof channel);
     for (;;) {
-        redisContext *c =
-            rld_pool_connect(rld_redis_store_pool(f->redis), SUBSCRIBE_TIMEOUT_MS, NULL);
+        redisContext *c = rld_redis_store_connect(f->redis, channel, SUBSCRIBE_TIMEOUT_MS, NULL);
         if (c) {
             int stopped = follow_once(f, c, channel);
             redisFree(c);

@@ -19,6 +19,7 @@ extern const char rld_lua_body_decide[];
 extern const char rld_lua_body_settle[];
 extern const char rld_lua_body_release[];
 extern const char rld_lua_body_due[];
+extern const char rld_lua_body_undo[];
 /* Scripts on their own. */
 extern const char rld_lua_heartbeat[];
 extern const char rld_lua_quota[];

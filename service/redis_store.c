@@ -21,6 +21,7 @@
 
 #include "fallback_store.h"
 #include "redis_args.h"
+#include "redis_cluster.h"
 #include "redis_scripts.h"
 #include "redis_store.h"
 
@@ -30,6 +31,8 @@
 #define FLEET_TTL_MS 10000
 #define DEFAULT_URL "redis://127.0.0.1:6379/0"
 #define EXPIRE_BATCH 100 /* reservations expired per tick at most */
+#define DUP_ID 1 /* internal: the reservation id drawn is taken, draw another */
+#define RESV_SHARDS 16   /* on a cluster: the reservation index is split over this many slots */
 
 #define MAX_PORT_PARAMS 16
 
@@ -45,7 +48,8 @@ typedef struct type_info {
 
 typedef struct redis_store {
     rl_store base;
-    rld_pool *pool;
+    rld_pool *pool;        /* one Redis (or Sentinel); NULL on a cluster */
+    rld_cluster *cluster;  /* Redis Cluster; NULL otherwise */
     char *prefix;
     size_t plen;
     int manual;
@@ -65,6 +69,7 @@ typedef struct redis_store {
     uint64_t expired; /* atomic */
     uint64_t active;  /* atomic */
     char cursor[32];
+    size_t scan_node; /* on a cluster: the primary being scanned */
     size_t counting[RL_MAX_LEVELS];
     size_t counted[RL_MAX_LEVELS]; /* atomic: the last full scan's keys per level */
 } redis_store;
@@ -202,6 +207,17 @@ static int ab_join(const abuf *k, const abuf *a, const char ***argv, size_t **le
     return 0;
 }
 
+/* A script (s >= 0) or a command (s < 0) with nkeys keys at argv[first..]: on a cluster, sent
+ * to the primary serving the slot of argv[first] (every key of a call shares that slot). */
+static int exec_at(redis_store *rs, int s, int first, int nkeys, int argc, const char **argv,
+                   const size_t *len, redisReply **r, rl_err *err)
+{
+    if (!rs->cluster)
+        return rld_pool_exec(rs->pool, s, nkeys, argc, argv, len, 0, r, err);
+    unsigned slot = argc > first ? rld_cluster_slot(argv[first], len[first]) : 0;
+    return rld_cluster_exec(rs->cluster, slot, s, nkeys, argc, argv, len, 0, r, err);
+}
+
 static int eval(redis_store *rs, rld_script s, const abuf *k, const abuf *a, redisReply **r,
                 rl_err *err)
 {
@@ -209,7 +225,20 @@ static int eval(redis_store *rs, rld_script s, const abuf *k, const abuf *a, red
     size_t *len;
     if (ab_join(k, a, &argv, &len) != 0)
         return rl_errf(err, RL_ENOMEM, "out of memory");
-    int rc = rld_pool_eval(rs->pool, s, (int)k->n, (int)(k->n + a->n), argv, len, r, err);
+    int rc = exec_at(rs, (int)s, 0, (int)k->n, (int)(k->n + a->n), argv, len, r, err);
+    free(argv);
+    return rc;
+}
+
+/* A command whose first key is argv[1] (k holds the command and its arguments). */
+static int command(redis_store *rs, const abuf *k, redisReply **r, rl_err *err)
+{
+    const char **argv;
+    size_t *len;
+    abuf none = {0};
+    if (ab_join(k, &none, &argv, &len) != 0)
+        return rl_errf(err, RL_ENOMEM, "out of memory");
+    int rc = exec_at(rs, -1, 1, 1, (int)k->n, argv, len, r, err);
     free(argv);
     return rc;
 }
@@ -226,7 +255,45 @@ static void ab_state_key(const redis_store *rs, abuf *k, size_t level, unsigned 
     int n = rs->shards[level] > 1 ? snprintf(mid, sizeof mid, ":%u.%u:", slot, shard)
                                   : snprintf(mid, sizeof mid, ":%u:", slot);
     ab_cat(k, mid, (size_t)n);
-    ab_cat(k, key, keylen);
+    if (rs->cluster) { /* one hash tag for every state of (level, key) */
+        ab_cat(k, "{", 1);
+        ab_cat(k, name, strlen(name));
+        ab_cat(k, ":", 1);
+        ab_cat(k, key, keylen);
+        ab_cat(k, "}", 1);
+    } else {
+        ab_cat(k, key, keylen);
+    }
+}
+
+/* Which part of the reservation index a reservation is in, on a cluster. */
+static unsigned resv_shard(const char *id)
+{
+    uint64_t v = 0;
+    rl_store_id_parse(id, &v);
+    return (unsigned)(v % RESV_SHARDS);
+}
+
+/* A reservation's key: P"r:"<id>, on a cluster followed by the hash tag of its part of the
+ * index, so that the two share a slot. */
+static void ab_resv_key(const redis_store *rs, abuf *k, const char *id)
+{
+    char tag[16];
+    ab_add(k, rs->prefix, rs->plen);
+    ab_cat(k, "r:", 2);
+    ab_cat(k, id, strlen(id));
+    if (rs->cluster)
+        ab_cat(k, tag, (size_t)snprintf(tag, sizeof tag, "{%u}", resv_shard(id)));
+}
+
+/* The reservation index: P"resv", on a cluster its part n P"resv{"n"}". */
+static void ab_index_key(const redis_store *rs, abuf *k, unsigned n)
+{
+    char tag[16];
+    ab_add(k, rs->prefix, rs->plen);
+    ab_cat(k, "resv", 4);
+    if (rs->cluster)
+        ab_cat(k, tag, (size_t)snprintf(tag, sizeof tag, "{%u}", n));
 }
 
 static void ab_key(const redis_store *rs, abuf *k, const char *what, const char *id)
@@ -302,6 +369,11 @@ static int check_rules(const redis_store *rs, const rl_rules *rs_, const char *w
                            "%s[%zu]: rule type %s keeps state that the Redis store cannot hold: "
                            "it has no Redis port (rl_rule_type.redis with its Lua text)",
                            where, i, rs_->v[i].type->name);
+        if (rs->cluster && !ti->stateless && !ti->refund && !ti->holds)
+            return rl_errf(err, RL_EINVAL,
+                           "%s[%zu]: rule type %s cannot give back what it took (no refund), "
+                           "which a decision across the nodes of a Redis Cluster may have to do",
+                           where, i, rs_->v[i].type->name);
     }
     return RL_OK;
 }
@@ -337,11 +409,12 @@ static int check_config(redis_store *rs, const rl_config *cfg, rl_err *err)
     return RL_OK;
 }
 
-int rld_redis_store_check_config(const rl_config *cfg, rl_err *err)
+int rld_redis_store_check_config(const rl_config *cfg, int cluster, rl_err *err)
 {
     redis_store *rs = calloc(1, sizeof *rs);
     if (!rs)
         return rl_errf(err, RL_ENOMEM, "out of memory");
+    rs->cluster = cluster ? (rld_cluster *)(void *)rs : NULL; /* only tested for NULL here */
     int rc = check_config(rs, cfg, err);
     free(rs->types);
     free(rs);
@@ -372,7 +445,8 @@ static int set_ports(redis_store *rs, const rl_registry *reg, rl_err *err)
         }
     }
     ports[used] = '\0';
-    int rc = rld_pool_set_ports(rs->pool, ports, err);
+    int rc = rs->cluster ? rld_cluster_set_ports(rs->cluster, ports, err)
+                         : rld_pool_set_ports(rs->pool, ports, err);
     free(ports);
     return rc;
 }
@@ -462,34 +536,36 @@ static void ab_decide_item(redis_store *rs, abuf *k, abuf *a, const rl_plan *pla
         ab_params(a, ti, ap->rule, n);
 }
 
-/* The items' modes: "" when every item blocks and takes, else a character per item (args.def). */
-static void ab_modes(abuf *a, const rl_plan *plan)
+/* The modes of items sel[0..n-1]: "" when every one blocks and takes, else a character per item
+ * (args.def). */
+static void ab_modes(abuf *a, const rl_plan *plan, const size_t *sel, size_t n)
 {
     char m[RL_MAX_APPLIED];
     int any = 0;
-    for (size_t i = 0; i < plan->n; i++) {
-        m[i] = plan->items[i].mode & RL_ITEM_SHADOW ? 's'
+    for (size_t j = 0; j < n; j++) {
+        size_t i = sel[j];
+        m[j] = plan->items[i].mode & RL_ITEM_SHADOW ? 's'
                : !rl_plan_item_blocks(plan, i)      ? 'c'
                                                     : '-';
-        any |= m[i] != '-';
+        any |= m[j] != '-';
     }
-    ab_add(a, m, any ? plan->n : 0);
+    ab_add(a, m, any ? n : 0);
 }
 
-/* Builds a decision's arguments; the waits of rules without state are final in d. Returns
- * RL_OK, or RL_EINVAL for a rule that cannot be decided here; *nstate counts the rules with
- * state. */
-static int build_decide(redis_store *rs, const rl_plan *plan, rl_decision *d, const char *id,
-                        const unsigned *shard, abuf *k, abuf *a, size_t *nstate, rl_err *err)
+/* The decision script's arguments for items sel[0..n-1] of plan (dry: take nothing; id: the
+ * reservation to make, "" for none). */
+static void build_decide(redis_store *rs, const rl_plan *plan, rl_decision *d, const size_t *sel,
+                         size_t n, int dry, const char *id, const unsigned *shard, abuf *k,
+                         abuf *a)
 {
-    *nstate = 0;
+    int keep = rs->cluster && !dry; /* what a take changed, to give it back exactly */
     for (int f = 0; f < RLD_DECIDE_FIELDS; f++) {
         switch (f) {
         case RLD_DECIDE_NOW:
             rs->manual ? ab_i64(a, plan->now) : ab_str(a, "");
             break;
         case RLD_DECIDE_DRY:
-            ab_str(a, plan->flags & RL_DRY_RUN ? "1" : "0");
+            ab_str(a, dry ? "1" : "0");
             break;
         case RLD_DECIDE_COST:
             ab_i64(a, plan->cost);
@@ -510,13 +586,66 @@ static int build_decide(redis_store *rs, const rl_plan *plan, rl_decision *d, co
             ab_str(a, plan->flags & RL_RESERVE ? "1" : "0");
             break;
         case RLD_DECIDE_MODES:
-            ab_modes(a, plan);
+            ab_modes(a, plan, sel, n);
+            break;
+        case RLD_DECIDE_KEEP:
+            ab_str(a, keep ? "1" : "0");
             break;
         case RLD_DECIDE_ITEMS:
-            ab_i64(a, (int64_t)plan->n);
+            ab_i64(a, (int64_t)n);
             break;
         }
     }
+    for (size_t j = 0; j < n; j++) {
+        size_t i = sel[j];
+        rl_applied *ap = &d->applied[i];
+        const type_info *ti = info_of(rs, ap->rule);
+        ab_decide_item(rs, k, a, plan, i, ap, ti->stateless ? NULL : ti, id, shard[ap->level]);
+    }
+    if (id[0]) {
+        ab_resv_key(rs, k, id);
+        ab_index_key(rs, k, resv_shard(id));
+    }
+}
+
+/* What a decision script answered for one item: its wait and status (limit, remaining,
+ * reset_after, window, next), and (when kept) its state before and after its take, pointing
+ * into the reply. */
+typedef struct item_out {
+    int64_t wait, st[5];
+    const redisReply *before, *after;
+} item_out;
+
+/* Reads a decision script's reply for items sel[0..n-1] into out (by plan index) and the
+ * script's now into at (may be NULL); keep: the reply has the states before and after. -1
+ * when it is not such a reply. */
+static int read_decide(const redisReply *r, const size_t *sel, size_t n, int keep, item_out *out,
+                       char *at, size_t atlen)
+{
+    if (!reply_is(r, "ok") || r->elements != 2 + 6 * n + (keep ? 2 * n : 0))
+        return -1;
+    for (size_t j = 0; j < n; j++) {
+        item_out *o = &out[sel[j]];
+        o->wait = parse_i64(r->element[1 + 6 * j]);
+        for (int f = 0; f < 5; f++)
+            o->st[f] = parse_i64(r->element[2 + 6 * j + f]);
+        o->before = keep ? r->element[2 + 6 * n + 2 * j] : NULL;
+        o->after = keep ? r->element[3 + 6 * n + 2 * j] : NULL;
+    }
+    const redisReply *now = r->element[1 + 6 * n];
+    if (at)
+        snprintf(at, atlen, "%s", now->type == REDIS_REPLY_STRING ? now->str : "0");
+    return 0;
+}
+
+/* Decides the rules without state here (their waits are final in d) and checks that every
+ * other rule can be decided in Redis (RL_EINVAL otherwise). *nstate counts the rules with
+ * state; *blocked says that a rule without state that blocks denies the request. */
+static int decide_here(redis_store *rs, const rl_plan *plan, rl_decision *d, size_t *nstate,
+                       int *blocked, rl_err *err)
+{
+    *nstate = 0;
+    *blocked = 0;
     for (size_t i = 0; i < plan->n; i++) {
         rl_applied *ap = &d->applied[i];
         const rl_rule *r = ap->rule;
@@ -524,21 +653,338 @@ static int build_decide(redis_store *rs, const rl_plan *plan, rl_decision *d, co
         const rl_plan_item *it = &plan->items[i];
         if (ti && ti->stateless) {
             ap->wait = rl_rule_peek(r, zero_state, ap->key, ap->keylen, plan->now, it->need, NULL);
-            ab_decide_item(rs, k, a, plan, i, ap, NULL, id, shard[ap->level]);
+            *blocked |= ap->wait != 0 && rl_plan_item_blocks(plan, i);
             continue;
         }
         if (!ti || !ti->tag)
             return rl_errf(err, RL_EINVAL,
                            "rule type %s keeps state that the Redis store cannot hold",
                            r->type->name);
-        ab_decide_item(rs, k, a, plan, i, ap, ti, id, shard[ap->level]);
         ++*nstate;
     }
-    if (id[0]) {
-        ab_key(rs, k, "r:", id);
-        ab_key(rs, k, "resv", NULL);
-    }
     return RL_OK;
+}
+
+/* One Redis: the whole decision is one script. DUP_ID when the reservation id is taken. */
+static int decide_one(redis_store *rs, const rl_plan *plan, rl_decision *d, const char *id,
+                      const unsigned *shard, item_out *out, rl_err *err)
+{
+    size_t sel[RL_MAX_APPLIED];
+    abuf k = {0}, a = {0};
+    redisReply *r = NULL;
+    for (size_t i = 0; i < plan->n; i++)
+        sel[i] = i;
+    build_decide(rs, plan, d, sel, plan->n, (plan->flags & RL_DRY_RUN) != 0, id, shard, &k, &a);
+    int rc = k.oom || a.oom ? rl_errf(err, RL_ENOMEM, "out of memory")
+                            : eval(rs, RLD_SCRIPT_DECIDE, &k, &a, &r, err);
+    ab_free(&k);
+    ab_free(&a);
+    if (rc != RL_OK)
+        return rc;
+    if (reply_is(r, "dup"))
+        rc = DUP_ID;
+    else if (read_decide(r, sel, plan->n, 0, out, NULL, 0) != 0)
+        rc = rl_errf(err, RL_ESTORE, "redis: unexpected reply to a decision");
+    freeReplyObject(r);
+    return rc;
+}
+
+/* A state to give back to (or settle, or release) outside a reservation's script. */
+typedef struct uitem {
+    size_t level;
+    unsigned slot, shard;
+    const char *key;
+    size_t keylen;
+    const type_info *ti;
+    const rl_rule *rule;
+    char op; /* 'r': refund amount (negative: charge it); 'h': release amount held */
+    int64_t amount;
+    const redisReply *before, *after; /* the state around the take to undo, or NULL */
+} uitem;
+
+/* Runs undo.lua for u[0..n-1], one call per slot of their state keys, in their order. Every
+ * call is made; the first failure is returned. at: when the amounts were taken (decimal). */
+static int undo(redis_store *rs, const char *now_arg, const char *at, const uitem *u, size_t n,
+                rl_err *err)
+{
+    int rc = RL_OK, done[RL_MAX_APPLIED] = {0};
+    for (size_t first = 0; first < n; first++) {
+        abuf k = {0}, a = {0}, one = {0};
+        redisReply *r;
+        if (done[first])
+            continue;
+        ab_state_key(rs, &one, u[first].level, u[first].slot, u[first].shard, u[first].key,
+                     u[first].keylen);
+        unsigned slot = one.oom ? 0 : rld_cluster_slot(one.buf, one.len[0]);
+        ab_free(&one);
+        ab_str(&a, now_arg);
+        ab_str(&a, at && at[0] ? at : "0");
+        ab_i64(&a, rs->floor_ms);
+        ab_i64(&a, hold_ms(rs));
+        for (size_t i = first; i < n; i++) {
+            const uitem *x = &u[i];
+            size_t before = k.n;
+            if (done[i])
+                continue;
+            ab_state_key(rs, &k, x->level, x->slot, x->shard, x->key, x->keylen);
+            if (rs->cluster && !k.oom &&
+                rld_cluster_slot(k.buf + k.off[before], k.len[before]) != slot) {
+                k.n = before; /* another slot: a later call */
+                k.used = k.off[before];
+                continue;
+            }
+            done[i] = 1;
+            for (int f = 0; f < RLD_UNDO_ITEM_FIELDS; f++) {
+                if (f == RLD_UNDO_ITEM_TAG)
+                    ab_str(&a, x->ti->tag);
+                else if (f == RLD_UNDO_ITEM_OP)
+                    ab_add(&a, &x->op, 1);
+                else if (f == RLD_UNDO_ITEM_AMOUNT)
+                    ab_i64(&a, x->amount);
+                else if (f == RLD_UNDO_ITEM_BEFORE)
+                    x->before ? ab_add(&a, x->before->str, x->before->len) : ab_str(&a, "");
+                else if (f == RLD_UNDO_ITEM_AFTER)
+                    x->after ? ab_add(&a, x->after->str, x->after->len) : ab_str(&a, "");
+            }
+            ab_params(&a, x->ti, x->rule, rs->shards[x->level]);
+        }
+        int c = k.oom || a.oom ? rl_errf(err, RL_ENOMEM, "out of memory")
+                               : eval(rs, RLD_SCRIPT_UNDO, &k, &a, &r, err);
+        if (c == RL_OK)
+            freeReplyObject(r);
+        else if (rc == RL_OK)
+            rc = c;
+        ab_free(&k);
+        ab_free(&a);
+    }
+    return rc;
+}
+
+/* On a cluster: the items of a decision with state, grouped by the slot of their state keys
+ * (every rule of one (level, key) shares one), the groups in the order of their first item. */
+typedef struct groups {
+    size_t n;
+    size_t len[RL_MAX_APPLIED];
+    size_t item[RL_MAX_APPLIED][RL_MAX_APPLIED];
+    char at[RL_MAX_APPLIED][32]; /* each group's now, when it took */
+    int took[RL_MAX_APPLIED];
+    redisReply *reply[RL_MAX_APPLIED]; /* each group's reply that took (out points into it) */
+} groups;
+
+static void group_items(redis_store *rs, const rl_plan *plan, rl_decision *d,
+                        const unsigned *shard, groups *g)
+{
+    unsigned gslot[RL_MAX_APPLIED];
+    memset(g, 0, sizeof *g);
+    for (size_t i = 0; i < plan->n; i++) {
+        const rl_applied *ap = &d->applied[i];
+        if (info_of(rs, ap->rule)->stateless)
+            continue;
+        abuf k = {0};
+        ab_state_key(rs, &k, ap->level, ap->slot, shard[ap->level], ap->key, ap->keylen);
+        unsigned slot = k.oom ? 0 : rld_cluster_slot(k.buf, k.len[0]);
+        ab_free(&k);
+        size_t j = 0;
+        while (j < g->n && gslot[j] != slot)
+            j++;
+        if (j == g->n)
+            gslot[g->n++] = slot;
+        g->item[j][g->len[j]++] = i;
+    }
+}
+
+/* What group j took, as items to give back. */
+static size_t taken_of(redis_store *rs, const rl_plan *plan, const rl_decision *d,
+                       const groups *g, size_t j, const unsigned *shard, const item_out *out,
+                       uitem *u)
+{
+    size_t n = 0;
+    for (size_t m = g->len[j]; m-- > 0;) { /* the last take first: one key may be taken twice */
+        size_t i = g->item[j][m];
+        const rl_applied *ap = &d->applied[i];
+        const type_info *ti = info_of(rs, ap->rule);
+        if (!rl_plan_item_takes(plan, i, out[i].wait))
+            continue;
+        u[n++] = (uitem){ap->level,   ap->slot, shard[ap->level], ap->key, ap->keylen, ti,
+                         ap->rule,    ti->holds ? 'h' : 'r',        plan->items[i].cost,
+                         out[i].before, out[i].after};
+    }
+    return n;
+}
+
+/* Gives back what every group that took has taken. */
+static int undo_groups(redis_store *rs, const rl_plan *plan, const rl_decision *d, groups *g,
+                       size_t upto, const unsigned *shard, const item_out *out, rl_err *err)
+{
+    char nowbuf[24] = "";
+    int rc = RL_OK;
+    if (rs->manual)
+        snprintf(nowbuf, sizeof nowbuf, "%lld", (long long)plan->now);
+    for (size_t j = 0; j < upto; j++) {
+        uitem u[RL_MAX_APPLIED];
+        if (!g->took[j])
+            continue;
+        size_t n = taken_of(rs, plan, d, g, j, shard, out, u);
+        int c = n ? undo(rs, nowbuf, g->at[j], u, n, err) : RL_OK;
+        if (c != RL_OK && rc == RL_OK)
+            rc = c;
+        g->took[j] = 0;
+    }
+    return rc;
+}
+
+/* Group j's script: dry, or taking when every item of the group that blocks fits. */
+static int decide_group(redis_store *rs, const rl_plan *plan, rl_decision *d, groups *g,
+                        size_t j, int dry, const unsigned *shard, item_out *out, rl_err *err)
+{
+    abuf k = {0}, a = {0};
+    redisReply *r = NULL;
+    build_decide(rs, plan, d, g->item[j], g->len[j], dry, "", shard, &k, &a);
+    int rc = k.oom || a.oom ? rl_errf(err, RL_ENOMEM, "out of memory")
+                            : eval(rs, RLD_SCRIPT_DECIDE, &k, &a, &r, err);
+    ab_free(&k);
+    ab_free(&a);
+    if (rc != RL_OK)
+        return rc;
+    if (read_decide(r, g->item[j], g->len[j], !dry, out, g->at[j], sizeof g->at[j]) != 0) {
+        freeReplyObject(r);
+        return rl_errf(err, RL_ESTORE, "redis: unexpected reply to a decision");
+    }
+    int fits = !dry;
+    for (size_t m = 0; m < g->len[j] && fits; m++) {
+        size_t i = g->item[j][m];
+        fits = out[i].wait == 0 || !rl_plan_item_blocks(plan, i);
+    }
+    g->took[j] = fits;
+    if (g->reply[j])
+        freeReplyObject(g->reply[j]);
+    g->reply[j] = r; /* freed by decide_cluster */
+    return RL_OK;
+}
+
+/* Records the reservation made by an allowed decision on a cluster: the decision script with
+ * only the records of the items that took, on the slot of the reservation. DUP_ID when the
+ * id is taken. */
+static int record_resv(redis_store *rs, const rl_plan *plan, rl_decision *d, const char *id,
+                       const unsigned *shard, const item_out *out, rl_err *err)
+{
+    abuf k = {0}, a = {0};
+    redisReply *r = NULL;
+    size_t m = 0;
+    for (int f = 0; f < RLD_DECIDE_FIELDS; f++) {
+        if (f == RLD_DECIDE_NOW)
+            rs->manual ? ab_i64(&a, plan->now) : ab_str(&a, "");
+        else if (f == RLD_DECIDE_DRY)
+            ab_str(&a, "0");
+        else if (f == RLD_DECIDE_COST)
+            ab_i64(&a, plan->cost);
+        else if (f == RLD_DECIDE_RESERVATION_TTL)
+            ab_i64(&a, rs->cfg->reservation_ttl);
+        else if (f == RLD_DECIDE_FLOOR_MS)
+            ab_i64(&a, rs->floor_ms);
+        else if (f == RLD_DECIDE_HOLD_MS)
+            ab_i64(&a, hold_ms(rs));
+        else if (f == RLD_DECIDE_ID)
+            ab_str(&a, id);
+        else if (f == RLD_DECIDE_RESERVE)
+            ab_str(&a, "1");
+        else if (f == RLD_DECIDE_MODES || f == RLD_DECIDE_KEEP)
+            ab_str(&a, f == RLD_DECIDE_KEEP ? "0" : "");
+        else if (f == RLD_DECIDE_ITEMS)
+            ab_i64(&a, 0); /* set below */
+    }
+    size_t items_at = a.n - (RLD_DECIDE_FIELDS - RLD_DECIDE_ITEMS);
+    for (size_t i = 0; i < plan->n; i++) {
+        const rl_applied *ap = &d->applied[i];
+        const type_info *ti = info_of(rs, ap->rule);
+        if (ti->stateless || !rl_plan_item_takes(plan, i, out[i].wait))
+            continue;
+        /* an item decided "here" (no key, wait 0) that carries the record */
+        for (int f = 0; f < RLD_DECIDE_ITEM_FIELDS; f++) {
+            if (f == RLD_DECIDE_ITEM_KEY || f == RLD_DECIDE_ITEM_WAIT)
+                ab_i64(&a, 0);
+            else if (f == RLD_DECIDE_ITEM_RECORD)
+                ab_record(rs, &a, ap, ti, &plan->items[i], id, shard[ap->level]);
+            else
+                ab_str(&a, "");
+        }
+        m++;
+    }
+    ab_resv_key(rs, &k, id);
+    ab_index_key(rs, &k, resv_shard(id));
+    int rc = RL_OK;
+    if (k.oom || a.oom)
+        rc = rl_errf(err, RL_ENOMEM, "out of memory");
+    if (rc == RL_OK) {
+        char num[24];
+        int l = snprintf(num, sizeof num, "%zu", m);
+        abuf b = {0}; /* a with the count of items in place */
+        for (size_t i = 0; i < a.n; i++)
+            i == items_at ? ab_add(&b, num, (size_t)l) : ab_add(&b, a.buf + a.off[i], a.len[i]);
+        rc = b.oom ? rl_errf(err, RL_ENOMEM, "out of memory")
+                   : eval(rs, RLD_SCRIPT_DECIDE, &k, &b, &r, err);
+        ab_free(&b);
+    }
+    ab_free(&k);
+    ab_free(&a);
+    if (rc != RL_OK)
+        return rc;
+    rc = reply_is(r, "dup") ? DUP_ID
+         : reply_is(r, "ok") ? RL_OK
+                             : rl_errf(err, RL_ESTORE, "redis: unexpected reply to a reservation");
+    freeReplyObject(r);
+    return rc;
+}
+
+/* A cluster: one script per group in order, each taking only when its own rules fit; when one
+ * denies, the later ones are only asked (dry) and the earlier ones give back what they took and
+ * are asked again, so that their status is as if nothing had been taken. DUP_ID when the
+ * reservation id is taken (everything given back). */
+static int decide_groups(redis_store *rs, const rl_plan *plan, rl_decision *d, groups *g, int dry,
+                         int reserve, const char *id, const unsigned *shard, item_out *out,
+                         rl_err *err)
+{
+    size_t denied = SIZE_MAX;
+    int rc = RL_OK;
+    for (size_t j = 0; j < g->n && rc == RL_OK; j++) {
+        rc = decide_group(rs, plan, d, g, j, dry || denied != SIZE_MAX, shard, out, err);
+        if (rc == RL_OK && !dry && denied == SIZE_MAX && !g->took[j])
+            denied = j;
+    }
+    if (rc != RL_OK) {
+        undo_groups(rs, plan, d, g, g->n, shard, out, NULL);
+        return rc;
+    }
+    if (denied != SIZE_MAX) {
+        rc = undo_groups(rs, plan, d, g, denied, shard, out, err);
+        for (size_t j = 0; j < denied && rc == RL_OK; j++)
+            rc = decide_group(rs, plan, d, g, j, 1, shard, out, err);
+        return rc;
+    }
+    /* a reservation is made when asked for or when a rule that holds slots takes */
+    int make = reserve && (plan->flags & RL_RESERVE);
+    for (size_t i = 0; i < plan->n && reserve && !make; i++)
+        make = info_of(rs, d->applied[i].rule)->holds && rl_plan_item_takes(plan, i, out[i].wait);
+    if (dry || !make || !id[0])
+        return RL_OK;
+    rc = record_resv(rs, plan, d, id, shard, out, err);
+    if (rc != RL_OK)
+        undo_groups(rs, plan, d, g, g->n, shard, out, NULL);
+    return rc;
+}
+
+static int decide_cluster(redis_store *rs, const rl_plan *plan, rl_decision *d, int blocked,
+                          int reserve, const char *id, const unsigned *shard, item_out *out,
+                          rl_err *err)
+{
+    groups g;
+    int dry = (plan->flags & RL_DRY_RUN) || blocked;
+    group_items(rs, plan, d, shard, &g);
+    int rc = decide_groups(rs, plan, d, &g, dry, reserve, id, shard, out, err);
+    for (size_t j = 0; j < g.n; j++)
+        if (g.reply[j])
+            freeReplyObject(g.reply[j]);
+    return rc;
 }
 
 static int rs_decide(void *cls, const rl_plan *plan, rl_decision *d, rl_err *err)
@@ -546,8 +992,9 @@ static int rs_decide(void *cls, const rl_plan *plan, rl_decision *d, rl_err *err
     redis_store *rs = cls;
     unsigned shard[RL_MAX_LEVELS] = {0};
     char id[RL_RESERVATION_ID] = "";
-    int holds = 0, rc = RL_OK;
-    redisReply *r = NULL;
+    item_out out[RL_MAX_APPLIED];
+    size_t nstate;
+    int holds = 0, blocked, rc;
 
     if (rs->manual && plan->now < 0)
         return rl_errf(err, RL_EINVAL, "now: must not be negative with the Redis store");
@@ -558,40 +1005,28 @@ static int rs_decide(void *cls, const rl_plan *plan, rl_decision *d, rl_err *err
     for (size_t l = 0; l < rs->cfg->nlevels; l++)
         shard[l] = pick_shard(rs->shards[l]);
     int reserve = !(plan->flags & RL_DRY_RUN) && (holds || (plan->flags & RL_RESERVE));
+    if ((rc = decide_here(rs, plan, d, &nstate, &blocked, err)) != RL_OK)
+        return rc;
+    memset(out, 0, sizeof out);
 
-    for (int attempt = 0; attempt < 3; attempt++) {
-        abuf k = {0}, a = {0};
-        size_t nstate;
+    rc = DUP_ID;
+    for (int attempt = 0; attempt < 3 && rc == DUP_ID; attempt++) {
         if (reserve)
             new_id(rs, id);
-        rc = build_decide(rs, plan, d, id, shard, &k, &a, &nstate, err);
-        if (rc == RL_OK && (k.oom || a.oom))
-            rc = rl_errf(err, RL_ENOMEM, "out of memory");
-        if (rc == RL_OK && nstate == 0 && !reserve) {
-            /* nothing kept in Redis: the waits are final */
-            ab_free(&k);
-            ab_free(&a);
-            break;
+        if (rs->cluster) {
+            int asked = reserve && (plan->flags & RL_RESERVE);
+            rc = nstate ? decide_cluster(rs, plan, d, blocked, reserve, id, shard, out, err)
+                 : asked && !blocked ? record_resv(rs, plan, d, id, shard, out, err)
+                                     : RL_OK;
+        } else {
+            rc = nstate == 0 && !reserve ? RL_OK /* nothing kept in Redis: the waits are final */
+                                         : decide_one(rs, plan, d, id, shard, out, err);
         }
-        if (rc == RL_OK)
-            rc = eval(rs, RLD_SCRIPT_DECIDE, &k, &a, &r, err);
-        ab_free(&k);
-        ab_free(&a);
-        if (rc != RL_OK)
-            return rc;
-        if (reply_is(r, "dup")) {
-            freeReplyObject(r);
-            r = NULL;
-            continue;
-        }
-        if (!reply_is(r, "ok") || r->elements != 1 + 6 * plan->n) {
-            freeReplyObject(r);
-            return rl_errf(err, RL_ESTORE, "redis: unexpected reply to a decision");
-        }
-        break;
     }
-    if (rc == RL_OK && !r && reserve)
+    if (rc == DUP_ID)
         return rl_errf(err, RL_ESTORE, "redis: no free reservation id");
+    if (rc != RL_OK)
+        return rc;
 
     /* as the script decides: allowed when every item that blocks fits; a reservation when
      * asked for or when a rule that holds takes */
@@ -600,29 +1035,26 @@ static int rs_decide(void *cls, const rl_plan *plan, rl_decision *d, rl_err *err
         rl_applied *ap = &d->applied[i];
         const rl_rule *rule = ap->rule;
         const type_info *ti = info_of(rs, rule);
-        if (r)
-            ap->wait = parse_i64(r->element[1 + 6 * i]);
+        if (!ti->stateless)
+            ap->wait = out[i].wait;
         allowed &= ap->wait == 0 || !rl_plan_item_blocks(plan, i);
         ap->shadow_denied = (plan->items[i].mode & RL_ITEM_SHADOW) && ap->wait != 0;
-        made |= reserve && ti && ti->holds && rl_plan_item_takes(plan, i, ap->wait);
+        made |= reserve && ti->holds && rl_plan_item_takes(plan, i, ap->wait);
         ap->has_status = rule->type->report != NULL;
         if (!ap->has_status)
             continue;
-        if (ti && ti->stateless) {
+        if (ti->stateless) {
             rl_rule_peek(rule, zero_state, ap->key, ap->keylen, plan->now, 0, &ap->st);
         } else {
-            redisReply **e = &r->element[2 + 6 * i];
-            ap->st.limit = parse_i64(e[0]);
-            ap->st.remaining = parse_i64(e[1]);
-            ap->st.reset_after = parse_i64(e[2]);
-            ap->st.window = parse_i64(e[3]);
-            ap->st.next = parse_i64(e[4]);
+            ap->st.limit = out[i].st[0];
+            ap->st.remaining = out[i].st[1];
+            ap->st.reset_after = out[i].st[2];
+            ap->st.window = out[i].st[3];
+            ap->st.next = out[i].st[4];
         }
     }
     if (made && allowed)
         memcpy(d->reservation, id, sizeof id);
-    if (r)
-        freeReplyObject(r);
     return RL_OK;
 }
 
@@ -642,6 +1074,7 @@ typedef struct ritem {
 
 typedef struct resv {
     redisReply *reply;
+    const char *at; /* when it was taken (decimal), "" when not recorded */
     size_t n;
     ritem item[RL_MAX_APPLIED];
 } resv;
@@ -684,21 +1117,12 @@ static int parse_item(const redis_store *rs, const char *s, size_t len, ritem *i
 static int read_resv(redis_store *rs, const char *id, resv *out, rl_err *err)
 {
     abuf k = {0};
-    const char *argv[2];
-    size_t len[2];
     redisReply *r;
     memset(out, 0, sizeof *out);
+    out->at = "";
     ab_str(&k, "HGETALL");
-    ab_key(rs, &k, "r:", id);
-    if (k.oom) {
-        ab_free(&k);
-        return rl_errf(err, RL_ENOMEM, "out of memory");
-    }
-    for (int i = 0; i < 2; i++) {
-        argv[i] = k.buf + k.off[i];
-        len[i] = k.len[i];
-    }
-    int rc = rld_pool_command(rs->pool, 2, argv, len, &r, err);
+    ab_resv_key(rs, &k, id);
+    int rc = command(rs, &k, &r, err);
     ab_free(&k);
     if (rc != RL_OK)
         return rc;
@@ -709,6 +1133,9 @@ static int read_resv(redis_store *rs, const char *id, resv *out, rl_err *err)
     out->reply = r;
     for (size_t i = 0; i + 1 < r->elements; i += 2) {
         const redisReply *f = r->element[i], *v = r->element[i + 1];
+        if (f->type == REDIS_REPLY_STRING && v->type == REDIS_REPLY_STRING &&
+            strcmp(f->str, "at") == 0)
+            out->at = v->str;
         if (f->type != REDIS_REPLY_STRING || v->type != REDIS_REPLY_STRING || f->str[0] != 'i')
             continue;
         unsigned long k_ = strtoul(f->str + 1, NULL, 10);
@@ -756,6 +1183,23 @@ static void ab_item(const redis_store *rs, abuf *k, abuf *a, const ritem *it,
     ab_params(a, ti, rule, rs->shards[it->level]);
 }
 
+/* On a cluster, a reservation's states lie outside its slot: the item goes to u (with the
+ * reference to drop in refs) for undo() once the reservation's own script has run. */
+static void defer_item(redis_store *rs, const ritem *it, const type_info *ti, const rl_rule *rule,
+                       rl_rules *ref, char op, uitem *u, rl_rules **refs, size_t *n)
+{
+    u[*n] = (uitem){(size_t)it->level, it->slot, it->shard, it->key, it->keylen, ti, rule, op,
+                    it->taken, NULL, NULL};
+    refs[(*n)++] = ref;
+    (void)rs;
+}
+
+static void unref_all(rl_rules **refs, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        rl_rules_unref(refs[i]);
+}
+
 static int rs_settle(void *cls, const char *id, rl_fp actual, rl_ns now, rl_settlement *out,
                      rl_err *err)
 {
@@ -773,7 +1217,10 @@ static int rs_settle(void *cls, const char *id, rl_fp actual, rl_ns now, rl_sett
         return rl_errf(err, RL_ENOTFOUND, "reservation: unknown or expired");
     if (rc != RL_OK)
         return rc;
-    ab_key(rs, &k, "r:", id);
+    uitem u[RL_MAX_APPLIED];
+    rl_rules *refs[RL_MAX_APPLIED];
+    size_t nu = 0;
+    ab_resv_key(rs, &k, id);
     for (int f = 0; f < RLD_SETTLE_FIELDS; f++) {
         switch (f) {
         case RLD_SETTLE_NOW:
@@ -797,17 +1244,31 @@ static int rs_settle(void *cls, const char *id, rl_fp actual, rl_ns now, rl_sett
         const rl_rule *rule = it->refundable ? rule_now(rs, it, &ti, &ref) : NULL;
         if (!rule)
             continue;
+        if (rs->cluster) {
+            defer_item(rs, it, ti, rule, ref, 'r', u, refs, &nu);
+            continue;
+        }
         ab_item(rs, &k, &a, it, ti, rule, 0);
         rl_rules_unref(ref);
     }
     rc = eval(rs, RLD_SCRIPT_SETTLE, &k, &a, &r, err);
     ab_free(&k);
     ab_free(&a);
-    freeReplyObject(rv.reply);
-    if (rc != RL_OK)
+    if (rc != RL_OK) {
+        unref_all(refs, nu);
+        freeReplyObject(rv.reply);
         return rc;
+    }
     if (reply_is(r, "ok") && r->elements == 2) {
         rl_fp cost = parse_i64(r->element[1]);
+        if (nu && cost != actual) { /* the states, each slot by its own script */
+            char nowbuf[24] = "";
+            if (rs->manual)
+                snprintf(nowbuf, sizeof nowbuf, "%lld", (long long)now);
+            for (size_t i = 0; i < nu; i++)
+                u[i].amount = cost - actual;
+            rc = undo(rs, nowbuf, rv.at, u, nu, err);
+        }
         out->reserved = cost;
         out->actual = actual;
         out->refunded = actual < cost ? cost - actual : 0;
@@ -819,6 +1280,8 @@ static int rs_settle(void *cls, const char *id, rl_fp actual, rl_ns now, rl_sett
     } else {
         rc = rl_errf(err, RL_ESTORE, "redis: unexpected reply to a settlement");
     }
+    unref_all(refs, nu);
+    freeReplyObject(rv.reply);
     freeReplyObject(r);
     return rc;
 }
@@ -836,8 +1299,11 @@ static int end_resv(redis_store *rs, const char *id, const char *now_arg, int ex
         return rc;
     if (rc != RL_OK && rc != RL_ENOTFOUND)
         return rc;
-    ab_key(rs, &k, "r:", id);
-    ab_key(rs, &k, "resv", NULL);
+    uitem u[RL_MAX_APPLIED];
+    rl_rules *refs[RL_MAX_APPLIED];
+    size_t nu = 0;
+    ab_resv_key(rs, &k, id);
+    ab_index_key(rs, &k, resv_shard(id));
     for (int f = 0; f < RLD_RELEASE_FIELDS; f++) {
         switch (f) {
         case RLD_RELEASE_NOW:
@@ -866,24 +1332,35 @@ static int end_resv(redis_store *rs, const char *id, const char *now_arg, int ex
         const rl_rule *rule = it->holds ? rule_now(rs, it, &ti, &ref) : NULL;
         if (!rule)
             continue;
+        if (rs->cluster) {
+            defer_item(rs, it, ti, rule, ref, 'h', u, refs, &nu);
+            continue;
+        }
         ab_item(rs, &k, &a, it, ti, rule, 1);
         rl_rules_unref(ref);
     }
     rc = eval(rs, RLD_SCRIPT_RELEASE, &k, &a, &r, err);
     ab_free(&k);
     ab_free(&a);
-    if (rv.reply)
-        freeReplyObject(rv.reply);
-    if (rc != RL_OK)
+    if (rc != RL_OK) {
+        unref_all(refs, nu);
+        if (rv.reply)
+            freeReplyObject(rv.reply);
         return rc;
+    }
     if (reply_is(r, "ok") && r->elements == 2) {
         *settled =
             r->element[1]->type == REDIS_REPLY_STRING && strcmp(r->element[1]->str, "1") == 0;
+        if (nu) /* the held slots, each slot's states by their own script */
+            rc = undo(rs, now_arg, rv.at, u, nu, err);
     } else if (reply_is(r, "notfound") || reply_is(r, "early")) {
         rc = RL_ENOTFOUND;
     } else {
         rc = rl_errf(err, RL_ESTORE, "redis: unexpected reply to a release");
     }
+    unref_all(refs, nu);
+    if (rv.reply)
+        freeReplyObject(rv.reply);
     freeReplyObject(r);
     return rc;
 }
@@ -924,12 +1401,13 @@ static void heartbeat(redis_store *rs)
     ab_free(&a);
 }
 
-/* Expires the reservations whose time is up, whichever instance made them. */
-static void expire_due(redis_store *rs, rl_ns now)
+/* Expires the reservations of index part n (always 0 on one Redis) whose time is up, whichever
+ * instance made them. *active counts the reservations in it. */
+static void expire_part(redis_store *rs, rl_ns now, unsigned n, int64_t *active)
 {
     abuf k = {0}, a = {0};
     redisReply *r;
-    ab_key(rs, &k, "resv", NULL);
+    ab_index_key(rs, &k, n);
     for (int f = 0; f < RLD_DUE_FIELDS; f++) {
         if (f == RLD_DUE_NOW)
             rs->manual ? ab_i64(&a, now) : ab_str(&a, "");
@@ -943,20 +1421,28 @@ static void expire_due(redis_store *rs, rl_ns now)
         return;
     if (r->type == REDIS_REPLY_ARRAY && r->elements >= 2) {
         const char *now_arg = rs->manual ? r->element[0]->str : "";
-        int64_t active = parse_i64(r->element[1]);
+        int64_t part = parse_i64(r->element[1]);
         for (size_t i = 2; i < r->elements; i++) {
             const redisReply *e = r->element[i];
             int settled, holds;
             if (e->type != REDIS_REPLY_STRING || !valid_id(e->str) ||
                 end_resv(rs, e->str, now_arg, 1, &settled, &holds, NULL) != RL_OK)
                 continue;
-            active--;
+            part--;
             if (!settled || holds) /* the client never finished it */
                 __atomic_add_fetch(&rs->expired, 1, __ATOMIC_RELAXED);
         }
-        __atomic_store_n(&rs->active, (uint64_t)(active > 0 ? active : 0), __ATOMIC_RELAXED);
+        *active += part > 0 ? part : 0;
     }
     freeReplyObject(r);
+}
+
+static void expire_due(redis_store *rs, rl_ns now)
+{
+    int64_t active = 0;
+    for (unsigned n = 0; n < (rs->cluster ? RESV_SHARDS : 1u); n++)
+        expire_part(rs, now, n, &active);
+    __atomic_store_n(&rs->active, (uint64_t)active, __ATOMIC_RELAXED);
 }
 
 /* The level of a state key "P<level>:<slot>[.<shard>]:<key>", or -1 for any other key under
@@ -1005,7 +1491,16 @@ static void scan_step(redis_store *rs)
         argv[i] = k.buf + k.off[i];
         len[i] = k.len[i];
     }
-    int rc = rld_pool_command(rs->pool, 6, argv, len, &r, NULL);
+    rld_pool *pool = rs->pool;
+    size_t nodes = 1;
+    if (rs->cluster) { /* every primary in turn, each to its end */
+        rld_pool *p[RLD_CLUSTER_MAX_NODES];
+        nodes = rld_cluster_primaries(rs->cluster, p, RLD_CLUSTER_MAX_NODES);
+        if (rs->scan_node >= nodes)
+            rs->scan_node = 0;
+        pool = nodes ? p[rs->scan_node] : NULL;
+    }
+    int rc = pool ? rld_pool_command(pool, 6, argv, len, &r, NULL) : RL_ESTORE;
     ab_free(&k);
     if (rc != RL_OK)
         return;
@@ -1019,7 +1514,9 @@ static void scan_step(redis_store *rs)
                 rs->counting[l]++;
         }
         snprintf(rs->cursor, sizeof rs->cursor, "%s", r->element[0]->str);
-        if (strcmp(rs->cursor, "0") == 0)
+        if (strcmp(rs->cursor, "0") == 0 && ++rs->scan_node >= nodes)
+            rs->scan_node = 0;
+        if (strcmp(rs->cursor, "0") == 0 && rs->scan_node == 0)
             for (size_t l = 0; l < rs->cfg->nlevels; l++) {
                 __atomic_store_n(&rs->counted[l], rs->counting[l], __ATOMIC_RELAXED);
                 rs->counting[l] = 0;
@@ -1038,7 +1535,7 @@ static void rs_tick(void *cls, rl_ns now)
         rs->next_beat = mono + HEARTBEAT_NS;
         heartbeat(rs);
     }
-    if (rld_pool_probe(rs->pool)) {
+    if (rs->cluster ? rld_cluster_probe(rs->cluster) : rld_pool_probe(rs->pool)) {
         expire_due(rs, now);
         scan_step(rs);
     }
@@ -1061,21 +1558,19 @@ static void rs_stats(void *cls, rl_stats *out)
 static void rs_destroy(void *cls)
 {
     redis_store *rs = cls;
-    if (rs->cfg && rld_pool_up(rs->pool)) {
+    if (rs->cfg && (rs->cluster ? rld_cluster_up(rs->cluster) : rld_pool_up(rs->pool))) {
         /* leave the fleet at once rather than when the heartbeat goes stale */
         abuf k = {0};
         redisReply *r;
         ab_str(&k, "ZREM");
         ab_key(rs, &k, "fleet", NULL);
         ab_str(&k, rs->instance);
-        if (!k.oom) {
-            const char *argv[3] = {k.buf + k.off[0], k.buf + k.off[1], k.buf + k.off[2]};
-            if (rld_pool_command(rs->pool, 3, argv, k.len, &r, NULL) == RL_OK)
-                freeReplyObject(r);
-        }
+        if (command(rs, &k, &r, NULL) == RL_OK)
+            freeReplyObject(r);
         ab_free(&k);
     }
     rld_pool_free(rs->pool);
+    rld_cluster_free(rs->cluster);
     pthread_mutex_destroy(&rs->tick_mu);
     free(rs->types);
     free(rs->prefix);
@@ -1099,7 +1594,9 @@ int rld_redis_store_new(const rld_redis_options *opt, rl_store **out, rl_err *er
     rld_redis_addr addr;
     *out = NULL;
     int rc = RL_OK;
-    if (opt->addr)
+    if (opt->ncluster && opt->cluster)
+        addr = opt->cluster[0];
+    else if (opt->addr)
         addr = *opt->addr;
     else
         rc = rld_redis_parse_url(opt->url ? opt->url : DEFAULT_URL, &addr, err);
@@ -1110,18 +1607,26 @@ int rld_redis_store_new(const rld_redis_options *opt, rl_store **out, rl_err *er
                        RLD_MAX_SENTINELS);
     if (opt->ttl_floor_ms < 0)
         return rl_errf(err, RL_EINVAL, "ttl_floor_ms: must not be negative");
+    if (opt->ncluster && addr.sentinel.n)
+        return rl_errf(err, RL_EINVAL, "store.cluster: not with store.sentinel");
     redis_store *rs = calloc(1, sizeof *rs);
     const char *prefix = opt->prefix ? opt->prefix : "rl:";
     if (!rs || !(rs->prefix = strdup(prefix))) {
         free(rs);
         return rl_errf(err, RL_ENOMEM, "out of memory");
     }
-    if ((rc = rld_pool_new(&addr, opt->timeout_ms, opt->pool, &rs->pool, err)) != RL_OK) {
+    rc = opt->ncluster ? rld_cluster_new(opt->cluster, opt->ncluster, opt->timeout_ms, opt->pool,
+                                         &rs->cluster, err)
+                       : rld_pool_new(&addr, opt->timeout_ms, opt->pool, &rs->pool, err);
+    if (rc != RL_OK) {
         free(rs->prefix);
         free(rs);
         return rc;
     }
-    rld_pool_use_functions(rs->pool, opt->functions);
+    if (rs->cluster)
+        rld_cluster_use_functions(rs->cluster, opt->functions);
+    else
+        rld_pool_use_functions(rs->pool, opt->functions);
     rs->plen = strlen(prefix);
     rs->manual = opt->manual_clock != 0;
     rs->floor_ms = opt->ttl_floor_ms;
@@ -1149,8 +1654,47 @@ static void copy_setting(char *dst, size_t cap, const char *s)
     snprintf(dst, cap, "%s", s ? s : "");
 }
 
+/* store.cluster's seeds into seeds[0..set->ncluster-1], with store.username and password. */
+static int cluster_seeds(const rld_settings *set, rld_redis_addr *seeds, rl_err *err)
+{
+    if (set->redis_url && strcmp(set->redis_url, DEFAULT_URL) != 0)
+        return rl_errf(err, RL_EINVAL,
+                       "store.url: not with store.cluster (the cluster's slot map names the "
+                       "nodes; give the nodes' store.username and store.password instead)");
+    if (set->nsentinels || set->sentinel_master)
+        return rl_errf(err, RL_EINVAL,
+                       "store.sentinel: not with store.cluster (a cluster fails over by itself)");
+    if (set->redis_db)
+        return rl_errf(err, RL_EINVAL, "store.db: a Redis Cluster has only database 0");
+    if (set->ncluster > RLD_CLUSTER_MAX_NODES)
+        return rl_errf(err, RL_EINVAL, "store.cluster: must list 1 to %d nodes",
+                       RLD_CLUSTER_MAX_NODES);
+    for (size_t i = 0; i < set->ncluster; i++) {
+        char what[64];
+        memset(&seeds[i], 0, sizeof seeds[i]);
+        snprintf(what, sizeof what, "store.cluster[%zu]", i);
+        int rc = rld_redis_parse_hostport(set->cluster[i], what, seeds[i].host,
+                                          sizeof seeds[i].host, &seeds[i].port, err);
+        if (rc != RL_OK)
+            return rc;
+        copy_setting(seeds[i].user, sizeof seeds[i].user, set->redis_username);
+        copy_setting(seeds[i].pass, sizeof seeds[i].pass, set->redis_password);
+    }
+    return RL_OK;
+}
+
 int rld_redis_store_addr(const rld_settings *set, rld_redis_addr *out, rl_err *err)
 {
+    if (set->ncluster) {
+        rld_redis_addr *seeds = calloc(set->ncluster, sizeof *seeds);
+        if (!seeds)
+            return rl_errf(err, RL_ENOMEM, "out of memory");
+        int rc = cluster_seeds(set, seeds, err);
+        if (rc == RL_OK)
+            *out = seeds[0];
+        free(seeds);
+        return rc;
+    }
     const char *extra = set->redis_password ? "password"
                         : set->redis_username ? "username"
                         : set->redis_db       ? "db"
@@ -1193,11 +1737,19 @@ int rld_redis_store_addr(const rld_settings *set, rld_redis_addr *out, rl_err *e
 int rld_redis_store_open(const rld_settings *set, int manual_clock, rl_store **out,
                          rl_store **redis, rl_err *err)
 {
-    rld_redis_addr addr;
+    rld_redis_addr addr, *seeds = NULL;
     int rc = rld_redis_store_addr(set, &addr, err);
-    if (rc != RL_OK)
+    if (rc == RL_OK && set->ncluster && !(seeds = calloc(set->ncluster, sizeof *seeds)))
+        rc = rl_errf(err, RL_ENOMEM, "out of memory");
+    if (rc == RL_OK && seeds)
+        rc = cluster_seeds(set, seeds, err);
+    if (rc != RL_OK) {
+        free(seeds);
         return rc;
+    }
     rld_redis_options o = {.addr = &addr,
+                           .cluster = seeds,
+                           .ncluster = seeds ? set->ncluster : 0,
                            .prefix = set->redis_prefix,
                            .timeout_ms = set->redis_timeout_ms,
                            .pool = set->redis_pool,
@@ -1210,6 +1762,7 @@ int rld_redis_store_open(const rld_settings *set, int manual_clock, rl_store **o
     memcpy(o.shards, set->shards, sizeof o.shards);
     memcpy(f.mode, set->on_error, sizeof f.mode);
     rc = rld_redis_store_new(&o, &rs, err);
+    free(seeds);
     if (rc != RL_OK)
         return rc;
     f.peers_ctx = rs;
@@ -1223,9 +1776,15 @@ int rld_redis_store_open(const rld_settings *set, int manual_clock, rl_store **o
 void rld_redis_store_health(rl_store *st, rld_redis_health *out)
 {
     redis_store *rs = st->cls;
+    out->peers = __atomic_load_n(&rs->peers, __ATOMIC_RELAXED);
+    if (rs->cluster) {
+        out->up = rld_cluster_up(rs->cluster);
+        out->errors = rld_cluster_errors(rs->cluster);
+        rld_cluster_last_error(rs->cluster, out->last_error, sizeof out->last_error);
+        return;
+    }
     out->up = rld_pool_up(rs->pool);
     out->errors = rld_pool_errors(rs->pool);
-    out->peers = __atomic_load_n(&rs->peers, __ATOMIC_RELAXED);
     rld_pool_last_error(rs->pool, out->last_error, sizeof out->last_error);
 }
 
@@ -1244,3 +1803,31 @@ int rld_redis_store_check_rules(rl_store *st, const rl_rules *rules, const char 
 rld_pool *rld_redis_store_pool(rl_store *st) { return ((redis_store *)st->cls)->pool; }
 
 const char *rld_redis_store_prefix(rl_store *st) { return ((redis_store *)st->cls)->prefix; }
+
+rld_cluster *rld_redis_store_cluster(rl_store *st) { return ((redis_store *)st->cls)->cluster; }
+
+int rld_redis_store_call(rl_store *st, int s, int nkeys, int argc, const char **argv,
+                         const size_t *argvlen, redisReply **reply, rl_err *err)
+{
+    size_t len[16];
+    if (!argvlen) {
+        if (argc > 16)
+            return rl_errf(err, RL_EINVAL, "too many arguments");
+        for (int i = 0; i < argc; i++)
+            len[i] = strlen(argv[i]);
+        argvlen = len;
+    }
+    return exec_at(st->cls, s, s >= 0 ? 0 : 1, nkeys, argc, argv, argvlen, reply, err);
+}
+
+redisContext *rld_redis_store_connect(rl_store *st, const char *key, int timeout_ms, rl_err *err)
+{
+    redis_store *rs = st->cls;
+    if (!rs->cluster)
+        return rld_pool_connect(rs->pool, timeout_ms, err);
+    unsigned slot = rld_cluster_slot(key, strlen(key));
+    rld_pool *p = rld_cluster_pool(rs->cluster, slot);
+    if (!p && rld_cluster_refresh(rs->cluster, err) == RL_OK)
+        p = rld_cluster_pool(rs->cluster, slot);
+    return p ? rld_pool_connect(p, timeout_ms, err) : NULL;
+}

@@ -15,7 +15,16 @@
  *
  * Keys (prefix P): P<level>":"<slot>[.<shard>]":"<key> per rule state, P"r:"<id> per
  * reservation, P"resv" (the reservations by expiry), P"fleet" (heartbeats), P"quotas" (see
- * redis_quota.h). Each state key expires when its state is indistinguishable from a new key's;
+ * redis_quota.h).
+ *
+ * Redis Cluster (options.cluster): a state key ends in "{"<level>":"<key>"}" instead of <key>,
+ * so that every state of one (level, key) shares a slot; a reservation is P"r:"<id>"{"<n>"}"
+ * beside its part of the index P"resv{"<n>"}" (n: 0..15, from the id). A decision whose states
+ * lie in one slot is one script; otherwise one script per slot, in the order of the levels,
+ * each taking only when its own rules fit; when a later one denies, what the earlier ones took
+ * is given back (undo.lua: the refund a settlement makes, or the release of held slots) and
+ * they are asked again for their status. A reservation is recorded after its takes, and its
+ * settlement and release mark it first and then reach each slot of its states. Each state key expires when its state is indistinguishable from a new key's;
  * see docs/redis.md.
  *
  * Failure: when Redis is unreachable or slower than timeout_ms, decide, settle and release
@@ -50,6 +59,9 @@ typedef struct rld_redis_options {
     long ttl_floor_ms; /* least TTL given to any key written, 0 for none. TTLs follow the clock
                           the store decides with; with a manual clock that is not real time, so
                           tests that replay traces set a floor that outlasts them. */
+    const rld_redis_addr *cluster; /* Redis Cluster seed nodes (host and port; user and pass of
+                                      the first for every node) instead of url/addr, or NULL */
+    size_t ncluster;               /* how many (1..RLD_CLUSTER_MAX_NODES), 0 for no cluster */
     int functions; /* 1: call the decision, settlement, release and expiry scripts as one Redis
                       Functions library (FCALL) where Redis has Functions, EVALSHA where it
                       refuses them; 0: EVALSHA */
@@ -90,16 +102,30 @@ int rld_redis_store_open(const rld_settings *set, int manual_clock, rl_store **o
 int rld_redis_store_addr(const rld_settings *set, rld_redis_addr *out, rl_err *err);
 
 /* The checks attaching to a limiter makes, without a store or a connection: RL_EINVAL naming
- * the rule when cfg uses a rule type whose state this store cannot hold. For --check-config. */
-int rld_redis_store_check_config(const rl_config *cfg, rl_err *err);
+ * the rule when cfg uses a rule type whose state this store cannot hold (on a Redis Cluster,
+ * cluster != 0: or cannot give back). For --check-config. */
+int rld_redis_store_check_config(const rl_config *cfg, int cluster, rl_err *err);
 /* RL_EINVAL, err naming where[i], when a rule of rules has a type whose state this store cannot
  * hold (a plug-in type with state); RL_OK otherwise. st is attached (its limiter exists). For
  * checking a custom quota before it is stored. */
 int rld_redis_store_check_rules(rl_store *st, const rl_rules *rules, const char *where,
                                 rl_err *err);
 
-/* The store's pool and key prefix, for the quota functions (redis_quota.h). */
+/* The store's pool (NULL on a cluster), its cluster router (NULL otherwise) and key prefix.
+ * Borrowed. */
 rld_pool *rld_redis_store_pool(rl_store *st);
+struct rld_cluster *rld_redis_store_cluster(rl_store *st);
 const char *rld_redis_store_prefix(rl_store *st);
+
+/* Runs a script (s >= 0: an rld_script, its nkeys keys first in argv) or a command (s < 0, its
+ * key argv[1]) where its key lives: the one Redis, or on a cluster the primary serving the
+ * key's slot. argvlen NULL: the strings' lengths (at most 16 of them). As rld_pool_exec
+ * otherwise; for the quota functions (redis_quota.h). */
+int rld_redis_store_call(rl_store *st, int s, int nkeys, int argc, const char **argv,
+                         const size_t *argvlen, redisReply **reply, rl_err *err);
+/* A new connection outside the pool (for a subscriber): to the one Redis, or on a cluster to
+ * the primary serving key's slot (a message published on any node reaches every node's
+ * subscribers). NULL with the reason in err. The caller frees it with redisFree. */
+redisContext *rld_redis_store_connect(rl_store *st, const char *key, int timeout_ms, rl_err *err);
 
 #endif

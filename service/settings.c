@@ -151,18 +151,33 @@ static const rld_setting store_rows[] = {
      .help = "Redis Sentinel instead of `url`: `{\"nodes\", \"master\"}`, see the `sentinel` "
              "table below. The store uses the primary the sentinels name and follows a failover "
              "by itself"},
+    {.name = "cluster",
+     .kind = RLD_SET_STRINGS,
+     .offset = OFF(cluster),
+     .count_offset = OFF(ncluster),
+     .min = 3,
+     .max = 300,
+     .check = hostport_check,
+     .doc_value = "list of 1 to 64 `\"host:port\"`",
+     .help = "Redis Cluster instead of `url`: seed nodes (numeric addresses) to read the slot "
+             "map from. Each (level, key)'s states share a slot; a request whose levels lie on "
+             "several primaries is decided by one script per primary in level order, giving "
+             "back what earlier ones took when a later one denies. See "
+             "[docs/redis.md](docs/redis.md#redis-cluster)"},
     {.name = "username",
      .kind = RLD_SET_STRING,
      .offset = OFF(redis_username),
      .min = 1,
      .max = 127,
-     .help = "with `sentinel`: the ACL user on the data nodes (with `url`, it is in the URL)"},
+     .help = "with `sentinel` or `cluster`: the ACL user on the data nodes (with `url`, it is in "
+             "the URL)"},
     {.name = "password",
      .kind = RLD_SET_STRING,
      .offset = OFF(redis_password),
      .min = 1,
      .max = 255,
-     .help = "with `sentinel`: the data nodes' password (with `url`, it is in the URL)"},
+     .help = "with `sentinel` or `cluster`: the data nodes' password (with `url`, it is in the "
+             "URL)"},
     {.name = "db",
      .kind = RLD_SET_INT,
      .offset = OFF(redis_db),

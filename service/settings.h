@@ -69,7 +69,8 @@ typedef struct rld_settings {
     int redis_timeout_ms;
     int redis_pool;
     int redis_functions; /* 0: scripts by EVALSHA; 1: as a Functions library by FCALL */
-    char *redis_username; /* with sentinels: the data nodes' credentials and database */
+    char *redis_username; /* with sentinels or a cluster: the data nodes' credentials (and,
+                             with sentinels, the database) */
     char *redis_password;
     int redis_db;
     size_t nsentinels;   /* Redis Sentinel instead of redis_url: 0 for none */
@@ -77,6 +78,8 @@ typedef struct rld_settings {
     char *sentinel_master;
     char *sentinel_username; /* the sentinels' own credentials */
     char *sentinel_password;
+    size_t ncluster;     /* Redis Cluster seed nodes instead of redis_url: 0 for none */
+    char **cluster;      /* "host:port" each */
     int fleet_size;      /* 0: counted from heartbeats */
     rld_on_error on_error[RL_MAX_LEVELS];
     unsigned shards[RL_MAX_LEVELS]; /* 1: not sharded */

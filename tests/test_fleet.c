@@ -906,6 +906,24 @@ START_TEST(check_config_redis)
         {"{\"type\": \"redis\", \"password\": \"x\"}",
          "{\"name\": \"user\", \"rules\": [{\"type\": \"gcra\", \"per_second\": 5}]}",
          "store.password: only with store.sentinel", 1},
+        /* Redis Cluster: seeds instead of url or sentinel, database 0 only */
+        {"{\"type\": \"redis\", \"cluster\": [\"127.0.0.1:7000\", \"[::1]:7001\"], "
+         "\"password\": \"d\"}",
+         "{\"name\": \"user\", \"rules\": [{\"type\": \"gcra\", \"per_second\": 5}]}", "ok\n", 0},
+        {"{\"type\": \"redis\", \"cluster\": [\"127.0.0.1:7000\", \"127.0.0.1\"]}",
+         "{\"name\": \"user\", \"rules\": [{\"type\": \"gcra\", \"per_second\": 5}]}",
+         "store.cluster[1]: must be ADDRESS:PORT", 1},
+        {"{\"type\": \"redis\", \"url\": \"redis://10.0.0.1:6379/0\", \"cluster\": "
+         "[\"127.0.0.1:7000\"]}",
+         "{\"name\": \"user\", \"rules\": [{\"type\": \"gcra\", \"per_second\": 5}]}",
+         "store.url: not with store.cluster", 1},
+        {"{\"type\": \"redis\", \"cluster\": [\"127.0.0.1:7000\"], \"sentinel\": "
+         "{\"nodes\": [\"127.0.0.1:26379\"], \"master\": \"m\"}}",
+         "{\"name\": \"user\", \"rules\": [{\"type\": \"gcra\", \"per_second\": 5}]}",
+         "store.sentinel: not with store.cluster", 1},
+        {"{\"type\": \"redis\", \"cluster\": [\"127.0.0.1:7000\"], \"db\": 3}",
+         "{\"name\": \"user\", \"rules\": [{\"type\": \"gcra\", \"per_second\": 5}]}",
+         "store.db: a Redis Cluster has only database 0", 1},
         {"{\"type\": \"redis\"}",
          "{\"name\": \"user\", \"rules\": [{\"type\": \"max_keys\", \"limit\": 2}]}",
          "levels[0].rules[0]: rule type max_keys keeps state that the Redis store cannot hold: "

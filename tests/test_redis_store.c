@@ -29,6 +29,22 @@ static void srv_up(void) { rt_redis_start(&srv); }
 
 static void srv_down(void) { rt_redis_stop(&srv); }
 
+/* A Redis Cluster (three primaries with a replica each) for the stores made while on_cluster. */
+static rt_cluster cl;
+static int on_cluster;
+
+static void cl_up(void)
+{
+    rt_cluster_start(&cl, 2000);
+    on_cluster = 1;
+}
+
+static void cl_down(void)
+{
+    rt_cluster_stop(&cl);
+    on_cluster = 0;
+}
+
 /* ---- limiters over either store ------------------------------------------------------------ */
 
 typedef struct pair {
@@ -65,6 +81,16 @@ static rl_limiter *redis_limiter(rl_registry *reg, const char *json, const char 
     for (size_t l = 0; l < RL_MAX_LEVELS; l++)
         o.shards[l] = set.shards[l];
     rld_settings_clear(&set);
+    rld_redis_addr seeds[3];
+    if (on_cluster) {
+        memset(seeds, 0, sizeof seeds);
+        for (int i = 0; i < 3; i++) {
+            snprintf(seeds[i].host, sizeof seeds[i].host, "127.0.0.1");
+            seeds[i].port = cl.node[i].port;
+        }
+        o.cluster = seeds;
+        o.ncluster = 3;
+    }
     rl_store *st;
     rl_limiter *lim;
     rl_err err = {{0}};
@@ -137,6 +163,8 @@ static int acquire(rl_limiter *lim, const char *keys, rl_fp cost, rl_ns now, uns
                       .now = now};
     rl_err err = {{0}};
     int rc = rl_acquire(lim, &req, d, &err);
+    if (rc != RL_OK)
+        fprintf(stderr, "acquire: %s\n", err.msg);
     if (rc == RL_OK)
         rl_decision_done(d);
     return rc;
@@ -373,7 +401,8 @@ static void rnd_config(uint64_t *s, int force, char *b, size_t n)
                               rnd(s, 12) == 0 ? "\"shadow\": true, " : "");
         int nrules = 1 + (int)rnd(s, 3);
         for (int i = 0; i < nrules; i++) {
-            int t = l == 0 && i == 0 ? force : (int)rnd(s, (uint64_t)NTYPES);
+            /* on a cluster, every type but the plug-in's, which cannot give back */
+            int t = l == 0 && i == 0 ? force : (int)rnd(s, (uint64_t)NTYPES - (on_cluster != 0));
             if (i)
                 u += (size_t)snprintf(b + u, n - u, ", ");
             u += rnd_rule(s, t, i, b + u, n - u);
@@ -449,6 +478,8 @@ static void replay(uint64_t seed, int force, int steps, const char *prefix)
     char json[8192], ctx[256];
     rnd_config(&s, force, json, sizeof json);
     pair p;
+    if (getenv("RL_TRACE"))
+        fprintf(stderr, "trace: %s\n", json);
     pair_new(&p, json, prefix);
     char ids[64][2][RL_RESERVATION_ID];
     size_t nids = 0;
@@ -494,6 +525,9 @@ static void replay(uint64_t seed, int force, int steps, const char *prefix)
             flags |= rnd(&s, 5) < 2 ? RL_RESERVE : 0;
             int64_t prio = (int64_t)rnd(&s, 4);
             rl_decision a, b;
+            if (getenv("RL_TRACE"))
+                fprintf(stderr, "trace: %s: %s cost %lld flags %u prio %lld\n", ctx, keys,
+                        (long long)cost, flags, (long long)prio);
             int ra = acquire(p.mem, keys, cost, now, flags, prio, &a);
             int rb = acquire(p.red, keys, cost, now, flags, prio, &b);
             ck_assert_msg(ra == RL_OK && rb == RL_OK, "%s: acquire %d / %d", ctx, ra, rb);
@@ -512,6 +546,8 @@ static void replay(uint64_t seed, int force, int steps, const char *prefix)
             rl_fp actual = rnd(&s, 4) == 0 ? 0 : rnd_cost(&s);
             rl_settlement x = {0}, y = {0};
             rl_err e1, e2;
+            if (getenv("RL_TRACE"))
+                fprintf(stderr, "trace: %s: settle %zu %lld\n", ctx, k, (long long)actual);
             int ra = rl_settle(p.mem, ids[k][0], actual, now, &x, &e1);
             int rb = rl_settle(p.red, ids[k][1], actual, now, &y, &e2);
             ck_assert_msg(ra == rb, "%s: settle %d vs %d (%s)", ctx, ra, rb,
@@ -520,6 +556,8 @@ static void replay(uint64_t seed, int force, int steps, const char *prefix)
         } else {
             size_t k = pick_id(&s, nids);
             rl_err e1, e2;
+            if (getenv("RL_TRACE"))
+                fprintf(stderr, "trace: %s: release %zu\n", ctx, k);
             int ra = rl_release(p.mem, ids[k][0], now, &e1);
             int rb = rl_release(p.red, ids[k][1], now, &e2);
             ck_assert_msg(ra == rb, "%s: release %d vs %d (%s)", ctx, ra, rb,
@@ -538,6 +576,51 @@ START_TEST(differential_replay)
         seed = strtoull(env, NULL, 0);
     snprintf(prefix, sizeof prefix, "diff%" PRIx64 ":", seed);
     replay(seed, _i % NTYPES, STEPS, prefix);
+}
+END_TEST
+
+/* The same on a Redis Cluster: the levels' states lie in other slots, mostly on other primaries,
+ * so a denial by a later level gives back what the earlier ones took; every answer must still
+ * be the memory store's. Every type that can live on a cluster (not the plug-in's). */
+START_TEST(differential_replay_cluster)
+{
+    for (int t = 0; t < NTYPES - 1; t++) { /* one cluster for a trace of each type */
+        uint64_t seed = 0xc1a50000u + (uint64_t)(_i * NTYPES + t);
+        char prefix[40];
+        snprintf(prefix, sizeof prefix, "cl%" PRIx64 ":", seed);
+        replay(seed, t, STEPS, prefix);
+    }
+}
+END_TEST
+
+/* On a cluster, a rule type with state but no refund is refused: a decision across nodes may
+ * have to give back what it took. */
+START_TEST(cluster_refuses_types_that_cannot_give_back)
+{
+    rl_err err = {{0}};
+    rl_registry *reg = rl_registry_new();
+    ck_assert_int_eq(rl_registry_load_plugin(reg, plugin_path("rule_leaky_bucket"), &err), RL_OK);
+    rld_settings set;
+    rl_config *cfg = config_of(reg,
+                               "{\"levels\": [{\"name\": \"u\", \"rules\": [{\"type\": "
+                               "\"token_bucket\", \"capacity\": 5, \"per_second\": 1}, "
+                               "{\"type\": \"leaky_bucket\", \"capacity\": 5, "
+                               "\"per_second\": 1}]}]}",
+                               &set);
+    rld_settings_clear(&set);
+    rld_redis_addr seed;
+    memset(&seed, 0, sizeof seed);
+    snprintf(seed.host, sizeof seed.host, "127.0.0.1");
+    seed.port = cl.node[0].port;
+    rld_redis_options o = {.url = NULL, .timeout_ms = 1000, .pool = 1, .cluster = &seed,
+                           .ncluster = 1};
+    rl_store *st;
+    rl_limiter *lim = NULL;
+    ck_assert_int_eq(rld_redis_store_new(&o, &st, &err), RL_OK);
+    ck_assert_int_eq(rl_limiter_new(cfg, st, &lim, &err), RL_EINVAL);
+    ck_assert_msg(strstr(err.msg, "levels[0].rules[1]: rule type leaky_bucket cannot give back"),
+                  "%s", err.msg);
+    rl_registry_free(reg);
 }
 END_TEST
 
@@ -1704,6 +1787,59 @@ START_TEST(quotas_reach_every_instance)
 }
 END_TEST
 
+/* On a cluster: the quota hash lives where its slot says, and a change published through one
+ * instance reaches subscribers on every primary (Redis Cluster carries PUBLISH to every node),
+ * so the follower of another instance applies it wherever it subscribed. */
+START_TEST(quotas_on_a_cluster)
+{
+    const char *json =
+        "{\"levels\": [{\"name\": \"user\", \"tiered\": true}], \"tiers\": {"
+        "\"free\": [{\"type\": \"token_bucket\", \"capacity\": 2, \"per_second\": 1}],"
+        "\"pro\": [{\"type\": \"token_bucket\", \"capacity\": 5, \"per_second\": 1}]},"
+        "\"default_tier\": \"free\"}";
+    rl_registry *reg = rl_registry_new();
+    rl_store *ra, *rb;
+    rl_limiter *a = redis_limiter(reg, json, "q:", 0, &ra);
+    rl_limiter *b = redis_limiter(reg, json, "q:", 0, &rb);
+    rld_quota_follower *f;
+    rl_err err;
+    redisContext *sub[3];
+    for (int i = 0; i < 3; i++) {
+        sub[i] = rt_redis_connect(&cl.node[i]);
+        redisReply *r = redisCommand(sub[i], "SUBSCRIBE q:quotas");
+        ck_assert_ptr_nonnull(r);
+        freeReplyObject(r);
+    }
+    ck_assert_int_eq(rld_redis_quota_follow(rb, b, &f, &err), RL_OK);
+    for (int i = 0; i < 500 && rld_redis_quota_applied(f) == 0; i++)
+        usleep(10000);
+    ck_assert_uint_gt(rld_redis_quota_applied(f), 0);
+    ck_assert_int_eq(rld_redis_quota_put(ra, "alice", "pro", NULL, &err), RL_OK);
+    wait_tier(b, "alice", "pro");
+    for (int i = 0; i < 3; i++) {
+        struct timeval tv = {10, 0};
+        redisSetTimeout(sub[i], tv);
+        redisReply *m;
+        ck_assert_int_eq(redisGetReply(sub[i], (void **)&m), REDIS_OK);
+        ck_assert_int_eq(m->type, REDIS_REPLY_ARRAY);
+        ck_assert_str_eq(m->element[0]->str, "message");
+        ck_assert_str_eq(m->element[2]->str, "alice");
+        freeReplyObject(m);
+        redisFree(sub[i]);
+    }
+    redisReply *r = rt_redis_cmd(&cl.node[0], "CLUSTER KEYSLOT q:quotas");
+    int owner = rt_cluster_owner(&cl, (int)r->integer);
+    freeReplyObject(r);
+    r = rt_redis_cmd(&cl.node[owner], "HGET q:quotas alice");
+    ck_assert_str_eq(r->str, "{\"tier\":\"pro\"}");
+    freeReplyObject(r);
+    rld_redis_quota_unfollow(f);
+    rl_limiter_free(a);
+    rl_limiter_free(b);
+    rl_registry_free(reg);
+}
+END_TEST
+
 /* What a rule type's C side declares its Redis port takes (rl_rule_redis: the parameters, in
  * order, and the state's layout version) is what the port itself says (T.params, T.layout), for
  * every registered type with a port; every built-in port's tag belongs to a registered type,
@@ -1785,7 +1921,7 @@ START_TEST(types_without_a_port_are_refused)
                                "\"max_keys\", \"limit\": 2}]}]}",
                                &set);
     rld_settings_clear(&set);
-    ck_assert_int_eq(rld_redis_store_check_config(cfg, &err), RL_EINVAL);
+    ck_assert_int_eq(rld_redis_store_check_config(cfg, 0, &err), RL_EINVAL);
     ck_assert_str_eq(err.msg, "levels[0].rules[0]: rule type max_keys keeps state that the Redis "
                               "store cannot hold: it has no Redis port (rl_rule_type.redis with "
                               "its Lua text)");
@@ -1841,6 +1977,14 @@ Suite *redis_store_suite(void)
     tcase_add_loop_test(tc, boundaries_alike, 0, (int)(sizeof boundaries / sizeof boundaries[0]));
     tcase_add_test(tc, charges_saturate_alike);
     tcase_add_test(tc, tier_changes_alike);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("cluster");
+    tcase_add_checked_fixture(tc, cl_up, cl_down);
+    tcase_set_timeout(tc, 300);
+    tcase_add_loop_test(tc, differential_replay_cluster, 0, 2);
+    tcase_add_test(tc, cluster_refuses_types_that_cannot_give_back);
+    tcase_add_test(tc, quotas_on_a_cluster);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("keys");

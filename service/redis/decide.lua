@@ -10,15 +10,20 @@
 --       whether the request asked for the reservation ('1'; '0': it is made only when a rule
 --       that holds slots takes), the items' modes ('' when every item blocks and takes, else a
 --       character per item: '-' it does, 's' a shadow rule: never blocks, takes only when its
---       cost fits, 'c' a charge rule that does not block: takes whatever it has left), the
+--       cost fits, 'c' a charge rule that does not block: takes whatever it has left), keep
+--       ('1': also return each state as it was before and after its take, see undo.lua), the
 --       number of items, then per item: type tag ('' for a rule decided by the caller), key
 --       index (0 for none), need, cost, the caller's wait (for a rule without state), the
 --       item's reservation record ('' when it keeps none), then the rule's parameters
 --       (T.params; none for a rule decided by the caller).
--- Returns {'ok', then per item: wait, limit, remaining, reset_after, window, next} (integers,
+-- Returns {'ok', then per item: wait, limit, remaining, reset_after, window, next, then now}
+-- (integers,
 -- which Redis makes of Lua numbers exactly below 2^53, or decimals beyond; statuses are '' for
 -- rules decided by the caller), or {'dup'} when the reservation id is taken. next is
--- rl_status_next: the wait for one whole unit more than remains (0 when full).
+-- rl_status_next: the wait for one whole unit more than remains (0 when full); now is the
+-- script's now as a decimal (what a take is given back at, see undo.lua). With keep, then per
+-- item its state's value before and after its take ('' before: there was none; '' after: it
+-- took nothing).
 --
 -- Each state is read and prepared (refilled, rolled) once; wait, take, status and next all
 -- start from it, as each of them would in C from the same state at the same now.
@@ -89,11 +94,14 @@ if allowed and not dry then
     local rk, ik = KEYS[#KEYS - 1], KEYS[#KEYS]
     local resv = reserves()
     if resv and redis.call('EXISTS', rk) == 1 then return {'dup'} end
+    local keep = ARGV[A_KEEP] == '1'
     for i = 1, n do
         local it = items[i]
         if it.T and takes(it) then
+            if keep then it.before = redis.call('GET', KEYS[it.k]) or '' end
             it.T.take(it, it, it.cost)
             save_state(it.T, it, it, KEYS[it.k], floor_ms, hold_ms)
+            if keep then it.after = it.T.dump(it) end
         end
     end
     if resv then
@@ -145,5 +153,12 @@ for i = 1, n do
         for f = 2, 6 do out[j + f] = '' end
     end
     j = j + 6
+end
+out[j + 1] = now_str()
+if ARGV[A_KEEP] == '1' then
+    for i = 1, n do
+        out[#out + 1] = items[i].before or ''
+        out[#out + 1] = items[i].after or ''
+    end
 end
 return out

@@ -1,0 +1,44 @@
+-- undo.lua - gives back what a decision took from some of its rules, or settles or releases
+-- them, without a reservation: on a Redis Cluster, the states of a request's levels may lie on
+-- several nodes, and what one node took is given back by its own script (when a later node
+-- denied the request, or for the settlement or release of a reservation kept elsewhere).
+--
+-- KEYS: the state keys of the items.
+-- ARGV: as args.def lists them: now ('' = Redis TIME), when the amounts were taken (a decimal
+--       now as decide.lua returns it), least TTL (ms), TTL of held slots (ms), then per state
+--       key: type tag, op ('r': refund the amount, negative to charge it; 'h': release that
+--       many held slots), the amount, the state's value before and after the take to give back
+--       ('' when not known), then the rule's parameters (T.params).
+-- A state still as its take left it goes back to its value before (or is deleted when it had
+-- none), which undoes the take exactly, saturation included; a state changed since (another
+-- request took or gave back meanwhile) is given the refund or release instead.
+-- Returns the number of states changed.
+
+clock(ARGV[A_NOW])
+local at = rel_of_dec(ARGV[A_AT])
+local floor_ms, hold_ms = tonumber(ARGV[A_FLOOR_MS]), tonumber(ARGV[A_HOLD_MS])
+local o = A_FIELDS
+local changed = 0
+for i = 1, #KEYS do
+    local T = rule_type(ARGV[o + I_TAG])
+    if not T then return redis.error_reply('no rule type port for tag ' .. ARGV[o + I_TAG]) end
+    local op, amount = ARGV[o + I_OP], N(ARGV[o + I_AMOUNT])
+    local before, after = ARGV[o + I_BEFORE], ARGV[o + I_AFTER]
+    local st, found = load_state(T, KEYS[i])
+    o = read_params(T, st, ARGV, o + I_FIELDS)
+    local f = op == 'h' and T.release or op == 'r' and T.refund
+    if after ~= '' and redis.call('GET', KEYS[i]) == after then
+        if before == '' then
+            redis.call('DEL', KEYS[i])
+        else
+            redis.call('SET', KEYS[i], before, 'KEEPTTL')
+        end
+        changed = changed + 1
+    elseif found and f and not iszero(amount) then
+        T.prep(st, st)
+        if op == 'h' then T.release(st, st, amount) else T.refund(st, st, at, amount) end
+        save_state(T, st, st, KEYS[i], floor_ms, hold_ms)
+        changed = changed + 1
+    end
+end
+return changed

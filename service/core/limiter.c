@@ -440,8 +440,9 @@ static long make_key(rl_limiter *lim, size_t li, const char **val, const size_t 
 
 /* Appends to the plan the rules of level li that apply to key, each taking cost (or one unit
  * for a rule counting requests, when cost > 0). A custom list's reference is kept in d. */
-static int plan_key(rl_limiter *lim, size_t li, const char *key, size_t klen,
-                    const rl_request *req, rl_fp cost, rl_decision *d, rl_plan *plan, rl_err *err)
+static inline __attribute__((always_inline)) int
+plan_key(rl_limiter *lim, size_t li, const char *key, size_t klen, const rl_request *req,
+         rl_fp cost, rl_decision *d, rl_plan *plan, rl_err *err)
 {
     const rl_level *l = &lim->cfg->levels[li];
     const rl_rules *rs = l->rules;

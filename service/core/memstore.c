@@ -561,7 +561,7 @@ static int taken_before(const run *x, size_t i)
 }
 
 /* Phase 2: every stateful rule takes its cost from what its evaluation found. */
-static void commit_all(run *x)
+static inline __attribute__((always_inline)) void commit_all(run *x)
 {
     for (size_t i = 0; i < x->plan->n; i++) {
         const rl_applied *a = &x->d->applied[i];
@@ -578,7 +578,7 @@ static void commit_all(run *x)
 
 /* What every rule has left after the decision, from its evaluation: under the locks for
  * types whose evaluation points into the state (locked = 1), after them for the others. */
-static void report_all(run *x, int locked)
+static inline __attribute__((always_inline)) void report_all(run *x, int locked)
 {
     for (size_t i = 0; i < x->plan->n; i++) {
         rl_applied *a = &x->d->applied[i];

@@ -424,6 +424,11 @@ if [[ " $SECTIONS " == *" core "* ]]; then
     emit "ratio_core_growth_${CORE_MAX}_vs_1000_keys" "$(ratio "$cmax" "$c1k")"
     emit ratio_core_1000000_keys_vs_250ns_target "$(ratio "$c1m" 250)"
     emit ratio_core_1000000_keys_vs_baseline "$(ratio "$c1m" "$b1m")"
+    emit ratio_core_1000_keys_vs_baseline \
+        "$(ratio "$c1k" "${CORE_baseline_ns_per_decision_1000_keys:-n/a}")"
+    # both threads together, per decision, against one thread: below 1 is a speed-up
+    emit ratio_core_2threads_vs_1thread_1000000_keys \
+        "$(ratio "${CORE_core_ns_per_decision_2threads_1000000_keys:-n/a}" "$c1m")"
 fi
 if [[ " $SECTIONS " == *" memory "* ]]; then
     emit ratio_memory_per_key_vs_64_bytes "$(ratio "$MEM_per_key" 64)"

@@ -941,6 +941,104 @@ START_TEST(segment_shrinks_a_pass_after_it_stops_growing)
 }
 END_TEST
 
+/* Keys of one length that share their record hash are told apart by every byte: inline keys
+ * are compared as loads from both ends, which must cover the middle at every length. */
+START_TEST(records_sharing_a_hash_differ_in_any_byte)
+{
+    for (size_t len = 1; len <= 20; len++) {
+        rl__seg s;
+        char key[24][24];
+        uint32_t at[24];
+        memset(&s, 0, sizeof s);
+        /* key p differs from "aaa..." in byte p only; key len is "aaa..." itself */
+        for (size_t p = 0; p <= len; p++) {
+            memset(key[p], 'a', len);
+            if (p < len)
+                key[p][p] = 'b';
+            at[p] = rl__seg_insert(&s, 42, 0, key[p], len, 1, 0);
+            ck_assert_uint_ne(at[p], RL__NONE);
+        }
+        for (size_t p = 0; p <= len; p++) {
+            uint32_t i = rl__seg_find(&s, 42, 0, key[p], len);
+            ck_assert_uint_ne(i, RL__NONE);
+            ck_assert_int_eq(memcmp(rl__rec_key(&s.r[i]), key[p], len), 0);
+        }
+        char other[24];
+        memset(other, 'a', len);
+        other[len - 1] = 'c';
+        ck_assert_uint_eq(rl__seg_find(&s, 42, 0, other, len), RL__NONE);
+        rl__seg_free(&s);
+    }
+}
+END_TEST
+
+/* A key is checked a word at a time, short keys as overlapping halves: a control character
+ * or DEL at any position of a key of any length up to 20 is found, bytes above 0x7e are not
+ * mistaken for one. */
+START_TEST(control_characters_found_at_every_length_and_position)
+{
+    rl_limiter *lim = tu_limiter(key_levels);
+    rl_err err;
+    rl_decision d;
+    static const char bad[] = {'\x01', '\x1f', '\x7f', '\t'};
+    for (size_t len = 1; len <= 20; len++) {
+        char buf[40];
+        memcpy(buf, "user=", 5);
+        for (size_t p = 0; p < len; p++)
+            buf[5 + p] = (char)(p % 2 ? '\xff' : '~');
+        buf[5 + len] = '\0';
+        ck_assert(tu_acquire_ex(lim, buf, 1, S(0), RL_DRY_RUN, 0, &d));
+        for (size_t p = 0; p < len; p++)
+            buf[5 + p] = (char)('a' + p);
+        ck_assert(tu_acquire_ex(lim, buf, 1, S(0), RL_DRY_RUN, 0, &d));
+        for (size_t p = 0; p < len; p++)
+            for (size_t b = 0; b < sizeof bad; b++) {
+                char c = buf[5 + p];
+                buf[5 + p] = bad[b];
+                ck_assert_int_eq(tu_acquire_err(lim, buf, 1, S(0), &err), RL_EINVAL);
+                ck_assert_str_eq(err.msg, "keys.user: must not hold control characters");
+                buf[5 + p] = c;
+            }
+    }
+    tu_free(lim);
+}
+END_TEST
+
+/* Descriptor names are matched by length and their first and last four bytes, then whole
+ * when longer than eight: names that share both ends still reach their own level. */
+START_TEST(descriptor_names_sharing_their_ends)
+{
+    static const char *const names[] = {"a",       "b",       "ab",        "abc",      "abd",
+                                        "abcd",    "abce",    "abcde",     "abxde",    "abcdefgh",
+                                        "abcdxfgh", "abcdefghi", "abcdxefghi", "abcdyefghi"};
+    size_t n = sizeof names / sizeof names[0];
+    char json[4096], keys[512];
+    size_t used = (size_t)snprintf(json, sizeof json, "{\"levels\": [");
+    for (size_t i = 0; i < n; i++)
+        used += (size_t)snprintf(json + used, sizeof json - used,
+                                 "%s{\"name\": \"%s\", \"rules\": [{\"type\": \"token_bucket\", "
+                                 "\"capacity\": %zu, \"per_second\": 1}]}",
+                                 i ? ", " : "", names[i], i + 1);
+    snprintf(json + used, sizeof json - used, "]}");
+    rl_limiter *lim = tu_limiter(json);
+    const rl_config *cfg = rl_limiter_config(lim);
+    for (size_t i = 0; i < n; i++) {
+        rl_decision d;
+        snprintf(keys, sizeof keys, "%s=k", names[i]);
+        ck_assert(tu_acquire(lim, keys, 1, S(0), &d));
+        ck_assert_uint_eq(d.napplied, 1);
+        ck_assert_str_eq(cfg->levels[d.applied[0].level].name, names[i]);
+        ck_assert_int_eq(d.applied[0].st.limit, (rl_fp)(i + 1) * RL_FP_ONE);
+    }
+    rl_err err;
+    ck_assert_int_eq(tu_acquire_err(lim, "abcdzefghi=k", 1, S(0), &err), RL_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err.msg, "keys.abcdzefghi: unknown descriptor"));
+    ck_assert_int_eq(tu_acquire_err(lim, "abye=k", 1, S(0), &err), RL_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err.msg, "keys.abye: unknown descriptor"));
+    tu_free(lim);
+}
+END_TEST
+
 /* ---- the store's prefetch hint ---------------------------------------------------------- */
 
 /* A store that hands every call to a memory store but offers no prefetch: its decide then
@@ -1495,6 +1593,9 @@ Suite *limiter_suite(void)
 
     tc = tcase_create("stores");
     tcase_add_test(tc, segment_shrinks_a_pass_after_it_stops_growing);
+    tcase_add_test(tc, records_sharing_a_hash_differ_in_any_byte);
+    tcase_add_test(tc, control_characters_found_at_every_length_and_position);
+    tcase_add_test(tc, descriptor_names_sharing_their_ends);
     tcase_add_test(tc, store_without_prefetch_decides_the_same);
     suite_add_tcase(s, tc);
 

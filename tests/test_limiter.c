@@ -1327,6 +1327,60 @@ START_TEST(snapshot_into_a_changed_configuration)
 }
 END_TEST
 
+START_TEST(snapshot_follows_each_rule_by_name_and_parameters)
+{
+    /* user: a (bucket of 10), b (bucket of 20), c (window of 50); u1 takes 3, then reserves
+     * 2: a 5, b 15, c 45 */
+    rl_limiter *x = tu_limiter(
+        "{\"levels\": [{\"name\": \"user\", \"rules\": ["
+        "{\"type\": \"token_bucket\", \"name\": \"a\", \"capacity\": 10, \"per_second\": 1},"
+        "{\"type\": \"token_bucket\", \"name\": \"b\", \"capacity\": 20, \"per_second\": 1},"
+        "{\"type\": \"fixed_window\", \"name\": \"c\", \"limit\": 50, \"window\": 100}]}]}");
+    rl_decision d;
+    rl_err err;
+    char id[RL_RESERVATION_ID];
+    const char *path = snapshot_path();
+    ck_assert(tu_acquire(x, "user=u1", 3, S(0), &d));
+    ck_assert(tu_acquire_ex(x, "user=u1", 2, S(0), RL_RESERVE, 0, &d));
+    memcpy(id, d.reservation, sizeof id);
+    ck_assert_int_eq(rl_limiter_save(x, path, &err), RL_OK);
+    /* b first, c's limit raised, a last: a and b keep theirs where they moved, c starts anew
+     * (a rule at a's old position of a's type, b, must not get a's state) */
+    rl_limiter *y = tu_limiter(
+        "{\"levels\": [{\"name\": \"user\", \"rules\": ["
+        "{\"type\": \"token_bucket\", \"name\": \"b\", \"capacity\": 20, \"per_second\": 1},"
+        "{\"type\": \"fixed_window\", \"name\": \"c\", \"limit\": 60, \"window\": 100},"
+        "{\"type\": \"token_bucket\", \"name\": \"a\", \"capacity\": 10, \"per_second\": 1}]}]}");
+    size_t loaded = 0;
+    ck_assert_int_eq(rl_limiter_load(y, path, S(0), &loaded, &err), RL_OK);
+    ck_assert_uint_eq(loaded, 2 + 1); /* a's and b's states, the reservation */
+    ck_assert(tu_acquire_ex(y, "user=u1", 1, S(0), RL_DRY_RUN, 0, &d));
+    ck_assert_double_eq(d.applied[0].st.remaining / 1e6, 15); /* b */
+    ck_assert_double_eq(d.applied[1].st.remaining / 1e6, 60); /* c, afresh */
+    ck_assert_double_eq(d.applied[2].st.remaining / 1e6, 5);  /* a */
+    /* the reservation settles with the same rules: 2 back to a and b, nothing to the new c */
+    rl_settlement st;
+    ck_assert_int_eq(rl_settle(y, id, 0, S(0), &st, &err), RL_OK);
+    ck_assert_int_eq(st.refunded, FP(2));
+    ck_assert(tu_acquire_ex(y, "user=u1", 1, S(0), RL_DRY_RUN, 0, &d));
+    ck_assert_double_eq(d.applied[0].st.remaining / 1e6, 17);
+    ck_assert_double_eq(d.applied[1].st.remaining / 1e6, 60);
+    ck_assert_double_eq(d.applied[2].st.remaining / 1e6, 7);
+    /* renamed, a rule is another rule */
+    ck_assert_int_eq(rl_limiter_save(y, path, &err), RL_OK);
+    rl_limiter *z = tu_limiter(
+        "{\"levels\": [{\"name\": \"user\", \"rules\": ["
+        "{\"type\": \"token_bucket\", \"name\": \"b2\", \"capacity\": 20, \"per_second\": 1}]}]}");
+    ck_assert_int_eq(rl_limiter_load(z, path, S(0), &loaded, &err), RL_OK);
+    ck_assert(tu_acquire_ex(z, "user=u1", 1, S(0), RL_DRY_RUN, 0, &d));
+    ck_assert_double_eq(d.applied[0].st.remaining / 1e6, 20);
+    unlink(path);
+    tu_free(x);
+    tu_free(y);
+    tu_free(z);
+}
+END_TEST
+
 START_TEST(snapshot_skips_idle_and_expired)
 {
     rl_limiter *a = tu_limiter(reserve_cfg); /* bucket 1000 at 10/s, concurrency 2, TTL 30 */
@@ -1389,7 +1443,7 @@ START_TEST(snapshot_missing_or_corrupt)
 }
 END_TEST
 
-/* Overwrites 8 bytes at offset off of the state of the first 'K' record of (level, slot) in the
+/* Overwrites 8 bytes at offset off of the state of the first 'k' record of (level, slot) in the
  * snapshot at path (the layout memsnap.c documents). Returns 0, or -1 when there is none. */
 static int patch_state(const char *path, uint16_t level, uint8_t slot, long off, int64_t v)
 {
@@ -1406,15 +1460,17 @@ static int patch_state(const char *path, uint16_t level, uint8_t slot, long off,
         }
     }
     int tag;
-    while ((tag = fgetc(f)) == 'K') {
+    while ((tag = fgetc(f)) == 'k') {
         struct {
             uint16_t level;
             uint8_t slot, type;
-            uint16_t klen;
         } h;
+        uint16_t klen;
         uint32_t slen;
-        ck_assert_int_eq(fread(&h, 6, 1, f), 1);
-        fseek(f, h.klen, SEEK_CUR);
+        ck_assert_int_eq(fread(&h, 4, 1, f), 1);
+        fseek(f, 8, SEEK_CUR); /* the rule's fingerprint */
+        ck_assert_int_eq(fread(&klen, 2, 1, f), 1);
+        fseek(f, klen, SEEK_CUR);
         ck_assert_int_eq(fread(&slen, 4, 1, f), 1);
         if (h.level == level && h.slot == slot) {
             ck_assert_int_le(off + 8, (long)slen);
@@ -1560,6 +1616,7 @@ Suite *limiter_suite(void)
     tc = tcase_create("snapshots");
     tcase_add_test(tc, snapshot_round_trip);
     tcase_add_test(tc, snapshot_into_a_changed_configuration);
+    tcase_add_test(tc, snapshot_follows_each_rule_by_name_and_parameters);
     tcase_add_test(tc, snapshot_skips_idle_and_expired);
     tcase_add_test(tc, snapshot_missing_or_corrupt);
     tcase_add_loop_test(tc, snapshot_refuses_a_state_out_of_bounds, 0,

@@ -28,6 +28,13 @@ struct rl_registry {
 void rl__err_prefix(rl_err *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 
+/* What identifies a rule's state across configurations: its type, its name, what it counts
+ * (cost or requests), its reserved share and every declared parameter (the values, and the
+ * strings of a list), not whether it is shadow or charged. Equal for the same rule in another
+ * process (no pointers, no seed), so a snapshot keeps the state of a rule that did not change
+ * wherever it moved in its list, and drops that of one whose parameters did. */
+uint64_t rl__rule_fingerprint(const rl_rule *r);
+
 /* A version 2 type that answers for the version 1 type v1 (allocated; freed with
  * rl__rule_v1_free), or NULL when v1 is malformed or out of memory. */
 const rl_rule_type *rl__rule_v1_adapt(const rl_rule_type *v1);

@@ -1584,6 +1584,50 @@ START_TEST(sharded_level_splits_the_quota)
 }
 END_TEST
 
+/* On a cluster each shard of a sharded level has its own hash tag: the shards' states spread
+ * over slots (so over primaries) while the rules of one shard share one; the quota splits as on
+ * one Redis. 16 shards of one key: the chance that all of them land on one primary of three is
+ * 3 / 3^16. */
+START_TEST(sharded_level_spreads_on_a_cluster)
+{
+    rl_registry *reg = rl_registry_new();
+    rl_limiter *lim =
+        redis_limiter(reg,
+                      "{\"levels\": [{\"name\": \"global\", \"shards\": 16, \"rules\": [{\"type\": "
+                      "\"token_bucket\", \"capacity\": 32, \"per_second\": 0.000001}, "
+                      "{\"type\": \"fixed_window\", \"limit\": 1000, \"window\": 3600}]}]}",
+                      "shc:", 0, NULL);
+    rl_decision d;
+    int allowed = 0;
+    for (int i = 0; i < 400; i++) {
+        ck_assert_int_eq(acquire(lim, "global=all", FP(1), S(0), 0, 0, &d), RL_OK);
+        allowed += d.allowed;
+    }
+    ck_assert_int_eq(allowed, 32); /* 16 shards of 2 */
+    int owners[3] = {0};
+    for (int k = 0; k < 16; k++) {
+        char a[64], b[64];
+        snprintf(a, sizeof a, "shc:global:0.%d:{global.%d:all}", k, k);
+        snprintf(b, sizeof b, "shc:global:1.%d:{global.%d:all}", k, k);
+        redisReply *r = rt_redis_cmd(&cl.node[0], "CLUSTER KEYSLOT %s", a);
+        int slot = (int)r->integer;
+        freeReplyObject(r);
+        r = rt_redis_cmd(&cl.node[0], "CLUSTER KEYSLOT %s", b);
+        ck_assert_int_eq(r->integer, slot);
+        freeReplyObject(r);
+        int n = rt_cluster_owner(&cl, slot);
+        ck_assert_int_ge(n, 0);
+        r = rt_redis_cmd(&cl.node[n], "EXISTS %s %s", a, b);
+        ck_assert_int_eq(r->integer, 2);
+        freeReplyObject(r);
+        owners[n] = 1;
+    }
+    ck_assert_int_ge(owners[0] + owners[1] + owners[2], 2);
+    rl_limiter_free(lim);
+    rl_registry_free(reg);
+}
+END_TEST
+
 /* ---- many clients of several instances on one key ----------------------------------------- */
 
 /* An instance of the service as the hammer sees it: something that decides one request. Two
@@ -1985,6 +2029,7 @@ Suite *redis_store_suite(void)
     tcase_add_loop_test(tc, differential_replay_cluster, 0, 2);
     tcase_add_test(tc, cluster_refuses_types_that_cannot_give_back);
     tcase_add_test(tc, quotas_on_a_cluster);
+    tcase_add_test(tc, sharded_level_spreads_on_a_cluster);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("keys");

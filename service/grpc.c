@@ -68,6 +68,7 @@ struct conn {
     conn *prev, *next;
     int out_armed;
     unsigned nstreams; /* open */
+    rl_ns last;        /* CLOCK_MONOTONIC: accepted, or bytes last read */
     size_t outlen, outoff;
     const uint8_t *pend; /* the rest of nghttp2's last chunk that did not fit in out */
     size_t pend_len;
@@ -81,6 +82,7 @@ struct worker {
     conn *conns;
     unsigned nconns;
     stream *waiting; /* streams with a deadline not answered yet */
+    rl_ns idle_check; /* CLOCK_MONOTONIC: when idle connections are looked for next */
     int goaway_sent;
     rld_arena arena;
 };
@@ -91,6 +93,7 @@ struct rld_grpc {
     int stopping;      /* atomic */
     rl_ns drain_until; /* atomic, CLOCK_MONOTONIC */
     unsigned left;     /* atomic: streams open when a worker gave up */
+    unsigned open;     /* atomic: connections open, over all workers */
     int nworkers;
     worker w[MAX_WORKERS];
 };
@@ -504,6 +507,7 @@ static void conn_close(conn *c)
     if (c->next)
         c->next->prev = c->prev;
     w->nconns--;
+    __atomic_sub_fetch(&w->g->open, 1, __ATOMIC_RELAXED);
     free(c);
 }
 
@@ -534,6 +538,7 @@ static void conn_read(conn *c)
             conn_close(c);
             return;
         }
+        c->last = rld_mono_ns();
         if ((size_t)n < sizeof buf)
             break;
     }
@@ -553,6 +558,7 @@ static void conn_new(worker *w, int fd)
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     c->fd = fd;
     c->w = w;
+    c->last = rld_mono_ns();
     struct epoll_event ev = {.events = EPOLLIN, .data.ptr = c};
     if (epoll_ctl(w->ep, EPOLL_CTL_ADD, fd, &ev) != 0) {
         nghttp2_session_del(c->s);
@@ -565,19 +571,60 @@ static void conn_new(worker *w, int fd)
         w->conns->prev = c;
     w->conns = c;
     w->nconns++;
+    __atomic_add_fetch(&w->g->open, 1, __ATOMIC_RELAXED);
     nghttp2_submit_settings(c->s, NGHTTP2_FLAG_NONE, iv, 1);
     if (w->goaway_sent)
         conn_goaway(c);
     conn_settle(c);
 }
 
+/* A connection past max_connections: the server's preface (an empty SETTINGS) and a GOAWAY
+ * with ENHANCE_YOUR_CALM that says why, written at once, then closed. */
+static void refuse(int fd, unsigned max)
+{
+    uint8_t f[9 + 9 + 8 + 96] = {0, 0, 0, 0x4}; /* SETTINGS, empty, stream 0 */
+    int n = snprintf((char *)f + 26, 96, "connections: %u open, the most max_connections allows",
+                     max);
+    size_t len = 8 + (size_t)n;
+    uint8_t *g = f + 9;
+    g[0] = (uint8_t)(len >> 16), g[1] = (uint8_t)(len >> 8), g[2] = (uint8_t)len;
+    g[3] = 0x7; /* GOAWAY, flags 0, stream 0, last stream 0 */
+    g[9 + 7] = NGHTTP2_ENHANCE_YOUR_CALM;
+    if (send(fd, f, 9 + 9 + len, MSG_NOSIGNAL | MSG_DONTWAIT) < 0) {
+        /* the client learns it from the closed connection alone */
+    }
+    close(fd);
+}
+
 static void accept_all(worker *w)
 {
+    unsigned max = w->g->cfg.max_connections;
     for (;;) {
         int fd = accept4(w->g->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0)
             return;
-        conn_new(w, fd);
+        if (max && __atomic_load_n(&w->g->open, __ATOMIC_RELAXED) >= max)
+            refuse(fd, max);
+        else
+            conn_new(w, fd);
+    }
+}
+
+/* Closes, after a GOAWAY, the connections that sent nothing for idle_timeout_ms: idle ones,
+ * and those whose call stalls (a body that does not come); looks at most every 100 ms. */
+static void close_idle(worker *w, rl_ns now)
+{
+    rl_ns idle = (rl_ns)w->g->cfg.idle_timeout_ms * 1000000;
+    if (!idle || now < w->idle_check)
+        return;
+    w->idle_check = now + 100000000;
+    for (conn *c = w->conns, *nx; c; c = nx) {
+        nx = c->next;
+        if (now - c->last >= idle) {
+            conn_goaway(c);
+            conn_flush(c);
+            conn_close(c);
+        }
     }
 }
 
@@ -586,6 +633,9 @@ static void accept_all(worker *w)
 static int expire(worker *w)
 {
     rl_ns now = rld_mono_ns(), next = INT64_MAX;
+    close_idle(w, now);
+    if (w->g->cfg.idle_timeout_ms && w->nconns)
+        next = w->idle_check;
     for (stream *st = w->waiting, *nx; st; st = nx) {
         nx = st->wnext;
         if (st->deadline <= now) {

@@ -51,6 +51,12 @@ typedef struct rld_grpc_config {
     int port;            /* 0: any free port */
     int threads;         /* worker threads (1 to 64) */
     size_t max_message;  /* 0: RLD_GRPC_MAX_MESSAGE */
+    /* Connections open at once (0: no bound): past it a new one gets a GOAWAY
+     * (ENHANCE_YOUR_CALM, saying why) and is closed at once. */
+    unsigned max_connections;
+    /* A connection that sent nothing for this long (idle, or a call whose body stalls) gets
+     * a GOAWAY and is closed (0: never). */
+    unsigned idle_timeout_ms;
     const rld_grpc_method *methods;
     size_t nmethods;
     void *app; /* handed to the methods */

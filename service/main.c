@@ -324,6 +324,8 @@ static int grpc_start(const opts *o, const rld_settings *set, rld_app *app, int 
                           .port = o->grpc_port >= 0 ? o->grpc_port : port,
                           .threads = threads,
                           .max_message = (size_t)set->grpc_max_message,
+                          .max_connections = (unsigned)set->max_connections,
+                          .idle_timeout_ms = (unsigned)set->connection_timeout * 1000u,
                           .methods = rld_grpc_methods,
                           .nmethods = rld_grpc_nmethods,
                           .app = app};

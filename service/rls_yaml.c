@@ -79,6 +79,10 @@ void rld_yrls_set_upstream_headers(rld_yrls *y, const char *limit, const char *r
 void rld_yrls_set_global_shadow(rld_yrls *y)
 {
     y->global_shadow = 1;
+    for (size_t i = 0; i < y->conf->ndomains; i++)
+        for (size_t k = 0; k < y->conf->domains[i].nlimits; k++)
+            if (y->doms[i].rules[k])
+                y->doms[i].rules[k]->v[0].shadow = 1;
 }
 
 int rld_yrls_upstream_headers(const rld_yrls *y, const char *names[3])
@@ -199,6 +203,8 @@ static int build_tree(build *b, const rld_ydesc *v, size_t n, const char *parent
                 return prefix(b->err, rc, d->file, d->path);
             /* charged after the fact: hits always count, checks wait out a negative balance */
             b->dom->rules[d->id]->v[0].charge = d->charge;
+            /* shadow_mode: the core's shadow rule (counted when it fits, never denying) */
+            b->dom->rules[d->id]->v[0].shadow = d->shadow_mode;
         }
         int rc = build_tree(b, d->children, d->nchildren, composite);
         if (rc != RL_OK)
@@ -330,8 +336,10 @@ static rl_rules *override_rules(rld_yrls *y, uint32_t rpu, int unit)
         char name[64];
         rl_err err;
         snprintf(name, sizeof name, "override %u/%s", rpu, rld_unit_name(unit));
-        if (make_rules(y->reg, NULL, rpu, unit, name, &rs, &err) == RL_OK)
+        if (make_rules(y->reg, NULL, rpu, unit, name, &rs, &err) == RL_OK) {
+            rs->v[0].shadow = y->global_shadow;
             y->overrides[y->noverrides++] = (override){rpu, unit, rs};
+        }
     }
     pthread_mutex_unlock(&y->mu);
     return rs;
@@ -552,11 +560,10 @@ static int check_desc(const rld_ydescreq *d, size_t i, rl_err *err)
 /* What each descriptor is decided by, before the decision. */
 typedef struct plan {
     rl_rules *rules[RL_MAX_APPLIED]; /* by descriptor; NULL: nothing to count */
-    int item[RL_MAX_APPLIED];        /* its item in main or shadow */
-    int shadow[RL_MAX_APPLIED];
-    rl_item main[RL_MAX_APPLIED], shadows[RL_MAX_APPLIED];
+    int item[RL_MAX_APPLIED];        /* its item in main */
+    rl_item main[RL_MAX_APPLIED];
     rl_rules *main_rules[RL_MAX_APPLIED];
-    size_t nmain, nshadow;
+    size_t nmain;
     size_t level;    /* the keyed level */
     size_t nyaml;    /* main items of the YAML's limits; the native levels' follow */
     char nkeys[RL_MAX_LEVELS][KEY_MAX];
@@ -620,20 +627,18 @@ static void apply_replaces(const rld_yreq *req, rld_ystatus *st, plan *p)
     }
 }
 
-/* Adds descriptor i's counter to the main or the shadow items; descriptors with the same key
- * share one item and its cost (they are one counter). */
+/* Adds descriptor i's counter to the items; descriptors with the same key share one item and
+ * its cost (they are one counter). */
 static int add_item(const rld_ydomain *dom, const rld_yreq *req, size_t i, rld_ystatus *st, plan *p,
-                    const rld_ydesc *const *share, int all_shadow, rl_err *err)
+                    const rld_ydesc *const *share, rl_err *err)
 {
-    int sh = all_shadow || (st[i].matched && st[i].matched->shadow_mode);
-    rl_item *v = sh ? p->shadows : p->main;
-    size_t *n = sh ? &p->nshadow : &p->nmain;
+    rl_item *v = p->main;
+    size_t *n = &p->nmain;
     char *key = p->keys[i];
     size_t klen = make_key(key, KEY_MAX, dom, &req->desc[i], share);
     if (!klen)
         return rl_errf(err, RL_EINVAL, "descriptors[%zu].entries: longer than %d bytes together", i,
                        KEY_MAX - 64);
-    p->shadow[i] = sh;
     for (size_t k = 0; k < *n; k++)
         if (v[k].keylen == klen && memcmp(v[k].key, key, klen) == 0) {
             v[k].cost += (rl_fp)st[i].hits * RL_FP_ONE;
@@ -643,8 +648,7 @@ static int add_item(const rld_ydomain *dom, const rld_yreq *req, size_t i, rld_y
             return RL_OK;
         }
     p->item[i] = (int)*n;
-    if (!sh)
-        p->main_rules[*n] = p->rules[i];
+    p->main_rules[*n] = p->rules[i];
     v[(*n)++] =
         (rl_item){.level = p->level, .key = key, .keylen = klen, .cost = (rl_fp)st[i].hits * RL_FP_ONE};
     return RL_OK;
@@ -971,6 +975,25 @@ void rld_yrls_metrics(rld_yrls *y, rld_buf *out)
     }
 }
 
+/* Descriptor i's status and statistics from its rule a in the decision. A shadow_mode limit
+ * (a core shadow rule) is counted when the request passes and its hits fit, never denies, and
+ * reports the would-be denial; a charge rule blocks only a check (hits 0). */
+static void decided(rld_yrls *y, size_t di, const rld_yreq *req, size_t i, const rl_applied *a,
+                    rl_fp cost, int allowed, const rld_ydesc *const *path, rld_ystatus *st,
+                    rld_ycode *overall)
+{
+    int over = a->shadow ? a->shadow_denied : a->wait > 0 && !(a->charge && cost > 0);
+    status_from(st, a, over, req->now);
+    if (a->shadow) {
+        st->code = RLD_YCODE_OK; /* upstream's shadow_mode: over, yet OK */
+        st->shadow_denied = over;
+    } else if (over) {
+        *overall = RLD_YCODE_OVER_LIMIT;
+    }
+    count(stat_of(y, di, &req->desc[i], st, path), st, allowed && !over,
+          a->shadow && st->matched && st->matched->shadow_mode);
+}
+
 int rld_yrls_decide(rld_yrls *y, rl_limiter *lim, const rld_yreq *req, rld_ystatus *st,
                     rld_ycode *overall, rl_err *err)
 {
@@ -994,14 +1017,14 @@ int rld_yrls_decide(rld_yrls *y, rl_limiter *lim, const rld_yreq *req, rld_ystat
     if (!dom)
         return RL_OK; /* an unknown domain limits nothing, as upstream */
     size_t di = (size_t)(dom - y->conf->domains);
-    p.nmain = p.nshadow = 0;
+    p.nmain = 0;
     p.level = y->level;
     for (size_t i = 0; i < req->ndesc; i++)
         resolve(y, dom, req, i, &st[i], &p, share[i]);
     apply_replaces(req, st, &p);
     for (size_t i = 0; i < req->ndesc; i++)
         if (p.rules[i] &&
-            (rc = add_item(dom, req, i, st, &p, share[i], y->global_shadow, err)) != RL_OK)
+            (rc = add_item(dom, req, i, st, &p, share[i], err)) != RL_OK)
             return rc;
     p.nyaml = p.nmain;
     if ((rc = add_native(rl_limiter_config(lim), req, st, &p, err)) != RL_OK)
@@ -1013,38 +1036,11 @@ int rld_yrls_decide(rld_yrls *y, rl_limiter *lim, const rld_yreq *req, rld_ystat
         (rc = acquire(lim, p.main, p.main_rules, p.nmain, 0, req->now, &d, err)) != RL_OK)
         return rc;
     for (size_t i = 0; i < req->ndesc; i++)
-        if (p.rules[i] && !p.shadow[i]) {
-            const rl_applied *a = &d.applied[p.item[i]];
-            /* a charge rule blocks only a check (hits 0) */
-            int over = a->wait > 0 && !(a->charge && p.main[p.item[i]].cost > 0);
-            status_from(&st[i], a, over, req->now);
-            if (over)
-                *overall = RLD_YCODE_OVER_LIMIT;
-            count(stat_of(y, di, &req->desc[i], &st[i], p.path[i]), &st[i], d.allowed, 0);
-        }
+        if (p.rules[i])
+            decided(y, di, req, i, &d.applied[p.item[i]], p.main[p.item[i]].cost, d.allowed,
+                    p.path[i], &st[i], overall);
     native_status(rl_limiter_config(lim), req, &d, &p, st, overall);
     if (p.nmain)
         rl_decision_done(&d);
-    /* shadow_mode: counted like the others when the request passes and the hits fit, never
-     * denying; a denied request counts nothing there either */
-    for (size_t k = 0; k < p.nshadow; k++) {
-        rl_decision sd;
-        unsigned flags = d.allowed ? 0 : RL_DRY_RUN;
-        rl_rules *rs = NULL;
-        for (size_t i = 0; i < req->ndesc && !rs; i++)
-            if (p.rules[i] && p.shadow[i] && p.item[i] == (int)k)
-                rs = p.rules[i];
-        if ((rc = acquire(lim, &p.shadows[k], &rs, 1, flags, req->now, &sd, err)) != RL_OK)
-            return rc;
-        rl_decision_done(&sd); /* its rule is the YAML's, which outlives the decision */
-        for (size_t i = 0; i < req->ndesc; i++)
-            if (p.rules[i] && p.shadow[i] && p.item[i] == (int)k) {
-                status_from(&st[i], &sd.applied[0], !sd.allowed, req->now);
-                st[i].code = RLD_YCODE_OK; /* upstream's shadow_mode: over, yet OK */
-                st[i].shadow_denied = !sd.allowed;
-                count(stat_of(y, di, &req->desc[i], &st[i], p.path[i]), &st[i], sd.allowed,
-                      st[i].matched && st[i].matched->shadow_mode);
-            }
-    }
     return RL_OK;
 }

@@ -359,8 +359,9 @@ static const rld_setting root_rows[] = {
      .min = 1,
      .max = 1000000,
      .def = 4096,
-     .help = "connections served at once; past it a new connection is answered 503 and closed "
-             "at once, not queued"},
+     .help = "connections served at once, by the HTTP listener and by the gRPC one each; past "
+             "it a new connection is answered at once and closed, not queued (HTTP: 503; gRPC: "
+             "a GOAWAY with ENHANCE_YOUR_CALM)"},
     {.name = "max_keys",
      .kind = RLD_SET_INT,
      .offset = OFF(max_keys),
@@ -378,7 +379,7 @@ static const rld_setting root_rows[] = {
      .max = 86400,
      .def = 30,
      .help = "seconds a connection may stay idle (no request, or a request that stalls) before "
-             "it is closed, so that slow clients cannot pin the server"},
+             "it is closed (gRPC: after a GOAWAY), so that slow clients cannot pin the server"},
     {.name = "store",
      .kind = RLD_SET_OBJECT,
      .sub = &rld_settings_store,

@@ -65,6 +65,8 @@ typedef struct client {
     int ncalls;
     int goaway;
     int32_t goaway_last;
+    uint32_t goaway_code;
+    char goaway_data[128];
     int ping_acked;
     int eof;
 } client;
@@ -133,6 +135,12 @@ static int on_frame(nghttp2_session *s, const nghttp2_frame *f, void *ud)
     if (f->hd.type == NGHTTP2_GOAWAY) {
         c->goaway = 1;
         c->goaway_last = f->goaway.last_stream_id;
+        c->goaway_code = f->goaway.error_code;
+        size_t n = f->goaway.opaque_data_len < sizeof c->goaway_data - 1
+                       ? f->goaway.opaque_data_len
+                       : sizeof c->goaway_data - 1;
+        memcpy(c->goaway_data, f->goaway.opaque_data, n);
+        c->goaway_data[n] = '\0';
     } else if (f->hd.type == NGHTTP2_PING && (f->hd.flags & NGHTTP2_FLAG_ACK)) {
         c->ping_acked = 1;
     }
@@ -567,6 +575,121 @@ START_TEST(health_serving_while_redis_is_down_and_levels_fail_open)
 }
 END_TEST
 
+/* ---- connection limits --------------------------------------------------------------------- */
+
+static int is_eof(client *c)
+{
+    return c->eof;
+}
+
+/* Reads what the server sends until it closes (up to ms), sending nothing. */
+static void read_to_eof(client *c, int ms)
+{
+    struct pollfd p = {c->fd, POLLIN, 0};
+    uint8_t buf[4096];
+    while (!c->eof && poll(&p, 1, ms) > 0) {
+        ssize_t r = recv(c->fd, buf, sizeof buf, 0);
+        if (r <= 0)
+            c->eof = 1;
+        else
+            ck_assert_int_ge(nghttp2_session_mem_recv(c->s, buf, (size_t)r), 0);
+    }
+}
+
+/* One good call on c; 1 when it was answered. */
+static int one_call(client *c, const char *key)
+{
+    uint8_t body[256];
+    size_t n = rls_body(body, "user", key, 0);
+    call *k = open_call(c, RLS_PATH, "application/grpc", at10, body, n, 0);
+    pump(c, 5000, all_closed);
+    return k->closed && strcmp(k->grpc_status, "0") == 0;
+}
+
+START_TEST(connections_past_max_connections_refused_at_once)
+{
+    static const char *const flags[] = {"--grpc-port", "0", "--manual-clock", NULL};
+    su_server s;
+    client a, b, c;
+    su_tmpdir(&s);
+    su_start(&s,
+             "{\"listen\": {\"address\": \"127.0.0.1\", \"port\": 0}, \"max_connections\": 2, "
+             "\"levels\": [{\"name\": \"user\", \"rules\": [{\"type\": \"fixed_window\", "
+             "\"limit\": 100, \"window\": 60}]}]}",
+             flags);
+    connect_to(&a, s.grpc_port);
+    connect_to(&b, s.grpc_port);
+    ck_assert(one_call(&a, "a"));
+    ck_assert(one_call(&b, "b"));
+    /* the third: a GOAWAY that says why, and the connection closed, with no call served */
+    connect_to(&c, s.grpc_port);
+    read_to_eof(&c, 10000);
+    ck_assert(c.eof);
+    ck_assert(c.goaway);
+    ck_assert_uint_eq(c.goaway_code, NGHTTP2_ENHANCE_YOUR_CALM);
+    ck_assert_str_eq(c.goaway_data, "connections: 2 open, the most max_connections allows");
+    disconnect(&c);
+    /* a closes: room for one again (the server sees the close at once; a few tries) */
+    disconnect(&a);
+    int served = 0;
+    for (int i = 0; i < 50 && !served; i++) {
+        connect_to(&c, s.grpc_port);
+        served = one_call(&c, "c");
+        if (!served) {
+            disconnect(&c);
+            usleep(20000);
+        }
+    }
+    ck_assert_msg(served, "no room after a connection closed");
+    ck_assert(one_call(&b, "b")); /* b was never disturbed */
+    disconnect(&b);
+    disconnect(&c);
+    ck_assert_int_eq(su_stop(&s), 0);
+}
+END_TEST
+
+START_TEST(idle_and_stalled_connections_closed)
+{
+    static const char *const flags[] = {"--grpc-port", "0", "--manual-clock", NULL};
+    su_server s;
+    client idle, stalled;
+    uint8_t body[256];
+    su_tmpdir(&s);
+    su_start(&s,
+             "{\"listen\": {\"address\": \"127.0.0.1\", \"port\": 0}, \"connection_timeout\": 1, "
+             "\"levels\": [{\"name\": \"user\", \"rules\": [{\"type\": \"fixed_window\", "
+             "\"limit\": 100, \"window\": 60}]}]}",
+             flags);
+    connect_to(&idle, s.grpc_port);
+    ck_assert(one_call(&idle, "a"));
+    /* a call whose body never comes */
+    connect_to(&stalled, s.grpc_port);
+    size_t n = rls_body(body, "user", "b", 0);
+    call *k = open_call(&stalled, RLS_PATH, "application/grpc", at10, body, n, 1);
+    pump(&stalled, 200, NULL);
+    ck_assert(!stalled.eof);
+    /* both closed by the server after a second of silence, each after a GOAWAY */
+    pump(&idle, 10000, is_eof);
+    pump(&stalled, 10000, is_eof);
+    ck_assert(idle.eof && idle.goaway);
+    ck_assert_uint_eq(idle.goaway_code, NGHTTP2_NO_ERROR);
+    ck_assert(stalled.eof && stalled.goaway);
+    ck_assert(!k->closed || strcmp(k->grpc_status, "0") != 0); /* never answered OK */
+    disconnect(&idle);
+    disconnect(&stalled);
+    /* a busy connection is not idle: a call every 300 ms for 2 s */
+    client busy;
+    connect_to(&busy, s.grpc_port);
+    for (int i = 0; i < 7; i++) {
+        ck_assert_msg(one_call(&busy, "c"), "call %d", i);
+        pump(&busy, 300, is_eof);
+        ck_assert(!busy.eof);
+    }
+    disconnect(&busy);
+    ck_assert_int_eq(su_stop(&s), 0);
+}
+END_TEST
+
 static Suite *grpc_suite(void)
 {
     Suite *s = suite_create("grpc");
@@ -587,6 +710,11 @@ static Suite *grpc_suite(void)
     tcase_add_test(th, health_not_serving_while_redis_is_down_and_a_level_fails_closed);
     tcase_add_test(th, health_serving_while_redis_is_down_and_levels_fail_open);
     suite_add_tcase(s, th);
+    TCase *tl = tcase_create("limits");
+    tcase_set_timeout(tl, 60);
+    tcase_add_test(tl, connections_past_max_connections_refused_at_once);
+    tcase_add_test(tl, idle_and_stalled_connections_closed);
+    suite_add_tcase(s, tl);
     return s;
 }
 

@@ -46,9 +46,9 @@ extern "C" {
 #endif
 
 /* Version of this interface; a plug-in is handed the version the host implements. A type
- * declares the version it was written against in api_version: 1 (wait, take, status) or 2
- * (evaluate, commit, report, and the Redis port). */
-#define RL_RULE_API_VERSION 2
+ * declares the version it was written against in api_version: 1 (wait, take, status), 2
+ * (evaluate, commit, report, and the Redis port) or 3 (state_valid). */
+#define RL_RULE_API_VERSION 3
 
 typedef int64_t rl_ns; /* nanoseconds */
 typedef int64_t rl_fp; /* fixed point amount, RL_FP_ONE units per token/request/slot */
@@ -215,6 +215,15 @@ typedef struct rl_rule_type {
     /* The Redis port (version 2); NULL when the type has none (a type with state then cannot be
      * used with the Redis store). */
     const rl_rule_redis *redis;
+
+    /* ---- version 3 (the host reads it only from a type that declares 3 or later) ---- */
+
+    /* Whether a state read from a snapshot (bytes, or what state_load rebuilt) holds the
+     * type's invariants: amounts and times within the bounds its own arithmetic keeps them
+     * in, so that evaluating it cannot overflow. Returns 1 or 0; a 0 refuses the whole
+     * snapshot as damaged. It need not check the state against the rule's limit (a state
+     * above a shrunk limit is valid, and the store drops it alone). NULL: no check. */
+    int (*state_valid)(const void *params, const void *state);
 } rl_rule_type;
 
 /* Adds a rule type to the registry. The type struct must outlive the registry. Returns 0, or

@@ -25,6 +25,12 @@ void rld_metrics_free(rld_metrics *m);
 /* One HTTP request of endpoint (an index below nendpoints) answered with status code after
  * duration nanoseconds. */
 void rld_metrics_http(rld_metrics *m, size_t endpoint, int code, rl_ns duration);
+/* Names the gRPC methods (paths "/package.Service/Method", borrowed, at most 8): their calls
+ * are counted from then on, and the families exported. -1 when there are too many. */
+int rld_metrics_grpc_methods(rld_metrics *m, size_t n, const char *const *paths);
+/* One gRPC call of method (an index of those named, -1 for an unknown one) answered with
+ * status code after duration nanoseconds. Nothing when no method is named. */
+void rld_metrics_grpc(rld_metrics *m, int method, int code, rl_ns duration);
 /* One decision of POST /acquire. cost is counted when the request took it (allowed, not a
  * dry run); a denial is counted against the level and rule that blocked it, and every shadow
  * rule that did not fit (rl_applied.shadow_denied) against its own level and rule. */

@@ -1291,6 +1291,117 @@ START_TEST(snapshot_missing_or_corrupt)
 }
 END_TEST
 
+/* Overwrites 8 bytes at offset off of the state of the first 'K' record of (level, slot) in the
+ * snapshot at path (the layout memsnap.c documents). Returns 0, or -1 when there is none. */
+static int patch_state(const char *path, uint16_t level, uint8_t slot, long off, int64_t v)
+{
+    FILE *f = fopen(path, "r+b");
+    uint32_t n;
+    uint16_t len;
+    ck_assert_ptr_nonnull(f);
+    fseek(f, 12, SEEK_SET); /* magic, byte order */
+    for (int list = 0; list < 2; list++) {
+        ck_assert_int_eq(fread(&n, 4, 1, f), 1);
+        for (uint32_t i = 0; i < n; i++) {
+            ck_assert_int_eq(fread(&len, 2, 1, f), 1);
+            fseek(f, len, SEEK_CUR);
+        }
+    }
+    int tag;
+    while ((tag = fgetc(f)) == 'K') {
+        struct {
+            uint16_t level;
+            uint8_t slot, type;
+            uint16_t klen;
+        } h;
+        uint32_t slen;
+        ck_assert_int_eq(fread(&h, 6, 1, f), 1);
+        fseek(f, h.klen, SEEK_CUR);
+        ck_assert_int_eq(fread(&slen, 4, 1, f), 1);
+        if (h.level == level && h.slot == slot) {
+            ck_assert_int_le(off + 8, (long)slen);
+            fseek(f, off, SEEK_CUR);
+            ck_assert_int_eq(fwrite(&v, 8, 1, f), 1);
+            fclose(f);
+            return 0;
+        }
+        fseek(f, slen, SEEK_CUR);
+    }
+    fclose(f);
+    return -1;
+}
+
+/* One field of one rule type's state set to what no decision leaves there. snap_cfg's rules:
+ * user (0): token_bucket 10 at 1/s {used, last, frac}, sliding_window 5 per 100 s (saved as
+ * {sum, last, count, entries}); team (1): concurrency 2 {held}, sliding_window_counter 50 per
+ * 100 s {last, cur, prev}; global (2): gcra 100/s burst 1000 {tat, rem, last}, fixed_window
+ * 100 per 1000 s {last, count}. */
+static const struct bad_state {
+    uint16_t level;
+    uint8_t slot;
+    long off;
+    int64_t v;
+} bad_states[] = {
+    {0, 0, 0, -1},                     /* a bucket with less than nothing used */
+    {0, 0, 16, 1000000000},            /* a refill remainder of a whole second */
+    {0, 1, 0, 3000001},                /* a log total that is not its entries' (3) */
+    {0, 1, 8, -1},                     /* a time before 1970 */
+    {1, 0, 0, -1000000},               /* a slot held below zero */
+    {1, 1, 8, 4000000000000000001},    /* a count past what charges saturate at */
+    {2, 0, 8, 100000000},              /* a remainder of a division by the rate (10^8) */
+    {2, 1, 0, ((int64_t)1 << 62) + 1}, /* a time after 2116 */
+};
+
+/* A state that no rule could be in refuses the whole snapshot, as a damaged file does. */
+START_TEST(snapshot_refuses_a_state_out_of_bounds)
+{
+    const struct bad_state *b = &bad_states[_i];
+    rl_limiter *a = tu_limiter(snap_cfg);
+    rl_decision d;
+    rl_err err;
+    size_t loaded = 0;
+    const char *path = snapshot_path();
+    ck_assert(tu_acquire(a, "user=u1,team=t", 3, S(1), &d));
+    ck_assert_int_eq(rl_limiter_save(a, path, &err), RL_OK);
+    ck_assert_int_eq(patch_state(path, b->level, b->slot, b->off, b->v), 0);
+    rl_limiter *c = tu_limiter(snap_cfg);
+    ck_assert_int_eq(rl_limiter_load(c, path, S(1), &loaded, &err), RL_EIO);
+    ck_assert_ptr_nonnull(strstr(err.msg, ": a key's state is outside its rule type's bounds"));
+    for (size_t l = 0; l < 3; l++)
+        ck_assert_uint_eq(rl_limiter_keys(c, l), 0);
+    unlink(path);
+    tu_free(a);
+    tu_free(c);
+}
+END_TEST
+
+START_TEST(snapshot_state_at_its_bounds_loads)
+{
+    rl_limiter *a = tu_limiter(snap_cfg);
+    rl_decision d;
+    rl_err err;
+    size_t loaded = 0;
+    const char *path = snapshot_path();
+    ck_assert(tu_acquire(a, "user=u1,team=t", 3, S(1), &d));
+    ck_assert_int_eq(rl_limiter_save(a, path, &err), RL_OK);
+    /* team's counter at the saturation bound (4 * 10^18 units, as after charges far past its
+     * 50) and the bucket's remainder just under a second: both valid, all six states and the
+     * concurrency slot's reservation load */
+    ck_assert_int_eq(patch_state(path, 1, 1, 8, 4000000000000000000), 0);
+    ck_assert_int_eq(patch_state(path, 0, 0, 16, 999999999), 0);
+    rl_limiter *c = tu_limiter(snap_cfg);
+    ck_assert_int_eq(rl_limiter_load(c, path, S(1), &loaded, &err), RL_OK);
+    ck_assert_uint_eq(loaded, 7);
+    /* that count, the previous window's in [100, 200), weighs 4 * 10^18 * (200 - t) / 100 s:
+     * at most 49 units only when 200 - t <= 1.225 ns, so one more fits at 200 s - 1 ns */
+    ck_assert(!tu_acquire_ex(c, "team=t", 1, S(1), RL_DRY_RUN, 0, &d));
+    ck_assert_int_eq(d.retry_after, S(199) - 1);
+    unlink(path);
+    tu_free(a);
+    tu_free(c);
+}
+END_TEST
+
 Suite *limiter_suite(void);
 Suite *limiter_suite(void)
 {
@@ -1350,6 +1461,9 @@ Suite *limiter_suite(void)
     tcase_add_test(tc, snapshot_into_a_changed_configuration);
     tcase_add_test(tc, snapshot_skips_idle_and_expired);
     tcase_add_test(tc, snapshot_missing_or_corrupt);
+    tcase_add_loop_test(tc, snapshot_refuses_a_state_out_of_bounds, 0,
+                        sizeof bad_states / sizeof bad_states[0]);
+    tcase_add_test(tc, snapshot_state_at_its_bounds_loads);
     suite_add_tcase(s, tc);
     return s;
 }

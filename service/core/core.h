@@ -148,4 +148,27 @@ static inline rl_ns rl__max_ns(rl_ns a, rl_ns b)
     return a > b ? a : b;
 }
 
+/* Latest time a state may hold (about the year 2116). Clocks stay far below it, and adding
+ * any duration a rule allows (at most a year) to it cannot overflow: a state read from a
+ * snapshot with a later or a negative time is damaged. */
+#define RL__TIME_MAX ((rl_ns)1 << 62)
+
+/* Checks for state_valid: a time in [0, RL__TIME_MAX], a used amount in [0, RL__USED_MAX]. */
+static inline int rl__time_ok(rl_ns t)
+{
+    return t >= 0 && t <= RL__TIME_MAX;
+}
+
+static inline int rl__used_ok(rl_fp v)
+{
+    return v >= 0 && v <= RL__USED_MAX;
+}
+
+/* Whether state holds the invariants of its type t: 1 as well when t has no state_valid (or
+ * declares a version before 3, whose struct ends before it). */
+static inline int rl__state_valid(const rl_rule_type *t, const void *params, const void *state)
+{
+    return t->api_version < 3 || !t->state_valid || t->state_valid(params, state);
+}
+
 #endif

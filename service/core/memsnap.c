@@ -184,6 +184,7 @@ typedef struct reader {
     uint32_t nl, nt;
     unsigned char *buf;
     size_t cap;
+    const char *why; /* why the file is refused, when more precise than "malformed" */
     char key[65536];
 } reader;
 
@@ -200,10 +201,10 @@ static int fill_state(const rl_rule *rule, void *st, const void *bytes, size_t l
     return t->state_load ? t->state_load(rule->params, st, bytes, len) : -1;
 }
 
-/* Whether a state read from a file fits the rule now in force: at the load's time it holds no
- * more than the rule's limit and answers no negative wait. One that does not comes from a
- * damaged file or from a rule whose limit has shrunk since (a bucket above its capacity, more
- * slots free than there are); it is not loaded, and the key starts as a new one. */
+/* Whether a valid state read from a file fits the rule now in force: at the load's time it
+ * holds no more than the rule's limit and answers no negative wait. One that does not comes
+ * from a rule whose limit has shrunk since (a bucket above its new capacity); it is not
+ * loaded, and the key starts as a new one. */
 static int plausible(const rl_rule *rule, const void *st, const reader *rd, size_t klen)
 {
     rl_rule_status status;
@@ -245,6 +246,14 @@ static int load_key(reader *rd)
         memset(st, 0, rt->state_size);
         if (fill_state(rule, st, rd->buf, slen) != 0) {
             rl_rules_unref(ref);
+            return -1;
+        }
+        if (!rl__state_valid(rt, rule->params, st)) {
+            /* amounts or times no decision could have left: the file is damaged */
+            if (rt->state_free)
+                rt->state_free(rule->params, st);
+            rl_rules_unref(ref);
+            rd->why = "a key's state is outside its rule type's bounds";
             return -1;
         }
         if (!plausible(rule, st, rd, klen)) {
@@ -404,8 +413,11 @@ int rl__ms_load(void *cls, FILE *f, rl_ns now, size_t *loaded, rl_err *err)
         } else {
             goto done;
         }
-        if (r < 0)
+        if (r < 0) {
+            if (rd->why)
+                why = rd->why;
             goto done;
+        }
         count += (size_t)r;
     }
     ok = !get(f, &want_rec, 8) && !get(f, &want_res, 8) && want_rec == nrec && want_res == nres;

@@ -71,12 +71,17 @@ static void cc_report(const void *pp, const rl_eval *ev, rl_ns now, rl_rule_stat
     const cc_state *s = &((const cc_ev *)(const void *)ev)->s;
     (void)now;
     out->limit = p->limit;
-    /* held is never negative; a state that says so (a damaged snapshot) reports more than
-     * any limit, which is how the loader knows it, and does not overflow */
-    out->remaining = s->held < 0 ? INT64_MAX : p->limit - s->held;
+    out->remaining = p->limit - s->held;
     out->reset_after = 0;
     out->window = 0;
     out->next = s->held > 0 ? wait_for(p, s, rl_status_want(p->limit, out->remaining)) : 0;
+}
+
+/* Slots held never negative nor past what charges saturate at. */
+static int cc_state_valid(const void *pp, const void *st)
+{
+    (void)pp;
+    return rl__used_ok(((const cc_state *)st)->held);
 }
 
 static void cc_name(const void *pp, char *buf, size_t len)
@@ -124,4 +129,5 @@ const rl_rule_type rl__concurrency = {
     .commit = cc_commit,
     .report = cc_report,
     .redis = &cc_redis,
+    .state_valid = cc_state_valid,
 };

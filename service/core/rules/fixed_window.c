@@ -100,6 +100,14 @@ static void fw_report(const void *pp, const rl_eval *ev, rl_ns now, rl_rule_stat
     out->next = s->count > 0 ? wait_for(p, s, now, rl_status_want(p->limit, out->remaining)) : 0;
 }
 
+/* A count never negative nor past what charges saturate at, and a sane time. */
+static int fw_state_valid(const void *pp, const void *st)
+{
+    const fw_state *s = st;
+    (void)pp;
+    return rl__used_ok(s->count) && rl__time_ok(s->last);
+}
+
 static void fw_name(const void *pp, char *buf, size_t len)
 {
     const fw_params *p = pp;
@@ -146,4 +154,5 @@ const rl_rule_type rl__fixed_window = {
     .commit = fw_commit,
     .report = fw_report,
     .redis = &fw_redis,
+    .state_valid = fw_state_valid,
 };

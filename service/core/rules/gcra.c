@@ -126,6 +126,15 @@ static void gcra_report(const void *pp, const rl_eval *ev, rl_ns now, rl_rule_st
                     : 0;
 }
 
+/* TAT not negative (it saturates at RL_WAIT_NEVER), rem a remainder of a division by the
+ * rate, and a sane time of the last change. */
+static int gcra_state_valid(const void *pp, const void *st)
+{
+    const gcra_params *p = pp;
+    const gcra_state *s = st;
+    return s->tat >= 0 && s->rem >= 0 && s->rem < p->rate && rl__time_ok(s->last);
+}
+
 static void gcra_name(const void *pp, char *buf, size_t len)
 {
     const gcra_params *p = pp;
@@ -172,4 +181,5 @@ const rl_rule_type rl__gcra = {
     .commit = gcra_commit,
     .report = gcra_report,
     .redis = &gcra_redis,
+    .state_valid = gcra_state_valid,
 };

@@ -241,6 +241,27 @@ static int swl_load(const void *pp, void *st, const void *buf, size_t len)
     return 0;
 }
 
+/* A sane time, entries in strictly increasing time up to it, each cost not negative, and sum
+ * their exact total within what charges saturate at: then the live sum never goes below zero
+ * nor overflows as entries expire. */
+static int swl_state_valid(const void *pp, const void *st)
+{
+    const swl_state *s = st;
+    rl_fp total = 0;
+    (void)pp;
+    if (!rl__time_ok(s->last) || !rl__used_ok(s->sum))
+        return 0;
+    for (uint32_t i = 0, n = s->log ? s->log->n : 0; i < n; i++) {
+        const swl_entry *e = at(s->log, i);
+        if (!rl__time_ok(e->ts) || e->ts > s->last || (i > 0 && e->ts <= at(s->log, i - 1)->ts))
+            return 0;
+        if (!rl__used_ok(e->cost) || e->cost > RL__USED_MAX - total)
+            return 0;
+        total += e->cost;
+    }
+    return total == s->sum;
+}
+
 static void swl_name(const void *pp, char *buf, size_t len)
 {
     const swl_params *p = pp;
@@ -291,4 +312,5 @@ const rl_rule_type rl__sliding_window = {
     .commit = swl_commit,
     .report = swl_report,
     .redis = &swl_redis,
+    .state_valid = swl_state_valid,
 };

@@ -148,6 +148,15 @@ static void swc_report(const void *pp, const rl_eval *ev, rl_ns now, rl_rule_sta
     out->next = est > 0 ? wait_for(p, s, now, rl_status_want(p->limit, out->remaining)) : 0;
 }
 
+/* Counts never negative nor past what charges saturate at, and a sane time: then the
+ * estimate (cur + at most prev) and every sum above stay within 64 bits. */
+static int swc_state_valid(const void *pp, const void *st)
+{
+    const swc_state *s = st;
+    (void)pp;
+    return rl__used_ok(s->cur) && rl__used_ok(s->prev) && rl__time_ok(s->last);
+}
+
 static void swc_name(const void *pp, char *buf, size_t len)
 {
     const swc_params *p = pp;
@@ -194,4 +203,5 @@ const rl_rule_type rl__sliding_window_counter = {
     .commit = swc_commit,
     .report = swc_report,
     .redis = &swc_redis,
+    .state_valid = swc_state_valid,
 };

@@ -143,6 +143,16 @@ static int tb_prepare(void *pp, char *err, size_t errlen)
     return 0;
 }
 
+/* used never negative nor past what charges saturate at, frac a remainder of a division by
+ * a second, and a sane time. */
+static int tb_state_valid(const void *pp, const void *st)
+{
+    const tb_state *s = st;
+    (void)pp;
+    return rl__used_ok(s->used) && s->frac >= 0 && s->frac < RL_NS_PER_SEC &&
+           rl__time_ok(s->last);
+}
+
 static void tb_name(const void *pp, char *buf, size_t len)
 {
     const tb_params *p = pp;
@@ -190,4 +200,5 @@ const rl_rule_type rl__token_bucket = {
     .commit = tb_commit,
     .report = tb_report,
     .redis = &tb_redis,
+    .state_valid = tb_state_valid,
 };

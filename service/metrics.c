@@ -198,14 +198,15 @@ void rld_metrics_grpc(rld_metrics *m, int method, int code, rl_ns duration)
         count_call(&my_slot(m)->grpc[mi], ci, duration);
 }
 
-static void count_rule(rule_counts *t, size_t level, const char *rule)
+/* Adds count to (level, rule) in t, under t->mu; past the table's room to the level's
+ * "other". */
+static void add_rule_count(rule_counts *t, size_t level, const char *rule, uint64_t count)
 {
     size_t n = strlen(rule), h = level * 31;
     if (n >= sizeof t->e[0].rule)
         n = sizeof t->e[0].rule - 1;
     for (size_t i = 0; i < n; i++)
         h = h * 131 + (unsigned char)rule[i];
-    pthread_mutex_lock(&t->mu);
     for (size_t probe = 0; probe < MAX_DENIED; probe++) {
         rule_entry *e = &t->e[(h + probe) % MAX_DENIED];
         if (e->rule[0] == '\0') {
@@ -215,18 +216,22 @@ static void count_rule(rule_counts *t, size_t level, const char *rule)
             e->level = (uint16_t)level;
             memcpy(e->rule, rule, n);
             e->rule[n] = '\0';
-            e->count = 1;
+            e->count = count;
             t->n++;
-            pthread_mutex_unlock(&t->mu);
             return;
         }
         if (e->level == level && strncmp(e->rule, rule, n) == 0 && e->rule[n] == '\0') {
-            e->count++;
-            pthread_mutex_unlock(&t->mu);
+            e->count += count;
             return;
         }
     }
-    t->other[level]++;
+    t->other[level] += count;
+}
+
+static void count_rule(rule_counts *t, size_t level, const char *rule)
+{
+    pthread_mutex_lock(&t->mu);
+    add_rule_count(t, level, rule, 1);
     pthread_mutex_unlock(&t->mu);
 }
 
@@ -283,6 +288,42 @@ static void u64_line(rld_buf *o, uint64_t v)
 }
 
 /* One series per (level, rule) of a table, and the levels' "other" counts. */
+/* Moves a table's counts from the levels of from to those of the same name in to; the counts
+ * of a level that to does not have are dropped (its series end). */
+static void remap_rule_counts(rule_counts *t, const rl_config *from, const rl_config *to)
+{
+    long map[RL_MAX_LEVELS];
+    uint64_t other[RL_MAX_LEVELS] = {0};
+    for (size_t l = 0; l < from->nlevels && l < RL_MAX_LEVELS; l++) {
+        map[l] = -1;
+        for (size_t k = 0; k < to->nlevels; k++)
+            if (strcmp(from->levels[l].name, to->levels[k].name) == 0)
+                map[l] = (long)k;
+    }
+    rule_entry *old = malloc(MAX_DENIED * sizeof *old);
+    if (!old)
+        return; /* out of memory: the counts stay by position */
+    pthread_mutex_lock(&t->mu);
+    memcpy(old, t->e, MAX_DENIED * sizeof *old);
+    memset(t->e, 0, MAX_DENIED * sizeof *old);
+    t->n = 0;
+    for (size_t l = 0; l < from->nlevels && l < RL_MAX_LEVELS; l++)
+        if (map[l] >= 0)
+            other[map[l]] += t->other[l];
+    memcpy(t->other, other, sizeof other);
+    for (size_t i = 0; i < MAX_DENIED; i++)
+        if (old[i].rule[0] && old[i].level < from->nlevels && map[old[i].level] >= 0)
+            add_rule_count(t, (size_t)map[old[i].level], old[i].rule, old[i].count);
+    pthread_mutex_unlock(&t->mu);
+    free(old);
+}
+
+void rld_metrics_levels_changed(rld_metrics *m, const rl_config *from, const rl_config *to)
+{
+    remap_rule_counts(&m->denied, from, to);
+    remap_rule_counts(&m->shadow, from, to);
+}
+
 static void render_rule_counts(rld_buf *o, const char *name, rule_counts *t, const rl_config *cfg)
 {
     pthread_mutex_lock(&t->mu);

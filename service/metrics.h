@@ -40,6 +40,9 @@ void rld_metrics_settle(rld_metrics *m, const rl_settlement *s);
 
 /* A decision refused because the memory store holds max_keys key states, none idle. */
 void rld_metrics_keys_refused(rld_metrics *m);
+/* A reload replaced the configuration from by to: the counts by level and rule follow their
+ * levels by name (those of a level to does not have are dropped). While nothing counts. */
+void rld_metrics_levels_changed(rld_metrics *m, const rl_config *from, const rl_config *to);
 /* A configuration reload, ok or refused. */
 void rld_metrics_reload(rld_metrics *m, int ok);
 /* A state file found corrupt or truncated at start (and moved aside). */

@@ -1255,27 +1255,29 @@ static int64_t redis_ms(void)
     return ms;
 }
 
-static long long pttl(const char *key)
+static long long pttl_on(const rt_redis *node, const char *key)
 {
-    redisReply *r = rt_redis_cmd(&srv, "PTTL %s", key);
+    redisReply *r = rt_redis_cmd(node, "PTTL %s", key);
     ck_assert_int_eq(r->type, REDIS_REPLY_INTEGER);
     long long v = r->integer;
     freeReplyObject(r);
     return v;
 }
 
-/* Every key in Redis has a TTL: -1 (none) or a key without one fails. Returns the keys seen. */
-static size_t check_all_ttls(void)
+static long long pttl(const char *key) { return pttl_on(&srv, key); }
+
+/* Every key on node has a TTL: -1 (none) or a key without one fails. Returns the keys seen. */
+static size_t check_ttls_on(const rt_redis *node)
 {
     char cursor[32] = "0";
     size_t n = 0;
     do {
-        redisReply *r = rt_redis_cmd(&srv, "SCAN %s COUNT 1000", cursor);
+        redisReply *r = rt_redis_cmd(node, "SCAN %s COUNT 1000", cursor);
         ck_assert_int_eq(r->type, REDIS_REPLY_ARRAY);
         snprintf(cursor, sizeof cursor, "%s", r->element[0]->str);
         for (size_t i = 0; i < r->element[1]->elements; i++) {
             const char *key = r->element[1]->element[i]->str;
-            long long t = pttl(key);
+            long long t = pttl_on(node, key);
             ck_assert_msg(t > 0 || t == -2, "key %s has no TTL (%lld)", key, t);
             n++;
         }
@@ -1283,6 +1285,27 @@ static size_t check_all_ttls(void)
     } while (strcmp(cursor, "0") != 0);
     return n;
 }
+
+static size_t check_all_ttls(void) { return check_ttls_on(&srv); }
+
+/* The same on a cluster: the keys of traces of every type that can live there, decisions given
+ * back across slots included, on every primary. */
+START_TEST(every_key_written_has_a_ttl_on_a_cluster)
+{
+    for (int t = 0; t < NTYPES - 1; t++) {
+        char prefix[32];
+        snprintf(prefix, sizeof prefix, "ttl%d:", t);
+        replay(0x77780000u + (uint64_t)t, t, 150, prefix);
+    }
+    size_t n = 0;
+    for (int i = 0; i < 3; i++) {
+        size_t k = check_ttls_on(&cl.node[i]);
+        ck_assert_uint_gt(k, 0);
+        n += k;
+    }
+    ck_assert_uint_gt(n, 20);
+}
+END_TEST
 
 START_TEST(every_key_written_has_a_ttl)
 {
@@ -2030,6 +2053,7 @@ Suite *redis_store_suite(void)
     tcase_add_test(tc, cluster_refuses_types_that_cannot_give_back);
     tcase_add_test(tc, quotas_on_a_cluster);
     tcase_add_test(tc, sharded_level_spreads_on_a_cluster);
+    tcase_add_test(tc, every_key_written_has_a_ttl_on_a_cluster);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("keys");

@@ -410,6 +410,8 @@ check-core:
 DEB_PKGS := gcc libc6-dev make pkg-config libjansson-dev libmicrohttpd-dev check libsubunit-dev \
             libcurl4-openssl-dev libhiredis-dev redis-server redis-sentinel redis-tools nginx wrk curl \
             prometheus clang libclang-rt-14-dev libyaml-dev openssl
+# bench/callgrind_core.sh (instructions per decision; not part of make test or make bench)
+DEB_PKGS += valgrind
 # gRPC: messages, HTTP/2, the Python client (grpcio, protobuf, protoc), h2load
 DEB_PKGS += libprotobuf-c-dev protobuf-c-compiler libnghttp2-dev nghttp2-client protobuf-compiler \
             python3 python3-grpcio python3-protobuf

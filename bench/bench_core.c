@@ -13,6 +13,9 @@
  *                                        idle and tick ran
  *
  * Usage: bench_core [max_keys]   (default 10000000)
+ * BENCH_SINGLE_THREAD=1 skips the two-thread and memory figures; BENCH_CORE_OPS sets the
+ * decisions timed per key count (default 2,000,000, or the key count when larger): with few,
+ * bench/callgrind_core.sh counts instructions per decision under callgrind.
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -97,7 +100,9 @@ typedef struct keyset {
     size_t n;
 } keyset;
 
-static int decide(rl_limiter *lim, const keyset *ks, size_t u, rl_ns now)
+/* Not inlined, so that callgrind can count a decision: bench/callgrind_core.sh. */
+__attribute__((noinline)) static int decide(rl_limiter *lim, const keyset *ks, size_t u,
+                                            rl_ns now)
 {
     char user[32], team[16];
     size_t ul = fmt_key(user, "user-", 5, u), tl = fmt_key(team, "t", 1, u % 1000);
@@ -169,7 +174,7 @@ static int bdecide(btable *t, const char *const keys[3], double now)
     return 1;
 }
 
-static int bdecide_keys(btable *t, size_t u, double now)
+__attribute__((noinline)) static int bdecide_keys(btable *t, size_t u, double now)
 {
     char user[32], team[16];
     fmt_key(user, "user-", 5, u);
@@ -247,6 +252,8 @@ int main(int argc, char **argv)
             decide(lim, &ks, i, now++);
         long after = rss_bytes();
         size_t ops = n < 2000000 ? 2000000 : n;
+        if (getenv("BENCH_CORE_OPS"))
+            ops = strtoull(getenv("BENCH_CORE_OPS"), NULL, 10);
         run_core(lim, &ks, n, ops / 4, &now); /* warm up */
         double ns = run_core(lim, &ks, n, ops, &now);
         printf("core_ns_per_decision_%zu_keys: %.1f\n", n, ns);

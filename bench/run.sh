@@ -16,8 +16,9 @@
 #   BENCH_CORE_MAX=10000000   largest key count of the in-process benchmark
 #   BENCH_MEM_USERS=1000000   distinct users of the memory runs
 #   BENCH_MEM_REQUESTS=10000000   requests of the second memory figure
-#   BENCH_SECTIONS="http grpc core memory idle redis"   the sections to run
+#   BENCH_SECTIONS="http grpc core memory idle redis cluster"   the sections to run
 #   BENCH_REDIS_ROUNDS=3  rounds of the Redis comparison (redis-benchmark and ratelimitd in turn)
+#   BENCH_CLUSTER_ROUNDS=3  rounds of one Redis against a 3-primary cluster (in turn)
 #   REDIS_THREADS=0       ratelimitd's threads in the Redis section; 0: its default with the Redis
 #                         store (one per CPU, at least one per pooled connection: 8)
 set -eu
@@ -36,8 +37,9 @@ CORE_RUNS=${BENCH_CORE_RUNS:-3}
 CORE_MAX=${BENCH_CORE_MAX:-10000000}
 MEM_USERS=${BENCH_MEM_USERS:-1000000}
 MEM_REQUESTS=${BENCH_MEM_REQUESTS:-10000000}
-SECTIONS=${BENCH_SECTIONS:-http grpc core memory idle redis}
+SECTIONS=${BENCH_SECTIONS:-http grpc core memory idle redis cluster}
 REDIS_ROUNDS=${BENCH_REDIS_ROUNDS:-3}
+CLUSTER_ROUNDS=${BENCH_CLUSTER_ROUNDS:-3}
 THREADS=2 # ratelimitd threads and nginx workers: one per core of the reference machine
 WRK_THREADS=2
 WRK_CONNS=64
@@ -377,6 +379,16 @@ section_grpc() {
     grpc_bench
 }
 
+# ---- 7. Redis Cluster -----------------------------------------------------------------------
+
+# bench/cluster.sh: POST /acquire through one redis-server and through three cluster
+# primaries, Redis CPU per decision, and the model of primaries per decision rate.
+section_cluster() {
+    # shellcheck source=bench/cluster.sh
+    . "$HERE/cluster.sh"
+    cluster_bench
+}
+
 # ---- run --------------------------------------------------------------------------------
 
 log "ratelimitd benchmarks: $(nproc) cores, $(uname -r), build $BUILD"
@@ -392,6 +404,7 @@ for s in $SECTIONS; do
     idle) section_idle ;;
     redis) section_redis ;;
     grpc) section_grpc ;;
+    cluster) section_cluster ;;
     *) fail "unknown section $s" ;;
     esac
 done
@@ -424,6 +437,11 @@ if [[ " $SECTIONS " == *" core "* ]]; then
     emit "ratio_core_growth_${CORE_MAX}_vs_1000_keys" "$(ratio "$cmax" "$c1k")"
     emit ratio_core_1000000_keys_vs_250ns_target "$(ratio "$c1m" 250)"
     emit ratio_core_1000000_keys_vs_baseline "$(ratio "$c1m" "$b1m")"
+    emit ratio_core_1000_keys_vs_baseline \
+        "$(ratio "$c1k" "${CORE_baseline_ns_per_decision_1000_keys:-n/a}")"
+    # both threads together, per decision, against one thread: below 1 is a speed-up
+    emit ratio_core_2threads_vs_1thread_1000000_keys \
+        "$(ratio "${CORE_core_ns_per_decision_2threads_1000000_keys:-n/a}" "$c1m")"
 fi
 if [[ " $SECTIONS " == *" memory "* ]]; then
     emit ratio_memory_per_key_vs_64_bytes "$(ratio "$MEM_per_key" 64)"
@@ -436,6 +454,10 @@ if [[ " $SECTIONS " == *" grpc "* ]]; then
     emit ratio_grpc_rps_vs_acquire "$GRPC_ratio_rps"
     emit ratio_grpc_cpu_per_decision_vs_acquire "$GRPC_ratio_cpu_us_per_request"
     emit ratio_grpc_p99_vs_acquire "$GRPC_ratio_p99_ms"
+fi
+if [ -n "${CLUSTER_ratio_cpu:-}" ]; then
+    emit ratio_cluster_redis_cpu_per_decision_vs_one_redis_evalsha "$CLUSTER_ratio_cpu"
+    emit ratio_cluster_redis_cpu_per_decision_vs_one_redis_fcall "$CLUSTER_ratio_cpu_fcall"
 fi
 if [[ " $SECTIONS " == *" idle "* ]]; then
     emit ratio_idle_rss_growth_after_vs_before \

@@ -46,6 +46,7 @@ typedef struct stream {
     int early; /* answered before the request ended: reset the stream once the answer is sent */
     int too_big;
     rl_ns deadline; /* CLOCK_MONOTONIC; 0: none */
+    rl_ns started;  /* CLOCK_MONOTONIC: its headers began */
     char now[40];   /* ratelimitd-now metadata */
     int has_now;
     char auth[1040]; /* authorization metadata ("Bearer <token>", tokens are 1024 at most) */
@@ -186,9 +187,17 @@ static ssize_t resp_read(nghttp2_session *s, int32_t id, uint8_t *buf, size_t le
 }
 
 /* A trailers-only answer: the status in the one HEADERS frame, which ends the stream. */
+static void observe(stream *st, rld_grpc_code code)
+{
+    const rld_grpc_config *cfg = &st->c->w->g->cfg;
+    if (cfg->observe)
+        cfg->observe(cfg->app, st->method, code, rld_mono_ns() - st->started);
+}
+
 static void answer_status(stream *st, rld_grpc_code code, const char *msg)
 {
     rld_buf m;
+    observe(st, code);
     st->answered = 1;
     waiting_remove(st->c->w, st);
     snprintf(st->code, sizeof st->code, "%d", (int)code);
@@ -284,6 +293,7 @@ static void handle_call(stream *st)
     p[2] = (uint8_t)(n >> 16);
     p[3] = (uint8_t)(n >> 8);
     p[4] = (uint8_t)n;
+    observe(st, RLD_GRPC_OK);
     st->answered = 1;
     waiting_remove(w, st);
     nghttp2_nv h[] = {NV(":status", "200"), NV("content-type", "application/grpc"),
@@ -305,6 +315,7 @@ static int on_begin_headers(nghttp2_session *s, const nghttp2_frame *f, void *ud
     st->id = f->hd.stream_id;
     st->c = c;
     st->method = -1;
+    st->started = rld_mono_ns();
     c->nstreams++;
     st->cnext = c->streams;
     if (c->streams)

@@ -57,6 +57,9 @@ typedef struct rld_grpc_config {
     /* A connection that sent nothing for this long (idle, or a call whose body stalls) gets
      * a GOAWAY and is closed (0: never). */
     unsigned idle_timeout_ms;
+    /* Called for every call answered with a gRPC status: the method's index (-1: unknown),
+     * the status and the time since its headers began; NULL: none. */
+    void (*observe)(void *app, int method, rld_grpc_code code, rl_ns duration);
     const rld_grpc_method *methods;
     size_t nmethods;
     void *app; /* handed to the methods */

@@ -97,8 +97,21 @@ static rld_grpc_code m_health_check(void *ctx, const rld_grpc_call *call, rld_bu
     return RLD_GRPC_OK;
 }
 
+void rld_grpc_observe(void *ctx, int method, rld_grpc_code code, rl_ns duration)
+{
+    rld_metrics_grpc(((rld_app *)ctx)->metrics, method, (int)code, duration);
+}
+
 const rld_grpc_method rld_grpc_methods[] = {
     {"/" RLS_SERVICE "/ShouldRateLimit", m_should_rate_limit},
     {"/grpc.health.v1.Health/Check", m_health_check},
 };
 const size_t rld_grpc_nmethods = sizeof rld_grpc_methods / sizeof rld_grpc_methods[0];
+
+void rld_grpc_metrics_init(rld_app *app)
+{
+    static const char *paths[sizeof rld_grpc_methods / sizeof rld_grpc_methods[0]];
+    for (size_t i = 0; i < rld_grpc_nmethods; i++)
+        paths[i] = rld_grpc_methods[i].path;
+    rld_metrics_grpc_methods(app->metrics, rld_grpc_nmethods, paths);
+}

@@ -17,5 +17,9 @@
 /* The method table for rld_grpc_config (its app is an rld_app). */
 extern const rld_grpc_method rld_grpc_methods[];
 extern const size_t rld_grpc_nmethods;
+/* Counts a call in the app's metrics (rld_grpc_config.observe). */
+void rld_grpc_observe(void *app, int method, rld_grpc_code code, rl_ns duration);
+/* Names the methods in the app's metrics, so that their calls are counted. */
+void rld_grpc_metrics_init(rld_app *app);
 
 #endif

@@ -326,9 +326,11 @@ static int grpc_start(const opts *o, const rld_settings *set, rld_app *app, int 
                           .max_message = (size_t)set->grpc_max_message,
                           .max_connections = (unsigned)set->max_connections,
                           .idle_timeout_ms = (unsigned)set->connection_timeout * 1000u,
+                          .observe = rld_grpc_observe,
                           .methods = rld_grpc_methods,
                           .nmethods = rld_grpc_nmethods,
                           .app = app};
+    rld_grpc_metrics_init(app);
     if (!(*out = rld_grpc_start(&gc, &err))) {
         rld_log("error: %s", err.msg);
         return -1;

@@ -22,21 +22,35 @@ static const char *const bound_names[] = {"0.0001", "0.00025", "0.0005", "0.001"
                                           "0.25",   "0.5",     "1",      "2.5"};
 #define NBOUNDS (sizeof bounds / sizeof bounds[0])
 
+/* gRPC status codes by number (0 to 16); anything else is counted as code="other". */
+static const char *const grpc_codes[] = {
+    "OK",           "CANCELLED",         "UNKNOWN",        "INVALID_ARGUMENT",
+    "DEADLINE_EXCEEDED", "NOT_FOUND",    "ALREADY_EXISTS", "PERMISSION_DENIED",
+    "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE",
+    "UNIMPLEMENTED", "INTERNAL",         "UNAVAILABLE",    "DATA_LOSS",
+    "UNAUTHENTICATED"};
+#define NGRPC_CODES (sizeof grpc_codes / sizeof grpc_codes[0] + 1)
+#define MAX_CODES (NGRPC_CODES > NCODES ? NGRPC_CODES : NCODES)
+
 #define MAX_ENDPOINTS 16
+#define MAX_GRPC 8 /* gRPC methods, and one more for unknown ones */
 #define NSLOTS 64
 #define MAX_DENIED 1024
 
-typedef struct endpoint_counts {
-    uint64_t code[NCODES];
+/* Calls of one endpoint or method: by status code (an index of codes or grpc_codes, the last
+ * for any other) and by duration. */
+typedef struct call_counts {
+    uint64_t code[MAX_CODES];
     uint64_t bucket[NBOUNDS + 1]; /* not cumulative; the last is above every bound */
     uint64_t sum_ns;
-} endpoint_counts;
+} call_counts;
 
 /* One thread's counters; all updates are relaxed atomic adds, so a slot may be shared. */
 typedef struct slot {
     uint64_t allowed, denied;
     uint64_t cost, refunded, charged; /* fixed point */
-    endpoint_counts ep[MAX_ENDPOINTS];
+    call_counts ep[MAX_ENDPOINTS];
+    call_counts grpc[MAX_GRPC + 1];
 } __attribute__((aligned(64))) slot;
 
 typedef struct rule_entry {
@@ -57,6 +71,8 @@ typedef struct rule_counts {
 struct rld_metrics {
     size_t nendpoints;
     const char *const *names;
+    size_t ngrpc; /* gRPC methods named, 0: no gRPC */
+    const char *grpc_names[MAX_GRPC];
     unsigned nslots; /* atomic: slots handed out */
     slot *slots;
     rule_counts denied; /* by the rule that blocked */
@@ -144,14 +160,8 @@ static uint64_t get(const uint64_t *c)
     return __atomic_load_n(c, __ATOMIC_RELAXED);
 }
 
-void rld_metrics_http(rld_metrics *m, size_t endpoint, int code, rl_ns duration)
+static void count_call(call_counts *e, size_t ci, rl_ns duration)
 {
-    if (endpoint >= m->nendpoints)
-        return;
-    endpoint_counts *e = &my_slot(m)->ep[endpoint];
-    size_t ci = 0;
-    while (ci < NCODES - 1 && codes[ci] != code)
-        ci++;
     size_t bi = 0;
     while (bi < NBOUNDS && duration > bounds[bi])
         bi++;
@@ -160,14 +170,43 @@ void rld_metrics_http(rld_metrics *m, size_t endpoint, int code, rl_ns duration)
     add(&e->sum_ns, duration > 0 ? (uint64_t)duration : 0);
 }
 
-static void count_rule(rule_counts *t, size_t level, const char *rule)
+void rld_metrics_http(rld_metrics *m, size_t endpoint, int code, rl_ns duration)
+{
+    if (endpoint >= m->nendpoints)
+        return;
+    size_t ci = 0;
+    while (ci < NCODES - 1 && codes[ci] != code)
+        ci++;
+    count_call(&my_slot(m)->ep[endpoint], ci, duration);
+}
+
+int rld_metrics_grpc_methods(rld_metrics *m, size_t n, const char *const *paths)
+{
+    if (n > MAX_GRPC)
+        return -1;
+    for (size_t i = 0; i < n; i++)
+        m->grpc_names[i] = paths[i];
+    m->ngrpc = n;
+    return 0;
+}
+
+void rld_metrics_grpc(rld_metrics *m, int method, int code, rl_ns duration)
+{
+    size_t mi = method >= 0 && (size_t)method < m->ngrpc ? (size_t)method : m->ngrpc;
+    size_t ci = code >= 0 && (size_t)code < NGRPC_CODES - 1 ? (size_t)code : NGRPC_CODES - 1;
+    if (m->ngrpc)
+        count_call(&my_slot(m)->grpc[mi], ci, duration);
+}
+
+/* Adds count to (level, rule) in t, under t->mu; past the table's room to the level's
+ * "other". */
+static void add_rule_count(rule_counts *t, size_t level, const char *rule, uint64_t count)
 {
     size_t n = strlen(rule), h = level * 31;
     if (n >= sizeof t->e[0].rule)
         n = sizeof t->e[0].rule - 1;
     for (size_t i = 0; i < n; i++)
         h = h * 131 + (unsigned char)rule[i];
-    pthread_mutex_lock(&t->mu);
     for (size_t probe = 0; probe < MAX_DENIED; probe++) {
         rule_entry *e = &t->e[(h + probe) % MAX_DENIED];
         if (e->rule[0] == '\0') {
@@ -177,18 +216,22 @@ static void count_rule(rule_counts *t, size_t level, const char *rule)
             e->level = (uint16_t)level;
             memcpy(e->rule, rule, n);
             e->rule[n] = '\0';
-            e->count = 1;
+            e->count = count;
             t->n++;
-            pthread_mutex_unlock(&t->mu);
             return;
         }
         if (e->level == level && strncmp(e->rule, rule, n) == 0 && e->rule[n] == '\0') {
-            e->count++;
-            pthread_mutex_unlock(&t->mu);
+            e->count += count;
             return;
         }
     }
-    t->other[level]++;
+    t->other[level] += count;
+}
+
+static void count_rule(rule_counts *t, size_t level, const char *rule)
+{
+    pthread_mutex_lock(&t->mu);
+    add_rule_count(t, level, rule, 1);
     pthread_mutex_unlock(&t->mu);
 }
 
@@ -245,6 +288,42 @@ static void u64_line(rld_buf *o, uint64_t v)
 }
 
 /* One series per (level, rule) of a table, and the levels' "other" counts. */
+/* Moves a table's counts from the levels of from to those of the same name in to; the counts
+ * of a level that to does not have are dropped (its series end). */
+static void remap_rule_counts(rule_counts *t, const rl_config *from, const rl_config *to)
+{
+    long map[RL_MAX_LEVELS];
+    uint64_t other[RL_MAX_LEVELS] = {0};
+    for (size_t l = 0; l < from->nlevels && l < RL_MAX_LEVELS; l++) {
+        map[l] = -1;
+        for (size_t k = 0; k < to->nlevels; k++)
+            if (strcmp(from->levels[l].name, to->levels[k].name) == 0)
+                map[l] = (long)k;
+    }
+    rule_entry *old = malloc(MAX_DENIED * sizeof *old);
+    if (!old)
+        return; /* out of memory: the counts stay by position */
+    pthread_mutex_lock(&t->mu);
+    memcpy(old, t->e, MAX_DENIED * sizeof *old);
+    memset(t->e, 0, MAX_DENIED * sizeof *old);
+    t->n = 0;
+    for (size_t l = 0; l < from->nlevels && l < RL_MAX_LEVELS; l++)
+        if (map[l] >= 0)
+            other[map[l]] += t->other[l];
+    memcpy(t->other, other, sizeof other);
+    for (size_t i = 0; i < MAX_DENIED; i++)
+        if (old[i].rule[0] && old[i].level < from->nlevels && map[old[i].level] >= 0)
+            add_rule_count(t, (size_t)map[old[i].level], old[i].rule, old[i].count);
+    pthread_mutex_unlock(&t->mu);
+    free(old);
+}
+
+void rld_metrics_levels_changed(rld_metrics *m, const rl_config *from, const rl_config *to)
+{
+    remap_rule_counts(&m->denied, from, to);
+    remap_rule_counts(&m->shadow, from, to);
+}
+
 static void render_rule_counts(rld_buf *o, const char *name, rule_counts *t, const rl_config *cfg)
 {
     pthread_mutex_lock(&t->mu);
@@ -267,6 +346,132 @@ static void render_rule_counts(rld_buf *o, const char *name, rule_counts *t, con
             u64_line(o, t->other[l]);
         }
     pthread_mutex_unlock(&t->mu);
+}
+
+/* ---- calls by endpoint or method ---------------------------------------------------------- */
+
+typedef struct call_table {
+    const char *requests, *requests_help; /* the counter family */
+    const char *duration, *duration_help; /* the histogram family */
+    size_t (*rows)(const rld_metrics *m);
+    call_counts *(*row)(slot *s, size_t r);
+    void (*labels)(rld_buf *o, const rld_metrics *m, size_t r); /* without braces */
+    size_t ncodes;
+    void (*code)(rld_buf *o, size_t c);
+} call_table;
+
+static size_t http_rows(const rld_metrics *m)
+{
+    return m->nendpoints;
+}
+
+static call_counts *http_row(slot *s, size_t r)
+{
+    return &s->ep[r];
+}
+
+static void http_labels(rld_buf *o, const rld_metrics *m, size_t r)
+{
+    rld_buf_puts(o, "endpoint=\"");
+    label(o, m->names[r]);
+    rld_buf_putc(o, '"');
+}
+
+static void http_code(rld_buf *o, size_t c)
+{
+    if (c < NCODES - 1)
+        rld_buf_printf(o, "%d", codes[c]);
+    else
+        rld_buf_puts(o, "other");
+}
+
+static size_t grpc_rows(const rld_metrics *m)
+{
+    return m->ngrpc + 1;
+}
+
+static call_counts *grpc_row(slot *s, size_t r)
+{
+    return &s->grpc[r];
+}
+
+/* "/package.Service/Method" as service="package.Service",method="Method" */
+static void grpc_labels(rld_buf *o, const rld_metrics *m, size_t r)
+{
+    const char *path = r < m->ngrpc ? m->grpc_names[r] : NULL;
+    const char *slash = path ? strrchr(path, '/') : NULL;
+    if (!slash || slash == path) {
+        rld_buf_puts(o, "service=\"other\",method=\"other\"");
+        return;
+    }
+    rld_buf_puts(o, "service=\"");
+    rld_buf_printf(o, "%.*s", (int)(slash - path - 1), path + 1);
+    rld_buf_puts(o, "\",method=\"");
+    label(o, slash + 1);
+    rld_buf_putc(o, '"');
+}
+
+static void grpc_code(rld_buf *o, size_t c)
+{
+    rld_buf_puts(o, c < NGRPC_CODES - 1 ? grpc_codes[c] : "other");
+}
+
+static const call_table http_calls = {
+    "ratelimit_http_requests_total", "HTTP requests answered, by endpoint and status code.",
+    "ratelimit_http_request_duration_seconds",
+    "Time from a request's headers to its answer, by endpoint.",
+    http_rows, http_row, http_labels, NCODES, http_code};
+
+static const call_table grpc_calls = {
+    "ratelimit_grpc_requests_total", "gRPC calls answered, by service, method and status code.",
+    "ratelimit_grpc_request_duration_seconds",
+    "Time from a call's headers to its answer, by service and method.",
+    grpc_rows, grpc_row, grpc_labels, NGRPC_CODES, grpc_code};
+
+static void series(rld_buf *o, const char *name, const char *suffix, const call_table *t,
+                   const rld_metrics *m, size_t r)
+{
+    rld_buf_printf(o, "%s%s{", name, suffix);
+    t->labels(o, m, r);
+}
+
+/* The counter (series with a count only) and the histogram of a table of calls. */
+static void render_calls(rld_buf *o, rld_metrics *m, unsigned used, const call_table *t)
+{
+    family(o, t->requests, "counter", t->requests_help);
+    for (size_t r = 0; r < t->rows(m); r++)
+        for (size_t c = 0; c < t->ncodes; c++) {
+            uint64_t n = 0;
+            for (unsigned i = 0; i < used; i++)
+                n += get(&t->row(&m->slots[i], r)->code[c]);
+            if (!n)
+                continue;
+            series(o, t->requests, "", t, m, r);
+            rld_buf_puts(o, ",code=\"");
+            t->code(o, c);
+            rld_buf_puts(o, "\"}");
+            u64_line(o, n);
+        }
+    family(o, t->duration, "histogram", t->duration_help);
+    for (size_t r = 0; r < t->rows(m); r++) {
+        uint64_t cum = 0, sum = 0;
+        for (size_t b = 0; b <= NBOUNDS; b++) {
+            for (unsigned i = 0; i < used; i++)
+                cum += get(&t->row(&m->slots[i], r)->bucket[b]);
+            series(o, t->duration, "_bucket", t, m, r);
+            rld_buf_printf(o, ",le=\"%s\"}", b < NBOUNDS ? bound_names[b] : "+Inf");
+            u64_line(o, cum);
+        }
+        for (unsigned i = 0; i < used; i++)
+            sum += get(&t->row(&m->slots[i], r)->sum_ns);
+        series(o, t->duration, "_sum", t, m, r);
+        rld_buf_puts(o, "} ");
+        rld_buf_seconds(o, (rl_ns)sum);
+        rld_buf_putc(o, '\n');
+        series(o, t->duration, "_count", t, m, r);
+        rld_buf_putc(o, '}');
+        u64_line(o, cum);
+    }
 }
 
 void rld_metrics_render(rld_metrics *m, rl_limiter *lim, rld_buf *o)
@@ -360,45 +565,7 @@ void rld_metrics_render(rld_metrics *m, rl_limiter *lim, rld_buf *o)
         u64_line(o, rl_limiter_keys(lim, l));
     }
 
-    family(o, "ratelimit_http_requests_total", "counter",
-           "HTTP requests answered, by endpoint and status code.");
-    for (size_t e = 0; e < m->nendpoints; e++)
-        for (size_t c = 0; c < NCODES; c++) {
-            uint64_t n = 0;
-            for (unsigned i = 0; i < used; i++)
-                n += get(&m->slots[i].ep[e].code[c]);
-            if (!n)
-                continue;
-            rld_buf_puts(o, "ratelimit_http_requests_total{endpoint=\"");
-            label(o, m->names[e]);
-            if (c < NCODES - 1)
-                rld_buf_printf(o, "\",code=\"%d\"}", codes[c]);
-            else
-                rld_buf_puts(o, "\",code=\"other\"}");
-            u64_line(o, n);
-        }
-
-    family(o, "ratelimit_http_request_duration_seconds", "histogram",
-           "Time from a request's headers to its answer, by endpoint.");
-    for (size_t e = 0; e < m->nendpoints; e++) {
-        uint64_t cum = 0, sum = 0;
-        for (size_t b = 0; b <= NBOUNDS; b++) {
-            for (unsigned i = 0; i < used; i++)
-                cum += get(&m->slots[i].ep[e].bucket[b]);
-            rld_buf_puts(o, "ratelimit_http_request_duration_seconds_bucket{endpoint=\"");
-            label(o, m->names[e]);
-            rld_buf_printf(o, "\",le=\"%s\"}", b < NBOUNDS ? bound_names[b] : "+Inf");
-            u64_line(o, cum);
-        }
-        for (unsigned i = 0; i < used; i++)
-            sum += get(&m->slots[i].ep[e].sum_ns);
-        rld_buf_puts(o, "ratelimit_http_request_duration_seconds_sum{endpoint=\"");
-        label(o, m->names[e]);
-        rld_buf_puts(o, "\"} ");
-        rld_buf_seconds(o, (rl_ns)sum);
-        rld_buf_puts(o, "\nratelimit_http_request_duration_seconds_count{endpoint=\"");
-        label(o, m->names[e]);
-        rld_buf_puts(o, "\"}");
-        u64_line(o, cum);
-    }
+    render_calls(o, m, used, &http_calls);
+    if (m->ngrpc)
+        render_calls(o, m, used, &grpc_calls);
 }

@@ -25,6 +25,12 @@ void rld_metrics_free(rld_metrics *m);
 /* One HTTP request of endpoint (an index below nendpoints) answered with status code after
  * duration nanoseconds. */
 void rld_metrics_http(rld_metrics *m, size_t endpoint, int code, rl_ns duration);
+/* Names the gRPC methods (paths "/package.Service/Method", borrowed, at most 8): their calls
+ * are counted from then on, and the families exported. -1 when there are too many. */
+int rld_metrics_grpc_methods(rld_metrics *m, size_t n, const char *const *paths);
+/* One gRPC call of method (an index of those named, -1 for an unknown one) answered with
+ * status code after duration nanoseconds. Nothing when no method is named. */
+void rld_metrics_grpc(rld_metrics *m, int method, int code, rl_ns duration);
 /* One decision of POST /acquire. cost is counted when the request took it (allowed, not a
  * dry run); a denial is counted against the level and rule that blocked it, and every shadow
  * rule that did not fit (rl_applied.shadow_denied) against its own level and rule. */
@@ -34,6 +40,9 @@ void rld_metrics_settle(rld_metrics *m, const rl_settlement *s);
 
 /* A decision refused because the memory store holds max_keys key states, none idle. */
 void rld_metrics_keys_refused(rld_metrics *m);
+/* A reload replaced the configuration from by to: the counts by level and rule follow their
+ * levels by name (those of a level to does not have are dropped). While nothing counts. */
+void rld_metrics_levels_changed(rld_metrics *m, const rl_config *from, const rl_config *to);
 /* A configuration reload, ok or refused. */
 void rld_metrics_reload(rld_metrics *m, int ok);
 /* A state file found corrupt or truncated at start (and moved aside). */

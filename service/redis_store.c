@@ -33,6 +33,7 @@
 #define EXPIRE_BATCH 100 /* reservations expired per tick at most */
 #define DUP_ID 1 /* internal: the reservation id drawn is taken, draw another */
 #define RESV_SHARDS 16   /* on a cluster: the reservation index is split over this many slots */
+#define RESV_PER_TICK 4  /* and housekeeping expires from this many of them a tick */
 
 #define MAX_PORT_PARAMS 16
 
@@ -70,6 +71,8 @@ typedef struct redis_store {
     uint64_t active;  /* atomic */
     char cursor[32];
     size_t scan_node; /* on a cluster: the primary being scanned */
+    unsigned due_next; /* on a cluster: the next part of the reservation index to expire */
+    int64_t part_active[RESV_SHARDS];
     size_t counting[RL_MAX_LEVELS];
     size_t counted[RL_MAX_LEVELS]; /* atomic: the last full scan's keys per level */
 } redis_store;
@@ -255,10 +258,12 @@ static void ab_state_key(const redis_store *rs, abuf *k, size_t level, unsigned 
     int n = rs->shards[level] > 1 ? snprintf(mid, sizeof mid, ":%u.%u:", slot, shard)
                                   : snprintf(mid, sizeof mid, ":%u:", slot);
     ab_cat(k, mid, (size_t)n);
-    if (rs->cluster) { /* one hash tag for every state of (level, key) */
+    if (rs->cluster) { /* one hash tag for every state of (level, key), or of one shard */
         ab_cat(k, "{", 1);
         ab_cat(k, name, strlen(name));
-        ab_cat(k, ":", 1);
+        n = rs->shards[level] > 1 ? snprintf(mid, sizeof mid, ".%u:", shard)
+                                  : snprintf(mid, sizeof mid, ":");
+        ab_cat(k, mid, (size_t)n);
         ab_cat(k, key, keylen);
         ab_cat(k, "}", 1);
     } else {
@@ -1437,11 +1442,24 @@ static void expire_part(redis_store *rs, rl_ns now, unsigned n, int64_t *active)
     freeReplyObject(r);
 }
 
+/* On a cluster, RESV_PER_TICK parts of the index a tick, in turn (each part every 0.4 s at ten
+ * ticks a second). */
 static void expire_due(redis_store *rs, rl_ns now)
 {
     int64_t active = 0;
-    for (unsigned n = 0; n < (rs->cluster ? RESV_SHARDS : 1u); n++)
-        expire_part(rs, now, n, &active);
+    if (!rs->cluster) {
+        expire_part(rs, now, 0, &active);
+        __atomic_store_n(&rs->active, (uint64_t)active, __ATOMIC_RELAXED);
+        return;
+    }
+    for (unsigned k = 0; k < RESV_PER_TICK; k++) {
+        unsigned n = rs->due_next;
+        rs->due_next = (n + 1) % RESV_SHARDS;
+        rs->part_active[n] = 0;
+        expire_part(rs, now, n, &rs->part_active[n]);
+    }
+    for (unsigned n = 0; n < RESV_SHARDS; n++)
+        active += rs->part_active[n];
     __atomic_store_n(&rs->active, (uint64_t)active, __ATOMIC_RELAXED);
 }
 

@@ -17,8 +17,9 @@
  * reservation, P"resv" (the reservations by expiry), P"fleet" (heartbeats), P"quotas" (see
  * redis_quota.h).
  *
- * Redis Cluster (options.cluster): a state key ends in "{"<level>":"<key>"}" instead of <key>,
- * so that every state of one (level, key) shares a slot; a reservation is P"r:"<id>"{"<n>"}"
+ * Redis Cluster (options.cluster): a state key ends in "{"<level>":"<key>"}" instead of <key>
+ * ("{"<level>"."<shard>":"<key>"}" for a shard of a sharded level), so that every state of one
+ * (level, key), or of one of its shards, shares a slot (and shards spread over the primaries); a reservation is P"r:"<id>"{"<n>"}"
  * beside its part of the index P"resv{"<n>"}" (n: 0..15, from the id). A decision whose states
  * lie in one slot is one script; otherwise one script per slot, in the order of the levels,
  * each taking only when its own rules fit; when a later one denies, what the earlier ones took

@@ -96,6 +96,8 @@ int rld_app_reload(rld_app *app, rl_err *err)
             char *rules = app->rules_json;
             app->lim = g.lim;
             app->rls.lim = g.lim;
+            rld_metrics_levels_changed(app->metrics, rl_limiter_config(lim),
+                                       rl_limiter_config(g.lim));
             app->quotas.overrides = g.quotas.overrides;
             app->rules_json = g.rules_json;
             app->rules_len = strlen(g.rules_json);

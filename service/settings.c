@@ -160,9 +160,9 @@ static const rld_setting store_rows[] = {
      .check = hostport_check,
      .doc_value = "list of 1 to 64 `\"host:port\"`",
      .help = "Redis Cluster instead of `url`: seed nodes (numeric addresses) to read the slot "
-             "map from. Each (level, key)'s states share a slot; a request whose levels lie on "
-             "several primaries is decided by one script per primary in level order, giving "
-             "back what earlier ones took when a later one denies. See "
+             "map from. Each (level, key)'s states share a slot; a request whose levels lie in "
+             "several slots is decided by one script per slot in level order, what earlier ones "
+             "took given back when a later one denies. See "
              "[docs/redis.md](docs/redis.md#redis-cluster)"},
     {.name = "username",
      .kind = RLD_SET_STRING,

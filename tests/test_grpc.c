@@ -576,6 +576,48 @@ START_TEST(health_serving_while_redis_is_down_and_levels_fail_open)
 }
 END_TEST
 
+START_TEST(calls_counted_by_method_and_code)
+{
+    uint8_t body[256], bad[] = {0, 0, 0, 0, 2, 0xff, 0xff}; /* a message that does not parse */
+    size_t n = rls_body(body, "user", "gina", 0);
+    open_call(&cl, RLS_PATH, "application/grpc", at10, body, n, 0);
+    open_call(&cl, RLS_PATH, "application/grpc", at10, body, n, 0);
+    open_call(&cl, RLS_PATH, "application/grpc", at10, bad, sizeof bad, 0);
+    open_call(&cl, "/envoy.service.ratelimit.v3.RateLimitService/Nope", "application/grpc",
+              at10, body, n, 0);
+    pump(&cl, 5000, all_closed);
+    ck_assert(all_closed(&cl));
+    su_resp r = su_req(&srv, "GET", "/metrics", NULL, NULL);
+    ck_assert_int_eq(r.status, 200);
+    static const char *const want[] = {
+        "\n# TYPE ratelimit_grpc_requests_total counter\n",
+        "\nratelimit_grpc_requests_total{service=\"envoy.service.ratelimit.v3.RateLimitService\","
+        "method=\"ShouldRateLimit\",code=\"OK\"} 2\n",
+        "\nratelimit_grpc_requests_total{service=\"envoy.service.ratelimit.v3.RateLimitService\","
+        "method=\"ShouldRateLimit\",code=\"INVALID_ARGUMENT\"} 1\n",
+        "\nratelimit_grpc_requests_total{service=\"other\",method=\"other\","
+        "code=\"UNIMPLEMENTED\"} 1\n",
+        "\n# TYPE ratelimit_grpc_request_duration_seconds histogram\n",
+        "\nratelimit_grpc_request_duration_seconds_count{service=\"envoy.service.ratelimit.v3."
+        "RateLimitService\",method=\"ShouldRateLimit\"} 3\n",
+        "\nratelimit_grpc_request_duration_seconds_bucket{service=\"grpc.health.v1.Health\","
+        "method=\"Check\",le=\"+Inf\"} 0\n",
+    };
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+        ck_assert_msg(strstr(r.body, want[i]), "missing %s", want[i]);
+    /* and the scrape is valid exposition for Prometheus's own checker */
+    char path[300], cmd[400];
+    snprintf(path, sizeof path, "%s/grpc.prom", srv.dir);
+    FILE *f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs(r.body, f);
+    fclose(f);
+    snprintf(cmd, sizeof cmd, "promtool check metrics < '%s' > /dev/null 2>&1", path);
+    ck_assert_int_eq(system(cmd), 0);
+    su_resp_free(&r);
+}
+END_TEST
+
 /* ---- connection limits --------------------------------------------------------------------- */
 
 static int is_eof(client *c)
@@ -703,6 +745,7 @@ static Suite *grpc_suite(void)
     tcase_add_test(tc, compressed_messages_refused);
     tcase_add_test(tc, oversized_body_refused_while_it_arrives);
     tcase_add_test(tc, not_grpc_and_unknown_method);
+    tcase_add_test(tc, calls_counted_by_method_and_code);
     tcase_add_test(tc, hundred_streams_on_one_connection);
     tcase_add_test(tc, sigterm_finishes_streams_in_flight);
     suite_add_tcase(s, tc);

@@ -653,6 +653,49 @@ static int count_in(const char *hay, const char *needle)
     return n;
 }
 
+START_TEST(reload_moves_denial_counts_with_their_levels)
+{
+    su_server s;
+    su_tmpdir(&s);
+    static const char *rule = "\"rules\": [{\"type\": \"token_bucket\", \"name\": \"one\", "
+                              "\"capacity\": 1, \"per_second\": 0.001}]";
+    char cfg[600];
+    snprintf(cfg, sizeof cfg, "{\"levels\": [{\"name\": \"user\", %s}, {\"name\": \"team\", %s}]}",
+             rule, rule);
+    su_start(&s, cfg, manual);
+    /* u's second request is denied by user */
+    ck_assert_double_eq(remaining_at(&s, "u", 1, 100, 0, 200), 0);
+    remaining_at(&s, "u", 1, 100, 0, 429);
+    const char *user1 = "\nratelimit_denied_total{level=\"user\",rule=\"one\"} 1\n";
+    su_resp r = su_req(&s, "GET", "/metrics", NULL, NULL);
+    ck_assert_msg(strstr(r.body, user1), "%.1500s", r.body);
+    su_resp_free(&r);
+    /* the levels swap places: the count stays with user */
+    snprintf(cfg, sizeof cfg, "{\"levels\": [{\"name\": \"team\", %s}, {\"name\": \"user\", %s}]}",
+             rule, rule);
+    su_write(s.dir, "config.json", cfg);
+    r = su_req(&s, "POST", "/admin/reload", NULL, NULL);
+    ck_assert_int_eq(r.status, 200);
+    su_resp_free(&r);
+    r = su_req(&s, "GET", "/metrics", NULL, NULL);
+    ck_assert_msg(strstr(r.body, user1), "%.1500s", r.body);
+    ck_assert_msg(!strstr(r.body, "ratelimit_denied_total{level=\"team\""), "%.1500s", r.body);
+    su_resp_free(&r);
+    /* user renamed: its series ends, member's starts with its own denials */
+    snprintf(cfg, sizeof cfg, "{\"levels\": [{\"name\": \"team\", %s}, {\"name\": \"member\", %s}]}",
+             rule, rule);
+    su_write(s.dir, "config.json", cfg);
+    r = su_req(&s, "POST", "/admin/reload", NULL, NULL);
+    ck_assert_int_eq(r.status, 200);
+    su_resp_free(&r);
+    r = su_req(&s, "GET", "/metrics", NULL, NULL);
+    ck_assert_msg(!strstr(r.body, "ratelimit_denied_total{level=\"user\""), "%.1500s", r.body);
+    ck_assert_msg(!strstr(r.body, "ratelimit_denied_total{level=\"member\""), "%.1500s", r.body);
+    su_resp_free(&r);
+    ck_assert_int_eq(su_stop(&s), 0);
+}
+END_TEST
+
 START_TEST(reload_keeps_state_and_refuses_bad_configs)
 {
     su_server s;
@@ -843,6 +886,7 @@ static Suite *hardening_suite(void)
     tcase_add_test(tc, max_keys_answers_503_and_counts);
     tcase_add_test(tc, reload_keeps_state_and_refuses_bad_configs);
     tcase_add_test(tc, clean_shutdown_frees_everything);
+    tcase_add_test(tc, reload_moves_denial_counts_with_their_levels);
     suite_add_tcase(s, tc);
     return s;
 }

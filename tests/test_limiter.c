@@ -941,6 +941,104 @@ START_TEST(segment_shrinks_a_pass_after_it_stops_growing)
 }
 END_TEST
 
+/* Keys of one length that share their record hash are told apart by every byte: inline keys
+ * are compared as loads from both ends, which must cover the middle at every length. */
+START_TEST(records_sharing_a_hash_differ_in_any_byte)
+{
+    for (size_t len = 1; len <= 20; len++) {
+        rl__seg s;
+        char key[24][24];
+        uint32_t at[24];
+        memset(&s, 0, sizeof s);
+        /* key p differs from "aaa..." in byte p only; key len is "aaa..." itself */
+        for (size_t p = 0; p <= len; p++) {
+            memset(key[p], 'a', len);
+            if (p < len)
+                key[p][p] = 'b';
+            at[p] = rl__seg_insert(&s, 42, 0, key[p], len, 1, 0);
+            ck_assert_uint_ne(at[p], RL__NONE);
+        }
+        for (size_t p = 0; p <= len; p++) {
+            uint32_t i = rl__seg_find(&s, 42, 0, key[p], len);
+            ck_assert_uint_ne(i, RL__NONE);
+            ck_assert_int_eq(memcmp(rl__rec_key(&s.r[i]), key[p], len), 0);
+        }
+        char other[24];
+        memset(other, 'a', len);
+        other[len - 1] = 'c';
+        ck_assert_uint_eq(rl__seg_find(&s, 42, 0, other, len), RL__NONE);
+        rl__seg_free(&s);
+    }
+}
+END_TEST
+
+/* A key is checked a word at a time, short keys as overlapping halves: a control character
+ * or DEL at any position of a key of any length up to 20 is found, bytes above 0x7e are not
+ * mistaken for one. */
+START_TEST(control_characters_found_at_every_length_and_position)
+{
+    rl_limiter *lim = tu_limiter(key_levels);
+    rl_err err;
+    rl_decision d;
+    static const char bad[] = {'\x01', '\x1f', '\x7f', '\t'};
+    for (size_t len = 1; len <= 20; len++) {
+        char buf[40];
+        memcpy(buf, "user=", 5);
+        for (size_t p = 0; p < len; p++)
+            buf[5 + p] = (char)(p % 2 ? '\xff' : '~');
+        buf[5 + len] = '\0';
+        ck_assert(tu_acquire_ex(lim, buf, 1, S(0), RL_DRY_RUN, 0, &d));
+        for (size_t p = 0; p < len; p++)
+            buf[5 + p] = (char)('a' + p);
+        ck_assert(tu_acquire_ex(lim, buf, 1, S(0), RL_DRY_RUN, 0, &d));
+        for (size_t p = 0; p < len; p++)
+            for (size_t b = 0; b < sizeof bad; b++) {
+                char c = buf[5 + p];
+                buf[5 + p] = bad[b];
+                ck_assert_int_eq(tu_acquire_err(lim, buf, 1, S(0), &err), RL_EINVAL);
+                ck_assert_str_eq(err.msg, "keys.user: must not hold control characters");
+                buf[5 + p] = c;
+            }
+    }
+    tu_free(lim);
+}
+END_TEST
+
+/* Descriptor names are matched by length and their first and last four bytes, then whole
+ * when longer than eight: names that share both ends still reach their own level. */
+START_TEST(descriptor_names_sharing_their_ends)
+{
+    static const char *const names[] = {"a",       "b",       "ab",        "abc",      "abd",
+                                        "abcd",    "abce",    "abcde",     "abxde",    "abcdefgh",
+                                        "abcdxfgh", "abcdefghi", "abcdxefghi", "abcdyefghi"};
+    size_t n = sizeof names / sizeof names[0];
+    char json[4096], keys[512];
+    size_t used = (size_t)snprintf(json, sizeof json, "{\"levels\": [");
+    for (size_t i = 0; i < n; i++)
+        used += (size_t)snprintf(json + used, sizeof json - used,
+                                 "%s{\"name\": \"%s\", \"rules\": [{\"type\": \"token_bucket\", "
+                                 "\"capacity\": %zu, \"per_second\": 1}]}",
+                                 i ? ", " : "", names[i], i + 1);
+    snprintf(json + used, sizeof json - used, "]}");
+    rl_limiter *lim = tu_limiter(json);
+    const rl_config *cfg = rl_limiter_config(lim);
+    for (size_t i = 0; i < n; i++) {
+        rl_decision d;
+        snprintf(keys, sizeof keys, "%s=k", names[i]);
+        ck_assert(tu_acquire(lim, keys, 1, S(0), &d));
+        ck_assert_uint_eq(d.napplied, 1);
+        ck_assert_str_eq(cfg->levels[d.applied[0].level].name, names[i]);
+        ck_assert_int_eq(d.applied[0].st.limit, (rl_fp)(i + 1) * RL_FP_ONE);
+    }
+    rl_err err;
+    ck_assert_int_eq(tu_acquire_err(lim, "abcdzefghi=k", 1, S(0), &err), RL_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err.msg, "keys.abcdzefghi: unknown descriptor"));
+    ck_assert_int_eq(tu_acquire_err(lim, "abye=k", 1, S(0), &err), RL_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err.msg, "keys.abye: unknown descriptor"));
+    tu_free(lim);
+}
+END_TEST
+
 /* ---- the store's prefetch hint ---------------------------------------------------------- */
 
 /* A store that hands every call to a memory store but offers no prefetch: its decide then
@@ -1229,6 +1327,60 @@ START_TEST(snapshot_into_a_changed_configuration)
 }
 END_TEST
 
+START_TEST(snapshot_follows_each_rule_by_name_and_parameters)
+{
+    /* user: a (bucket of 10), b (bucket of 20), c (window of 50); u1 takes 3, then reserves
+     * 2: a 5, b 15, c 45 */
+    rl_limiter *x = tu_limiter(
+        "{\"levels\": [{\"name\": \"user\", \"rules\": ["
+        "{\"type\": \"token_bucket\", \"name\": \"a\", \"capacity\": 10, \"per_second\": 1},"
+        "{\"type\": \"token_bucket\", \"name\": \"b\", \"capacity\": 20, \"per_second\": 1},"
+        "{\"type\": \"fixed_window\", \"name\": \"c\", \"limit\": 50, \"window\": 100}]}]}");
+    rl_decision d;
+    rl_err err;
+    char id[RL_RESERVATION_ID];
+    const char *path = snapshot_path();
+    ck_assert(tu_acquire(x, "user=u1", 3, S(0), &d));
+    ck_assert(tu_acquire_ex(x, "user=u1", 2, S(0), RL_RESERVE, 0, &d));
+    memcpy(id, d.reservation, sizeof id);
+    ck_assert_int_eq(rl_limiter_save(x, path, &err), RL_OK);
+    /* b first, c's limit raised, a last: a and b keep theirs where they moved, c starts anew
+     * (a rule at a's old position of a's type, b, must not get a's state) */
+    rl_limiter *y = tu_limiter(
+        "{\"levels\": [{\"name\": \"user\", \"rules\": ["
+        "{\"type\": \"token_bucket\", \"name\": \"b\", \"capacity\": 20, \"per_second\": 1},"
+        "{\"type\": \"fixed_window\", \"name\": \"c\", \"limit\": 60, \"window\": 100},"
+        "{\"type\": \"token_bucket\", \"name\": \"a\", \"capacity\": 10, \"per_second\": 1}]}]}");
+    size_t loaded = 0;
+    ck_assert_int_eq(rl_limiter_load(y, path, S(0), &loaded, &err), RL_OK);
+    ck_assert_uint_eq(loaded, 2 + 1); /* a's and b's states, the reservation */
+    ck_assert(tu_acquire_ex(y, "user=u1", 1, S(0), RL_DRY_RUN, 0, &d));
+    ck_assert_double_eq(d.applied[0].st.remaining / 1e6, 15); /* b */
+    ck_assert_double_eq(d.applied[1].st.remaining / 1e6, 60); /* c, afresh */
+    ck_assert_double_eq(d.applied[2].st.remaining / 1e6, 5);  /* a */
+    /* the reservation settles with the same rules: 2 back to a and b, nothing to the new c */
+    rl_settlement st;
+    ck_assert_int_eq(rl_settle(y, id, 0, S(0), &st, &err), RL_OK);
+    ck_assert_int_eq(st.refunded, FP(2));
+    ck_assert(tu_acquire_ex(y, "user=u1", 1, S(0), RL_DRY_RUN, 0, &d));
+    ck_assert_double_eq(d.applied[0].st.remaining / 1e6, 17);
+    ck_assert_double_eq(d.applied[1].st.remaining / 1e6, 60);
+    ck_assert_double_eq(d.applied[2].st.remaining / 1e6, 7);
+    /* renamed, a rule is another rule */
+    ck_assert_int_eq(rl_limiter_save(y, path, &err), RL_OK);
+    rl_limiter *z = tu_limiter(
+        "{\"levels\": [{\"name\": \"user\", \"rules\": ["
+        "{\"type\": \"token_bucket\", \"name\": \"b2\", \"capacity\": 20, \"per_second\": 1}]}]}");
+    ck_assert_int_eq(rl_limiter_load(z, path, S(0), &loaded, &err), RL_OK);
+    ck_assert(tu_acquire_ex(z, "user=u1", 1, S(0), RL_DRY_RUN, 0, &d));
+    ck_assert_double_eq(d.applied[0].st.remaining / 1e6, 20);
+    unlink(path);
+    tu_free(x);
+    tu_free(y);
+    tu_free(z);
+}
+END_TEST
+
 START_TEST(snapshot_skips_idle_and_expired)
 {
     rl_limiter *a = tu_limiter(reserve_cfg); /* bucket 1000 at 10/s, concurrency 2, TTL 30 */
@@ -1291,7 +1443,7 @@ START_TEST(snapshot_missing_or_corrupt)
 }
 END_TEST
 
-/* Overwrites 8 bytes at offset off of the state of the first 'K' record of (level, slot) in the
+/* Overwrites 8 bytes at offset off of the state of the first 'k' record of (level, slot) in the
  * snapshot at path (the layout memsnap.c documents). Returns 0, or -1 when there is none. */
 static int patch_state(const char *path, uint16_t level, uint8_t slot, long off, int64_t v)
 {
@@ -1308,15 +1460,17 @@ static int patch_state(const char *path, uint16_t level, uint8_t slot, long off,
         }
     }
     int tag;
-    while ((tag = fgetc(f)) == 'K') {
+    while ((tag = fgetc(f)) == 'k') {
         struct {
             uint16_t level;
             uint8_t slot, type;
-            uint16_t klen;
         } h;
+        uint16_t klen;
         uint32_t slen;
-        ck_assert_int_eq(fread(&h, 6, 1, f), 1);
-        fseek(f, h.klen, SEEK_CUR);
+        ck_assert_int_eq(fread(&h, 4, 1, f), 1);
+        fseek(f, 8, SEEK_CUR); /* the rule's fingerprint */
+        ck_assert_int_eq(fread(&klen, 2, 1, f), 1);
+        fseek(f, klen, SEEK_CUR);
         ck_assert_int_eq(fread(&slen, 4, 1, f), 1);
         if (h.level == level && h.slot == slot) {
             ck_assert_int_le(off + 8, (long)slen);
@@ -1439,6 +1593,9 @@ Suite *limiter_suite(void)
 
     tc = tcase_create("stores");
     tcase_add_test(tc, segment_shrinks_a_pass_after_it_stops_growing);
+    tcase_add_test(tc, records_sharing_a_hash_differ_in_any_byte);
+    tcase_add_test(tc, control_characters_found_at_every_length_and_position);
+    tcase_add_test(tc, descriptor_names_sharing_their_ends);
     tcase_add_test(tc, store_without_prefetch_decides_the_same);
     suite_add_tcase(s, tc);
 
@@ -1459,6 +1616,7 @@ Suite *limiter_suite(void)
     tc = tcase_create("snapshots");
     tcase_add_test(tc, snapshot_round_trip);
     tcase_add_test(tc, snapshot_into_a_changed_configuration);
+    tcase_add_test(tc, snapshot_follows_each_rule_by_name_and_parameters);
     tcase_add_test(tc, snapshot_skips_idle_and_expired);
     tcase_add_test(tc, snapshot_missing_or_corrupt);
     tcase_add_loop_test(tc, snapshot_refuses_a_state_out_of_bounds, 0,

@@ -1255,27 +1255,29 @@ static int64_t redis_ms(void)
     return ms;
 }
 
-static long long pttl(const char *key)
+static long long pttl_on(const rt_redis *node, const char *key)
 {
-    redisReply *r = rt_redis_cmd(&srv, "PTTL %s", key);
+    redisReply *r = rt_redis_cmd(node, "PTTL %s", key);
     ck_assert_int_eq(r->type, REDIS_REPLY_INTEGER);
     long long v = r->integer;
     freeReplyObject(r);
     return v;
 }
 
-/* Every key in Redis has a TTL: -1 (none) or a key without one fails. Returns the keys seen. */
-static size_t check_all_ttls(void)
+static long long pttl(const char *key) { return pttl_on(&srv, key); }
+
+/* Every key on node has a TTL: -1 (none) or a key without one fails. Returns the keys seen. */
+static size_t check_ttls_on(const rt_redis *node)
 {
     char cursor[32] = "0";
     size_t n = 0;
     do {
-        redisReply *r = rt_redis_cmd(&srv, "SCAN %s COUNT 1000", cursor);
+        redisReply *r = rt_redis_cmd(node, "SCAN %s COUNT 1000", cursor);
         ck_assert_int_eq(r->type, REDIS_REPLY_ARRAY);
         snprintf(cursor, sizeof cursor, "%s", r->element[0]->str);
         for (size_t i = 0; i < r->element[1]->elements; i++) {
             const char *key = r->element[1]->element[i]->str;
-            long long t = pttl(key);
+            long long t = pttl_on(node, key);
             ck_assert_msg(t > 0 || t == -2, "key %s has no TTL (%lld)", key, t);
             n++;
         }
@@ -1283,6 +1285,27 @@ static size_t check_all_ttls(void)
     } while (strcmp(cursor, "0") != 0);
     return n;
 }
+
+static size_t check_all_ttls(void) { return check_ttls_on(&srv); }
+
+/* The same on a cluster: the keys of traces of every type that can live there, decisions given
+ * back across slots included, on every primary. */
+START_TEST(every_key_written_has_a_ttl_on_a_cluster)
+{
+    for (int t = 0; t < NTYPES - 1; t++) {
+        char prefix[32];
+        snprintf(prefix, sizeof prefix, "ttl%d:", t);
+        replay(0x77780000u + (uint64_t)t, t, 150, prefix);
+    }
+    size_t n = 0;
+    for (int i = 0; i < 3; i++) {
+        size_t k = check_ttls_on(&cl.node[i]);
+        ck_assert_uint_gt(k, 0);
+        n += k;
+    }
+    ck_assert_uint_gt(n, 20);
+}
+END_TEST
 
 START_TEST(every_key_written_has_a_ttl)
 {
@@ -1579,6 +1602,50 @@ START_TEST(sharded_level_splits_the_quota)
     /* the trade-off: a cost above a shard's share never fits, though the level's would */
     ck_assert_int_eq(acquire(lim, "global=all", FP(3), S(1000), 0, 0, &d), RL_OK);
     ck_assert_int_eq(d.retry_after, RL_WAIT_NEVER);
+    rl_limiter_free(lim);
+    rl_registry_free(reg);
+}
+END_TEST
+
+/* On a cluster each shard of a sharded level has its own hash tag: the shards' states spread
+ * over slots (so over primaries) while the rules of one shard share one; the quota splits as on
+ * one Redis. 16 shards of one key: the chance that all of them land on one primary of three is
+ * 3 / 3^16. */
+START_TEST(sharded_level_spreads_on_a_cluster)
+{
+    rl_registry *reg = rl_registry_new();
+    rl_limiter *lim =
+        redis_limiter(reg,
+                      "{\"levels\": [{\"name\": \"global\", \"shards\": 16, \"rules\": [{\"type\": "
+                      "\"token_bucket\", \"capacity\": 32, \"per_second\": 0.000001}, "
+                      "{\"type\": \"fixed_window\", \"limit\": 1000, \"window\": 3600}]}]}",
+                      "shc:", 0, NULL);
+    rl_decision d;
+    int allowed = 0;
+    for (int i = 0; i < 400; i++) {
+        ck_assert_int_eq(acquire(lim, "global=all", FP(1), S(0), 0, 0, &d), RL_OK);
+        allowed += d.allowed;
+    }
+    ck_assert_int_eq(allowed, 32); /* 16 shards of 2 */
+    int owners[3] = {0};
+    for (int k = 0; k < 16; k++) {
+        char a[64], b[64];
+        snprintf(a, sizeof a, "shc:global:0.%d:{global.%d:all}", k, k);
+        snprintf(b, sizeof b, "shc:global:1.%d:{global.%d:all}", k, k);
+        redisReply *r = rt_redis_cmd(&cl.node[0], "CLUSTER KEYSLOT %s", a);
+        int slot = (int)r->integer;
+        freeReplyObject(r);
+        r = rt_redis_cmd(&cl.node[0], "CLUSTER KEYSLOT %s", b);
+        ck_assert_int_eq(r->integer, slot);
+        freeReplyObject(r);
+        int n = rt_cluster_owner(&cl, slot);
+        ck_assert_int_ge(n, 0);
+        r = rt_redis_cmd(&cl.node[n], "EXISTS %s %s", a, b);
+        ck_assert_int_eq(r->integer, 2);
+        freeReplyObject(r);
+        owners[n] = 1;
+    }
+    ck_assert_int_ge(owners[0] + owners[1] + owners[2], 2);
     rl_limiter_free(lim);
     rl_registry_free(reg);
 }
@@ -1985,6 +2052,8 @@ Suite *redis_store_suite(void)
     tcase_add_loop_test(tc, differential_replay_cluster, 0, 2);
     tcase_add_test(tc, cluster_refuses_types_that_cannot_give_back);
     tcase_add_test(tc, quotas_on_a_cluster);
+    tcase_add_test(tc, sharded_level_spreads_on_a_cluster);
+    tcase_add_test(tc, every_key_written_has_a_ttl_on_a_cluster);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("keys");

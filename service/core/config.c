@@ -61,41 +61,6 @@ const char *rl__name_problem(const char *s)
     return NULL;
 }
 
-const char *rl__key_problem(const char *k, size_t n)
-{
-    if (n == 0)
-        return "must not be empty";
-    if (n > RL_KEY_MAX)
-        return "must be at most 256 bytes";
-    /* eight bytes at a time: a byte below 0x20, or 0x7f (which + 1 puts at 0x80); the last
-     * word overlaps the one before it, a short key is read as two overlapping halves. A carry
-     * out of a byte 0xff can flag the byte above it, so a flagged key is checked byte by byte. */
-    const uint64_t ones = 0x0101010101010101ull, highs = 0x8080808080808080ull;
-    uint64_t w, flagged = 0;
-    if (n >= 8) {
-        for (size_t i = 0; i + 8 < n; i += 8) {
-            memcpy(&w, k + i, 8);
-            flagged |= ((w - 0x20 * ones) | (w + ones)) & ~w & highs;
-        }
-        memcpy(&w, k + n - 8, 8);
-    } else if (n >= 4) {
-        uint32_t lo, hi;
-        memcpy(&lo, k, 4);
-        memcpy(&hi, k + n - 4, 4);
-        w = lo | (uint64_t)hi << 32;
-    } else {
-        w = 0x2020202020202020ull; /* spaces: fine */
-        memcpy(&w, k, n);
-    }
-    flagged |= ((w - 0x20 * ones) | (w + ones)) & ~w & highs;
-    for (size_t i = 0; flagged && i < n; i++) {
-        unsigned char c = (unsigned char)k[i];
-        if (c < 0x20 || c == 0x7f)
-            return "must not hold control characters";
-    }
-    return NULL;
-}
-
 static int steal_rules(rl_rules *rules, rl_err *err)
 {
     int rc = rl__rules_check(rules, err);

@@ -7,6 +7,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "ratelimit.h"
 #include "ratelimit_store.h"
@@ -26,9 +27,13 @@ struct rl_registry {
 /* Puts a formatted prefix in front of the message in err. */
 void rl__err_prefix(rl_err *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
-/* A fast keyed hash of n bytes (not cryptographic; the seed is random per limiter so that
- * clients cannot aim keys at one bucket chain). */
-uint64_t rl__hash(const void *p, size_t n, uint64_t seed);
+
+/* What identifies a rule's state across configurations: its type, its name, what it counts
+ * (cost or requests), its reserved share and every declared parameter (the values, and the
+ * strings of a list), not whether it is shadow or charged. Equal for the same rule in another
+ * process (no pointers, no seed), so a snapshot keeps the state of a rule that did not change
+ * wherever it moved in its list, and drops that of one whose parameters did. */
+uint64_t rl__rule_fingerprint(const rl_rule *r);
 
 /* A version 2 type that answers for the version 1 type v1 (allocated; freed with
  * rl__rule_v1_free), or NULL when v1 is malformed or out of memory. */
@@ -50,8 +55,6 @@ int rl__rules_check(const rl_rules *rs, rl_err *err);
 
 /* Why a level, tier or descriptor name is invalid, or NULL when it is fine. */
 const char *rl__name_problem(const char *s);
-/* Why a key (descriptor value) is invalid, or NULL when it is fine. */
-const char *rl__key_problem(const char *k, size_t n);
 
 /* Duplicates n bytes as a NUL-terminated string; NULL when out of memory. */
 char *rl__strndup(const char *s, size_t n);
@@ -169,6 +172,100 @@ static inline int rl__used_ok(rl_fp v)
 static inline int rl__state_valid(const rl_rule_type *t, const void *params, const void *state)
 {
     return t->api_version < 3 || !t->state_valid || t->state_valid(params, state);
+}
+
+/* The hash multiplies 64-bit words into 128 bits and folds the halves, 16 bytes a round. */
+static inline uint64_t rl__mix(uint64_t a, uint64_t b)
+{
+    rl__u128 r = (rl__u128)a * b;
+    return (uint64_t)r ^ (uint64_t)(r >> 64);
+}
+
+static inline uint64_t rl__read64(const unsigned char *p)
+{
+    uint64_t v;
+    memcpy(&v, p, 8);
+    return v;
+}
+
+static inline uint64_t rl__read32(const unsigned char *p)
+{
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+/* A fast keyed hash of n bytes (not cryptographic; the seed is random per limiter so that
+ * clients cannot aim keys at one bucket chain); inline, since every decision hashes each key.
+ * Keys are mostly short: up to 16 bytes are read as loads from both ends that overlap in the
+ * middle (no byte-by-byte tail); the length, mixed in first, tells the overlaps apart. */
+static inline uint64_t rl__hash(const void *data, size_t n, uint64_t seed)
+{
+    const uint64_t k0 = 0xa0761d6478bd642full, k1 = 0xe7037ed1a0b428dbull,
+                   k2 = 0x8ebc6af09c88c6e3ull;
+    const unsigned char *p = data;
+    uint64_t h = seed ^ rl__mix(seed ^ k0, (uint64_t)n ^ k1);
+    uint64_t a, b;
+
+    if (n <= 16) {
+        if (n >= 8) {
+            a = rl__read64(p);
+            b = rl__read64(p + n - 8);
+        } else if (n >= 4) {
+            a = rl__read32(p);
+            b = rl__read32(p + n - 4);
+        } else {
+            a = n ? ((uint64_t)p[0] << 16) | ((uint64_t)p[n >> 1] << 8) | p[n - 1] : 0;
+            b = 0;
+        }
+    } else {
+        size_t left = n;
+        while (left > 16) {
+            h = rl__mix(rl__read64(p) ^ k1, rl__read64(p + 8) ^ h);
+            p += 16;
+            left -= 16;
+        }
+        a = rl__read64(p + left - 16);
+        b = rl__read64(p + left - 8);
+    }
+    return rl__mix(k2 ^ (uint64_t)n, rl__mix(a ^ k1, b ^ h));
+}
+
+/* Why a key (descriptor value) is invalid, or NULL when it is fine. Inline: every decision
+ * checks each key. */
+static inline const char *rl__key_problem(const char *k, size_t n)
+{
+    if (n == 0)
+        return "must not be empty";
+    if (n > RL_KEY_MAX)
+        return "must be at most 256 bytes";
+    /* eight bytes at a time: a byte below 0x20, or 0x7f (which + 1 puts at 0x80); the last
+     * word overlaps the one before it, a short key is read as two overlapping halves. A carry
+     * out of a byte 0xff can flag the byte above it, so a flagged key is checked byte by byte. */
+    const uint64_t ones = 0x0101010101010101ull, highs = 0x8080808080808080ull;
+    uint64_t w, flagged = 0;
+    if (n >= 8) {
+        for (size_t i = 0; i + 8 < n; i += 8) {
+            memcpy(&w, k + i, 8);
+            flagged |= ((w - 0x20 * ones) | (w + ones)) & ~w & highs;
+        }
+        memcpy(&w, k + n - 8, 8);
+    } else if (n >= 4) {
+        uint32_t lo, hi;
+        memcpy(&lo, k, 4);
+        memcpy(&hi, k + n - 4, 4);
+        w = lo | (uint64_t)hi << 32;
+    } else { /* 1 to 3 bytes: the first, middle and last (some twice), over spaces */
+        w = 0x2020202020000000ull | (unsigned char)k[0] | (uint64_t)(unsigned char)k[n >> 1] << 8 |
+            (uint64_t)(unsigned char)k[n - 1] << 16;
+    }
+    flagged |= ((w - 0x20 * ones) | (w + ones)) & ~w & highs;
+    for (size_t i = 0; flagged && i < n; i++) {
+        unsigned char c = (unsigned char)k[i];
+        if (c < 0x20 || c == 0x7f)
+            return "must not hold control characters";
+    }
+    return NULL;
 }
 
 #endif

@@ -17,11 +17,9 @@
 #define MIN_CAP 8u
 #define HUGE_BYTES (2u << 20) /* arrays at least this large ask for huge pages */
 
-void rl__spin_lock(rl__spin *l)
+void rl__spin_wait(rl__spin *l)
 {
     for (unsigned spins = 0;;) {
-        if (!__atomic_exchange_n(&l->v, 1, __ATOMIC_ACQUIRE))
-            return;
         while (__atomic_load_n(&l->v, __ATOMIC_RELAXED)) {
             if (++spins % 128 == 0)
                 sched_yield(); /* the holder may have been preempted */
@@ -29,6 +27,8 @@ void rl__spin_lock(rl__spin *l)
             __builtin_ia32_pause();
 #endif
         }
+        if (!__atomic_exchange_n(&l->v, 1, __ATOMIC_ACQUIRE))
+            return;
     }
 }
 

@@ -44,7 +44,13 @@ typedef struct rl__spin {
     int v;
 } rl__spin;
 
-void rl__spin_lock(rl__spin *l);
+/* The wait of rl__spin_lock when the lock was taken (spins, yielding now and then). */
+void rl__spin_wait(rl__spin *l);
+static inline void rl__spin_lock(rl__spin *l)
+{
+    if (__atomic_exchange_n(&l->v, 1, __ATOMIC_ACQUIRE))
+        rl__spin_wait(l);
+}
 static inline void rl__spin_unlock(rl__spin *l)
 {
     __atomic_store_n(&l->v, 0, __ATOMIC_RELEASE);

@@ -40,6 +40,7 @@ struct rl_limiter {
     size_t ndesc;
     const char *desc[MAX_DESC]; /* descriptor names the levels use */
     size_t desclen[MAX_DESC];
+    uint32_t deschead[MAX_DESC], desctail[MAX_DESC]; /* name_ends of each */
     /* per level: the descriptors its key is made of (indices into desc) */
     size_t nparts[RL_MAX_LEVELS];
     uint8_t part[RL_MAX_LEVELS][8];
@@ -260,6 +261,17 @@ static const rl_rule *rule_at(void *ctx, size_t level, size_t slot, const char *
 
 /* ---- creation ---------------------------------------------------------------------------- */
 
+/* The first and the last four bytes of a name of at least four bytes (0 for shorter ones):
+ * two names of one length up to eight bytes are equal when these are. */
+static inline void name_ends(const char *p, size_t n, uint32_t *head, uint32_t *tail)
+{
+    *head = *tail = 0;
+    if (n >= 4) {
+        memcpy(head, p, 4);
+        memcpy(tail, p + n - 4, 4);
+    }
+}
+
 static size_t desc_index(rl_limiter *lim, const char *name)
 {
     size_t n = strlen(name);
@@ -268,6 +280,7 @@ static size_t desc_index(rl_limiter *lim, const char *name)
             return i;
     lim->desc[lim->ndesc] = name;
     lim->desclen[lim->ndesc] = n;
+    name_ends(name, n, &lim->deschead[lim->ndesc], &lim->desctail[lim->ndesc]);
     return lim->ndesc++;
 }
 
@@ -350,14 +363,16 @@ const rl_config *rl_limiter_config(const rl_limiter *lim)
 
 /* ---- decisions --------------------------------------------------------------------------- */
 
-static inline int same(const char *a, size_t al, const char *b, size_t bl)
+/* The index of the descriptor named (name, n), or lim->ndesc when no level uses it. */
+static inline size_t desc_find(const rl_limiter *lim, const char *name, size_t n)
 {
-    if (al != bl)
-        return 0;
-    for (size_t i = 0; i < al; i++)
-        if (a[i] != b[i])
-            return 0;
-    return 1;
+    uint32_t head, tail;
+    name_ends(name, n, &head, &tail);
+    for (size_t k = 0; k < lim->ndesc; k++)
+        if (lim->desclen[k] == n && lim->deschead[k] == head && lim->desctail[k] == tail &&
+            ((n >= 4 && n <= 8) || memcmp(lim->desc[k], name, n) == 0))
+            return k;
+    return lim->ndesc;
 }
 
 /* Looks the request's descriptors up; fills val/vlen by descriptor index. */
@@ -369,9 +384,7 @@ static int read_descriptors(rl_limiter *lim, const rl_request *req, const char *
     for (size_t i = 0; i < req->ndesc; i++) {
         const rl_descriptor *ds = &req->desc[i];
         int nl = ds->name_len > 64 ? 64 : (int)ds->name_len;
-        size_t k = 0;
-        while (k < lim->ndesc && !same(lim->desc[k], lim->desclen[k], ds->name, ds->name_len))
-            k++;
+        size_t k = desc_find(lim, ds->name, ds->name_len);
         if (k == lim->ndesc) {
             char known[256] = "";
             size_t used = 0;
@@ -427,8 +440,9 @@ static long make_key(rl_limiter *lim, size_t li, const char **val, const size_t 
 
 /* Appends to the plan the rules of level li that apply to key, each taking cost (or one unit
  * for a rule counting requests, when cost > 0). A custom list's reference is kept in d. */
-static int plan_key(rl_limiter *lim, size_t li, const char *key, size_t klen,
-                    const rl_request *req, rl_fp cost, rl_decision *d, rl_plan *plan, rl_err *err)
+static inline __attribute__((always_inline)) int
+plan_key(rl_limiter *lim, size_t li, const char *key, size_t klen, const rl_request *req,
+         rl_fp cost, rl_decision *d, rl_plan *plan, rl_err *err)
 {
     const rl_level *l = &lim->cfg->levels[li];
     const rl_rules *rs = l->rules;

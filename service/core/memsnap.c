@@ -6,14 +6,20 @@
  *   u32 levels, then each level's name      (u16 length + bytes)
  *   u32 types, then each rule type's name   (registry order at save time)
  *   records, each starting with a tag byte:
- *     'K'  u16 level, u8 slot, u8 type, u16 key length, key, u32 state length, state
- *     'R'  u64 id, i64 taken_at, i64 expires, i64 cost, u8 settled, u8 holds, u16 items,
- *          then per item: u16 level, u16 slot, u8 type, u8 refundable, u8 holds, i64 taken,
- *          u32 key length, key
+ *     'k'  u16 level, u8 slot, u8 type, u64 rule, u16 key length, key, u32 state length,
+ *          state
+ *     'r'  u64 id, i64 taken_at, i64 expires, i64 cost, u8 settled, u8 holds, u16 items,
+ *          then per item: u16 level, u16 slot, u8 type, u64 rule, u8 refundable, u8 holds,
+ *          i64 taken, u32 key length, key
  *   'E', u64 key states, u64 reservations   (a file without it is incomplete)
  *
- * Levels and types are matched by name on load, so a changed configuration keeps what still
- * fits. A state is its bytes, or what the rule's state_save wrote for states with pointers.
+ * Levels and types are matched by name on load, and each state goes to the rule of its level
+ * with the same fingerprint ("rule": type, name and parameters, rl__rule_fingerprint), at
+ * its old position or anywhere in its list: a changed configuration keeps the state of every
+ * rule that did not change, moved or not, and a rule whose parameters changed starts afresh.
+ * Files written before fingerprints ('K' and 'R' records, the same without "rule") load by
+ * position and type. A state is its bytes, or what the rule's state_save wrote for states
+ * with pointers.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -76,31 +82,46 @@ static int save_segment(mem_store *ms, FILE *f, uint16_t level, rl__seg *s, unsi
         uint32_t slen = 0;
         if (rule && code_is(r->type, rule))
             slen = (uint32_t)state_bytes(rule, r, buf, cap);
-        rl_rules_unref(ref);
-        if (slen == 0)
+        if (slen == 0) {
+            rl_rules_unref(ref);
             continue; /* stale (its rule changed) or not saveable */
-        uint8_t tag = 'K', slot = r->slot, type = (uint8_t)code_type_id(r->type);
+        }
+        uint8_t tag = 'k', slot = r->slot, type = (uint8_t)code_type_id(r->type);
+        uint64_t fp = rl__rule_fingerprint(rule);
         rc = put(f, &tag, 1) || put(f, &level, 2) || put(f, &slot, 1) || put(f, &type, 1) ||
-             put(f, &r->klen, 2) || put(f, rl__rec_key(r), r->klen) || put(f, &slen, 4) ||
-             put(f, *buf, slen);
+             put(f, &fp, 8) || put(f, &r->klen, 2) || put(f, rl__rec_key(r), r->klen) ||
+             put(f, &slen, 4) || put(f, *buf, slen);
+        rl_rules_unref(ref);
         ++*count;
     }
     rl__spin_unlock(&s->lock);
     return rc;
 }
 
-static int save_reservation(FILE *f, const resv *rv)
+/* The fingerprint of the rule at (level, slot) for key now, 0 when there is none. */
+static uint64_t rule_fp(mem_store *ms, size_t level, size_t slot, const char *key, size_t klen)
 {
-    uint8_t tag = 'R';
+    rl_rules *ref = NULL;
+    const rl_rule *rule = ms->res->rule_at(ms->res->ctx, level, slot, key, klen, &ref);
+    uint64_t fp = rule ? rl__rule_fingerprint(rule) : 0;
+    rl_rules_unref(ref);
+    return fp;
+}
+
+static int save_reservation(mem_store *ms, FILE *f, const resv *rv)
+{
+    uint8_t tag = 'r';
     const char *keys = (const char *)(rv->item + rv->n);
     int rc = put(f, &tag, 1) || put(f, &rv->id, 8) || put(f, &rv->taken_at, 8) ||
              put(f, &rv->expires, 8) || put(f, &rv->cost, 8) || put(f, &rv->settled, 1) ||
              put(f, &rv->holds, 1) || put(f, &rv->n, 2);
     for (uint16_t k = 0; rc == 0 && k < rv->n; k++) {
         const ritem *it = &rv->item[k];
+        uint64_t fp = rule_fp(ms, it->level, it->slot, keys + it->keyoff, it->keylen);
         rc = put(f, &it->level, 2) || put(f, &it->slot, 2) || put(f, &it->type, 1) ||
-             put(f, &it->refundable, 1) || put(f, &it->holds, 1) || put(f, &it->taken, 8) ||
-             put(f, &it->keylen, 4) || put(f, keys + it->keyoff, it->keylen);
+             put(f, &fp, 8) || put(f, &it->refundable, 1) || put(f, &it->holds, 1) ||
+             put(f, &it->taken, 8) || put(f, &it->keylen, 4) ||
+             put(f, keys + it->keyoff, it->keylen);
     }
     return rc;
 }
@@ -126,7 +147,7 @@ int rl__ms_save(void *cls, FILE *f, rl_err *err)
     free(buf);
     pthread_mutex_lock(&ms->rmu);
     for (const resv *rv = ms->oldest; rc == 0 && rv; rv = rv->next, nres++)
-        rc = save_reservation(f, rv);
+        rc = save_reservation(ms, f, rv);
     pthread_mutex_unlock(&ms->rmu);
     uint8_t tag = 'E';
     rc = rc || put(f, &tag, 1) || put(f, &nrec, 8) || put(f, &nres, 8);
@@ -213,16 +234,43 @@ static int plausible(const rl_rule *rule, const void *st, const reader *rd, size
     return wait >= 0 && status.remaining <= status.limit;
 }
 
-/* One 'K' record. Returns 1 when loaded, 0 when skipped, -1 when malformed. */
-static int load_key(reader *rd)
+/* The rule of level l for key that a saved state of type t belongs to, and its slot: with a
+ * fingerprint fp, the one with that fingerprint (at the saved slot or another), else the one
+ * at the saved slot when its type is t. NULL when none is. */
+static const rl_rule *rule_for(mem_store *ms, size_t l, unsigned t, int has_fp, uint64_t fp,
+                               const char *key, size_t klen, uint8_t *slot, rl_rules **ref)
+{
+    const rl_rule *rule = ms->res->rule_at(ms->res->ctx, l, *slot, key, klen, ref);
+    if (rule && rule->type_id == t && (!has_fp || rl__rule_fingerprint(rule) == fp))
+        return rule;
+    rl_rules_unref(*ref);
+    *ref = NULL;
+    for (size_t s = 0; has_fp && s < RL_MAX_RULES; s++) {
+        if (!(rule = ms->res->rule_at(ms->res->ctx, l, s, key, klen, ref)))
+            break;
+        if (rule->type_id == t && rl__rule_fingerprint(rule) == fp) {
+            *slot = (uint8_t)s;
+            return rule;
+        }
+        rl_rules_unref(*ref);
+        *ref = NULL;
+    }
+    return NULL;
+}
+
+/* One 'k' record (or 'K' without the fingerprint). Returns 1 when loaded, 0 when skipped, -1
+ * when malformed. */
+static int load_key(reader *rd, int has_fp)
 {
     mem_store *ms = rd->ms;
     uint16_t level, klen;
     uint8_t slot, type;
     uint32_t slen;
+    uint64_t fp = 0;
     if (get(rd->f, &level, 2) || get(rd->f, &slot, 1) || get(rd->f, &type, 1) ||
-        get(rd->f, &klen, 2) || klen == 0 || get(rd->f, rd->key, klen) || get(rd->f, &slen, 4) ||
-        level >= rd->nl || type >= rd->nt || slen > (1u << 30))
+        (has_fp && get(rd->f, &fp, 8)) || get(rd->f, &klen, 2) || klen == 0 ||
+        get(rd->f, rd->key, klen) || get(rd->f, &slen, 4) || level >= rd->nl ||
+        type >= rd->nt || slen > (1u << 30))
         return -1;
     if (slen > rd->cap) {
         unsigned char *nb = realloc(rd->buf, slen);
@@ -237,9 +285,10 @@ static int load_key(reader *rd)
     if (l < 0 || t < 0)
         return 0;
     rl_rules *ref = NULL;
-    const rl_rule *rule = ms->res->rule_at(ms->res->ctx, (size_t)l, slot, rd->key, klen, &ref);
+    const rl_rule *rule =
+        rule_for(ms, (size_t)l, (unsigned)t, has_fp, fp, rd->key, klen, &slot, &ref);
     int loaded = 0;
-    if (rule && rule->type_id == (unsigned)t) {
+    if (rule) {
         const rl_rule_type *rt = rule->type;
         /* built apart first: a bad or idle state never reaches the table */
         _Alignas(8) unsigned char st[RL_STATE_MAX];
@@ -286,8 +335,9 @@ static int load_key(reader *rd)
     return loaded;
 }
 
-/* One 'R' record. Returns 1 when loaded, 0 when skipped, -1 when malformed. */
-static int load_reservation(reader *rd)
+/* One 'r' record (or 'R' without the fingerprints). Returns 1 when loaded, 0 when skipped, -1
+ * when malformed. */
+static int load_reservation(reader *rd, int has_fp)
 {
     mem_store *ms = rd->ms;
     resv head;
@@ -302,9 +352,11 @@ static int load_reservation(reader *rd)
     uint16_t kept = 0;
     for (uint16_t k = 0; k < head.n; k++) {
         ritem it;
+        uint64_t fp = 0;
         memset(&it, 0, sizeof it);
         if (get(rd->f, &it.level, 2) || get(rd->f, &it.slot, 2) || get(rd->f, &it.type, 1) ||
-            get(rd->f, &it.refundable, 1) || get(rd->f, &it.holds, 1) ||
+            (has_fp && get(rd->f, &fp, 8)) || get(rd->f, &it.refundable, 1) ||
+            get(rd->f, &it.holds, 1) ||
             get(rd->f, &it.taken, 8) || get(rd->f, &it.keylen, 4) || it.keylen == 0 ||
             it.keylen > sizeof keys - used || get(rd->f, keys + used, it.keylen) ||
             it.level >= rd->nl || it.type == 0 || it.type > rd->nt)
@@ -312,6 +364,16 @@ static int load_reservation(reader *rd)
         long l = rd->lmap[it.level], t = rd->tmap[code_type_id(it.type)];
         if (l < 0 || t < 0)
             continue; /* its level or type is gone: nothing to settle there */
+        if (has_fp) { /* settled with the same rule, wherever it is now; not at all if gone */
+            rl_rules *ref = NULL;
+            uint8_t slot = it.slot > 255 ? 255 : (uint8_t)it.slot;
+            const rl_rule *rule = rule_for(ms, (size_t)l, (unsigned)t, 1, fp, keys + used,
+                                           it.keylen, &slot, &ref);
+            rl_rules_unref(ref);
+            if (!rule)
+                continue;
+            it.slot = slot;
+        }
         it.level = (uint16_t)l;
         it.type = type_code((unsigned)t);
         it.keyoff = (uint32_t)used;
@@ -404,11 +466,11 @@ int rl__ms_load(void *cls, FILE *f, rl_ns now, size_t *loaded, rl_err *err)
             goto done;
         if (tag == 'E')
             break;
-        if (tag == 'K') {
-            r = load_key(rd);
+        if (tag == 'K' || tag == 'k') {
+            r = load_key(rd, tag == 'k');
             nrec++;
-        } else if (tag == 'R') {
-            r = load_reservation(rd);
+        } else if (tag == 'R' || tag == 'r') {
+            r = load_reservation(rd, tag == 'r');
             nres++;
         } else {
             goto done;

@@ -253,17 +253,6 @@ static int same_key(const rl_applied *a, const rl_applied *b)
     return a->level == b->level && a->key == b->key && a->keylen == b->keylen;
 }
 
-/* Whether the plan names at most one key per level, levels in increasing order (the plan of
- * descriptors always does). */
-static int one_key_per_level(size_t n, const rl_decision *d)
-{
-    for (size_t i = 1; i < n; i++)
-        if (!same_key(&d->applied[i - 1], &d->applied[i]) &&
-            d->applied[i].level <= d->applied[i - 1].level)
-            return 0;
-    return 1;
-}
-
 /* Locks the distinct segments of the plan in (level, address) order; returns how many. */
 static size_t lock_in_order(size_t n, const rl_decision *d, rl__seg *const *segof,
                             rl__seg **locked)
@@ -314,32 +303,46 @@ typedef struct run {
     rl_eval ev[RL_MAX_APPLIED];
 } run;
 
-/* The rules of one key are consecutive: one hash and one segment a key (a level has one key,
- * unless the request names several as items). Records are prefetched before any is read (by
- * ms_prefetch as the plan was made, for the first four rules of a key; here for the others). */
+/* The hash of item i's key: ms_prefetch's, unless the limiter did not call it. */
+static inline uint64_t key_hash(const run *x, size_t i)
+{
+    const rl_applied *a = &x->d->applied[i];
+    uint64_t kh = x->plan->items[i].hash;
+    return kh ? kh : rl__hash(a->key, a->keylen, x->ms->seed);
+}
+
+/* Starts loading the records ms_prefetch did not: those of rules past a key's first four,
+ * or all of a key the limiter did not prefetch. i is the key's first item. */
+static void prefetch_rest(run *x, size_t i, uint64_t kh, rl__seg *seg)
+{
+    const rl_applied *a = &x->d->applied[i];
+    size_t j = x->plan->items[i].hash ? i + 4 : i;
+    for (; j < x->plan->n && same_key(a, &x->d->applied[j]); j++)
+        if (x->d->applied[j].rule->type->state_size)
+            rl__seg_prefetch(seg, rl__rec_hash(kh, x->d->applied[j].slot));
+}
+
+/* Where every item's record would be, for a plan with several keys on one level: the rules
+ * of one key are consecutive, one hash and one segment a key. */
 static void locate(run *x)
 {
-    const rl_plan *plan = x->plan;
     uint64_t kh = 0;
-    for (size_t i = 0; i < plan->n; i++) {
+    for (size_t i = 0; i < x->plan->n; i++) {
         const rl_applied *a = &x->d->applied[i];
         if (i == 0 || !same_key(&x->d->applied[i - 1], a)) {
-            /* ms_prefetch hashed the key already, unless the limiter did not call it */
-            kh = plan->items[i].hash ? plan->items[i].hash
-                                     : rl__hash(a->key, a->keylen, x->ms->seed);
+            kh = key_hash(x, i);
             x->seg[i] = rl__table_seg(&x->ms->tables[a->level], kh);
+            prefetch_rest(x, i, kh, x->seg[i]);
         } else {
             x->seg[i] = x->seg[i - 1];
         }
         x->h[i] = rl__rec_hash(kh, a->slot);
-        if ((!plan->items[i].hash || a->slot >= 4) && a->rule->type->state_size)
-            rl__seg_prefetch(x->seg[i], x->h[i]);
     }
 }
 
 /* Phase 1 for item i, its segment locked: finds its record and evaluates its rule once at
  * now. Returns 0 when the item blocks the request (its wait decides and is not 0). */
-static int evaluate_one(run *x, size_t i)
+static inline __attribute__((always_inline)) int evaluate_one(run *x, size_t i)
 {
     const rl_plan *plan = x->plan;
     rl_applied *a = &x->d->applied[i];
@@ -369,25 +372,53 @@ static int evaluate_one(run *x, size_t i)
     return a->wait == 0 || !rl_plan_item_blocks(plan, i);
 }
 
+static void unlock_all(run *x);
+
+/* A plan with several keys on one level (a request of items): every segment locked first. */
+static int lock_all_and_evaluate(run *x)
+{
+    int allowed = 1;
+    x->several = 1;
+    x->holds = x->missing = x->in_state = 0;
+    locate(x);
+    x->nlocked = lock_in_order(x->plan->n, x->d, x->seg, x->locked);
+    for (size_t i = 0; i < x->plan->n; i++)
+        allowed &= evaluate_one(x, i);
+    return allowed;
+}
+
 /* Phase 1 for every item; returns whether every rule that decides fits (shadow rules, and
  * charge rules of a request that takes, do not decide). Segments are locked in level order
  * (two decisions never deadlock), and each level's records are found and evaluated as soon
  * as its segment is locked: the cache miss of a per-user record is then paid while only that
  * user's segment is locked, not while a broad level's (team, global), which every decision
- * needs, is held. A plan with several keys on one level locks all its segments first, each
- * once, in (level, address) order. */
+ * needs, is held. A plan with several keys on one level (levels not increasing from key to
+ * key) locks all its segments first, each once, in (level, address) order. */
 static int lock_and_evaluate(run *x)
 {
     size_t n = x->plan->n;
     int allowed = 1;
-    x->several = !one_key_per_level(n, x->d);
-    if (x->several)
-        x->nlocked = lock_in_order(n, x->d, x->seg, x->locked);
+    uint64_t kh = 0;
+    x->several = 0;
     for (size_t i = 0; i < n; i++) {
-        if (!x->several && (i == 0 || x->seg[i] != x->seg[i - 1])) {
-            rl__spin_lock(&x->seg[i]->lock);
-            x->locked[x->nlocked++] = x->seg[i];
+        const rl_applied *a = &x->d->applied[i];
+        if (i == 0 || !same_key(&x->d->applied[i - 1], a)) {
+            if (i > 0 && a->level <= x->d->applied[i - 1].level) {
+                /* nothing has changed yet: start again the other way */
+                unlock_all(x);
+                return lock_all_and_evaluate(x);
+            }
+            kh = key_hash(x, i);
+            rl__seg *seg = rl__table_seg(&x->ms->tables[a->level], kh);
+            if (!x->plan->items[i].hash || i + 4 < n)
+                prefetch_rest(x, i, kh, seg);
+            rl__spin_lock(&seg->lock);
+            x->locked[x->nlocked++] = seg;
+            x->seg[i] = seg;
+        } else {
+            x->seg[i] = x->seg[i - 1];
         }
+        x->h[i] = rl__rec_hash(kh, a->slot);
         allowed &= evaluate_one(x, i);
     }
     return allowed;
@@ -530,7 +561,7 @@ static int taken_before(const run *x, size_t i)
 }
 
 /* Phase 2: every stateful rule takes its cost from what its evaluation found. */
-static void commit_all(run *x)
+static inline __attribute__((always_inline)) void commit_all(run *x)
 {
     for (size_t i = 0; i < x->plan->n; i++) {
         const rl_applied *a = &x->d->applied[i];
@@ -547,7 +578,7 @@ static void commit_all(run *x)
 
 /* What every rule has left after the decision, from its evaluation: under the locks for
  * types whose evaluation points into the state (locked = 1), after them for the others. */
-static void report_all(run *x, int locked)
+static inline __attribute__((always_inline)) void report_all(run *x, int locked)
 {
     for (size_t i = 0; i < x->plan->n; i++) {
         rl_applied *a = &x->d->applied[i];
@@ -570,7 +601,6 @@ static int ms_decide(void *cls, const rl_plan *plan, rl_decision *d, rl_err *err
     if (x.ms->max_keys && !(plan->flags & RL_DRY_RUN) &&
         __atomic_load_n(&x.ms->nkeys, __ATOMIC_RELAXED) + plan->n > x.ms->max_keys)
         make_room(x.ms, plan->now);
-    locate(&x);
     int rc = RL_OK;
     if (lock_and_evaluate(&x) && !(plan->flags & RL_DRY_RUN)) {
         if (x.missing)

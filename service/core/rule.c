@@ -354,3 +354,35 @@ int rl__rules_check(const rl_rules *rs, rl_err *err)
     }
     return RL_OK;
 }
+
+/* ---- fingerprints --------------------------------------------------------------------------- */
+
+static uint64_t fnv(uint64_t h, const void *p, size_t n)
+{
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ b[i]) * 0x100000001b3ull;
+    return h;
+}
+
+uint64_t rl__rule_fingerprint(const rl_rule *r)
+{
+    const rl_rule_type *t = r->type;
+    uint64_t h = 0xcbf29ce484222325ull;
+    int64_t opts[3] = {(int64_t)r->unit, (int64_t)r->reserved, r->reserved_min_priority};
+    h = fnv(h, t->name, strlen(t->name) + 1);
+    h = fnv(h, r->name ? r->name : "", r->name ? strlen(r->name) + 1 : 1);
+    h = fnv(h, opts, sizeof opts);
+    for (size_t i = 0; i < t->nparams; i++) {
+        const unsigned char *at = (const unsigned char *)r->params + t->params[i].offset;
+        if (t->params[i].kind != RL_PARAM_STRINGS) {
+            h = fnv(h, at, 8);
+            continue;
+        }
+        const rl_strings *s = (const rl_strings *)at;
+        h = fnv(h, &s->n, sizeof s->n);
+        for (size_t k = 0; k < s->n; k++)
+            h = fnv(fnv(h, &s->len[k], sizeof s->len[k]), s->v[k], s->len[k]);
+    }
+    return h;
+}

@@ -71,61 +71,6 @@ char *rl__strndup(const char *s, size_t n)
     return p;
 }
 
-/* The hash multiplies 64-bit words into 128 bits and folds the halves, 16 bytes a round. */
-static inline uint64_t mix(uint64_t a, uint64_t b)
-{
-    rl__u128 r = (rl__u128)a * b;
-    return (uint64_t)r ^ (uint64_t)(r >> 64);
-}
-
-static inline uint64_t read64(const unsigned char *p)
-{
-    uint64_t v;
-    memcpy(&v, p, 8);
-    return v;
-}
-
-static inline uint64_t read32(const unsigned char *p)
-{
-    uint32_t v;
-    memcpy(&v, p, 4);
-    return v;
-}
-
-/* Keys are mostly short: up to 16 bytes are read as loads from both ends that overlap in the
- * middle (no byte-by-byte tail); the length, mixed in first, tells the overlaps apart. */
-uint64_t rl__hash(const void *data, size_t n, uint64_t seed)
-{
-    const uint64_t k0 = 0xa0761d6478bd642full, k1 = 0xe7037ed1a0b428dbull,
-                   k2 = 0x8ebc6af09c88c6e3ull;
-    const unsigned char *p = data;
-    uint64_t h = seed ^ mix(seed ^ k0, (uint64_t)n ^ k1);
-    uint64_t a, b;
-
-    if (n <= 16) {
-        if (n >= 8) {
-            a = read64(p);
-            b = read64(p + n - 8);
-        } else if (n >= 4) {
-            a = read32(p);
-            b = read32(p + n - 4);
-        } else {
-            a = n ? ((uint64_t)p[0] << 16) | ((uint64_t)p[n >> 1] << 8) | p[n - 1] : 0;
-            b = 0;
-        }
-    } else {
-        size_t left = n;
-        while (left > 16) {
-            h = mix(read64(p) ^ k1, read64(p + 8) ^ h);
-            p += 16;
-            left -= 16;
-        }
-        a = read64(p + left - 16);
-        b = read64(p + left - 8);
-    }
-    return mix(k2 ^ (uint64_t)n, mix(a ^ k1, b ^ h));
-}
-
 uint64_t rl_random64(void)
 {
     uint64_t v = 0;
@@ -138,7 +83,8 @@ uint64_t rl_random64(void)
     }
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
-    return mix((uint64_t)ts.tv_nsec ^ 0x9e3779b97f4a7c15ull, (uint64_t)ts.tv_sec ^ (uint64_t)getpid());
+    return rl__mix((uint64_t)ts.tv_nsec ^ 0x9e3779b97f4a7c15ull,
+                   (uint64_t)ts.tv_sec ^ (uint64_t)getpid());
 }
 
 /* Writes whole.frac with frac of 'digits' decimals, trailing zeros removed. */

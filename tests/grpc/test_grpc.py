@@ -78,6 +78,15 @@ class Daemon:
         return rc
 
 
+def stop(cls):
+    """Closes cls's channel, stops its daemon (which must exit 0) and removes its folder."""
+    cls.ch.close()
+    rc = cls.d.stop()
+    cls.tmp.cleanup()
+    if rc != 0:
+        raise AssertionError("ratelimitd exited %d" % rc)
+
+
 class GrpcTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -98,11 +107,7 @@ class GrpcTest(unittest.TestCase):
 
     @classmethod
     def tearDownClass(cls):
-        cls.ch.close()
-        rc = cls.d.stop()
-        cls.tmp.cleanup()
-        if rc != 0:
-            raise AssertionError("ratelimitd exited %d" % rc)
+        stop(cls)
 
     def req(self, descriptors, hits=0, domain="edge"):
         """descriptors: a list of (entries dict, own hits_addend or None)."""
@@ -260,11 +265,7 @@ class GrpcTokenTest(unittest.TestCase):
 
     @classmethod
     def tearDownClass(cls):
-        cls.ch.close()
-        rc = cls.d.stop()
-        cls.tmp.cleanup()
-        if rc != 0:
-            raise AssertionError("ratelimitd exited %d" % rc)
+        stop(cls)
 
     def refused(self, fn, req, metadata):
         with self.assertRaises(grpc.RpcError) as cm:

@@ -15,7 +15,7 @@ import urllib.request
 import grpc
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_grpc import RLS, Daemon, load_messages  # noqa: E402
+from test_grpc import RLS, Daemon, load_messages, stop  # noqa: E402
 
 YAML = """domain: messaging
 descriptors:
@@ -43,35 +43,40 @@ CONFIG = """{
 }"""
 
 
+def start(cls, files, config, env=None):
+    """Writes files (path: text) into a new folder, starts the daemon there on config with
+    the environment variables env set, and opens a ShouldRateLimit stub on cls."""
+    cls.tmp = tempfile.TemporaryDirectory()
+    m = load_messages(cls.tmp.name)
+    cls.Req = m["envoy.service.ratelimit.v3.RateLimitRequest"]
+    cls.Resp = m["envoy.service.ratelimit.v3.RateLimitResponse"]
+    for name, text in files.items():
+        path = os.path.join(cls.tmp.name, name)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w") as f:
+            f.write(text)
+    os.environ.update(env or {})
+    try:
+        cls.d = Daemon(cls.tmp.name, config)
+    finally:
+        for k in env or {}:
+            del os.environ[k]
+    cls.ch = grpc.insecure_channel(cls.d.grpc_addr)
+    cls.srl = cls.ch.unary_unary(RLS, request_serializer=cls.Req.SerializeToString,
+                                 response_deserializer=cls.Resp.FromString)
+
+
 class GrpcYamlTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        cls.tmp = tempfile.TemporaryDirectory()
-        m = load_messages(cls.tmp.name)
-        cls.Req = m["envoy.service.ratelimit.v3.RateLimitRequest"]
-        cls.Resp = m["envoy.service.ratelimit.v3.RateLimitResponse"]
-        os.mkdir(os.path.join(cls.tmp.name, "ratelimit"))
-        with open(os.path.join(cls.tmp.name, "ratelimit", "messaging.yaml"), "w") as f:
-            f.write(YAML)
         # envoyproxy/ratelimit's own header option, read from the same variables
-        os.environ["LIMIT_RESPONSE_HEADERS_ENABLED"] = "true"
-        os.environ["LIMIT_REMAINING_HEADER"] = "X-RateLimit-Remaining"
-        try:
-            cls.d = Daemon(cls.tmp.name, CONFIG)
-        finally:
-            del os.environ["LIMIT_RESPONSE_HEADERS_ENABLED"]
-            del os.environ["LIMIT_REMAINING_HEADER"]
-        cls.ch = grpc.insecure_channel(cls.d.grpc_addr)
-        cls.srl = cls.ch.unary_unary(RLS, request_serializer=cls.Req.SerializeToString,
-                                     response_deserializer=cls.Resp.FromString)
+        start(cls, {"ratelimit/messaging.yaml": YAML}, CONFIG,
+              {"LIMIT_RESPONSE_HEADERS_ENABLED": "true",
+               "LIMIT_REMAINING_HEADER": "X-RateLimit-Remaining"})
 
     @classmethod
     def tearDownClass(cls):
-        cls.ch.close()
-        rc = cls.d.stop()
-        cls.tmp.cleanup()
-        if rc != 0:
-            raise AssertionError("ratelimitd exited %d" % rc)
+        stop(cls)
 
     def call(self, descriptors, now, hits=0, domain="messaging"):
         """descriptors: a list of (entries as (key, value) pairs, own hits_addend or None,
@@ -166,24 +171,11 @@ class GrpcYamlTiersTest(unittest.TestCase):
 
     @classmethod
     def setUpClass(cls):
-        cls.tmp = tempfile.TemporaryDirectory()
-        m = load_messages(cls.tmp.name)
-        cls.Req = m["envoy.service.ratelimit.v3.RateLimitRequest"]
-        cls.Resp = m["envoy.service.ratelimit.v3.RateLimitResponse"]
-        with open(os.path.join(cls.tmp.name, "api.yaml"), "w") as f:
-            f.write(TIERS_YAML)
-        cls.d = Daemon(cls.tmp.name, TIERS_CONFIG)
-        cls.ch = grpc.insecure_channel(cls.d.grpc_addr)
-        cls.srl = cls.ch.unary_unary(RLS, request_serializer=cls.Req.SerializeToString,
-                                     response_deserializer=cls.Resp.FromString)
+        start(cls, {"api.yaml": TIERS_YAML}, TIERS_CONFIG)
 
     @classmethod
     def tearDownClass(cls):
-        cls.ch.close()
-        rc = cls.d.stop()
-        cls.tmp.cleanup()
-        if rc != 0:
-            raise AssertionError("ratelimitd exited %d" % rc)
+        stop(cls)
 
     def call(self, key, now):
         r = self.Req(domain="api", hits_addend=1)

@@ -70,7 +70,7 @@ typedef struct tb_ev {
 _Static_assert(sizeof(tb_ev) <= RL_EVAL_MAX, "token bucket evaluation fits");
 
 /* The wait at now for cost, from s at max(now, last). */
-static rl_ns wait_for(const tb_params *p, const tb_state *s, rl_ns now, rl_fp cost)
+static inline rl_ns wait_for(const tb_params *p, const tb_state *s, rl_ns now, rl_fp cost)
 {
     if (cost > p->capacity)
         return RL_WAIT_NEVER;
@@ -120,16 +120,29 @@ static rl_ns tb_idle_at(const void *pp, const void *st)
     return rl__add_sat(s->last, time_to(pp, s, 0));
 }
 
+/* The status from s at max(now, last): reset_after and next share the time_to arithmetic,
+ * (used - target) * 1e9 - frac, with target 0 and capacity - want. */
 static void tb_report(const void *pp, const rl_eval *ev, rl_ns now, rl_rule_status *out)
 {
     const tb_params *p = pp;
     const tb_state *s = &((const tb_ev *)(const void *)ev)->s;
     out->limit = p->capacity;
     out->remaining = p->capacity - s->used;
-    rl_ns full = time_to(p, s, 0);
-    out->reset_after = full ? rl__add_sat(s->last - now, full) : 0;
     out->window = p->window;
-    out->next = full ? wait_for(p, s, now, rl_status_want(out->limit, out->remaining)) : 0;
+    if (s->used <= 0) {
+        out->reset_after = 0;
+        out->next = 0;
+        return;
+    }
+    rl__u128 need = (rl__u128)(uint64_t)s->used * (uint64_t)RL_NS_PER_SEC - (uint64_t)s->frac;
+    rl_ns ahead = s->last - now;
+    out->reset_after = rl__add_sat(ahead, rl__recip_ceil(&p->per_rate, need));
+    rl_fp target = p->capacity - rl_status_want(out->limit, out->remaining);
+    out->next = s->used <= target
+                    ? 0
+                    : rl__add_sat(ahead, rl__recip_ceil(&p->per_rate,
+                                                        need - (rl__u128)(uint64_t)target *
+                                                                   (uint64_t)RL_NS_PER_SEC));
 }
 
 static int tb_prepare(void *pp, char *err, size_t errlen)

@@ -305,8 +305,14 @@ static void housekeeper_stop(housekeeper *hk)
 
 /* ---- the daemon ------------------------------------------------------------------------- */
 
-/* Starts the gRPC server when the configuration or --grpc-port asks for one and prints the
- * second line of stdout. Returns 0 (*out NULL when none is wanted) or -1 (logged). */
+/* Whether the configuration or --grpc-port asks for the gRPC server. */
+static int grpc_wanted(const opts *o, const rld_settings *set)
+{
+    return set->grpc_listen || o->grpc_port >= 0;
+}
+
+/* Starts the gRPC server when it is wanted and prints the second line of stdout. Returns 0
+ * (*out NULL when none is wanted) or -1 (logged). */
 static int grpc_start(const opts *o, const rld_settings *set, rld_app *app, int threads,
                       rld_grpc **out)
 {
@@ -314,7 +320,7 @@ static int grpc_start(const opts *o, const rld_settings *set, rld_app *app, int 
     int port = 0;
     rl_err err = {{0}};
     *out = NULL;
-    if (!set->grpc_listen && o->grpc_port < 0)
+    if (!grpc_wanted(o, set))
         return 0;
     if (set->grpc_listen)
         rld_listen_parse(set->grpc_listen, addr, sizeof addr, &port); /* checked when loaded */
@@ -330,7 +336,6 @@ static int grpc_start(const opts *o, const rld_settings *set, rld_app *app, int 
                           .methods = rld_grpc_methods,
                           .nmethods = rld_grpc_nmethods,
                           .app = app};
-    rld_grpc_metrics_init(app);
     if (!(*out = rld_grpc_start(&gc, &err))) {
         rld_log("error: %s", err.msg);
         return -1;
@@ -460,6 +465,9 @@ static int serve(const opts *o)
                           .gate = &app.gate,
                           .on_done = rld_app_on_done,
                           .access_log = set.log_access};
+    /* before /metrics can be asked: its gRPC series are read without a lock */
+    if (grpc_wanted(o, &set))
+        rld_grpc_metrics_init(&app);
     if (!(app.http = rld_http_start(&hc, &err))) {
         rld_log("error: %s", err.msg);
         goto fail_app;

@@ -486,7 +486,9 @@ START_TEST(sigterm_finishes_streams_in_flight)
         size_t n = rls_body(bodies[i], "user", i < 5 ? "gina" : "hank", 0);
         k[i] = open_call(&cl, RLS_PATH, "application/grpc", at10, bodies[i], n, 1);
     }
-    /* the PING is answered after the HEADERS before it were read: the streams are open */
+    /* the HEADERS written first (nghttp2 sends a PING queued beside them ahead of them); the
+     * PING is answered after the HEADERS before it were read: the streams are open */
+    pump(&cl, 200, NULL);
     nghttp2_submit_ping(cl.s, NGHTTP2_FLAG_NONE, NULL);
     pump(&cl, 5000, ping_acked);
     ck_assert(cl.ping_acked);

@@ -113,11 +113,39 @@ static int parse_override(const json_t *v, rl_limiter *lim, rl_registry *reg, co
     return rc;
 }
 
-int rld_quotas_open(rld_quotas *q, const char *path, rl_limiter *lim, rl_registry *reg,
-                    rl_err *err)
+/* Applies every user's override of root (an object) to lim; err names what and the user. */
+static int apply(json_t *root, const char *what, rl_limiter *lim, rl_registry *reg, rl_err *err)
 {
     const char *user;
     json_t *v;
+    int rc = RL_OK;
+    json_object_foreach(root, user, v)
+    {
+        const char *tier, *why = rld_user_problem(user);
+        rl_rules *rules;
+        if (why) {
+            rc = rl_errf(err, RL_EINVAL, "%s: \"%.64s\": %s", what, user, why);
+            break;
+        }
+        if (json_is_null(v)) {
+            rl_quota_clear(lim, user);
+            continue;
+        }
+        if ((rc = parse_override(v, lim, reg, &tier, &rules, err)) == RL_OK)
+            rc = rl_quota_set(lim, user, tier, rules, err);
+        if (rc != RL_OK) {
+            char rest[sizeof err->msg];
+            snprintf(rest, sizeof rest, "%s", err->msg);
+            rl_errf(err, rc, "%s: %.256s: %s", what, user, rest);
+            break;
+        }
+    }
+    return rc;
+}
+
+int rld_quotas_open(rld_quotas *q, const char *path, rl_limiter *lim, rl_registry *reg,
+                    rl_err *err)
+{
     json_error_t jerr;
     memset(q, 0, sizeof *q);
     pthread_mutex_init(&q->mu, NULL);
@@ -141,28 +169,9 @@ int rld_quotas_open(rld_quotas *q, const char *path, rl_limiter *lim, rl_registr
         json_decref(root);
         return rl_errf(err, RL_EINVAL, "quota_file %s: must be a JSON object of users", path);
     }
-    int rc = RL_OK;
-    json_object_foreach(root, user, v)
-    {
-        const char *tier, *why = rld_user_problem(user);
-        rl_rules *rules;
-        if (why) {
-            rc = rl_errf(err, RL_EINVAL, "quota_file %s: \"%.64s\": %s", path, user, why);
-            break;
-        }
-        if (json_is_null(v)) {
-            rl_quota_clear(lim, user);
-            continue;
-        }
-        if ((rc = parse_override(v, lim, reg, &tier, &rules, err)) == RL_OK)
-            rc = rl_quota_set(lim, user, tier, rules, err);
-        if (rc != RL_OK) {
-            char rest[sizeof err->msg];
-            snprintf(rest, sizeof rest, "%s", err->msg);
-            rl_errf(err, rc, "quota_file %s: %.256s: %s", path, user, rest);
-            break;
-        }
-    }
+    char what[300];
+    snprintf(what, sizeof what, "quota_file %.280s", path);
+    int rc = apply(root, what, lim, reg, err);
     if (rc == RL_OK) {
         json_decref(q->overrides);
         q->overrides = root;
@@ -171,6 +180,25 @@ int rld_quotas_open(rld_quotas *q, const char *path, rl_limiter *lim, rl_registr
     }
     return rc;
 }
+
+int rld_quotas_carry(rld_quotas *q, const rld_quotas *from, rl_limiter *lim, rl_registry *reg,
+                     rl_err *err)
+{
+    pthread_mutex_lock((pthread_mutex_t *)&from->mu);
+    json_t *copy = json_deep_copy(from->overrides);
+    pthread_mutex_unlock((pthread_mutex_t *)&from->mu);
+    if (!copy)
+        return rl_errf(err, RL_ENOMEM, "out of memory");
+    int rc = apply(copy, "quotas set at run time", lim, reg, err);
+    if (rc == RL_OK) {
+        json_decref(q->overrides);
+        q->overrides = copy;
+    } else {
+        json_decref(copy);
+    }
+    return rc;
+}
+
 
 void rld_quotas_close(rld_quotas *q)
 {

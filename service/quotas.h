@@ -28,6 +28,10 @@ typedef struct rld_quotas {
  * the entry; lim may then hold some of the overrides (the caller gives up on it). */
 int rld_quotas_open(rld_quotas *q, const char *path, rl_limiter *lim, rl_registry *reg,
                     rl_err *err);
+/* For a reload without a quota file: the overrides set at run time in from (PUT /quota),
+ * applied to lim, become q's. Errors as rld_quotas_open (an override whose tier is gone). */
+int rld_quotas_carry(rld_quotas *q, const rld_quotas *from, rl_limiter *lim, rl_registry *reg,
+                     rl_err *err);
 /* Frees what q holds. */
 void rld_quotas_close(rld_quotas *q);
 

@@ -50,6 +50,8 @@ static int prepare(rld_app *app, generation *g, rl_err *err)
         rl_config_free(cfg);
     if (rc == RL_OK)
         rc = rld_quotas_open(&g->quotas, app->set->quota_file, g->lim, app->reg, err);
+    if (rc == RL_OK && !app->set->quota_file) /* no file to read them back from */
+        rc = rld_quotas_carry(&g->quotas, &app->quotas, g->lim, app->reg, err);
     json_t *rules = rc == RL_OK ? rld_config_to_json(rl_limiter_config(g->lim), app->set) : NULL;
     g->rules_json = rules ? json_dumps(rules, RLD_JSON_FLAGS) : NULL;
     json_decref(rules);

@@ -696,6 +696,32 @@ START_TEST(reload_moves_denial_counts_with_their_levels)
 }
 END_TEST
 
+START_TEST(reload_keeps_quotas_set_at_run_time)
+{
+    /* no quota_file: the tiers admins set live only in memory, and a reload keeps them */
+    su_server s;
+    su_tmpdir(&s);
+    const char *cfg =
+        "{\"levels\": [{\"name\": \"user\", \"tiered\": true}], \"default_tier\": \"free\", "
+        "\"tiers\": {\"free\": [{\"type\": \"token_bucket\", \"capacity\": 1, \"per_second\": "
+        "0.001}], \"pro\": [{\"type\": \"token_bucket\", \"capacity\": 5, \"per_second\": 0.001}]}}";
+    su_start(&s, cfg, manual);
+    su_resp r = su_req(&s, "PUT", "/quota/bob", "{\"tier\": \"pro\"}", NULL);
+    ck_assert_int_eq(r.status, 200);
+    su_resp_free(&r);
+    r = su_req(&s, "POST", "/admin/reload", NULL, NULL);
+    ck_assert_int_eq(r.status, 200);
+    su_resp_free(&r);
+    /* pro's 5, not free's 1: 3 fit and 2 are left */
+    ck_assert_double_eq(remaining_at(&s, "bob", 3, 100, 0, 200), 2);
+    r = su_req(&s, "GET", "/quota/bob", NULL, NULL);
+    ck_assert_int_eq(r.status, 200);
+    ck_assert_msg(strstr(r.body, "pro"), "%s", r.body);
+    su_resp_free(&r);
+    ck_assert_int_eq(su_stop(&s), 0);
+}
+END_TEST
+
 START_TEST(reload_keeps_state_and_refuses_bad_configs)
 {
     su_server s;
@@ -887,6 +913,7 @@ static Suite *hardening_suite(void)
     tcase_add_test(tc, reload_keeps_state_and_refuses_bad_configs);
     tcase_add_test(tc, clean_shutdown_frees_everything);
     tcase_add_test(tc, reload_moves_denial_counts_with_their_levels);
+    tcase_add_test(tc, reload_keeps_quotas_set_at_run_time);
     suite_add_tcase(s, tc);
     return s;
 }

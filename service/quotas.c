@@ -143,6 +143,20 @@ static int apply(json_t *root, const char *what, rl_limiter *lim, rl_registry *r
     return rc;
 }
 
+/* Applies root (stolen) to lim; on success it becomes q's overrides. */
+static int adopt(rld_quotas *q, json_t *root, const char *what, rl_limiter *lim,
+                 rl_registry *reg, rl_err *err)
+{
+    int rc = apply(root, what, lim, reg, err);
+    if (rc == RL_OK) {
+        json_decref(q->overrides);
+        q->overrides = root;
+    } else {
+        json_decref(root);
+    }
+    return rc;
+}
+
 int rld_quotas_open(rld_quotas *q, const char *path, rl_limiter *lim, rl_registry *reg,
                     rl_err *err)
 {
@@ -171,14 +185,7 @@ int rld_quotas_open(rld_quotas *q, const char *path, rl_limiter *lim, rl_registr
     }
     char what[300];
     snprintf(what, sizeof what, "quota_file %.280s", path);
-    int rc = apply(root, what, lim, reg, err);
-    if (rc == RL_OK) {
-        json_decref(q->overrides);
-        q->overrides = root;
-    } else {
-        json_decref(root);
-    }
-    return rc;
+    return adopt(q, root, what, lim, reg, err);
 }
 
 int rld_quotas_carry(rld_quotas *q, const rld_quotas *from, rl_limiter *lim, rl_registry *reg,
@@ -189,14 +196,7 @@ int rld_quotas_carry(rld_quotas *q, const rld_quotas *from, rl_limiter *lim, rl_
     pthread_mutex_unlock((pthread_mutex_t *)&from->mu);
     if (!copy)
         return rl_errf(err, RL_ENOMEM, "out of memory");
-    int rc = apply(copy, "quotas set at run time", lim, reg, err);
-    if (rc == RL_OK) {
-        json_decref(q->overrides);
-        q->overrides = copy;
-    } else {
-        json_decref(copy);
-    }
-    return rc;
+    return adopt(q, copy, "quotas set at run time", lim, reg, err);
 }
 
 

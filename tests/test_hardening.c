@@ -653,6 +653,15 @@ static int count_in(const char *hay, const char *needle)
     return n;
 }
 
+/* Writes cfg as the daemon's configuration file and reloads it over the endpoint. */
+static void reload_with(const su_server *s, const char *cfg)
+{
+    su_write(s->dir, "config.json", cfg);
+    su_resp r = su_req(s, "POST", "/admin/reload", NULL, NULL);
+    ck_assert_int_eq(r.status, 200);
+    su_resp_free(&r);
+}
+
 START_TEST(reload_moves_denial_counts_with_their_levels)
 {
     su_server s;
@@ -673,10 +682,7 @@ START_TEST(reload_moves_denial_counts_with_their_levels)
     /* the levels swap places: the count stays with user */
     snprintf(cfg, sizeof cfg, "{\"levels\": [{\"name\": \"team\", %s}, {\"name\": \"user\", %s}]}",
              rule, rule);
-    su_write(s.dir, "config.json", cfg);
-    r = su_req(&s, "POST", "/admin/reload", NULL, NULL);
-    ck_assert_int_eq(r.status, 200);
-    su_resp_free(&r);
+    reload_with(&s, cfg);
     r = su_req(&s, "GET", "/metrics", NULL, NULL);
     ck_assert_msg(strstr(r.body, user1), "%.1500s", r.body);
     ck_assert_msg(!strstr(r.body, "ratelimit_denied_total{level=\"team\""), "%.1500s", r.body);
@@ -684,10 +690,7 @@ START_TEST(reload_moves_denial_counts_with_their_levels)
     /* user renamed: its series ends, member's starts with its own denials */
     snprintf(cfg, sizeof cfg, "{\"levels\": [{\"name\": \"team\", %s}, {\"name\": \"member\", %s}]}",
              rule, rule);
-    su_write(s.dir, "config.json", cfg);
-    r = su_req(&s, "POST", "/admin/reload", NULL, NULL);
-    ck_assert_int_eq(r.status, 200);
-    su_resp_free(&r);
+    reload_with(&s, cfg);
     r = su_req(&s, "GET", "/metrics", NULL, NULL);
     ck_assert_msg(!strstr(r.body, "ratelimit_denied_total{level=\"user\""), "%.1500s", r.body);
     ck_assert_msg(!strstr(r.body, "ratelimit_denied_total{level=\"member\""), "%.1500s", r.body);

@@ -13,6 +13,7 @@
 
 #include "redis_pool.h"
 #include "redis_lua.h"
+#include "settings.h"
 
 #define BACKOFF_MIN (50 * 1000000LL)
 #define BACKOFF_MAX (2000 * 1000000LL)
@@ -140,22 +141,10 @@ int rld_redis_parse_url(const char *url, rld_redis_addr *out, rl_err *err)
 int rld_redis_parse_hostport(const char *s, const char *what, char *host, size_t cap, int *port,
                              rl_err *err)
 {
-    const char *colon = strrchr(s, ':'), *h = s, *hend = colon;
-    if (s[0] == '[') { /* [v6 address]:port */
-        const char *rb = strchr(s, ']');
-        if (!rb || rb[1] != ':')
-            return rl_errf(err, RL_EINVAL, "%s: must be [address]:port", what);
-        h = s + 1;
-        hend = rb;
-        colon = rb + 1;
-    }
-    if (!colon || hend == h)
-        return rl_errf(err, RL_EINVAL, "%s: must be host:port", what);
-    if (copy_part(host, cap, h, (size_t)(hend - h)) != 0)
-        return rl_errf(err, RL_EINVAL, "%s: host too long", what);
-    if (parse_int(colon + 1, strlen(colon + 1), 1, 65535, port) != 0)
-        return rl_errf(err, RL_EINVAL, "%s: port must be a number from 1 to 65535", what);
-    return RL_OK;
+    const char *why = rld_listen_parse(s, host, cap, port);
+    if (!why && *port == 0)
+        why = "must end in a port from 1 to 65535";
+    return why ? rl_errf(err, RL_EINVAL, "%s: %s", what, why) : RL_OK;
 }
 
 /* ---- the pool ------------------------------------------------------------------------------ */

@@ -61,7 +61,7 @@ struct rld_pool {
     pthread_mutex_t mu;
     size_t n;
     pconn *conns;
-    uint64_t calls, batches; /* atomics: calls written, and the batches that carried them */
+    uint64_t calls, writes; /* atomics: calls written, and the writes (batches) that carried them */
     /* health, under mu */
     int up;
     unsigned gen; /* bumped each time the link goes down: older connections are reopened */
@@ -311,10 +311,10 @@ uint64_t rld_pool_errors(rld_pool *p)
     return n;
 }
 
-void rld_pool_counts(rld_pool *p, uint64_t *calls, uint64_t *batches)
+void rld_pool_counts(rld_pool *p, uint64_t *calls, uint64_t *writes)
 {
     *calls = __atomic_load_n(&p->calls, __ATOMIC_RELAXED);
-    *batches = __atomic_load_n(&p->batches, __ATOMIC_RELAXED);
+    *writes = __atomic_load_n(&p->writes, __ATOMIC_RELAXED);
 }
 
 static struct timeval tv_of(rl_ns ns)
@@ -791,7 +791,7 @@ static void batch(rld_pool *p, pconn *pc, pcall *b)
         return;
     }
     __atomic_fetch_add(&p->calls, (uint64_t)n, __ATOMIC_RELAXED);
-    __atomic_fetch_add(&p->batches, 1, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&p->writes, 1, __ATOMIC_RELAXED);
     for (pcall *k = b; k; k = k->next) {
         for (int i = 0; i < k->nreplies; i++) {
             void *r;

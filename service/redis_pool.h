@@ -133,9 +133,9 @@ int rld_pool_probe(rld_pool *p);
 void rld_pool_primary(rld_pool *p, char *buf, size_t len);
 uint64_t rld_pool_switches(rld_pool *p);
 
-/* The calls written to Redis since the pool was made, and the batches (writes) that carried
- * them: calls / batches is how many calls a write carried on average. */
-void rld_pool_counts(rld_pool *p, uint64_t *calls, uint64_t *batches);
+/* The calls written to Redis since the pool was made, and the writes (batches) that carried
+ * them: calls / writes is how many calls a write carried on average. */
+void rld_pool_counts(rld_pool *p, uint64_t *calls, uint64_t *writes);
 
 /* A new connection outside the pool (for a subscriber), authenticated and on the right
  * database, or NULL with the reason in err. The caller frees it with redisFree. */

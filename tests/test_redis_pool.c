@@ -127,7 +127,7 @@ START_TEST(each_call_gets_its_own_reply_in_batches)
     }
     ck_assert_int_eq(ok, THREADS * calls);
     uint64_t n, batches;
-    rld_pool_counts(p, &n, &batches);
+    rld_pool_counts(p, &n, &batches); /* calls, and the writes (batches) that carried them */
     /* every call written once (and nothing else: no script is loaded for these commands) */
     ck_assert_uint_eq(n, (uint64_t)THREADS * calls);
     /* eight callers on two connections: many batches carry several calls */

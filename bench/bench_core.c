@@ -3,7 +3,10 @@
  *
  * Three levels (user, team, global token buckets), random users out of N, 1,000 teams. Prints
  * one "name: value" line per figure:
- *   core_ns_per_decision_<N>_keys        single thread
+ *   core_ns_per_decision_<N>_keys        single thread, no status read (the decision alone:
+ *                                        allowed, retry_after, blocked_by)
+ *   core_status_ns_per_decision_<N>_keys single thread, every rule's status read as well (what
+ *                                        an answer with limits or RateLimit headers reads)
  *   core_ns_per_decision_2threads        two threads on one limiter (the global key shared)
  *   baseline_ns_per_decision_<N>_keys    a bare open-addressing table, three lookups, two
  *                                        doubles per key (the floor a decision cannot beat)
@@ -100,13 +103,12 @@ typedef struct keyset {
     size_t n;
 } keyset;
 
-/* Not inlined, so that callgrind can count a decision: bench/callgrind_core.sh. */
-__attribute__((noinline)) static int decide(rl_limiter *lim, const keyset *ks, size_t u,
-                                            rl_ns now)
+/* One decision for user u; with statuses, every rule's status is read too. */
+static inline __attribute__((always_inline)) int decide_one(rl_limiter *lim, size_t u, rl_ns now,
+                                                            int statuses)
 {
     char user[32], team[16];
     size_t ul = fmt_key(user, "user-", 5, u), tl = fmt_key(team, "t", 1, u % 1000);
-    (void)ks;
     rl_descriptor ds[2] = {{"user", 4, user, ul}, {"team", 4, team, tl}};
     rl_request req = {.desc = ds, .ndesc = 2, .cost = RL_FP_ONE, .now = now};
     rl_decision d;
@@ -115,8 +117,28 @@ __attribute__((noinline)) static int decide(rl_limiter *lim, const keyset *ks, s
         fprintf(stderr, "acquire: %s\n", err.msg);
         exit(1);
     }
+    int sink = d.allowed;
+    for (size_t i = 0; statuses && i < d.napplied; i++) {
+        const rl_rule_status *st = rl_decision_status(&d, i);
+        sink += st && st->remaining + st->reset_after + st->next + st->window < 0;
+    }
     rl_decision_done(&d);
-    return d.allowed;
+    return sink;
+}
+
+/* Not inlined, so that callgrind can count a decision: bench/callgrind_core.sh. */
+__attribute__((noinline)) static int decide(rl_limiter *lim, const keyset *ks, size_t u,
+                                            rl_ns now)
+{
+    (void)ks;
+    return decide_one(lim, u, now, 0);
+}
+
+__attribute__((noinline)) static int decide_statuses(rl_limiter *lim, const keyset *ks, size_t u,
+                                                     rl_ns now)
+{
+    (void)ks;
+    return decide_one(lim, u, now, 1);
 }
 
 /* ---- the baseline: open addressing, key copy inline, two doubles ---------------------- */
@@ -205,12 +227,14 @@ static double baseline(const keyset *ks, size_t nkeys, size_t ops)
 
 /* ---- runs ------------------------------------------------------------------------------ */
 
-static double run_core(rl_limiter *lim, const keyset *ks, size_t nkeys, size_t ops, rl_ns *now)
+static double run_core(rl_limiter *lim, const keyset *ks, size_t nkeys, size_t ops, rl_ns *now,
+                       int statuses)
 {
     int sink = 0;
     double t0 = now_s();
     for (size_t i = 0; i < ops; i++)
-        sink += decide(lim, ks, rnd() % nkeys, (*now)++);
+        sink += statuses ? decide_statuses(lim, ks, rnd() % nkeys, (*now)++)
+                         : decide(lim, ks, rnd() % nkeys, (*now)++);
     double ns = (now_s() - t0) * 1e9 / (double)ops;
     return sink >= 0 ? ns : 0;
 }
@@ -254,9 +278,11 @@ int main(int argc, char **argv)
         size_t ops = n < 2000000 ? 2000000 : n;
         if (getenv("BENCH_CORE_OPS"))
             ops = strtoull(getenv("BENCH_CORE_OPS"), NULL, 10);
-        run_core(lim, &ks, n, ops / 4, &now); /* warm up */
-        double ns = run_core(lim, &ks, n, ops, &now);
+        run_core(lim, &ks, n, ops / 4, &now, 0); /* warm up */
+        double ns = run_core(lim, &ks, n, ops, &now, 0);
         printf("core_ns_per_decision_%zu_keys: %.1f\n", n, ns);
+        printf("core_status_ns_per_decision_%zu_keys: %.1f\n", n,
+               run_core(lim, &ks, n, ops, &now, 1));
         printf("baseline_ns_per_decision_%zu_keys: %.1f\n", n, baseline(&ks, n, ops));
         if ((n == 1000000 || n == max) && !getenv("BENCH_SINGLE_THREAD")) {
             printf("core_bytes_per_key_%zu_keys: %.1f\n", n, (double)(after - before) / (double)n);

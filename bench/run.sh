@@ -440,6 +440,12 @@ if [[ " $SECTIONS " == *" core "* ]]; then
     emit ratio_core_1000000_keys_vs_baseline "$(ratio "$c1m" "$b1m")"
     emit ratio_core_1000_keys_vs_baseline \
         "$(ratio "$c1k" "${CORE_baseline_ns_per_decision_1000_keys:-n/a}")"
+    # the same with every rule's status read (what an answer with limits or headers does)
+    emit ratio_core_status_1000_keys_vs_baseline \
+        "$(ratio "${CORE_core_status_ns_per_decision_1000_keys:-n/a}" \
+            "${CORE_baseline_ns_per_decision_1000_keys:-n/a}")"
+    emit ratio_core_status_1000000_keys_vs_baseline \
+        "$(ratio "${CORE_core_status_ns_per_decision_1000000_keys:-n/a}" "$b1m")"
     # both threads together, per decision, against one thread: below 1 is a speed-up
     emit ratio_core_2threads_vs_1thread_1000000_keys \
         "$(ratio "${CORE_core_ns_per_decision_2threads_1000000_keys:-n/a}" "$c1m")"

@@ -282,15 +282,22 @@ typedef struct rl_applied {
                           configuration (a default key) or the decision's buffer (a composed
                           key): valid while both the request and the decision are */
     uint32_t keylen;
-    int has_status;    /* the rule reports a status (a deny list does not) */
+    int has_status;    /* the rule reports a status (a deny list does not): read it with
+                          rl_decision_status */
     uint8_t fallback;  /* rl_fallback: RL_FALLBACK_NONE unless the store failed */
     uint8_t shadow;    /* a shadow rule here (its own option or its level's): never denies */
     uint8_t shadow_denied; /* shadow and the cost did not fit it: it would have denied, and
                               took nothing */
     uint8_t charge;    /* a charge rule here (see rl_rule.charge) */
-    rl_rule_status st; /* after the decision */
+    uint8_t status_lazy; /* the store's (ratelimit_store.h): status holds ev, not st yet */
     rl_ns wait;        /* phase 1's answer (for shadow and charge rules too, which may not
                           count towards retry_after) */
+    /* The rule's status after the decision. Never read here: rl_decision_status works it out
+     * on the first read from what the store left (ev, while status_lazy) and keeps it (st). */
+    union {
+        rl_rule_status st;
+        rl_eval ev;
+    } status;
 } rl_applied;
 
 typedef struct rl_decision {
@@ -298,12 +305,24 @@ typedef struct rl_decision {
     rl_ns retry_after; /* 0 when allowed; RL_WAIT_NEVER when the cost can never fit */
     int blocked;       /* index in applied of the blocking rule, -1 when allowed */
     char reservation[RL_RESERVATION_ID]; /* "" when no reservation was made */
+    rl_ns now; /* the request's time, which statuses are reported at */
     size_t napplied;
     rl_applied applied[RL_MAX_APPLIED];
     rl_rules *held; /* reference kept on a custom rule list until rl_decision_done */
     size_t keyused;
     char keybuf[RL_DECISION_KEYS]; /* composed keys */
 } rl_decision;
+
+/* The status of d->applied[i] after the decision (limit, remaining, reset_after, window,
+ * next), or NULL when that rule reports none (has_status == 0) or i >= d->napplied. A store
+ * that decides in process leaves each rule's evaluation in the decision: the first read
+ * works the status out from it (the rule type's report) and keeps it in d, so a caller that
+ * reads no status pays nothing for it and a second read gives the same status. That first
+ * read writes d (the pointer is const so that readers of a decision can stay so): read one
+ * decision from one thread at a time, and before rl_decision_done. Whether a request is
+ * allowed, retry_after and the blocking rule never wait for this: they are set by
+ * rl_acquire. */
+const rl_rule_status *rl_decision_status(const rl_decision *d, size_t i);
 
 /* Drops what a decision holds. Call once after reading a decision filled by rl_acquire. */
 void rl_decision_done(rl_decision *d);

@@ -23,11 +23,12 @@
  * evaluate once: it brings the key's state to now (into the type's own evaluation, eval_size
  * bytes the store provides) and answers the wait for the cost. When the decision takes, commit
  * takes the cost from what evaluate computed (no second refill) and writes the state; report
- * then fills the status from the evaluation (as committed), once. A decision is thus
+ * fills the status from the evaluation (as committed), once, when the status is first read
+ * (rl_decision_status): a decision whose statuses nobody reads reports nothing. A decision is
  *
  *     wait = evaluate(params, state, key, keylen, now, need, ev);    for every rule
  *     commit(params, state, ev, cost);                 if every wait is 0 (and not a dry run)
- *     report(params, ev, now, &status);                for every rule
+ *     report(params, ev, now, &status);                for every status read
  *
  * Version 1 types (wait, take and status, each bringing the state to now by itself) still
  * load: the registry wraps them, so every registered type answers through version 2.
@@ -146,7 +147,8 @@ typedef struct rl_rule_redis {
 #define RL_RULE_HOLDS 0x2u         /* a take holds something until release (concurrency) */
 /* The evaluation points into the state (a type whose state holds pointers): the store calls
  * report while it still holds the key, before anyone else can change the state. Without it,
- * report may run after the store let go of the key, on the evaluation alone. */
+ * report may run after the store let go of the key, on the evaluation alone, later (when the
+ * status is read) and on a copy of its bytes: an evaluation must not point into itself. */
 #define RL_RULE_EVAL_IN_STATE 0x4u
 
 typedef struct rl_rule_type {

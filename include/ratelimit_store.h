@@ -68,12 +68,16 @@ typedef struct rl_store_ops {
     /* Called once by rl_limiter_new before any other method. cfg and res outlive the store. */
     int (*attach)(void *cls, const rl_config *cfg, const rl_resolver *res, rl_err *err);
     /* Carries out the plan: fills d->allowed, d->retry_after, d->blocked, d->applied[i].wait,
-     * .shadow_denied, .st and .has_status, and d->reservation when the plan reserves or a rule
-     * holds. Only items for which rl_plan_item_blocks holds decide; when they all fit (and the
-     * plan is not a dry run) every item for which rl_plan_item_takes holds takes its cost. .st is
-     * the rule's status after the decision; .st.next is the rule's wait then for
-     * rl_status_want(limit, remaining), and 0 when remaining >= limit.
-     * Returns 0, or RL_ESTORE (nothing taken) when the store cannot answer. */
+     * .shadow_denied, .has_status and, when it has one, the rule's status, and d->reservation
+     * when the plan reserves or a rule holds. Only items for which rl_plan_item_blocks holds
+     * decide; when they all fit (and the plan is not a dry run) every item for which
+     * rl_plan_item_takes holds takes its cost. The status is the rule's after the decision;
+     * its next is the rule's wait then for rl_status_want(limit, remaining), and 0 when
+     * remaining >= limit. A store sets it with rl_applied_set_status, or leaves it to be
+     * worked out when read (rl_decision_status): the rule's evaluation at plan->now in
+     * .status.ev, committed into when the request took, .status_lazy = 1 and d->now =
+     * plan->now; only for a type without RL_RULE_EVAL_IN_STATE, whose state may have changed
+     * by then. Returns 0, or RL_ESTORE (nothing taken) when the store cannot answer. */
     int (*decide)(void *cls, const rl_plan *plan, rl_decision *d, rl_err *err);
     int (*settle)(void *cls, const char *id, rl_fp actual, rl_ns now, rl_settlement *out,
                   rl_err *err);
@@ -101,6 +105,14 @@ struct rl_store {
     const rl_store_ops *ops;
     void *cls;
 };
+
+/* Sets applied rule a's status after the decision, as the store worked it out (from a
+ * script's reply, another decision's status): rl_decision_status returns a copy of *st. */
+static inline void rl_applied_set_status(rl_applied *a, const rl_rule_status *st)
+{
+    a->status.st = *st;
+    a->status_lazy = 0;
+}
 
 /* One evaluation of rule for key in state at now, without taking: returns the wait for cost
  * and, when st is not NULL and the rule reports a status, fills every field of st. For stores

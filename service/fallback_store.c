@@ -220,6 +220,7 @@ static int fall_back(fb_store *fs, const rl_plan *plan, rl_decision *d, rl_err *
     if (rc == RL_OK) {
         memset(ld, 0, offsetof(rl_decision, keybuf));
         ld->blocked = -1;
+        ld->now = plan->now;
     }
     for (size_t i = 0; rc == RL_OK && i < plan->n; i++) {
         const rl_applied *a = &d->applied[i];
@@ -267,7 +268,8 @@ static int fall_back(fb_store *fs, const rl_plan *plan, rl_decision *d, rl_err *
             rl_applied *a = &d->applied[map[j]];
             a->wait = ld->applied[j].wait;
             a->has_status = ld->applied[j].has_status;
-            a->st = ld->applied[j].st;
+            if (a->has_status) /* worked out now: ld and its rules go */
+                rl_applied_set_status(a, rl_decision_status(ld, j));
             a->shadow_denied = ld->applied[j].shadow_denied;
             a->fallback = RL_FALLBACK_LOCAL;
         }

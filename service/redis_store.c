@@ -1048,15 +1048,17 @@ static int rs_decide(void *cls, const rl_plan *plan, rl_decision *d, rl_err *err
         ap->has_status = rule->type->report != NULL;
         if (!ap->has_status)
             continue;
+        rl_rule_status st;
         if (ti->stateless) {
-            rl_rule_peek(rule, zero_state, ap->key, ap->keylen, plan->now, 0, &ap->st);
+            rl_rule_peek(rule, zero_state, ap->key, ap->keylen, plan->now, 0, &st);
         } else {
-            ap->st.limit = out[i].st[0];
-            ap->st.remaining = out[i].st[1];
-            ap->st.reset_after = out[i].st[2];
-            ap->st.window = out[i].st[3];
-            ap->st.next = out[i].st[4];
+            st.limit = out[i].st[0];
+            st.remaining = out[i].st[1];
+            st.reset_after = out[i].st[2];
+            st.window = out[i].st[3];
+            st.next = out[i].st[4];
         }
+        rl_applied_set_status(ap, &st);
     }
     if (made && allowed)
         memcpy(d->reservation, id, sizeof id);

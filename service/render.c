@@ -38,7 +38,8 @@ void rld_render_decision(rld_buf *o, const rl_config *cfg, const rl_decision *d)
     int first = 1;
     for (size_t i = 0; i < d->napplied; i++) {
         const rl_applied *a = &d->applied[i];
-        if (!a->has_status)
+        const rl_rule_status *st = rl_decision_status(d, i);
+        if (!st)
             continue;
         const char *level = cfg->levels[a->level].name;
         rld_buf_puts(o, first ? "{\"level\":" : ",{\"level\":");
@@ -49,14 +50,14 @@ void rld_render_decision(rld_buf *o, const rl_config *cfg, const rl_decision *d)
         rld_buf_puts(o, ",\"rule\":");
         rld_buf_json_str(o, a->rule->name, strlen(a->rule->name));
         rld_buf_puts(o, ",\"limit\":");
-        rld_buf_fp(o, a->st.limit);
+        rld_buf_fp(o, st->limit);
         rld_buf_puts(o, ",\"remaining\":");
-        rld_buf_fp(o, a->st.remaining);
+        rld_buf_fp(o, st->remaining);
         rld_buf_puts(o, ",\"reset_after\":");
-        if (a->st.reset_after == RL_WAIT_NEVER)
+        if (st->reset_after == RL_WAIT_NEVER)
             rld_buf_puts(o, "null");
         else
-            rld_buf_seconds(o, a->st.reset_after > 0 ? a->st.reset_after : 0);
+            rld_buf_seconds(o, st->reset_after > 0 ? st->reset_after : 0);
         rld_buf_putc(o, '}');
     }
     rld_buf_puts(o, "]}");
@@ -123,7 +124,8 @@ size_t rld_render_ratelimit(rld_buf *policy, rld_buf *state, const rl_config *cf
     size_t n = 0;
     for (size_t i = 0; i < d->napplied; i++) {
         const rl_applied *a = &d->applied[i];
-        if (!a->has_status)
+        const rl_rule_status *st = rl_decision_status(d, i);
+        if (!st)
             continue;
         const char *level = cfg->levels[a->level].name;
         if (n++) {
@@ -132,8 +134,8 @@ size_t rld_render_ratelimit(rld_buf *policy, rld_buf *state, const rl_config *cf
         }
         sf_string(policy, level, a->rule->name);
         rld_buf_puts(policy, ";q=");
-        rld_buf_i64(policy, a->st.limit > 0 ? a->st.limit / RL_FP_ONE : 0);
-        int64_t w = ceil_div(a->st.window, RL_NS_PER_SEC);
+        rld_buf_i64(policy, st->limit > 0 ? st->limit / RL_FP_ONE : 0);
+        int64_t w = ceil_div(st->window, RL_NS_PER_SEC);
         if (w > 0) {
             rld_buf_puts(policy, ";w=");
             rld_buf_i64(policy, w);
@@ -142,10 +144,10 @@ size_t rld_render_ratelimit(rld_buf *policy, rld_buf *state, const rl_config *cf
             rld_buf_puts(policy, ";qu=\"concurrent-requests\"");
         sf_string(state, level, a->rule->name);
         rld_buf_puts(state, ";r=");
-        rld_buf_i64(state, a->st.remaining > 0 ? a->st.remaining / RL_FP_ONE : 0);
+        rld_buf_i64(state, st->remaining > 0 ? st->remaining / RL_FP_ONE : 0);
         /* t: seconds until more quota (r grows by one), not until the rule is full */
         rld_buf_puts(state, ";t=");
-        rld_buf_i64(state, ceil_div(a->st.next, RL_NS_PER_SEC));
+        rld_buf_i64(state, ceil_div(st->next, RL_NS_PER_SEC));
     }
     return n;
 }

@@ -289,21 +289,26 @@ static int statuses_from_decision(const rl_config *cfg, const rld_rls_request *r
 {
     for (size_t i = 0; i < req->n_descriptors; i++) {
         const rl_applied *pick = NULL;
+        const rl_rule_status *pst = NULL;
         for (size_t k = 0; k < d->napplied; k++) {
             const rl_applied *ap = &d->applied[k];
             if (!ap->has_status || !level_of_descriptor(&cfg->levels[ap->level], req, i))
                 continue;
+            const rl_rule_status *st = rl_decision_status(d, k);
             if ((int)k == d->blocked) {
                 pick = ap;
+                pst = st;
                 break;
             }
-            if (!pick || ap->st.remaining < pick->st.remaining)
+            if (!pick || st->remaining < pst->remaining) {
                 pick = ap;
+                pst = st;
+            }
         }
         if (d->blocked >= 0 && pick == &d->applied[d->blocked])
             resp->statuses[i]->code =
                 ENVOY__SERVICE__RATELIMIT__V3__RATE_LIMIT_RESPONSE__CODE__OVER_LIMIT;
-        if (pick && rld_rls_status_from_rule(resp->statuses[i], pick->rule, &pick->st, a) != 0)
+        if (pick && rld_rls_status_from_rule(resp->statuses[i], pick->rule, pst, a) != 0)
             return -1;
     }
     if (!d->allowed)

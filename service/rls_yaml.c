@@ -778,9 +778,10 @@ static void native_status(const rl_config *cfg, const rld_yreq *req, const rl_de
             continue;
         st[i].has_limit = st[i].has_reset = 1;
         st[i].rule = a->rule;
-        st[i].st = a->st;
+        st[i].st = *rl_decision_status(d, (size_t)d->blocked);
         st[i].name = a->rule->name ? a->rule->name : "";
-        st[i].unit = (int)rld_unit_of_limit(a->st.limit, a->st.window, &st[i].requests_per_unit);
+        st[i].unit =
+            (int)rld_unit_of_limit(st[i].st.limit, st[i].st.window, &st[i].requests_per_unit);
         st[i].reset = (a->wait + RL_NS_PER_SEC - 1) / RL_NS_PER_SEC * RL_NS_PER_SEC;
     }
 }
@@ -800,21 +801,22 @@ static int acquire(rl_limiter *lim, const rl_item *items, rl_rules *const *rules
     return rc; /* the caller reads d, then rl_decision_done */
 }
 
-/* Fills the counted parts of a status from the rule's state after the decision. */
-static void status_from(rld_ystatus *st, const rl_applied *a, int over, rl_ns now)
+/* Fills the counted parts of a status from the rule's status rs after the decision. */
+static void status_from(rld_ystatus *st, const rl_applied *a, const rl_rule_status *rs, int over,
+                        rl_ns now)
 {
     int64_t secs = rld_unit_seconds(st->unit);
     st->rule = a->rule;
-    st->st = a->st;
+    st->st = *rs;
     st->code = over ? RLD_YCODE_OVER_LIMIT : RLD_YCODE_OK;
-    rl_fp left = a->st.remaining / RL_FP_ONE;
+    rl_fp left = rs->remaining / RL_FP_ONE;
     st->remaining = over || left <= 0 ? 0 : left > UINT32_MAX ? UINT32_MAX : (uint32_t)left;
     st->has_reset = 1;
     /* upstream's arithmetic on whole seconds: the window of now ends in secs - now % secs */
     if (strcmp(a->rule->type->name, "fixed_window") == 0 && secs > 0)
         st->reset = (secs - (now / RL_NS_PER_SEC) % secs) * RL_NS_PER_SEC;
     else
-        st->reset = (a->st.reset_after + RL_NS_PER_SEC - 1) / RL_NS_PER_SEC * RL_NS_PER_SEC;
+        st->reset = (rs->reset_after + RL_NS_PER_SEC - 1) / RL_NS_PER_SEC * RL_NS_PER_SEC;
 }
 
 /* ---- statistics ---------------------------------------------------------------------------- */
@@ -975,22 +977,25 @@ void rld_yrls_metrics(rld_yrls *y, rld_buf *out)
     }
 }
 
-/* Descriptor i's status and statistics from its rule a in the decision. A shadow_mode limit
- * (a core shadow rule) is counted when the request passes and its hits fit, never denies, and
- * reports the would-be denial; a charge rule blocks only a check (hits 0). */
-static void decided(rld_yrls *y, size_t di, const rld_yreq *req, size_t i, const rl_applied *a,
-                    rl_fp cost, int allowed, const rld_ydesc *const *path, rld_ystatus *st,
+/* Descriptor i's status and statistics from its rule, applied rule k of the decision. A
+ * shadow_mode limit (a core shadow rule) is counted when the request passes and its hits fit,
+ * never denies, and reports the would-be denial; a charge rule blocks only a check (hits 0). */
+static void decided(rld_yrls *y, size_t di, const rld_yreq *req, size_t i, const rl_decision *d,
+                    size_t k, rl_fp cost, const rld_ydesc *const *path, rld_ystatus *st,
                     rld_ycode *overall)
 {
+    static const rl_rule_status none;
+    const rl_applied *a = &d->applied[k];
+    const rl_rule_status *rs = rl_decision_status(d, k);
     int over = a->shadow ? a->shadow_denied : a->wait > 0 && !(a->charge && cost > 0);
-    status_from(st, a, over, req->now);
+    status_from(st, a, rs ? rs : &none, over, req->now);
     if (a->shadow) {
         st->code = RLD_YCODE_OK; /* upstream's shadow_mode: over, yet OK */
         st->shadow_denied = over;
     } else if (over) {
         *overall = RLD_YCODE_OVER_LIMIT;
     }
-    count(stat_of(y, di, &req->desc[i], st, path), st, allowed && !over,
+    count(stat_of(y, di, &req->desc[i], st, path), st, d->allowed && !over,
           a->shadow && st->matched && st->matched->shadow_mode);
 }
 
@@ -1037,8 +1042,8 @@ int rld_yrls_decide(rld_yrls *y, rl_limiter *lim, const rld_yreq *req, rld_ystat
         return rc;
     for (size_t i = 0; i < req->ndesc; i++)
         if (p.rules[i])
-            decided(y, di, req, i, &d.applied[p.item[i]], p.main[p.item[i]].cost, d.allowed,
-                    p.path[i], &st[i], overall);
+            decided(y, di, req, i, &d, p.item[i], p.main[p.item[i]].cost, p.path[i], &st[i],
+                    overall);
     native_status(rl_limiter_config(lim), req, &d, &p, st, overall);
     if (p.nmain)
         rl_decision_done(&d);

@@ -103,16 +103,16 @@ START_TEST(rules_follow_the_key)
     ck_assert(decide(&f, "a1:1 b1:4 c1:100", 0, &d));
     ck_assert_uint_eq(d.napplied, 2);
     ck_assert_str_eq(d.applied[0].rule->name, "a-limit");
-    ck_assert_int_eq(d.applied[0].st.remaining, FP(1));
+    ck_assert_int_eq(tu_status(&d, 0)->remaining, FP(1));
     ck_assert_str_eq(d.applied[1].rule->name, "b-limit");
-    ck_assert_int_eq(d.applied[1].st.remaining, FP(1));
+    ck_assert_int_eq(tu_status(&d, 1)->remaining, FP(1));
     /* a1 fits 1 more, b1 does not fit 2: denied, and a1 keeps its 1 */
     ck_assert(!decide(&f, "a1:1 b1:2", 1, &d));
     ck_assert_int_eq(d.blocked, 1);
     ck_assert_int_eq(d.retry_after, S(9));
-    ck_assert_int_eq(d.applied[0].st.remaining, FP(1));
+    ck_assert_int_eq(tu_status(&d, 0)->remaining, FP(1));
     ck_assert(decide(&f, "a1:1", 2, &d));
-    ck_assert_int_eq(d.applied[0].st.remaining, 0);
+    ck_assert_int_eq(tu_status(&d, 0)->remaining, 0);
     /* the next window starts at 10 */
     ck_assert(decide(&f, "a1:2 b1:5", 10, &d));
     teardown(&f);
@@ -134,7 +134,7 @@ START_TEST(several_keys_of_one_level_are_one_decision)
     ck_assert_uint_eq(d.napplied, 20);
     ck_assert(decide(&f, spec, 0, &d));
     for (size_t i = 0; i < d.napplied; i++)
-        ck_assert_int_eq(d.applied[i].st.remaining, 0);
+        ck_assert_int_eq(tu_status(&d, i)->remaining, 0);
     /* a third take fails on every key and takes nothing from the new key a1000 */
     char more[1100];
     snprintf(more, sizeof more, "a1000:1 %s", spec);
@@ -150,11 +150,11 @@ START_TEST(cost_zero_checks_without_taking)
     rl_decision d;
     setup(&f);
     ck_assert(decide(&f, "a1:0", 0, &d));
-    ck_assert_int_eq(d.applied[0].st.remaining, FP(2));
+    ck_assert_int_eq(tu_status(&d, 0)->remaining, FP(2));
     ck_assert(decide(&f, "a1:2", 0, &d));
     /* exhausted, not over: a check of 0 fits, a take of 1 does not */
     ck_assert(decide(&f, "a1:0", 0, &d));
-    ck_assert_int_eq(d.applied[0].st.remaining, 0);
+    ck_assert_int_eq(tu_status(&d, 0)->remaining, 0);
     ck_assert(!decide(&f, "a1:1", 0, &d));
     teardown(&f);
 }

@@ -228,8 +228,8 @@ START_TEST(requests_and_cost_units_in_one_level)
     rl_decision d;
     ck_assert(tu_acquire(lim, "model=m", 400, S(0), &d));
     ck_assert(tu_acquire(lim, "model=m", 400, S(1), &d));
-    ck_assert_double_eq(d.applied[0].st.remaining / 1e6, 1);
-    ck_assert_double_eq(d.applied[1].st.remaining / 1e6, 200);
+    ck_assert_double_eq(tu_status(&d, 0)->remaining / 1e6, 1);
+    ck_assert_double_eq(tu_status(&d, 1)->remaining / 1e6, 200);
     ck_assert(!tu_acquire(lim, "model=m", 400, S(2), &d));
     ck_assert_str_eq(tu_blocked_by(lim, &d), "model: tpm");
     ck_assert_int_eq(d.retry_after, S(58));
@@ -575,7 +575,7 @@ END_TEST
 
 /* ---- shadow and charge ------------------------------------------------------------------- */
 
-/* The status of the rule named name in d. */
+/* The applied rule named name in d. */
 static const rl_applied *applied_named(const rl_decision *d, const char *name)
 {
     for (size_t i = 0; i < d->napplied; i++)
@@ -583,6 +583,12 @@ static const rl_applied *applied_named(const rl_decision *d, const char *name)
             return &d->applied[i];
     ck_abort_msg("no applied rule %s", name);
     return NULL;
+}
+
+/* The status of the rule named name in d. */
+static const rl_rule_status *status_named(const rl_decision *d, const char *name)
+{
+    return tu_status(d, (size_t)(applied_named(d, name) - d->applied));
 }
 
 /* Buckets refilling 1/s: "real" of 2 enforced, shadow "wide" of 10 and "narrow" of 1. */
@@ -598,9 +604,9 @@ START_TEST(shadow_never_denies)
     rl_decision d;
     /* allowed, and both shadow rules fit: each takes 1 */
     ck_assert(tu_acquire(lim, "user=a", 1, S(0), &d));
-    ck_assert_int_eq(applied_named(&d, "real")->st.remaining, FP(1));
-    ck_assert_int_eq(applied_named(&d, "wide")->st.remaining, FP(9));
-    ck_assert_int_eq(applied_named(&d, "narrow")->st.remaining, 0);
+    ck_assert_int_eq(status_named(&d, "real")->remaining, FP(1));
+    ck_assert_int_eq(status_named(&d, "wide")->remaining, FP(9));
+    ck_assert_int_eq(status_named(&d, "narrow")->remaining, 0);
     ck_assert(applied_named(&d, "narrow")->shadow && !applied_named(&d, "narrow")->shadow_denied);
     ck_assert(!applied_named(&d, "real")->shadow);
     /* narrow is empty: it would deny (1 s), takes nothing, and the request is still allowed */
@@ -609,21 +615,21 @@ START_TEST(shadow_never_denies)
     ck_assert_int_eq(d.blocked, -1);
     ck_assert(applied_named(&d, "narrow")->shadow_denied);
     ck_assert_int_eq(applied_named(&d, "narrow")->wait, S(1));
-    ck_assert_int_eq(applied_named(&d, "narrow")->st.remaining, 0);
-    ck_assert_int_eq(applied_named(&d, "wide")->st.remaining, FP(8));
-    ck_assert_int_eq(applied_named(&d, "real")->st.remaining, 0);
+    ck_assert_int_eq(status_named(&d, "narrow")->remaining, 0);
+    ck_assert_int_eq(status_named(&d, "wide")->remaining, FP(8));
+    ck_assert_int_eq(status_named(&d, "real")->remaining, 0);
     /* real is empty: denied by real alone; wide fits but a denied request takes nothing */
     ck_assert(!tu_acquire(lim, "user=a", 1, S(0), &d));
     ck_assert_str_eq(tu_blocked_by(lim, &d), "user: real");
     ck_assert_int_eq(d.retry_after, S(1));
-    ck_assert_int_eq(applied_named(&d, "wide")->st.remaining, FP(8));
+    ck_assert_int_eq(status_named(&d, "wide")->remaining, FP(8));
     ck_assert(!applied_named(&d, "wide")->shadow_denied);
     ck_assert(applied_named(&d, "narrow")->shadow_denied);
     /* a second later real and narrow hold 1 again: both take */
     ck_assert(tu_acquire(lim, "user=a", 1, S(1), &d));
     ck_assert(!applied_named(&d, "narrow")->shadow_denied);
-    ck_assert_int_eq(applied_named(&d, "narrow")->st.remaining, 0);
-    ck_assert_int_eq(applied_named(&d, "wide")->st.remaining, FP(8)); /* 8 + 1 refilled - 1 */
+    ck_assert_int_eq(status_named(&d, "narrow")->remaining, 0);
+    ck_assert_int_eq(status_named(&d, "wide")->remaining, FP(8)); /* 8 + 1 refilled - 1 */
     tu_free(lim);
 }
 END_TEST
@@ -641,7 +647,7 @@ START_TEST(shadow_level)
     const rl_applied *t = applied_named(&d, "try");
     ck_assert(t->shadow && t->shadow_denied);
     ck_assert_int_eq(t->wait, S(59));
-    ck_assert_int_eq(t->st.remaining, 0); /* took 1 the first time, nothing the second */
+    ck_assert_int_eq(status_named(&d, "try")->remaining, 0); /* took 1 the first time, nothing the second */
     ck_assert_int_eq(tu_remaining(lim, &d, "user"), 3);
     tu_free(lim);
 }
@@ -659,7 +665,7 @@ START_TEST(charge_goes_below_zero_and_checks_wait_it_out)
     rl_decision d;
     /* 5 does not fit 2, and is taken anyway: 2 - 5 = -3 */
     ck_assert(tu_acquire(lim, "user=a", 5, S(0), &d));
-    ck_assert_int_eq(applied_named(&d, "pay")->st.remaining, FP(-3));
+    ck_assert_int_eq(status_named(&d, "pay")->remaining, FP(-3));
     ck_assert_int_eq(applied_named(&d, "pay")->wait, RL_WAIT_NEVER); /* reported, not counted */
     ck_assert_int_eq(d.retry_after, 0);
     ck_assert(applied_named(&d, "pay")->charge);
@@ -667,15 +673,15 @@ START_TEST(charge_goes_below_zero_and_checks_wait_it_out)
     ck_assert(!tu_acquire_ex(lim, "user=a", 1, S(1), RL_DRY_RUN, 0, &d));
     ck_assert_int_eq(d.retry_after, S(3));
     ck_assert_str_eq(tu_blocked_by(lim, &d), "user: pay");
-    ck_assert_int_eq(applied_named(&d, "pay")->st.remaining, FP(-2));
+    ck_assert_int_eq(status_named(&d, "pay")->remaining, FP(-2));
     /* a real request of 1 is never blocked by it: 5 used */
     ck_assert(tu_acquire(lim, "user=a", 1, S(1), &d));
-    ck_assert_int_eq(applied_named(&d, "pay")->st.remaining, FP(-3));
+    ck_assert_int_eq(status_named(&d, "pay")->remaining, FP(-3));
     /* at 4: 2 used, the check waits 1 s more; at 5 it fits */
     ck_assert(!tu_acquire_ex(lim, "user=a", 1, S(4), RL_DRY_RUN, 0, &d));
     ck_assert_int_eq(d.retry_after, S(1));
     ck_assert(tu_acquire_ex(lim, "user=a", 1, S(5), RL_DRY_RUN, 0, &d));
-    ck_assert_int_eq(applied_named(&d, "pay")->st.remaining, FP(1));
+    ck_assert_int_eq(status_named(&d, "pay")->remaining, FP(1));
     tu_free(lim);
 }
 END_TEST
@@ -694,7 +700,7 @@ START_TEST(charge_takes_nothing_when_denied)
     ck_assert(!tu_acquire(lim, "user=a", 4, S(0), &d));
     ck_assert_str_eq(tu_blocked_by(lim, &d), "user: gate");
     ck_assert_int_eq(d.retry_after, S(60));
-    ck_assert_int_eq(applied_named(&d, "pay")->st.remaining, FP(6));
+    ck_assert_int_eq(status_named(&d, "pay")->remaining, FP(6));
     tu_free(lim);
 }
 END_TEST
@@ -823,20 +829,133 @@ START_TEST(v1_type_adapted)
     rl_decision d;
     ck_assert(tu_acquire(lim, "user=a", 2, S(0), &d));
     /* 1 of 3 left; one more whole unit (2) does not fit: the rule's wait, 5 s */
-    ck_assert_int_eq(d.applied[0].st.limit, FP(3));
-    ck_assert_int_eq(d.applied[0].st.remaining, FP(1));
-    ck_assert_int_eq(d.applied[0].st.next, S(5));
+    ck_assert_int_eq(tu_status(&d, 0)->limit, FP(3));
+    ck_assert_int_eq(tu_status(&d, 0)->remaining, FP(1));
+    ck_assert_int_eq(tu_status(&d, 0)->next, S(5));
     ck_assert(!tu_acquire(lim, "user=a", 2, S(1), &d));
     ck_assert_int_eq(d.retry_after, S(5));
-    ck_assert_int_eq(d.applied[0].st.remaining, FP(1)); /* denied: nothing taken */
+    ck_assert_int_eq(tu_status(&d, 0)->remaining, FP(1)); /* denied: nothing taken */
     ck_assert(tu_acquire(lim, "user=a", 1, S(1), &d));
-    ck_assert_int_eq(d.applied[0].st.remaining, 0);
+    ck_assert_int_eq(tu_status(&d, 0)->remaining, 0);
     /* another key starts empty: full, nothing to wait for */
     ck_assert(tu_acquire_ex(lim, "user=b", 1, S(1), RL_DRY_RUN, 0, &d));
-    ck_assert_int_eq(d.applied[0].st.remaining, FP(3));
-    ck_assert_int_eq(d.applied[0].st.next, 0);
+    ck_assert_int_eq(tu_status(&d, 0)->remaining, FP(3));
+    ck_assert_int_eq(tu_status(&d, 0)->next, 0);
     ck_assert(!tu_acquire(lim, "user=b", 4, S(1), &d));
     ck_assert_int_eq(d.retry_after, RL_WAIT_NEVER);
+    tu_free(lim);
+}
+END_TEST
+
+/* ---- statuses, worked out when read ------------------------------------------------------- */
+
+/* A version 2 counter that counts its reports: at most "limit" taken per key, ever. */
+static int counted_reports;
+
+static rl_ns cnt_evaluate(const void *pp, const void *st, const char *key, size_t keylen,
+                          rl_ns now, rl_fp cost, rl_eval *ev)
+{
+    (void)key;
+    (void)keylen;
+    (void)now;
+    ev->w[0] = *(const rl_fp *)st;
+    return ev->w[0] + cost <= *(const rl_fp *)pp ? 0 : RL_WAIT_NEVER;
+}
+
+static void cnt_commit(const void *pp, void *st, rl_eval *ev, rl_fp cost)
+{
+    (void)pp;
+    ev->w[0] += cost;
+    *(rl_fp *)st = ev->w[0];
+}
+
+static void cnt_report(const void *pp, const rl_eval *ev, rl_ns now, rl_rule_status *st)
+{
+    (void)now;
+    counted_reports++;
+    st->limit = *(const rl_fp *)pp;
+    st->remaining = st->limit - ev->w[0];
+    st->reset_after = st->window = st->next = 0;
+}
+
+static const rl_param_def cnt_params[] = {
+    {"limit", RL_PARAM_AMOUNT, 0, 1, 100, 0, 1, "most taken"},
+};
+
+static const rl_rule_type reports_counted = {
+    .api_version = 2,
+    .name = "reports_counted",
+    .params = cnt_params,
+    .nparams = 1,
+    .params_size = sizeof(rl_fp),
+    .state_size = sizeof(rl_fp),
+    .default_name = prefix_name,
+    .eval_size = sizeof(rl_fp),
+    .evaluate = cnt_evaluate,
+    .commit = cnt_commit,
+    .report = cnt_report,
+};
+
+/* A decision reports nothing until a status is read; the first read reports once, from what
+ * the decision found, and a second read gives the same status without reporting again. */
+START_TEST(status_reported_when_read)
+{
+    rl_registry *reg = rl_registry_new();
+    ck_assert_int_eq(rl_register_rule_type(reg, &reports_counted), 0);
+    ck_assert_int_eq(rl_register_rule_type(reg, &deny_prefix), 0);
+    rl_limiter *lim = tu_limiter_with(
+        reg, "{\"levels\": [{\"name\": \"user\", \"rules\": [{\"type\": \"deny_prefix\"}, "
+             "{\"type\": \"reports_counted\", \"name\": \"counted\", \"limit\": 5}]}]}");
+    rl_decision d;
+    counted_reports = 0;
+    ck_assert(tu_acquire(lim, "user=a", 2, S(0), &d));
+    ck_assert(tu_acquire(lim, "user=a", 1, S(0), &d));
+    ck_assert_int_eq(counted_reports, 0);
+    ck_assert_ptr_null(rl_decision_status(&d, 0)); /* the deny list reports none */
+    ck_assert_ptr_null(rl_decision_status(&d, 2)); /* no such applied rule */
+    const rl_rule_status *st = rl_decision_status(&d, 1);
+    ck_assert_int_eq(counted_reports, 1);
+    ck_assert_int_eq(st->limit, FP(5));
+    ck_assert_int_eq(st->remaining, FP(2)); /* 5 - 2 - 1 */
+    ck_assert_ptr_eq(rl_decision_status(&d, 1), st);
+    ck_assert_int_eq(st->remaining, FP(2));
+    ck_assert_int_eq(counted_reports, 1);
+    rl_decision_done(&d);
+    /* denied: the status is what the rule had, nothing taken */
+    ck_assert(!tu_acquire(lim, "user=a", 3, S(0), &d));
+    ck_assert_int_eq(d.retry_after, RL_WAIT_NEVER);
+    ck_assert_int_eq(tu_status(&d, 1)->remaining, FP(2));
+    tu_free(lim);
+}
+END_TEST
+
+/* A status read after later decisions changed the key is still the one of its own decision
+ * (worked out by hand): a token bucket of 10 refilling 2/s, full at 0. */
+START_TEST(status_of_its_own_decision)
+{
+    rl_limiter *lim = tu_limiter("{\"levels\": [{\"name\": \"user\", \"rules\": [{\"type\": "
+                                 "\"token_bucket\", \"capacity\": 10, \"per_second\": 2}]}]}");
+    rl_decision d1, d2, d3;
+    ck_assert(tu_acquire(lim, "user=a", 3, S(1), &d1));
+    ck_assert(tu_acquire(lim, "user=a", 5, S(2), &d2)); /* 7 + 2 refilled = 9, 4 left */
+    ck_assert(!tu_acquire(lim, "user=a", 6, S(2), &d3));
+    /* d1: 7 left; full again in 3 / 2 = 1.5 s; 8 (one more whole unit) in 0.5 s */
+    const rl_rule_status *s1 = tu_status(&d1, 0);
+    ck_assert_int_eq(s1->limit, FP(10));
+    ck_assert_int_eq(s1->remaining, FP(7));
+    ck_assert_int_eq(s1->reset_after, S(1.5));
+    ck_assert_int_eq(s1->next, S(0.5));
+    ck_assert_int_eq(s1->window, S(5));
+    /* d2: 4 left, full in 3 s; d3 denied: 6 of 4 waits 1 s, and took nothing */
+    ck_assert_int_eq(tu_status(&d2, 0)->remaining, FP(4));
+    ck_assert_int_eq(tu_status(&d2, 0)->reset_after, S(3));
+    ck_assert_int_eq(tu_status(&d2, 0)->next, S(0.5));
+    ck_assert_int_eq(d3.retry_after, S(1));
+    ck_assert_int_eq(tu_status(&d3, 0)->remaining, FP(4));
+    ck_assert_int_eq(tu_status(&d3, 0)->reset_after, S(3));
+    rl_decision_done(&d1);
+    rl_decision_done(&d2);
+    rl_decision_done(&d3);
     tu_free(lim);
 }
 END_TEST
@@ -878,19 +997,19 @@ START_TEST(plugin_v2_loaded_from_config)
     rl_decision d;
     ck_assert(tu_acquire(lim, "user=a", 4, S(0), &d));
     /* full: empty in 2 s, room for one unit in 0.5 s; leaking all of 4 takes 2 s */
-    ck_assert_int_eq(d.applied[0].st.remaining, 0);
-    ck_assert_int_eq(d.applied[0].st.reset_after, S(2));
-    ck_assert_int_eq(d.applied[0].st.next, S(0.5));
-    ck_assert_int_eq(d.applied[0].st.window, S(2));
+    ck_assert_int_eq(tu_status(&d, 0)->remaining, 0);
+    ck_assert_int_eq(tu_status(&d, 0)->reset_after, S(2));
+    ck_assert_int_eq(tu_status(&d, 0)->next, S(0.5));
+    ck_assert_int_eq(tu_status(&d, 0)->window, S(2));
     /* at 1 it holds 2: 3 waits until it holds 1, 0.5 s */
     ck_assert(!tu_acquire(lim, "user=a", 3, S(1), &d));
     ck_assert_int_eq(d.retry_after, S(0.5));
     ck_assert_str_eq(tu_blocked_by(lim, &d), "user: leaky_bucket(4, 2/s)");
     ck_assert(tu_acquire(lim, "user=a", 3, S(1.5), &d));
-    ck_assert_int_eq(d.applied[0].st.remaining, 0);
+    ck_assert_int_eq(tu_status(&d, 0)->remaining, 0);
     /* another key is empty */
     ck_assert(tu_acquire(lim, "user=b", 1, S(1.5), &d));
-    ck_assert_int_eq(d.applied[0].st.remaining, FP(3));
+    ck_assert_int_eq(tu_status(&d, 0)->remaining, FP(3));
     /* idle once it leaked everything: b (1 at 1.5) at 2, a (4 at 1.5) at 3.5 */
     rl_limiter_tick(lim, S(1.999999999));
     ck_assert_int_eq(rl_limiter_keys(lim, 0), 2);
@@ -1028,7 +1147,7 @@ START_TEST(descriptor_names_sharing_their_ends)
         ck_assert(tu_acquire(lim, keys, 1, S(0), &d));
         ck_assert_uint_eq(d.napplied, 1);
         ck_assert_str_eq(cfg->levels[d.applied[0].level].name, names[i]);
-        ck_assert_int_eq(d.applied[0].st.limit, (rl_fp)(i + 1) * RL_FP_ONE);
+        ck_assert_int_eq(tu_status(&d, 0)->limit, (rl_fp)(i + 1) * RL_FP_ONE);
     }
     rl_err err;
     ck_assert_int_eq(tu_acquire_err(lim, "abcdzefghi=k", 1, S(0), &err), RL_EINVAL);
@@ -1151,9 +1270,9 @@ START_TEST(store_without_prefetch_decides_the_same)
         for (size_t i = 0; i < a.napplied; i++) {
             ck_assert_int_eq(a.applied[i].wait, b.applied[i].wait);
             ck_assert_int_eq(a.applied[i].has_status, b.applied[i].has_status);
-            ck_assert_int_eq(a.applied[i].st.remaining, b.applied[i].st.remaining);
-            ck_assert_int_eq(a.applied[i].st.reset_after, b.applied[i].st.reset_after);
-            ck_assert_int_eq(a.applied[i].st.next, b.applied[i].st.next);
+            ck_assert_int_eq(tu_status(&a, i)->remaining, tu_status(&b, i)->remaining);
+            ck_assert_int_eq(tu_status(&a, i)->reset_after, tu_status(&b, i)->reset_after);
+            ck_assert_int_eq(tu_status(&a, i)->next, tu_status(&b, i)->next);
         }
     }
     ck_assert_uint_eq(rl_limiter_keys(hinted, 0), rl_limiter_keys(plain, 0));
@@ -1286,9 +1405,9 @@ START_TEST(snapshot_round_trip)
     ck_assert(tu_acquire(b, "team=t", 1, S(3), &d));
     /* the counter and the global window came back too: 2 + 2 - 2 refunded + 1 */
     tu_acquire_ex(b, "team=t", 1, S(3), RL_DRY_RUN, 0, &d);
-    ck_assert_double_eq(d.applied[1].st.remaining / 1e6, 47);
+    ck_assert_double_eq(tu_status(&d, 1)->remaining / 1e6, 47);
     tu_acquire_ex(b, "", 1, S(3), RL_DRY_RUN, 0, &d);
-    ck_assert_double_eq(d.applied[1].st.remaining / 1e6, 97);
+    ck_assert_double_eq(tu_status(&d, 1)->remaining / 1e6, 97);
     unlink(path);
     tu_free(a);
     tu_free(b);
@@ -1319,8 +1438,8 @@ START_TEST(snapshot_into_a_changed_configuration)
     /* global comes first now: gcra, then the user's bucket and fixed window */
     ck_assert(tu_acquire_ex(b, "user=u1", 1, S(0), RL_DRY_RUN, 0, &d));
     ck_assert_double_eq(tu_remaining(b, &d, "user"), 5);
-    ck_assert_double_eq(d.applied[2].st.remaining / 1e6, 3); /* a fresh fixed window */
-    ck_assert_double_eq(d.applied[0].st.remaining / 1e6, 994); /* 1000 - 5 - 1 */
+    ck_assert_double_eq(tu_status(&d, 2)->remaining / 1e6, 3); /* a fresh fixed window */
+    ck_assert_double_eq(tu_status(&d, 0)->remaining / 1e6, 994); /* 1000 - 5 - 1 */
     unlink(path);
     tu_free(a);
     tu_free(b);
@@ -1355,17 +1474,17 @@ START_TEST(snapshot_follows_each_rule_by_name_and_parameters)
     ck_assert_int_eq(rl_limiter_load(y, path, S(0), &loaded, &err), RL_OK);
     ck_assert_uint_eq(loaded, 2 + 1); /* a's and b's states, the reservation */
     ck_assert(tu_acquire_ex(y, "user=u1", 1, S(0), RL_DRY_RUN, 0, &d));
-    ck_assert_double_eq(d.applied[0].st.remaining / 1e6, 15); /* b */
-    ck_assert_double_eq(d.applied[1].st.remaining / 1e6, 60); /* c, afresh */
-    ck_assert_double_eq(d.applied[2].st.remaining / 1e6, 5);  /* a */
+    ck_assert_double_eq(tu_status(&d, 0)->remaining / 1e6, 15); /* b */
+    ck_assert_double_eq(tu_status(&d, 1)->remaining / 1e6, 60); /* c, afresh */
+    ck_assert_double_eq(tu_status(&d, 2)->remaining / 1e6, 5);  /* a */
     /* the reservation settles with the same rules: 2 back to a and b, nothing to the new c */
     rl_settlement st;
     ck_assert_int_eq(rl_settle(y, id, 0, S(0), &st, &err), RL_OK);
     ck_assert_int_eq(st.refunded, FP(2));
     ck_assert(tu_acquire_ex(y, "user=u1", 1, S(0), RL_DRY_RUN, 0, &d));
-    ck_assert_double_eq(d.applied[0].st.remaining / 1e6, 17);
-    ck_assert_double_eq(d.applied[1].st.remaining / 1e6, 60);
-    ck_assert_double_eq(d.applied[2].st.remaining / 1e6, 7);
+    ck_assert_double_eq(tu_status(&d, 0)->remaining / 1e6, 17);
+    ck_assert_double_eq(tu_status(&d, 1)->remaining / 1e6, 60);
+    ck_assert_double_eq(tu_status(&d, 2)->remaining / 1e6, 7);
     /* renamed, a rule is another rule */
     ck_assert_int_eq(rl_limiter_save(y, path, &err), RL_OK);
     rl_limiter *z = tu_limiter(
@@ -1373,7 +1492,7 @@ START_TEST(snapshot_follows_each_rule_by_name_and_parameters)
         "{\"type\": \"token_bucket\", \"name\": \"b2\", \"capacity\": 20, \"per_second\": 1}]}]}");
     ck_assert_int_eq(rl_limiter_load(z, path, S(0), &loaded, &err), RL_OK);
     ck_assert(tu_acquire_ex(z, "user=u1", 1, S(0), RL_DRY_RUN, 0, &d));
-    ck_assert_double_eq(d.applied[0].st.remaining / 1e6, 20);
+    ck_assert_double_eq(tu_status(&d, 0)->remaining / 1e6, 20);
     unlink(path);
     tu_free(x);
     tu_free(y);
@@ -1605,6 +1724,8 @@ Suite *limiter_suite(void)
     tcase_add_test(tc, rule_type_registered_by_the_test);
     tcase_add_test(tc, plugin_loaded_from_config);
     tcase_add_test(tc, v1_type_adapted);
+    tcase_add_test(tc, status_reported_when_read);
+    tcase_add_test(tc, status_of_its_own_decision);
     tcase_add_test(tc, shadow_never_denies);
     tcase_add_test(tc, shadow_level);
     tcase_add_test(tc, charge_goes_below_zero_and_checks_wait_it_out);

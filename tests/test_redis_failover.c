@@ -205,7 +205,7 @@ static void check_modes(inst *in, const char *team_key)
     for (int i = 0; i < 8; i++) {
         decide(in, team_key, 1, &d);
         ck_assert_int_eq(d.applied[0].fallback, RL_FALLBACK_LOCAL);
-        ck_assert_int_eq(d.applied[0].st.limit, FP(5));
+        ck_assert_int_eq(tu_status(&d, 0)->limit, FP(5));
         allowed += d.allowed;
     }
     ck_assert_int_eq(allowed, 5);
@@ -214,7 +214,7 @@ static void check_modes(inst *in, const char *team_key)
     decide(in, "global=g9,team=other", 1, &d);
     ck_assert(!d.allowed);
     ck_assert_int_eq(d.applied[1].fallback, RL_FALLBACK_LOCAL);
-    ck_assert_int_eq(d.applied[1].st.remaining, FP(5));
+    ck_assert_int_eq(tu_status(&d, 1)->remaining, FP(5));
 }
 
 /* Polls until the store is up again and decides through Redis; fails after 15 s. */
@@ -398,8 +398,8 @@ START_TEST(local_mode_with_tiers_and_custom_quotas)
     ck_assert_int_eq(rl_acquire(in.lim, &req, &d, &err), RL_OK);
     rl_decision_done(&d);
     ck_assert(d.allowed);
-    ck_assert_int_eq(d.applied[0].st.limit, FP(5)); /* 10 / 2 */
-    ck_assert_int_eq(d.applied[0].st.remaining, 0);
+    ck_assert_int_eq(tu_status(&d, 0)->limit, FP(5)); /* 10 / 2 */
+    ck_assert_int_eq(tu_status(&d, 0)->remaining, 0);
     rl_settlement st;
     ck_assert_int_eq(rl_settle(in.lim, d.reservation, FP(2), wall(), &st, &err), RL_OK);
     req.flags = RL_DRY_RUN;
@@ -426,7 +426,7 @@ START_TEST(reservations_made_while_down)
     rl_decision_done(&d);
     ck_assert(d.allowed);
     ck_assert(d.reservation[0]);
-    ck_assert_int_eq(d.applied[0].st.remaining, FP(1));
+    ck_assert_int_eq(tu_status(&d, 0)->remaining, FP(1));
     ck_assert_int_eq(rl_settle(in.lim, d.reservation, FP(1), wall(), &st, &err), RL_OK);
     ck_assert_int_eq(st.refunded, FP(3));
     ck_assert_int_eq(rl_release(in.lim, d.reservation, wall(), &err), RL_OK);

@@ -184,7 +184,7 @@ static void *load_loop(void *arg)
             /* open allows, closed denies, local decides with the quota halved (fleet_size 2) */
             if (fb != modes[k] || (k == KIND_USER && !d.allowed) ||
                 (k == KIND_GLOBAL && d.allowed) ||
-                (k == KIND_TEAM && d.applied[0].st.limit != FP(500000)))
+                (k == KIND_TEAM && tu_status(&d, 0)->limit != FP(500000)))
                 l->wrong++;
         }
         rl_decision_done(&d);

@@ -233,7 +233,7 @@ START_TEST(conformance_table)
             ck_assert_msg(d.allowed == r->allowed, "%s store, %s, t=%g: allowed %d",
                           which ? "redis" : "memory", c->rule, r->t, d.allowed);
             ck_assert_int_eq(d.retry_after, S(r->wait));
-            ck_assert_int_eq(d.applied[0].st.remaining, FP(r->remaining));
+            ck_assert_int_eq(tu_status(&d, 0)->remaining, FP(r->remaining));
         }
         rl_limiter_free(lim);
         rl_registry_free(reg);
@@ -458,15 +458,16 @@ static void compare(const rl_decision *a, const rl_decision *b, const char *ctx)
         ck_assert_msg(x->has_status == y->has_status, "%s: [%zu] has_status", ctx, i);
         if (!x->has_status)
             continue;
-        ck_assert_msg(x->st.limit == y->st.limit && x->st.remaining == y->st.remaining &&
-                          x->st.reset_after == y->st.reset_after &&
-                          x->st.window == y->st.window && x->st.next == y->st.next,
+        const rl_rule_status *xs = tu_status(a, i), *ys = tu_status(b, i);
+        ck_assert_msg(xs->limit == ys->limit && xs->remaining == ys->remaining &&
+                          xs->reset_after == ys->reset_after && xs->window == ys->window &&
+                          xs->next == ys->next,
                       "%s: [%zu] %s status (%" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64
                       ", %" PRId64 ") vs (%" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64
                       ", %" PRId64 ")",
-                      ctx, i, x->rule->name, x->st.limit, x->st.remaining, x->st.reset_after,
-                      x->st.window, x->st.next, y->st.limit, y->st.remaining, y->st.reset_after,
-                      y->st.window, y->st.next);
+                      ctx, i, x->rule->name, xs->limit, xs->remaining, xs->reset_after,
+                      xs->window, xs->next, ys->limit, ys->remaining, ys->reset_after, ys->window,
+                      ys->next);
     }
 }
 
@@ -786,7 +787,7 @@ START_TEST(functions_or_evalsha)
     freeReplyObject(rt_redis_cmd(&srv, "SCRIPT FLUSH"));
     ck_assert_int_eq(acquire(lim, "k=a", FP(1), S(1), 0, 0, &d), RL_OK);
     ck_assert(d.allowed);
-    ck_assert_int_eq(d.applied[0].st.remaining, FP(1));
+    ck_assert_int_eq(tu_status(&d, 0)->remaining, FP(1));
     /* the scripts gone (as after a restart): NOSCRIPT, then called again by EVAL with the
      * script's text, which puts it back in the cache */
     ck_assert_int_eq(command_calls("script|load"), 1);
@@ -811,7 +812,7 @@ START_TEST(functions_or_evalsha)
     freeReplyObject(rt_redis_cmd(&srv, "FUNCTION FLUSH"));
     ck_assert_int_eq(acquire(lim, "k=a", FP(1), S(1), 0, 0, &d), RL_OK);
     ck_assert(d.allowed);
-    ck_assert_int_eq(d.applied[0].st.remaining, FP(1));
+    ck_assert_int_eq(tu_status(&d, 0)->remaining, FP(1));
     ck_assert_int_eq(library_count(), 1);
     rl_limiter_free(lim);
 
@@ -828,7 +829,7 @@ START_TEST(functions_or_evalsha)
     long long fcalls = command_calls("fcall");
     ck_assert_int_eq(acquire(lim, "k=a", FP(1), S(1), 0, 0, &d), RL_OK);
     ck_assert(d.allowed);
-    ck_assert_int_eq(d.applied[0].st.remaining, 0);
+    ck_assert_int_eq(tu_status(&d, 0)->remaining, 0);
     ck_assert_int_eq(acquire(lim, "k=a", FP(1), S(1), 0, 0, &d), RL_OK);
     ck_assert(!d.allowed);
     ck_assert_int_eq(d.retry_after, S(1));
@@ -1412,8 +1413,8 @@ START_TEST(refund_and_release_through_another_instance)
     /* A reserves 8 and holds the only slot */
     ck_assert_int_eq(acquire(a, "user=u", FP(8), S(0), RL_RESERVE, 0, &d), RL_OK);
     ck_assert(d.allowed);
-    ck_assert_int_eq(d.applied[0].st.remaining, FP(2));
-    ck_assert_int_eq(d.applied[1].st.remaining, 0);
+    ck_assert_int_eq(tu_status(&d, 0)->remaining, FP(2));
+    ck_assert_int_eq(tu_status(&d, 1)->remaining, 0);
     memcpy(id1, d.reservation, sizeof id1);
     ck_assert_int_eq(acquire(a, "user=u", FP(1), S(0), 0, 0, &d), RL_OK);
     ck_assert(!d.allowed);
@@ -1426,14 +1427,14 @@ START_TEST(refund_and_release_through_another_instance)
     ck_assert_int_eq(st.refunded, FP(5));
     ck_assert_int_eq(st.charged, 0);
     ck_assert_int_eq(acquire(a, "user=u", FP(1), S(0), RL_DRY_RUN, 0, &d), RL_OK);
-    ck_assert_int_eq(d.applied[0].st.remaining, FP(7));
+    ck_assert_int_eq(tu_status(&d, 0)->remaining, FP(7));
     ck_assert(!d.allowed); /* the slot is still held */
 
     /* B releases it: A gets the slot */
     ck_assert_int_eq(rl_release(b, id1, S(0), &err), RL_OK);
     ck_assert_int_eq(acquire(a, "user=u", FP(7), S(0), 0, 0, &d), RL_OK);
     ck_assert(d.allowed);
-    ck_assert_int_eq(d.applied[0].st.remaining, 0);
+    ck_assert_int_eq(tu_status(&d, 0)->remaining, 0);
     memcpy(id2, d.reservation, sizeof id2);
     ck_assert(id2[0]);
     ck_assert_int_eq(rl_release(b, id1, S(0), &err), RL_ENOTFOUND);
@@ -1455,7 +1456,7 @@ START_TEST(refund_and_release_through_another_instance)
     /* used 10 at t = 0, 5 refilled by t = 5: 1 more leaves 4 */
     ck_assert_int_eq(acquire(b, "user=u", FP(1), S(5), 0, 0, &d), RL_OK);
     ck_assert(d.allowed);
-    ck_assert_int_eq(d.applied[0].st.remaining, FP(4));
+    ck_assert_int_eq(tu_status(&d, 0)->remaining, FP(4));
     ck_assert_int_eq(rl_release(b, id2, S(5), &err), RL_ENOTFOUND);
     rl_limiter_tick(b, S(5));
     rl_limiter_stats(b, &stats);
@@ -1498,7 +1499,7 @@ START_TEST(charges_saturate_alike)
     }
     /* 6 charges of about 1e18 fp units each stop at 4e18; the last second refilled 1 fp unit:
      * remaining = 1e18 - 4e18 + 1 */
-    ck_assert_int_eq(y.applied[0].st.remaining, RL_FP_MAX - 4 * RL_FP_MAX + 1);
+    ck_assert_int_eq(tu_status(&y, 0)->remaining, RL_FP_MAX - 4 * RL_FP_MAX + 1);
     pair_free(&p);
 }
 END_TEST
@@ -1534,12 +1535,12 @@ START_TEST(tier_changes_alike)
     compare(&x, &y, "free");
     memcpy(ids[0], x.reservation, RL_RESERVATION_ID);
     memcpy(ids[1], y.reservation, RL_RESERVATION_ID);
-    ck_assert_int_eq(x.applied[0].st.remaining, FP(1));
+    ck_assert_int_eq(tu_status(&x, 0)->remaining, FP(1));
     /* pro: the bucket keeps the 1 used: 5 - 1, plus 0.001 refilled in 1 s, minus 1 more */
     BOTH(ck_assert_int_eq(rl_quota_set(L, "k", "pro", NULL, &err), RL_OK));
     BOTH(ck_assert_int_eq(acquire(L, "user=k", FP(1), S(2), 0, 0, D), RL_OK));
     compare(&x, &y, "pro");
-    ck_assert_int_eq(x.applied[0].st.remaining, FP(3.001));
+    ck_assert_int_eq(tu_status(&x, 0)->remaining, FP(3.001));
     /* custom: a fixed window where the bucket was starts empty */
     rl_registry *reg = p.reg;
     for (int w = 0; w < 2; w++) {
@@ -1552,7 +1553,7 @@ START_TEST(tier_changes_alike)
     }
     BOTH(ck_assert_int_eq(acquire(L, "user=k", FP(1), S(3), 0, 0, D), RL_OK));
     compare(&x, &y, "custom");
-    ck_assert_int_eq(x.applied[0].st.remaining, FP(3));
+    ck_assert_int_eq(tu_status(&x, 0)->remaining, FP(3));
     /* the free reservation's settlement finds a fixed window at its position: untouched */
     rl_settlement s1, s2;
     ck_assert_int_eq(rl_settle(p.mem, ids[0], 0, S(4), &s1, &err), RL_OK);
@@ -1560,12 +1561,12 @@ START_TEST(tier_changes_alike)
     ck_assert_int_eq(s1.refunded, s2.refunded);
     BOTH(ck_assert_int_eq(acquire(L, "user=k", FP(1), S(4), RL_DRY_RUN, 0, D), RL_OK));
     compare(&x, &y, "after the settlement");
-    ck_assert_int_eq(x.applied[0].st.remaining, FP(3));
+    ck_assert_int_eq(tu_status(&x, 0)->remaining, FP(3));
     /* back to pro: the bucket's state was replaced, it starts full */
     BOTH(ck_assert_int_eq(rl_quota_set(L, "k", "pro", NULL, &err), RL_OK));
     BOTH(ck_assert_int_eq(acquire(L, "user=k", FP(1), S(5), 0, 0, D), RL_OK));
     compare(&x, &y, "pro again");
-    ck_assert_int_eq(x.applied[0].st.remaining, FP(4));
+    ck_assert_int_eq(tu_status(&x, 0)->remaining, FP(4));
 #undef BOTH
     pair_free(&p);
 }
@@ -1587,7 +1588,7 @@ START_TEST(sharded_level_splits_the_quota)
     /* a reservation refunded in full goes back to the shard it came from */
     ck_assert_int_eq(acquire(lim, "global=all", FP(1), S(0), RL_RESERVE, 0, &d), RL_OK);
     ck_assert(d.allowed);
-    ck_assert_int_eq(d.applied[0].st.limit, FP(2));
+    ck_assert_int_eq(tu_status(&d, 0)->limit, FP(2));
     ck_assert_int_eq(rl_settle(lim, d.reservation, 0, S(0), &st, &err), RL_OK);
     /* 4 shards of 2: exactly 8 of 100 get through, wherever they land */
     int allowed = 0;
@@ -1813,7 +1814,7 @@ START_TEST(quotas_reach_every_instance)
     json_decref(rules);
     wait_tier(b, "bob", "custom");
     ck_assert_int_eq(acquire(b, "user=bob", FP(1), S(0), RL_DRY_RUN, 0, &d), RL_OK);
-    ck_assert_int_eq(d.applied[0].st.limit, FP(7));
+    ck_assert_int_eq(tu_status(&d, 0)->limit, FP(7));
 
     /* deleted: back to the default tier, or to the configuration's quota for that key */
     int existed;

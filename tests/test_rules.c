@@ -147,9 +147,9 @@ START_TEST(rule_trace)
         ck_assert_msg(d.retry_after == want, "%s, row %d: wait %lld ns, expected %lld", c->name,
                       i, (long long)d.retry_after, (long long)want);
         if (d.applied[0].has_status)
-            ck_assert_msg(d.applied[0].st.remaining == FP(r->remaining),
+            ck_assert_msg(tu_status(&d, 0)->remaining == FP(r->remaining),
                           "%s, row %d: remaining %.6f, expected %.6f", c->name, i,
-                          rl_fp_to_double(d.applied[0].st.remaining), r->remaining);
+                          rl_fp_to_double(tu_status(&d, 0)->remaining), r->remaining);
     }
     tu_free(lim);
 }
@@ -413,22 +413,22 @@ START_TEST(status_fields)
     ck_assert(tu_acquire(lim, "k=x", 6, S(30), &d));
     ck_assert_int_eq(d.napplied, 3);
     /* bucket: 4 left, 6 to refill at 4/s = 1.5 s; a full refill takes 2.5 s */
-    ck_assert_int_eq(d.applied[0].st.limit, FP(10));
-    ck_assert_int_eq(d.applied[0].st.remaining, FP(4));
-    ck_assert_int_eq(d.applied[0].st.reset_after, S(1.5));
-    ck_assert_int_eq(d.applied[0].st.window, S(2.5));
+    ck_assert_int_eq(tu_status(&d, 0)->limit, FP(10));
+    ck_assert_int_eq(tu_status(&d, 0)->remaining, FP(4));
+    ck_assert_int_eq(tu_status(&d, 0)->reset_after, S(1.5));
+    ck_assert_int_eq(tu_status(&d, 0)->window, S(2.5));
     /* more quota: the 5th token in 0.25 s */
-    ck_assert_int_eq(d.applied[0].st.next, S(0.25));
+    ck_assert_int_eq(tu_status(&d, 0)->next, S(0.25));
     /* fixed window [0, 60): resets at 60 */
-    ck_assert_int_eq(d.applied[1].st.remaining, FP(94));
-    ck_assert_int_eq(d.applied[1].st.reset_after, S(30));
-    ck_assert_int_eq(d.applied[1].st.window, S(60));
-    ck_assert_int_eq(d.applied[1].st.next, S(30));
+    ck_assert_int_eq(tu_status(&d, 1)->remaining, FP(94));
+    ck_assert_int_eq(tu_status(&d, 1)->reset_after, S(30));
+    ck_assert_int_eq(tu_status(&d, 1)->window, S(60));
+    ck_assert_int_eq(tu_status(&d, 1)->next, S(30));
     /* counter [30, 40): the 6 weigh until 50 */
-    ck_assert_int_eq(d.applied[2].st.remaining, FP(44));
-    ck_assert_int_eq(d.applied[2].st.reset_after, S(20));
+    ck_assert_int_eq(tu_status(&d, 2)->remaining, FP(44));
+    ck_assert_int_eq(tu_status(&d, 2)->reset_after, S(20));
     /* 45 fit once the 6 weigh at most 5: 1/6 into the next window, 10 + 10/6 s */
-    ck_assert_int_eq(d.applied[2].st.next, 11666666667);
+    ck_assert_int_eq(tu_status(&d, 2)->next, 11666666667);
     tu_free(lim);
 }
 END_TEST

@@ -141,7 +141,7 @@ START_TEST(local_fallback_takes_the_share)
     rl_decision d;
     ck_assert_int_eq(tu_acquire(lim, "user=a", 0.000002, 0, &d), 1);
     ck_assert_int_eq(d.applied[0].fallback, RL_FALLBACK_LOCAL);
-    ck_assert_int_eq(d.applied[0].st.limit, 2);
+    ck_assert_int_eq(tu_status(&d, 0)->limit, 2);
     /* a third millionth does not fit: 3 would be more than the instance's share */
     ck_assert_int_eq(tu_acquire(lim, "user=b", 0.000003, 0, &d), 0);
     ck_assert_uint_eq(rld_fallback_count(fb, 0, RLD_ON_ERROR_LOCAL), 2);

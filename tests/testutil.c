@@ -125,13 +125,20 @@ int tu_acquire_err(rl_limiter *lim, const char *keys, double cost, rl_ns now, rl
     return rc;
 }
 
+const rl_rule_status *tu_status(const rl_decision *d, size_t i)
+{
+    const rl_rule_status *st = rl_decision_status(d, i);
+    ck_assert_msg(st != NULL, "applied rule %zu has no status", i);
+    return st;
+}
+
 double tu_remaining(const rl_limiter *lim, const rl_decision *d, const char *level)
 {
     const rl_config *cfg = rl_limiter_config(lim);
     for (size_t i = 0; i < d->napplied; i++)
         if (strcmp(cfg->levels[d->applied[i].level].name, level) == 0 &&
             d->applied[i].has_status)
-            return rl_fp_to_double(d->applied[i].st.remaining);
+            return rl_fp_to_double(tu_status(d, i)->remaining);
     ck_abort_msg("level %s not applied", level);
     return 0;
 }

@@ -35,6 +35,8 @@ int tu_acquire_ex(rl_limiter *lim, const char *keys, double cost, rl_ns now, uns
 int tu_acquire_err(rl_limiter *lim, const char *keys, double cost, rl_ns now, rl_err *err);
 
 /* The remaining balance (in units) of the first rule with a status of the named level. */
+/* d's status of applied rule i (rl_decision_status); fails the test when it has none. */
+const rl_rule_status *tu_status(const rl_decision *d, size_t i);
 double tu_remaining(const rl_limiter *lim, const rl_decision *d, const char *level);
 /* "<level>: <rule>" of the blocking rule, or "" when allowed. */
 const char *tu_blocked_by(const rl_limiter *lim, const rl_decision *d);

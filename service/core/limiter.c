@@ -476,6 +476,7 @@ plan_key(rl_limiter *lim, size_t li, const char *key, size_t klen, const rl_requ
         a->key = key;
         a->keylen = (uint32_t)klen;
         a->has_status = 0;
+        a->status_lazy = 0;
         a->fallback = RL_FALLBACK_NONE;
         a->wait = 0;
         a->shadow = shadow;
@@ -531,6 +532,7 @@ int rl_acquire(rl_limiter *lim, const rl_request *req, rl_decision *d, rl_err *e
     d->napplied = 0;
     d->held = NULL;
     d->keyused = 0;
+    d->now = req->now;
     plan.cost = req->cost;
     if (req->nitems > 0) {
         if ((rc = plan_items(lim, req, d, &plan, err)) != RL_OK) {
@@ -585,6 +587,19 @@ rl_ns rl_rule_peek(const rl_rule *rule, const void *state, const char *key, size
     if (st && t->report)
         t->report(rule->params, &ev, now, st);
     return wait;
+}
+
+const rl_rule_status *rl_decision_status(const rl_decision *d, size_t i)
+{
+    if (i >= d->napplied || !d->applied[i].has_status)
+        return NULL;
+    rl_applied *a = (rl_applied *)&d->applied[i]; /* kept: see ratelimit.h */
+    if (a->status_lazy) {
+        rl_eval ev = a->status.ev; /* the status takes its place */
+        a->rule->type->report(a->rule->params, &ev, d->now, &a->status.st);
+        a->status_lazy = 0;
+    }
+    return &a->status.st;
 }
 
 void rl_decision_done(rl_decision *d)

@@ -300,7 +300,6 @@ typedef struct run {
     int missing;                  /* a rule that takes has no record of its type yet */
     int in_state;                 /* a rule's evaluation points into its state */
     uint8_t takes[RL_MAX_APPLIED]; /* takes when the request is allowed (a shadow rule: fits) */
-    rl_eval ev[RL_MAX_APPLIED];
 } run;
 
 /* The hash of item i's key: ms_prefetch's, unless the limiter did not call it. */
@@ -359,8 +358,9 @@ static inline __attribute__((always_inline)) int evaluate_one(run *x, size_t i)
     }
     x->idx[i] = idx;
     a->wait = t->evaluate(r->params, state, a->key, a->keylen, plan->now, plan->items[i].need,
-                          &x->ev[i]);
+                          &a->status.ev);
     a->has_status = t->report != NULL;
+    a->status_lazy = (uint8_t)a->has_status;
     x->in_state |= (t->flags & RL_RULE_EVAL_IN_STATE) != 0;
     int shadow = (plan->items[i].mode & RL_ITEM_SHADOW) != 0;
     a->shadow_denied = (uint8_t)(shadow && a->wait != 0);
@@ -564,27 +564,32 @@ static int taken_before(const run *x, size_t i)
 static inline __attribute__((always_inline)) void commit_all(run *x)
 {
     for (size_t i = 0; i < x->plan->n; i++) {
-        const rl_applied *a = &x->d->applied[i];
+        rl_applied *a = &x->d->applied[i];
         const rl_rule *r = a->rule;
         if (!r->type->commit || !x->takes[i])
             continue;
         void *st = rec_state(&x->seg[i]->r[x->idx[i]], r->type);
         if (taken_before(x, i))
             r->type->evaluate(r->params, st, a->key, a->keylen, x->plan->now,
-                              x->plan->items[i].need, &x->ev[i]);
-        r->type->commit(r->params, st, &x->ev[i], x->plan->items[i].cost);
+                              x->plan->items[i].need, &a->status.ev);
+        r->type->commit(r->params, st, &a->status.ev, x->plan->items[i].cost);
     }
 }
 
-/* What every rule has left after the decision, from its evaluation: under the locks for
- * types whose evaluation points into the state (locked = 1), after them for the others. */
-static inline __attribute__((always_inline)) void report_all(run *x, int locked)
+/* The statuses of types whose evaluation points into the state, reported now under the
+ * locks; the others' are left in their evaluations, for rl_decision_status to work out
+ * when read (most callers read few, some none). */
+static void report_in_state(run *x)
 {
     for (size_t i = 0; i < x->plan->n; i++) {
         rl_applied *a = &x->d->applied[i];
         const rl_rule_type *t = a->rule->type;
-        if (t->report && ((t->flags & RL_RULE_EVAL_IN_STATE) != 0) == locked)
-            t->report(a->rule->params, &x->ev[i], x->plan->now, &a->st);
+        if (a->has_status && (t->flags & RL_RULE_EVAL_IN_STATE)) {
+            rl_eval ev = a->status.ev;
+            rl_rule_status st;
+            t->report(a->rule->params, &ev, x->plan->now, &st);
+            rl_applied_set_status(a, &st);
+        }
     }
 }
 
@@ -598,6 +603,7 @@ static int ms_decide(void *cls, const rl_plan *plan, rl_decision *d, rl_err *err
     x.holds = 0;
     x.missing = 0;
     x.in_state = 0;
+    d->now = plan->now; /* what the statuses left in the evaluations are reported at */
     if (x.ms->max_keys && !(plan->flags & RL_DRY_RUN) &&
         __atomic_load_n(&x.ms->nkeys, __ATOMIC_RELAXED) + plan->n > x.ms->max_keys)
         make_room(x.ms, plan->now);
@@ -611,10 +617,8 @@ static int ms_decide(void *cls, const rl_plan *plan, rl_decision *d, rl_err *err
             commit_all(&x);
     }
     if (rc == RL_OK && x.in_state)
-        report_all(&x, 1);
+        report_in_state(&x);
     unlock_all(&x);
-    if (rc == RL_OK)
-        report_all(&x, 0);
     return rc;
 }
 

@@ -45,10 +45,14 @@ static int held_by_concurrency(const rl_decision *d)
 static void same_balances(const rl_decision *a, const rl_decision *b)
 {
     FZ_CHECK(a->napplied == b->napplied, "%zu / %zu applied", a->napplied, b->napplied);
-    for (size_t i = 0; i < a->napplied; i++)
-        FZ_CHECK(a->applied[i].st.remaining == b->applied[i].st.remaining,
-                 "%s: a denial took something (%lld, dry run %lld)", a->applied[i].rule->name,
-                 (long long)a->applied[i].st.remaining, (long long)b->applied[i].st.remaining);
+    for (size_t i = 0; i < a->napplied; i++) {
+        const rl_rule_status *x = rl_decision_status(a, i), *y = rl_decision_status(b, i);
+        FZ_CHECK(!x == !y, "%s: a status on one side only", a->applied[i].rule->name);
+        if (x)
+            FZ_CHECK(x->remaining == y->remaining,
+                     "%s: a denial took something (%lld, dry run %lld)",
+                     a->applied[i].rule->name, (long long)x->remaining, (long long)y->remaining);
+    }
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

@@ -74,13 +74,16 @@ void fz_check_decision(int rc, const rl_decision *d, const rl_err *err)
     for (size_t i = 0; i < d->napplied; i++) {
         const rl_applied *a = &d->applied[i];
         FZ_CHECK(a->wait >= 0, "%s: wait %lld", a->rule->name, (long long)a->wait);
-        if (!a->has_status)
+        const rl_rule_status *st = rl_decision_status(d, i);
+        FZ_CHECK(!st == !a->has_status, "%s: has_status %d, status %p", a->rule->name,
+                 a->has_status, (const void *)st);
+        if (!st)
             continue;
-        FZ_CHECK(a->st.remaining <= a->st.limit, "%s: remaining %lld above the limit %lld",
-                 a->rule->name, (long long)a->st.remaining, (long long)a->st.limit);
-        FZ_CHECK(a->st.reset_after >= 0 && a->st.next >= 0 && a->st.window >= 0,
+        FZ_CHECK(st->remaining <= st->limit, "%s: remaining %lld above the limit %lld",
+                 a->rule->name, (long long)st->remaining, (long long)st->limit);
+        FZ_CHECK(st->reset_after >= 0 && st->next >= 0 && st->window >= 0,
                  "%s: reset_after %lld, next %lld, window %lld", a->rule->name,
-                 (long long)a->st.reset_after, (long long)a->st.next, (long long)a->st.window);
+                 (long long)st->reset_after, (long long)st->next, (long long)st->window);
     }
 }
 

@@ -263,6 +263,58 @@ int rld__acquire_parse_fast(const char *body, size_t len, rld_acquire_req *req)
 
 /* ---- the jansson parser --------------------------------------------------------------- */
 
+/* "keys": an object of descriptor names to their keys. */
+static int json_keys(json_t *v, rld_acquire_req *req, rl_err *err)
+{
+    const char *dk;
+    json_t *dv;
+    if (!json_is_object(v))
+        return fail(err, "keys: must be an object of descriptor names to keys");
+    if (json_object_size(v) > RLD_MAX_KEYS)
+        return fail(err, "keys: at most %d descriptors", RLD_MAX_KEYS);
+    req->has_keys = 1;
+    json_object_foreach(v, dk, dv)
+    {
+        if (!json_is_string(dv))
+            return fail(err, "keys.%.64s: must be a string", dk);
+        rl_descriptor *d = &req->desc[req->ndesc++];
+        d->name = dk;
+        d->name_len = strlen(dk);
+        d->value = json_string_value(dv);
+        d->value_len = json_string_length(dv);
+    }
+    return 0;
+}
+
+/* One member k of the body's object. */
+static int json_field(const char *k, json_t *v, rld_acquire_req *req, rl_err *err)
+{
+    double num = json_is_number(v) ? json_number_value(v) : NAN;
+    int f = field_of(k, strlen(k));
+    switch (f) {
+    case F_KEYS:
+        return json_keys(v, req, err);
+    case F_COST:
+        return rld_value_cost("cost", num, &req->cost, err);
+    case F_PRIORITY:
+        if (!json_is_integer(v))
+            return fail(err, "priority: must be a whole number");
+        req->priority = (int64_t)json_integer_value(v);
+        return 0;
+    case F_RESERVE:
+    case F_DRY_RUN:
+        if (!json_is_boolean(v))
+            return fail(err, "%s: must be true or false", k);
+        *(f == F_RESERVE ? &req->reserve : &req->dry_run) = json_is_true(v);
+        return 0;
+    case F_NOW:
+        req->has_now = 1;
+        return rld_value_seconds("now", num, &req->now, err);
+    default:
+        return fail(err, "%.64s: unknown field (known: " KNOWN ")", k);
+    }
+}
+
 int rld__acquire_parse_json(const char *body, size_t len, rld_acquire_req *req, rl_err *err)
 {
     json_error_t jerr;
@@ -282,71 +334,13 @@ int rld__acquire_parse_json(const char *body, size_t len, rld_acquire_req *req, 
     req->root = root;
     json_object_foreach(root, k, v)
     {
-        int f = field_of(k, strlen(k));
-        switch (f) {
-        case F_KEYS: {
-            const char *dk;
-            json_t *dv;
-            if (!json_is_object(v))
-                goto bad_keys;
-            if (json_object_size(v) > RLD_MAX_KEYS) {
-                fail(err, "keys: at most %d descriptors", RLD_MAX_KEYS);
-                goto out;
-            }
-            req->has_keys = 1;
-            json_object_foreach(v, dk, dv)
-            {
-                if (!json_is_string(dv)) {
-                    fail(err, "keys.%.64s: must be a string", dk);
-                    goto out;
-                }
-                rl_descriptor *d = &req->desc[req->ndesc++];
-                d->name = dk;
-                d->name_len = strlen(dk);
-                d->value = json_string_value(dv);
-                d->value_len = json_string_length(dv);
-            }
-            break;
-        bad_keys:
-            fail(err, "keys: must be an object of descriptor names to keys");
-            goto out;
-        }
-        case F_COST:
-            if (rld_value_cost("cost", json_is_number(v) ? json_number_value(v) : NAN, &req->cost,
-                               err) != 0)
-                goto out;
-            break;
-        case F_PRIORITY:
-            if (!json_is_integer(v)) {
-                fail(err, "priority: must be a whole number");
-                goto out;
-            }
-            req->priority = (int64_t)json_integer_value(v);
-            break;
-        case F_RESERVE:
-        case F_DRY_RUN:
-            if (!json_is_boolean(v)) {
-                fail(err, "%s: must be true or false", k);
-                goto out;
-            }
-            *(f == F_RESERVE ? &req->reserve : &req->dry_run) = json_is_true(v);
-            break;
-        case F_NOW:
-            if (rld_value_seconds("now", json_is_number(v) ? json_number_value(v) : NAN, &req->now,
-                                  err) != 0)
-                goto out;
-            req->has_now = 1;
-            break;
-        default:
-            fail(err, "%.64s: unknown field (known: " KNOWN ")", k);
-            goto out;
+        if (json_field(k, v, req, err) != 0) {
+            json_decref(root);
+            req->root = NULL;
+            return -1;
         }
     }
     return 0;
-out:
-    json_decref(root);
-    req->root = NULL;
-    return -1;
 }
 
 /* ---- both ------------------------------------------------------------------------------ */

@@ -245,17 +245,7 @@ static void h_refund(void *ctx, rld_req *r)
         } else {
             rld_buf *o = rld_req_out(r);
             rld_metrics_settle(app->metrics, &s);
-            rld_buf_puts(o, "{\"reservation\":");
-            rld_buf_json_str(o, b.reservation, strlen(b.reservation));
-            rld_buf_puts(o, ",\"reserved_cost\":");
-            rld_buf_fp(o, s.reserved);
-            rld_buf_puts(o, ",\"actual_cost\":");
-            rld_buf_fp(o, s.actual);
-            rld_buf_puts(o, ",\"refunded\":");
-            rld_buf_fp(o, s.refunded);
-            rld_buf_puts(o, ",\"charged\":");
-            rld_buf_fp(o, s.charged);
-            rld_buf_putc(o, '}');
+            rld_render_settlement(o, b.reservation, &s);
             rld_reply_json(r, 200);
         }
     }

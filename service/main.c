@@ -360,183 +360,234 @@ static int threads_for(const rld_settings *set)
     return n < 1 ? 1 : n > 64 ? 64 : (int)n;
 }
 
-static int serve(const opts *o)
-{
-    rl_registry *reg = rl_registry_new();
+/* Everything the daemon runs, from its configuration to its listeners; what is NULL (or not
+ * ready) was not made. */
+typedef struct daemon_parts {
+    const opts *o;
+    const char *source; /* where the configuration came from, for the log */
+    rl_registry *reg;
     rld_settings set;
-    rl_config *cfg = NULL;
-    rl_limiter *lim = NULL;
-    rl_store *store = NULL; /* NULL: the memory store */
-    rld_fleet *fleet = NULL;
-    rld_yrls *yrls = NULL; /* with a YAML configuration */
-    rl_err err = {{0}};
-    char store_name[400] = "memory store";
+    int set_loaded;
+    char *tls_cert, *tls_key; /* PEM text of "tls" */
+    rld_yrls *yrls;           /* with a YAML configuration */
+    rld_fleet *fleet;         /* with the Redis store */
+    rl_limiter *lim;
     rld_app app;
+    int app_ready;
+    char store_name[400];
+    rld_http_config hc;
     housekeeper hk;
-    const char *source = o->config ? o->config : "built-in config/default.json";
-    char *tls_cert = NULL, *tls_key = NULL; /* PEM text of "tls" */
-    int rc;
+    rld_grpc *grpc;
+} daemon_parts;
 
-    /* signals are taken by sigwait below: block them before any thread starts (the quota
-     * follower is the first) */
-    sigset_t stop_signals;
-    sigemptyset(&stop_signals);
-    sigaddset(&stop_signals, SIGTERM);
-    sigaddset(&stop_signals, SIGINT);
-    sigaddset(&stop_signals, SIGHUP); /* a reload, not a stop */
-    pthread_sigmask(SIG_BLOCK, &stop_signals, NULL);
+/* Signals are taken by sigwait: they are blocked before any thread starts (the quota follower
+ * is the first), SIGHUP too (a reload, not a stop). */
+static void block_signals(sigset_t *sigs)
+{
+    sigemptyset(sigs);
+    sigaddset(sigs, SIGTERM);
+    sigaddset(sigs, SIGINT);
+    sigaddset(sigs, SIGHUP);
+    pthread_sigmask(SIG_BLOCK, sigs, NULL);
     signal(SIGPIPE, SIG_IGN);
+}
 
-    if (!reg) {
+/* The configuration (*cfg, for open_limiter) and the daemon's settings. 0, or 1 (logged). */
+static int open_settings(daemon_parts *dp, rl_config **cfg)
+{
+    const opts *o = dp->o;
+    rl_err err = {{0}};
+    int rc;
+    if (!(dp->reg = rl_registry_new())) {
         rld_log("error: out of memory");
         return 1;
     }
-    rc = o->config ? load_config(o->config, reg, &set, &cfg, &yrls, &err)
-                   : rld_config_parse(rld_default_config, rld_default_config_len, reg, &set,
-                                      &cfg, &err);
-    if (rc != RL_OK) {
-        rld_log("error: configuration %s: %s", source, err.msg);
-        rl_registry_free(reg);
+    rc = o->config ? load_config(o->config, dp->reg, &dp->set, cfg, &dp->yrls, &err)
+                   : rld_config_parse(rld_default_config, rld_default_config_len, dp->reg,
+                                      &dp->set, cfg, &err);
+    if (rc != RL_OK) { /* the loaders free what they made */
+        rld_log("error: configuration %s: %s", dp->source, err.msg);
         return 1;
     }
-    rld_log_configure(set.log_level, set.log_format);
-    if ((rc = rld_tokens_resolve(&set, &err)) != RL_OK ||
-        (rc = read_tls(&set, &tls_cert, &tls_key, &err)) != RL_OK) {
-        rld_log("error: configuration %s: %s", source, err.msg);
-        rl_config_free(cfg);
-        goto fail_settings;
+    dp->set_loaded = 1;
+    rld_log_configure(dp->set.log_level, dp->set.log_format);
+    if ((rc = rld_tokens_resolve(&dp->set, &err)) != RL_OK ||
+        (rc = read_tls(&dp->set, &dp->tls_cert, &dp->tls_key, &err)) != RL_OK) {
+        rld_log("error: configuration %s: %s", dp->source, err.msg);
+        rl_config_free(*cfg);
+        return 1;
     }
     if (o->port >= 0)
-        set.port = o->port;
-    if (set.store == RLD_STORE_REDIS) {
-        if ((rc = rld_fleet_open(&set, o->manual_clock, &store, &fleet, &err)) != RL_OK) {
-            rld_log("error: configuration %s: %s", source, err.msg);
+        dp->set.port = o->port;
+    return 0;
+}
+
+/* The store (the fleet's with Redis), the limiter over it, and the fleet's threads. Takes cfg
+ * in every case. 0, or 1 (logged). */
+static int open_limiter(daemon_parts *dp, rl_config *cfg)
+{
+    const rld_settings *set = &dp->set;
+    rl_store *store = NULL; /* NULL: the memory store */
+    rl_err err = {{0}};
+    if (set->store == RLD_STORE_REDIS) {
+        if (rld_fleet_open(set, dp->o->manual_clock, &store, &dp->fleet, &err) != RL_OK) {
+            rld_log("error: configuration %s: %s", dp->source, err.msg);
             rl_config_free(cfg);
-            goto fail_settings;
+            return 1;
         }
-        rld_fleet_describe(fleet, store_name, sizeof store_name);
-        if (set.quota_file || set.state_file)
+        rld_fleet_describe(dp->fleet, dp->store_name, sizeof dp->store_name);
+        if (set->quota_file || set->state_file)
             rld_log("note: %s%s%s not used with the Redis store, which keeps quotas and state "
                     "for the whole fleet",
-                    set.quota_file ? "quota_file" : "",
-                    set.quota_file && set.state_file ? " and " : "",
-                    set.state_file ? "state_file" : "");
+                    set->quota_file ? "quota_file" : "",
+                    set->quota_file && set->state_file ? " and " : "",
+                    set->state_file ? "state_file" : "");
     }
-    if (!store && set.max_keys && !(store = rl_memory_store_new_bounded((uint64_t)set.max_keys))) {
+    if (!store && set->max_keys && !(store = rl_memory_store_new_bounded((uint64_t)set->max_keys))) {
         rld_log("error: out of memory");
         rl_config_free(cfg);
-        goto fail_settings;
+        return 1;
     }
-    if ((rc = rl_limiter_new(cfg, store, &lim, &err)) != RL_OK) {
-        rld_log("error: configuration %s: %s", source, err.msg);
-        rld_fleet_free(fleet);
-        goto fail_settings;
+    if (rl_limiter_new(cfg, store, &dp->lim, &err) != RL_OK) {
+        rld_log("error: configuration %s: %s", dp->source, err.msg);
+        return 1;
     }
-    if (fleet && (rc = rld_fleet_start(fleet, lim, &err)) != RL_OK) {
+    if (dp->fleet && rld_fleet_start(dp->fleet, dp->lim, &err) != RL_OK) {
         rld_log("error: %s", err.msg);
-        goto fail_limiter;
+        return 1;
     }
-    if ((rc = rld_app_init(&app, reg, lim, &set, fleet, o->manual_clock ? NULL : real_clock,
-                           &err)) != RL_OK) {
-        rld_log("error: %s", err.msg);
-        goto fail_limiter;
-    }
-    app.config_path = o->config;
-    app.yrls = yrls;
-    upstream_env(yrls);
-    if (yrls) { /* ShouldRateLimit is decided by the YAML configuration's matcher */
-        app.rls.decide = rld_yrls_decide_rls;
-        app.rls.cls = yrls;
-    }
+    return 0;
+}
 
-    rld_http_config hc = {.address = set.address,
-                          .port = set.port,
-                          .threads = threads_for(&set),
-                          .max_connections = (unsigned)set.max_connections,
-                          .connection_timeout = (unsigned)set.connection_timeout,
-                          .admin_token = set.admin_token,
-                          .acquire_token = set.acquire_token,
-                          .metrics_token = set.metrics_token,
-                          .tls_cert_pem = tls_cert,
-                          .tls_key_pem = tls_key,
-                          .routes = rld_routes,
-                          .nroutes = rld_nroutes,
-                          .app = &app,
-                          .gate = &app.gate,
-                          .on_done = rld_app_on_done,
-                          .access_log = set.log_access};
-    /* before /metrics can be asked: its gRPC series are read without a lock */
-    if (grpc_wanted(o, &set))
-        rld_grpc_metrics_init(&app);
-    if (!(app.http = rld_http_start(&hc, &err))) {
+/* The application the handlers serve, over the limiter. 0, or 1 (logged). */
+static int open_app(daemon_parts *dp)
+{
+    rl_err err = {{0}};
+    if (rld_app_init(&dp->app, dp->reg, dp->lim, &dp->set, dp->fleet,
+                     dp->o->manual_clock ? NULL : real_clock, &err) != RL_OK) {
         rld_log("error: %s", err.msg);
-        goto fail_app;
+        return 1;
     }
-    if (housekeeper_start(&hk, &app) != 0) {
+    dp->app_ready = 1;
+    dp->app.config_path = dp->o->config;
+    dp->app.yrls = dp->yrls;
+    upstream_env(dp->yrls);
+    if (dp->yrls) { /* ShouldRateLimit is decided by the YAML configuration's matcher */
+        dp->app.rls.decide = rld_yrls_decide_rls;
+        dp->app.rls.cls = dp->yrls;
+    }
+    return 0;
+}
+
+/* The HTTP listener (its address on stdout's first line), the housekeeping thread and the gRPC
+ * listener. 0, or 1 (logged) with none of them running. */
+static int start_serving(daemon_parts *dp)
+{
+    const rld_settings *set = &dp->set;
+    rl_err err = {{0}};
+    dp->hc = (rld_http_config){.address = set->address,
+                               .port = set->port,
+                               .threads = threads_for(set),
+                               .max_connections = (unsigned)set->max_connections,
+                               .connection_timeout = (unsigned)set->connection_timeout,
+                               .admin_token = set->admin_token,
+                               .acquire_token = set->acquire_token,
+                               .metrics_token = set->metrics_token,
+                               .tls_cert_pem = dp->tls_cert,
+                               .tls_key_pem = dp->tls_key,
+                               .routes = rld_routes,
+                               .nroutes = rld_nroutes,
+                               .app = &dp->app,
+                               .gate = &dp->app.gate,
+                               .on_done = rld_app_on_done,
+                               .access_log = set->log_access};
+    /* before /metrics can be asked: its gRPC series are read without a lock */
+    if (grpc_wanted(dp->o, set))
+        rld_grpc_metrics_init(&dp->app);
+    if (!(dp->app.http = rld_http_start(&dp->hc, &err))) {
+        rld_log("error: %s", err.msg);
+        return 1;
+    }
+    if (housekeeper_start(&dp->hk, &dp->app) != 0) {
         rld_log("error: cannot start the housekeeping thread");
-        rld_http_stop(app.http, 0);
-        goto fail_app;
+        rld_http_stop(dp->app.http, 0);
+        return 1;
     }
-    int port = rld_http_port(app.http);
-    int v6 = strchr(set.address, ':') != NULL;
-    printf("listening on %s%s%s:%d\n", v6 ? "[" : "", set.address, v6 ? "]" : "", port);
+    int port = rld_http_port(dp->app.http), v6 = strchr(set->address, ':') != NULL;
+    printf("listening on %s%s%s:%d\n", v6 ? "[" : "", set->address, v6 ? "]" : "", port);
     fflush(stdout);
-    rld_grpc *grpc;
-    if (grpc_start(o, &set, &app, hc.threads, &grpc) != 0) {
-        housekeeper_stop(&hk);
-        rld_http_stop(app.http, 0);
-        goto fail_app;
+    if (grpc_start(dp->o, set, &dp->app, dp->hc.threads, &dp->grpc) != 0) {
+        housekeeper_stop(&dp->hk);
+        rld_http_stop(dp->app.http, 0);
+        return 1;
     }
     rld_log("started: listening on %s%s%s:%d, %d threads, %s, %s clock, configuration %s",
-            v6 ? "[" : "", set.address, v6 ? "]" : "", port, hc.threads, store_name,
-            o->manual_clock ? "manual" : "real", source);
+            v6 ? "[" : "", set->address, v6 ? "]" : "", port, dp->hc.threads, dp->store_name,
+            dp->o->manual_clock ? "manual" : "real", dp->source);
+    return 0;
+}
 
+/* Reloads on SIGHUP until SIGTERM or SIGINT; then stops accepting, lets the calls in flight
+ * finish (DRAIN_MS at most) and saves the state. */
+static void serve_until_stopped(daemon_parts *dp, sigset_t *sigs)
+{
     int sig = 0;
     for (;;) {
-        while (sigwait(&stop_signals, &sig) != 0)
+        while (sigwait(sigs, &sig) != 0)
             ;
         if (sig != SIGHUP)
             break;
         rl_err rerr;
-        rld_app_reload(&app, &rerr); /* logs and counts either way */
+        rld_app_reload(&dp->app, &rerr); /* logs and counts either way */
     }
     rld_log("stopping on %s: no new connections, finishing requests in flight",
             sig == SIGTERM ? "SIGTERM" : "SIGINT");
-    __atomic_store_n(&app.grpc_stopping, 1, __ATOMIC_RELEASE);
-    unsigned gleft = grpc ? rld_grpc_stop(grpc, DRAIN_MS) : 0;
+    __atomic_store_n(&dp->app.grpc_stopping, 1, __ATOMIC_RELEASE);
+    unsigned gleft = dp->grpc ? rld_grpc_stop(dp->grpc, DRAIN_MS) : 0;
     if (gleft)
         rld_log("error: %u gRPC calls were still open after %d ms and were cut", gleft, DRAIN_MS);
-    unsigned left = rld_http_stop(app.http, DRAIN_MS);
-    housekeeper_stop(&hk);
+    unsigned left = rld_http_stop(dp->app.http, DRAIN_MS);
+    housekeeper_stop(&dp->hk);
     if (left)
         rld_log("error: %u requests were still in flight after %d ms and were cut", left,
                 DRAIN_MS);
-    if (set.state_file && !fleet && rld_app_save_state(&app) == 0)
-        rld_log("state saved to %s", set.state_file);
-    rld_fleet_free(fleet); /* its follower applies quotas to the limiter */
-    lim = app.lim;         /* another one after a reload */
-    rld_app_free(&app);
-    rl_limiter_free(lim);
-    free(tls_cert);
-    free(tls_key);
-    rld_yrls_free(yrls);
-    rld_settings_clear(&set);
-    rl_registry_free(reg);
-    rld_log("stopped");
-    return 0;
+    if (dp->set.state_file && !dp->fleet && rld_app_save_state(&dp->app) == 0)
+        rld_log("state saved to %s", dp->set.state_file);
+}
 
-fail_app:
-    rld_app_free(&app);
-fail_limiter:
-    rld_fleet_free(fleet);
-    rl_limiter_free(lim);
-fail_settings:
-    free(tls_cert);
-    free(tls_key);
-    rld_yrls_free(yrls);
-    rld_settings_clear(&set);
-    rl_registry_free(reg);
-    return 1;
+/* Frees what was made, the fleet first: its follower applies quotas to the limiter. */
+static void parts_free(daemon_parts *dp)
+{
+    rld_fleet_free(dp->fleet);
+    if (dp->app_ready) {
+        dp->lim = dp->app.lim; /* another one after a reload */
+        rld_app_free(&dp->app);
+    }
+    rl_limiter_free(dp->lim);
+    free(dp->tls_cert);
+    free(dp->tls_key);
+    rld_yrls_free(dp->yrls);
+    if (dp->set_loaded)
+        rld_settings_clear(&dp->set);
+    rl_registry_free(dp->reg);
+}
+
+static int serve(const opts *o)
+{
+    daemon_parts dp = {.o = o,
+                       .source = o->config ? o->config : "built-in config/default.json",
+                       .store_name = "memory store"};
+    rl_config *cfg = NULL;
+    sigset_t sigs;
+    block_signals(&sigs);
+    int ok = open_settings(&dp, &cfg) == 0 && open_limiter(&dp, cfg) == 0 && open_app(&dp) == 0 &&
+             start_serving(&dp) == 0;
+    if (ok)
+        serve_until_stopped(&dp, &sigs);
+    parts_free(&dp);
+    if (ok)
+        rld_log("stopped");
+    return ok ? 0 : 1;
 }
 
 int main(int argc, char **argv)

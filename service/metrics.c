@@ -474,11 +474,42 @@ static void render_calls(rld_buf *o, rld_metrics *m, unsigned used, const call_t
     }
 }
 
-void rld_metrics_render(rld_metrics *m, rl_limiter *lim, rld_buf *o)
+/* One series of a value (its labels written out): a family's first series carries its HELP
+ * and TYPE. */
+typedef struct scalar {
+    const char *family;
+    const char *type; /* NULL: another series of the family above */
+    const char *help;
+    const char *labels; /* "{...}" or "" */
+    uint64_t value;
+    int fp; /* value is an rl_fp amount */
+} scalar;
+
+static void render_scalars(rld_buf *o, const scalar *s, size_t n)
 {
-    const rl_config *cfg = rl_limiter_config(lim);
-    unsigned used = __atomic_load_n(&m->nslots, __ATOMIC_RELAXED);
-    used = used < NSLOTS ? used : NSLOTS;
+    for (size_t i = 0; i < n; i++) {
+        if (s[i].type)
+            family(o, s[i].family, s[i].type, s[i].help);
+        rld_buf_puts(o, s[i].family);
+        rld_buf_puts(o, s[i].labels);
+        if (!s[i].fp) {
+            u64_line(o, s[i].value);
+            continue;
+        }
+        rld_buf_putc(o, ' ');
+        rld_buf_fp(o, (rl_fp)s[i].value);
+        rld_buf_putc(o, '\n');
+    }
+}
+
+static uint64_t load_u64(const uint64_t *v)
+{
+    return __atomic_load_n(v, __ATOMIC_RELAXED);
+}
+
+/* The decisions' outcomes and amounts, summed over the slots in use. */
+static void render_decisions(rld_buf *o, rld_metrics *m, unsigned used, const rl_config *cfg)
+{
     uint64_t allowed = 0, denied = 0, cost = 0, refunded = 0, charged = 0;
     for (unsigned i = 0; i < used; i++) {
         allowed += get(&m->slots[i].allowed);
@@ -487,76 +518,71 @@ void rld_metrics_render(rld_metrics *m, rl_limiter *lim, rld_buf *o)
         refunded += get(&m->slots[i].refunded);
         charged += get(&m->slots[i].charged);
     }
-
-    family(o, "ratelimit_acquire_total", "counter",
-           "Decisions made by POST /acquire, by outcome (dry runs included).");
-    rld_buf_puts(o, "ratelimit_acquire_total{decision=\"allowed\"}");
-    u64_line(o, allowed);
-    rld_buf_puts(o, "ratelimit_acquire_total{decision=\"denied\"}");
-    u64_line(o, denied);
-
+    const scalar outcomes[] = {
+        {"ratelimit_acquire_total", "counter",
+         "Decisions made by POST /acquire, by outcome (dry runs included).",
+         "{decision=\"allowed\"}", allowed, 0},
+        {"ratelimit_acquire_total", NULL, NULL, "{decision=\"denied\"}", denied, 0}};
+    const scalar amounts[] = {
+        {"ratelimit_cost_total", "counter",
+         "Cost taken by allowed requests of POST /acquire (dry runs excluded).", "", cost, 1},
+        {"ratelimit_refunded_cost_total", "counter",
+         "Cost given back by POST /refund (reserved minus actual).", "", refunded, 1},
+        {"ratelimit_charged_cost_total", "counter",
+         "Cost charged by POST /refund beyond the reservation (actual minus reserved).", "",
+         charged, 1}};
+    render_scalars(o, outcomes, sizeof outcomes / sizeof outcomes[0]);
     family(o, "ratelimit_denied_total", "counter",
            "Denied decisions by the level and rule that blocked them.");
     render_rule_counts(o, "ratelimit_denied_total", &m->denied, cfg);
-
     family(o, "ratelimit_shadow_denied_total", "counter",
            "Decisions a shadow rule would have denied (it never denies), by level and rule.");
     render_rule_counts(o, "ratelimit_shadow_denied_total", &m->shadow, cfg);
+    render_scalars(o, amounts, sizeof amounts / sizeof amounts[0]);
+}
 
-    family(o, "ratelimit_cost_total", "counter",
-           "Cost taken by allowed requests of POST /acquire (dry runs excluded).");
-    rld_buf_puts(o, "ratelimit_cost_total ");
-    rld_buf_fp(o, (rl_fp)cost);
-    rld_buf_putc(o, '\n');
-    family(o, "ratelimit_refunded_cost_total", "counter",
-           "Cost given back by POST /refund (reserved minus actual).");
-    rld_buf_puts(o, "ratelimit_refunded_cost_total ");
-    rld_buf_fp(o, (rl_fp)refunded);
-    rld_buf_putc(o, '\n');
-    family(o, "ratelimit_charged_cost_total", "counter",
-           "Cost charged by POST /refund beyond the reservation (actual minus reserved).");
-    rld_buf_puts(o, "ratelimit_charged_cost_total ");
-    rld_buf_fp(o, (rl_fp)charged);
-    rld_buf_putc(o, '\n');
-
+/* What the store holds and what the daemon has done besides deciding. */
+static void render_state(rld_buf *o, rld_metrics *m, rl_limiter *lim)
+{
     rl_stats st;
     rl_limiter_stats(lim, &st);
-    family(o, "ratelimit_reservations_active", "gauge",
-           "Reservations not yet released or expired.");
-    rld_buf_puts(o, "ratelimit_reservations_active");
-    u64_line(o, st.reservations_active);
-    family(o, "ratelimit_reservations_expired_total", "counter",
-           "Reservations that reached reservation_ttl before the client finished them.");
-    rld_buf_puts(o, "ratelimit_reservations_expired_total");
-    u64_line(o, st.reservations_expired);
-    if (st.key_states_max) {
-        family(o, "ratelimit_key_states", "gauge",
-               "Key states (one per rule of a key) the memory store holds, against max_keys.");
-        rld_buf_puts(o, "ratelimit_key_states");
-        u64_line(o, st.key_states);
-        family(o, "ratelimit_key_states_max", "gauge",
-               "max_keys: the key states the memory store holds at most.");
-        rld_buf_puts(o, "ratelimit_key_states_max");
-        u64_line(o, st.key_states_max);
-    }
+    const scalar keys[] = {
+        {"ratelimit_key_states", "gauge",
+         "Key states (one per rule of a key) the memory store holds, against max_keys.", "",
+         st.key_states, 0},
+        {"ratelimit_key_states_max", "gauge",
+         "max_keys: the key states the memory store holds at most.", "", st.key_states_max, 0}};
+    const scalar rest[] = {
+        {"ratelimit_snapshot_corrupt_total", "counter",
+         "State files found corrupt or truncated at start and moved aside unloaded.", "",
+         load_u64(&m->snapshots_corrupt), 0},
+        {"ratelimit_config_reloads_total", "counter",
+         "Configuration reloads (SIGHUP, POST /admin/reload), by result.", "{result=\"ok\"}",
+         load_u64(&m->reloads[1]), 0},
+        {"ratelimit_config_reloads_total", NULL, NULL, "{result=\"error\"}",
+         load_u64(&m->reloads[0]), 0},
+        {"ratelimit_keys_refused_total", "counter",
+         "Decisions refused (503) because the store held max_keys key states, none idle.", "",
+         load_u64(&m->keys_refused), 0}};
+    const scalar resv[] = {
+        {"ratelimit_reservations_active", "gauge", "Reservations not yet released or expired.",
+         "", st.reservations_active, 0},
+        {"ratelimit_reservations_expired_total", "counter",
+         "Reservations that reached reservation_ttl before the client finished them.", "",
+         st.reservations_expired, 0}};
+    render_scalars(o, resv, sizeof resv / sizeof resv[0]);
+    if (st.key_states_max) /* only a store bounded by max_keys counts its states */
+        render_scalars(o, keys, sizeof keys / sizeof keys[0]);
+    render_scalars(o, rest, sizeof rest / sizeof rest[0]);
+}
 
-    family(o, "ratelimit_snapshot_corrupt_total", "counter",
-           "State files found corrupt or truncated at start and moved aside unloaded.");
-    rld_buf_puts(o, "ratelimit_snapshot_corrupt_total");
-    u64_line(o, __atomic_load_n(&m->snapshots_corrupt, __ATOMIC_RELAXED));
-
-    family(o, "ratelimit_config_reloads_total", "counter",
-           "Configuration reloads (SIGHUP, POST /admin/reload), by result.");
-    rld_buf_puts(o, "ratelimit_config_reloads_total{result=\"ok\"}");
-    u64_line(o, __atomic_load_n(&m->reloads[1], __ATOMIC_RELAXED));
-    rld_buf_puts(o, "ratelimit_config_reloads_total{result=\"error\"}");
-    u64_line(o, __atomic_load_n(&m->reloads[0], __ATOMIC_RELAXED));
-
-    family(o, "ratelimit_keys_refused_total", "counter",
-           "Decisions refused (503) because the store held max_keys key states, none idle.");
-    rld_buf_puts(o, "ratelimit_keys_refused_total");
-    u64_line(o, __atomic_load_n(&m->keys_refused, __ATOMIC_RELAXED));
-
+void rld_metrics_render(rld_metrics *m, rl_limiter *lim, rld_buf *o)
+{
+    const rl_config *cfg = rl_limiter_config(lim);
+    unsigned used = __atomic_load_n(&m->nslots, __ATOMIC_RELAXED);
+    used = used < NSLOTS ? used : NSLOTS;
+    render_decisions(o, m, used, cfg);
+    render_state(o, m, lim);
     family(o, "ratelimit_keys", "gauge", "Keys with state held in the store, by level.");
     for (size_t l = 0; l < cfg->nlevels; l++) {
         rld_buf_puts(o, "ratelimit_keys{level=\"");
@@ -564,7 +590,6 @@ void rld_metrics_render(rld_metrics *m, rl_limiter *lim, rld_buf *o)
         rld_buf_puts(o, "\"}");
         u64_line(o, rl_limiter_keys(lim, l));
     }
-
     render_calls(o, m, used, &http_calls);
     if (m->ngrpc)
         render_calls(o, m, used, &grpc_calls);

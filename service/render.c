@@ -151,3 +151,18 @@ size_t rld_render_ratelimit(rld_buf *policy, rld_buf *state, const rl_config *cf
     }
     return n;
 }
+
+void rld_render_settlement(rld_buf *o, const char *reservation, const rl_settlement *s)
+{
+    rld_buf_puts(o, "{\"reservation\":");
+    rld_buf_json_str(o, reservation, strlen(reservation));
+    rld_buf_puts(o, ",\"reserved_cost\":");
+    rld_buf_fp(o, s->reserved);
+    rld_buf_puts(o, ",\"actual_cost\":");
+    rld_buf_fp(o, s->actual);
+    rld_buf_puts(o, ",\"refunded\":");
+    rld_buf_fp(o, s->refunded);
+    rld_buf_puts(o, ",\"charged\":");
+    rld_buf_fp(o, s->charged);
+    rld_buf_putc(o, '}');
+}

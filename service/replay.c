@@ -258,17 +258,7 @@ static int settle(replay *rp, side *s, json_t *root, int refund, rld_buf *o, rl_
         return -1;
     if (rl_settle(s->lim, id, actual, rp->now, &st, err) != RL_OK)
         return -1;
-    rld_buf_puts(o, "{\"reservation\":");
-    rld_buf_json_str(o, id, strlen(id));
-    rld_buf_puts(o, ",\"reserved_cost\":");
-    rld_buf_fp(o, st.reserved);
-    rld_buf_puts(o, ",\"actual_cost\":");
-    rld_buf_fp(o, st.actual);
-    rld_buf_puts(o, ",\"refunded\":");
-    rld_buf_fp(o, st.refunded);
-    rld_buf_puts(o, ",\"charged\":");
-    rld_buf_fp(o, st.charged);
-    rld_buf_putc(o, '}');
+    rld_render_settlement(o, id, &st);
     return 0;
 }
 

@@ -145,13 +145,23 @@ static int spawn(rt_redis *r)
         struct timeval tv = {0, 200000};
         redisContext *c = redisConnectWithTimeout("127.0.0.1", r->port, tv);
         if (c && !c->err) {
-            redisReply *rep = redisCommand(c, "PING");
-            int ok = rep && rep->type == REDIS_REPLY_STATUS;
+            /* the server on the port must be ours: while another test's server holds the
+             * port, it would answer until ours has failed to bind and exited */
+            redisReply *rep = redisCommand(c, "INFO server");
+            char *id = rep && rep->type == REDIS_REPLY_STRING ? strstr(rep->str, "process_id:")
+                                                              : NULL;
+            long who = id ? strtol(id + 11, NULL, 10) : 0;
             if (rep)
                 freeReplyObject(rep);
             redisFree(c);
-            if (ok)
+            if (who == (long)pid)
                 return 0;
+            if (who > 0) { /* another's: ours exits, and another port is tried */
+                kill(pid, SIGKILL);
+                waitpid(pid, NULL, 0);
+                r->pid = 0;
+                return -1;
+            }
         } else if (c) {
             redisFree(c);
         }

@@ -570,24 +570,19 @@ end
 local NEVER_SAFE = {s = 1, 34815, 6483760, 92143} -- NEVER - 2^53
 local USED_SAFE = {s = 1, 5259008, 9280074, 39909} -- USED_MAX - 2^53
 
--- rl__add_sat: a + b saturated at NEVER, b >= 0. Adding a number to anything up to NEVER - 2^53
--- cannot reach it.
-local function add_sat(a, b)
-    if type(b) == 'number' and (type(a) == 'number' or cmp(a, NEVER_SAFE) <= 0) then
+-- a + b saturated at top, b >= 0; safe is top - 2^53: adding a number to anything up to it
+-- cannot reach top.
+local function sat_add(a, b, top, safe)
+    if type(b) == 'number' and (type(a) == 'number' or cmp(a, safe) <= 0) then
         return add(a, b)
     end
-    if cmp(a, sub(NEVER, b)) > 0 then return NEVER end
+    if cmp(a, sub(top, b)) > 0 then return top end
     return add(a, b)
 end
 
--- rl__used_add: used + a saturated at USED_MAX, likewise.
-local function used_add(used, a)
-    if type(a) == 'number' and (type(used) == 'number' or cmp(used, USED_SAFE) <= 0) then
-        return add(used, a)
-    end
-    if cmp(used, sub(USED_MAX, a)) > 0 then return USED_MAX end
-    return add(used, a)
-end
+-- rl__add_sat: a + b saturated at NEVER. rl__used_add: used + a saturated at USED_MAX.
+local function add_sat(a, b) return sat_add(a, b, NEVER, NEVER_SAFE) end
+local function used_add(used, a) return sat_add(used, a, USED_MAX, USED_SAFE) end
 
 -- ---- exact products and quotients in doubles ------------------------------------------------
 -- The rules multiply values below 2^53 into products of up to 2^106 and divide those. Where
@@ -834,6 +829,17 @@ local function start_of(w, t)
     end
     local _, r = divmod(add(now_big(), t), w)
     return sub(t, r)
+end
+
+-- The start of the window (of length p.window) that holds s.last, kept in s.ws: a windowed
+-- rule's state does not change last again before it is saved.
+local function window_start(p, s)
+    local ws = s.ws
+    if not ws then
+        ws = start_of(p.window, s.last)
+        s.ws = ws
+    end
+    return ws
 end
 
 -- ---- binary state values ------------------------------------------------------------------------

@@ -26,24 +26,16 @@ register_rule('fw', function()
             s.last, s.ws = 0, ws
         end
     end
-    local function ws_of(p, s)
-        local ws = s.ws
-        if not ws then
-            ws = start_of(p.window, s.last)
-            s.ws = ws
-        end
-        return ws
-    end
     function T.wait(p, s, cost)
         if cmp(cost, p.limit) > 0 then return NEVER end
         if cmp(s.count, sub(p.limit, cost)) <= 0 then return 0 end
-        return add_sat(ws_of(p, s), p.window)
+        return add_sat(window_start(p, s), p.window)
     end
     function T.take(p, s, cost) s.count = used_add(s.count, cost) end
     function T.refund(p, s, taken_at, amount)
         if isneg(amount) then
             s.count = used_add(s.count, sub(0, amount))
-        elseif cmp(start_of(p.window, taken_at), ws_of(p, s)) == 0 then
+        elseif cmp(start_of(p.window, taken_at), window_start(p, s)) == 0 then
             if cmp(amount, s.count) >= 0 then
                 s.count = 0
             else
@@ -53,12 +45,12 @@ register_rule('fw', function()
     end
     function T.idle(p, s)
         if s.count == 0 then return false end
-        return add_sat_t(ws_of(p, s), p.window)
+        return add_sat_t(window_start(p, s), p.window)
     end
     function T.status(p, s)
         local c = s.count
         local reset = 0
-        if c ~= 0 then reset = add_sat(ws_of(p, s), p.window) end
+        if c ~= 0 then reset = add_sat(window_start(p, s), p.window) end
         return p.limit, sub(p.limit, c), reset, p.window
     end
     return T

@@ -35,21 +35,13 @@ register_rule('swc', function()
         end
         s.last, s.ws = 0, ws
     end
-    local function ws_of(p, s)
-        local ws = s.ws
-        if not ws then
-            ws = start_of(p.window, s.last)
-            s.ws = ws
-        end
-        return ws
-    end
     -- prev * (w - e) + (cur + cost) * w <= limit * w, i.e. with room = limit - cur - cost:
     -- room >= 0 and prev * (w - e) <= room * w
     local function fits(p, s, cost)
         local w = p.window
         local room = sub(sub(p.limit, s.cur), cost)
         if isneg(room) then return false end
-        local e = sub(s.last, ws_of(p, s))
+        local e = sub(s.last, window_start(p, s))
         return cmp_prod(s.prev, sub(w, e), room, w) <= 0
     end
     -- k = floor(room * w / prev) >= w iff room >= prev
@@ -63,7 +55,7 @@ register_rule('swc', function()
     function T.wait(p, s, cost)
         if cmp(cost, p.limit) > 0 then return NEVER end
         if fits(p, s, cost) then return 0 end
-        local ws = ws_of(p, s)
+        local ws = window_start(p, s)
         local e = first_fit(p, s.prev, s.cur, cost)
         if cmp(e, p.window) < 0 then return add_sat(ws, e) end
         e = first_fit(p, s.cur, 0, cost)
@@ -75,7 +67,7 @@ register_rule('swc', function()
             s.cur = used_add(s.cur, sub(0, amount))
             return
         end
-        local ws, ts = ws_of(p, s), start_of(p.window, taken_at)
+        local ws, ts = window_start(p, s), start_of(p.window, taken_at)
         local field
         if cmp(ts, ws) == 0 then
             field = 'cur'
@@ -91,13 +83,13 @@ register_rule('swc', function()
         end
     end
     function T.idle(p, s)
-        if s.cur ~= 0 then return add_sat_t(ws_of(p, s), mul(2, p.window)) end
-        if s.prev ~= 0 then return add_sat_t(ws_of(p, s), p.window) end
+        if s.cur ~= 0 then return add_sat_t(window_start(p, s), mul(2, p.window)) end
+        if s.prev ~= 0 then return add_sat_t(window_start(p, s), p.window) end
         return false
     end
     function T.status(p, s)
         local w = p.window
-        local ws = ws_of(p, s)
+        local ws = window_start(p, s)
         local e = sub(s.last, ws)
         local q, r = mdm(s.prev, sub(w, e), 0, w)
         if r ~= 0 then q = add(q, 1) end

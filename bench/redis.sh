@@ -48,6 +48,25 @@ usec_per_call() {
         awk -F'[=,:]' -v c="cmdstat_${2,,}" '$1 == c { print $7 }'
 }
 
+# The calls of a command (INFO commandstats) since the last CONFIG RESETSTAT.
+command_calls() {
+    redis-cli -p "$1" info commandstats | tr -d '\r' |
+        awk -F'[=,:]' -v c="cmdstat_${2,,}" '$1 == c { print $3 }'
+}
+
+# Redis's own CPU (user + system, its /proc/PID/stat, every thread) per decision in µs: ticks
+# between two cpu_ticks readings over the decision command's calls.
+cpu_per_call() {
+    awk -v t="$1" -v hz="$HZ" -v n="$2" 'BEGIN {
+        if (n > 0) printf "%.1f", t / hz * 1e6 / n; else print "n/a" }'
+}
+
+# The daemon's ratelimit_redis_calls_total and _writes_total, "calls writes".
+rld_redis_counts() {
+    http_get "$1" /metrics | awk '$1 == "ratelimit_redis_calls_total" { c = $2 }
+        $1 == "ratelimit_redis_writes_total" { w = $2 } END { print c + 0, w + 0 }'
+}
+
 redis_bench() {
     local dir=$TMP/redis port cfg n=200000 f
     for tool in redis-server redis-cli redis-benchmark; do
@@ -66,8 +85,9 @@ redis_bench() {
         sleep 0.05
     done
     cfg=$TMP/redis.json
+    local pool=${REDIS_POOL:+, \"pool\": $REDIS_POOL}
     sed -e "s|@THREADS@|${REDIS_THREADS:-0}|g" \
-        -e "s|\"store\": \"memory\"|\"store\": {\"type\": \"redis\", \"url\": \"redis://127.0.0.1:$port/0\"}|" \
+        -e "s|\"store\": \"memory\"|\"store\": {\"type\": \"redis\", \"url\": \"redis://127.0.0.1:$port/0\"$pool}|" \
         "$HERE/http.json.in" >"$cfg"
     # for used_memory per active key, buckets that stay partly empty (and their keys in
     # Redis) for the whole measurement: a refill of one token in 1000 s
@@ -112,36 +132,53 @@ redis_bench() {
 
     # rounds of redis-benchmark and ratelimitd in turn, as section 1 alternates its servers:
     # the figures are the medians of the rounds, the ratio the median of the rounds' ratios
-    local r e d rounds=$TMP/redis.rounds
-    local -a engines=() eusec=() daemons=() dusec=() p99s=() ratios=()
+    local r e d c0 c1 k0 k1 w0 w1 rounds=$TMP/redis.rounds
+    local -a engines=() eusec=() ecpu=() daemons=() dusec=() dcpu=() rcpu=() p99s=() ratios=()
+    local -a perwrite=()
     f=$TMP/redis-benchmark.csv
     for r in $(seq "$REDIS_ROUNDS"); do
         log "redis round $r of $REDIS_ROUNDS"
         redis-cli -p "$port" config resetstat >/dev/null
+        c0=$(cpu_ticks "$REDIS_PID")
         redis-benchmark -p "$port" -c "$WRK_CONNS" -n "$n" -r 100000 --csv "${args[@]}" \
             >"$f" 2>&1 || fail "redis-benchmark: $(cat "$f")"
+        c1=$(cpu_ticks "$REDIS_PID")
         e=$(awk -F'","' 'NR == 2 { print $2 + 0 }' "$f")
         engines+=("$e")
         eusec+=("$(usec_per_call "$port" "${args[0]}")")
-        log "redis-benchmark: $e requests/s, ${eusec[-1]} us per call in Redis"
+        ecpu+=("$(cpu_per_call "$((c1 - c0))" "$(command_calls "$port" "${args[0]}")")")
+        log "redis-benchmark: $e requests/s, ${eusec[-1]} us per call in Redis, Redis CPU ${ecpu[-1]} us a call"
 
         redis-cli -p "$port" config resetstat >/dev/null
         : >"$rounds"
+        read -r k0 w0 < <(rld_redis_counts "$RLD_PORT")
+        c0=$(cpu_ticks "$REDIS_PID")
         wrk_round redis_acquire "$RLD_PID" "http://127.0.0.1:$RLD_PORT/" wrk_acquire.lua \
             "$rounds"
+        c1=$(cpu_ticks "$REDIS_PID")
+        read -r k1 w1 < <(rld_redis_counts "$RLD_PORT")
         d=$(awk '$1 == "redis_acquire_rps" { print $2 }' "$rounds")
         daemons+=("$d")
         p99s+=("$(awk '$1 == "redis_acquire_p99_ms" { print $2 }' "$rounds")")
         dusec+=("$(usec_per_call "$port" "${args[0]}")")
+        dcpu+=("$(cpu_per_call "$((c1 - c0))" "$(command_calls "$port" "${args[0]}")")")
+        rcpu+=("$(awk '$1 == "redis_acquire_cpu_us_per_request" { print $2 }' "$rounds")")
+        perwrite+=("$(awk -v c="$((k1 - k0))" -v w="$((w1 - w0))" 'BEGIN {
+            if (w > 0) printf "%.2f", c / w; else print "n/a" }')")
+        log "ratelimitd: Redis CPU ${dcpu[-1]} us a decision, ${perwrite[-1]} calls a write"
         ratios+=("$(ratio "$d" "$e")")
     done
     stop_rld
     emit redis_decision_command "${args[0]^^}"
     emit redis_benchmark_decision_rps "$(median "${engines[@]}")"
     emit redis_benchmark_decision_usec_per_call "$(median "${eusec[@]}")"
+    emit redis_benchmark_redis_cpu_us_per_decision "$(median "${ecpu[@]}")"
     emit http_acquire_redis_rps "$(median "${daemons[@]}")"
     emit http_acquire_redis_p99_ms "$(median "${p99s[@]}")"
     emit http_acquire_redis_usec_per_call "$(median "${dusec[@]}")"
+    emit http_acquire_redis_redis_cpu_us_per_decision "$(median "${dcpu[@]}")"
+    emit http_acquire_redis_daemon_cpu_us_per_request "$(median "${rcpu[@]}")"
+    emit http_acquire_redis_calls_per_write "$(median "${perwrite[@]}")"
     emit redis_ratio_per_round "$(echo "${ratios[*]}")"
     REDIS_ratio=$(median "${ratios[@]}")
 }

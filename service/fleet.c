@@ -222,4 +222,11 @@ void rld_fleet_metrics(rld_fleet *f, rld_buf *o)
            "Instances sharing the store, this one included, as the last heartbeat counted them "
            "(0: not known yet).");
     rld_buf_printf(o, "ratelimit_store_peers %u\n", h.peers);
+    family(o, "ratelimit_redis_calls_total", "counter",
+           "Commands and scripts written to Redis (concurrent calls share connections).");
+    rld_buf_printf(o, "ratelimit_redis_calls_total %llu\n", (unsigned long long)h.calls);
+    family(o, "ratelimit_redis_writes_total", "counter",
+           "Writes to Redis that carried those calls, several back to back in one write when "
+           "requests come together.");
+    rld_buf_printf(o, "ratelimit_redis_writes_total %llu\n", (unsigned long long)h.writes);
 }

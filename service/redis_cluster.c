@@ -419,6 +419,20 @@ uint64_t rld_cluster_errors(rld_cluster *c)
     return n;
 }
 
+void rld_cluster_counts(rld_cluster *c, uint64_t *calls, uint64_t *writes)
+{
+    pthread_mutex_lock(&c->mu);
+    size_t nn = c->nnodes;
+    pthread_mutex_unlock(&c->mu);
+    *calls = *writes = 0;
+    for (size_t i = 0; i < nn; i++) {
+        uint64_t a, b;
+        rld_pool_counts(c->nodes[i].pool, &a, &b);
+        *calls += a;
+        *writes += b;
+    }
+}
+
 void rld_cluster_last_error(rld_cluster *c, char *buf, size_t len)
 {
     rld_pool *p[RLD_CLUSTER_MAX_NODES];

@@ -84,6 +84,8 @@ int rld_cluster_probe(rld_cluster *c);
 int rld_cluster_up(rld_cluster *c);
 /* The calls that failed because of the store, summed over every node's pool. */
 uint64_t rld_cluster_errors(rld_cluster *c);
+/* rld_pool_counts summed over every node's pool. */
+void rld_cluster_counts(rld_cluster *c, uint64_t *calls, uint64_t *writes);
 /* The last error of a primary whose link is down ("" when every one is up). */
 void rld_cluster_last_error(rld_cluster *c, char *buf, size_t len);
 

@@ -19,20 +19,49 @@
 #define WATCH_TIMEOUT_MS 1000 /* connecting to a sentinel and subscribing */
 #define WATCH_RETRY_MS 100    /* after a sentinel failed: the next one, 100 ms doubling to 1 s */
 
+typedef struct pcall pcall;
+
+/* One exchange on a shared connection: a caller's commands, formatted, and what came of them.
+ * The caller owns it; the connection's leader fills in the outcome and then, under the
+ * connection's lock, sets done. */
+struct pcall {
+    pcall *next;
+    char *cmd; /* nreplies commands back to back: the call, or ASKING and the call */
+    size_t len;
+    int nreplies;
+    rl_ns deadline;
+    pthread_cond_t cv;
+    int done, lead; /* under the connection's lock: answered or failed; to lead the next batch */
+    int fresh;      /* to go on a connection opened for it (a retry after a reset) */
+    int link_failed; /* the outcome: Redis could not be reached */
+    redisReply *reply; /* the last command's reply; NULL: the link failed, *err says why */
+    int reset;         /* the connection was found closed (EOF or reset) rather than slow */
+    int opened;        /* the connection was opened for this batch */
+    unsigned gen;      /* the link generation of the connection */
+    rl_err *err;
+};
+
+/* A connection that concurrent calls share. Callers queue their commands; the one that finds
+ * nobody doing I/O on it becomes the leader: it writes every queued command in one write,
+ * reads the replies in order, hands each to its caller and makes the first caller queued
+ * meanwhile the next leader. Only the leader touches c, gen and tmo. */
 typedef struct pconn {
+    pthread_mutex_t mu;
     redisContext *c;
     unsigned gen; /* the link generation it was opened in */
-    int busy;
     rl_ns tmo;    /* the socket timeout set on c, 0 when not known */
+    int leading;  /* under mu (read without it as a hint): a leader owns the I/O */
+    int queued;   /* likewise: calls waiting in head..tail */
+    pcall *head, **tail;
 } pconn;
 
 struct rld_pool {
     rld_redis_addr addr;
     rl_ns timeout;
     pthread_mutex_t mu;
-    pthread_cond_t cv; /* a connection was checked in */
-    size_t n, nfree;
+    size_t n;
     pconn *conns;
+    uint64_t calls, writes; /* atomics: calls written, and the writes (batches) that carried them */
     /* health, under mu */
     int up;
     unsigned gen; /* bumped each time the link goes down: older connections are reopened */
@@ -59,7 +88,14 @@ struct rld_pool {
     int wake[2];
 };
 
+static pthread_condattr_t mono_attr;
+static pthread_once_t mono_once = PTHREAD_ONCE_INIT;
 
+static void mono_attr_init(void)
+{
+    pthread_condattr_init(&mono_attr);
+    pthread_condattr_setclock(&mono_attr, CLOCK_MONOTONIC);
+}
 
 /* ---- URLs ---------------------------------------------------------------------------------- */
 
@@ -185,14 +221,14 @@ int rld_pool_new(const rld_redis_addr *addr, int timeout_ms, int size, rld_pool 
         p->resolved = 1;
     }
     p->timeout = (rl_ns)timeout_ms * 1000000;
-    p->n = p->nfree = (size_t)size;
+    p->n = (size_t)size;
     p->up = 1; /* until a call says otherwise */
     pthread_mutex_init(&p->mu, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&p->cv, &ca);
-    pthread_condattr_destroy(&ca);
+    for (size_t i = 0; i < p->n; i++) {
+        pthread_mutex_init(&p->conns[i].mu, NULL);
+        p->conns[i].tail = &p->conns[i].head;
+    }
+    pthread_once(&mono_once, mono_attr_init);
     if (addr->sentinel.n > 0) {
         if (pipe(p->wake) != 0 || pthread_create(&p->watcher, NULL, watch_loop, p) != 0) {
             rld_pool_free(p);
@@ -217,13 +253,14 @@ void rld_pool_free(rld_pool *p)
         close(p->wake[0]);
         close(p->wake[1]);
     }
-    for (size_t i = 0; i < p->n; i++)
+    for (size_t i = 0; i < p->n; i++) {
         if (p->conns[i].c)
             redisFree(p->conns[i].c);
+        pthread_mutex_destroy(&p->conns[i].mu);
+    }
     free(p->conns);
     rld_lua_free(&p->lua);
     pthread_mutex_destroy(&p->mu);
-    pthread_cond_destroy(&p->cv);
     free(p);
 }
 
@@ -274,6 +311,12 @@ uint64_t rld_pool_errors(rld_pool *p)
     return n;
 }
 
+void rld_pool_counts(rld_pool *p, uint64_t *calls, uint64_t *writes)
+{
+    *calls = __atomic_load_n(&p->calls, __ATOMIC_RELAXED);
+    *writes = __atomic_load_n(&p->writes, __ATOMIC_RELAXED);
+}
+
 static struct timeval tv_of(rl_ns ns)
 {
     if (ns < 1000000)
@@ -282,9 +325,9 @@ static struct timeval tv_of(rl_ns ns)
     return tv;
 }
 
-/* Takes a free connection, waiting until deadline. While the link is down only one probe at a
- * time goes through, once its backoff has passed; *probe says this call is it. */
-static int checkout(rld_pool *p, rl_ns deadline, pconn **out, int *probe, rl_err *err)
+/* Lets a call through or fails it at once: while the link is down only one probe at a time
+ * goes through, once its backoff has passed; *probe says this call is it. */
+static int admit(rld_pool *p, int *probe, rl_err *err)
 {
     *probe = 0;
     pthread_mutex_lock(&p->mu);
@@ -295,58 +338,34 @@ static int checkout(rld_pool *p, rl_ns deadline, pconn **out, int *probe, rl_err
             p->errors++;
             pthread_mutex_unlock(&p->mu);
             return rl_errf(err, RL_ESTORE, "redis: unreachable (next attempt in %lld ms)",
-                        ms > 0 ? ms : 0);
+                           ms > 0 ? ms : 0);
         }
         p->probing = 1;
         *probe = 1;
     }
-    while (p->nfree == 0) {
-        struct timespec ts = {.tv_sec = deadline / RL_NS_PER_SEC,
-                              .tv_nsec = deadline % RL_NS_PER_SEC};
-        if (pthread_cond_timedwait(&p->cv, &p->mu, &ts) == ETIMEDOUT && p->nfree == 0) {
-            if (*probe)
-                p->probing = 0;
-            p->errors++;
-            rl_errf(err, RL_ESTORE, "redis: no free connection within the timeout");
-            if (err)
-                snprintf(p->last_error, sizeof p->last_error, "%.255s", err->msg);
-            pthread_mutex_unlock(&p->mu);
-            return RL_ESTORE;
-        }
-    }
-    pconn *pc = NULL;
-    for (size_t i = 0; i < p->n && !pc; i++)
-        if (!p->conns[i].busy)
-            pc = &p->conns[i];
-    pc->busy = 1;
-    p->nfree--;
     pthread_mutex_unlock(&p->mu);
-    *out = pc;
     return RL_OK;
 }
 
-/* Returns a connection. link_failed: Redis could not be reached through it (it is closed);
- * otherwise Redis answered (even with an error reply). */
-static void checkin(rld_pool *p, pconn *pc, int probe, int link_failed, int failed,
+/* What came of a call on the link: Redis could not be reached, it answered (even with an
+ * error reply), or the call gave up before it was sent. */
+enum { LINK_FAILED = 1, LINK_ANSWERED = 0, LINK_UNSENT = -1 };
+
+/* Counts a call's outcome into the link's health; gen is the link generation of the connection
+ * a failed call went on. */
+static void account(rld_pool *p, int probe, int link, unsigned gen, int failed,
                     const rl_err *err)
 {
-    if (link_failed && pc->c) {
-        redisFree(pc->c);
-        pc->c = NULL;
-    }
     pthread_mutex_lock(&p->mu);
-    pc->busy = 0;
-    p->nfree++;
-    pthread_cond_signal(&p->cv);
     if (failed) {
         p->errors++;
         if (err)
             snprintf(p->last_error, sizeof p->last_error, "%.255s", err->msg);
     }
-    if (link_failed && pc->gen != p->gen) {
-        /* it went to a primary that has been replaced meanwhile (a failover followed): that
-         * says nothing of the new one, whose first try the switch may just have allowed */
-    } else if (link_failed) {
+    if (link == LINK_FAILED && gen != p->gen) {
+        /* it went to a primary that has been replaced meanwhile (a failover followed), or the
+         * link went down already (another call of the same batch): that says nothing new */
+    } else if (link == LINK_FAILED) {
         rl_ns now = rld_mono_ns();
         if (p->addr.sentinel.n) { /* the primary may have moved: ask the sentinels */
             p->resolved = 0;
@@ -364,7 +383,7 @@ static void checkin(rld_pool *p, pconn *pc, int probe, int link_failed, int fail
                 p->backoff = BACKOFF_MAX;
             p->retry_at = now + p->backoff;
         }
-    } else if (!p->up) {
+    } else if (link == LINK_ANSWERED && !p->up) {
         p->up = 1;
         p->backoff = 0;
     }
@@ -379,23 +398,6 @@ static redisReply *send_argv(redisContext *c, rl_ns deadline, int argc, const ch
 {
     redisSetTimeout(c, tv_of(deadline - rld_mono_ns()));
     return redisCommandArgv(c, argc, argv, len);
-}
-
-/* send_argv on a pooled connection. The socket timeout (two system calls to set) is set only
- * when the one in force would outlast what is left until deadline, or cut it short by more
- * than a millisecond: it is what is left, rounded down to the millisecond. A call therefore
- * never waits longer than its deadline, and with the usual short wait for a connection the
- * timeout is set once per connection rather than once per call. */
-static redisReply *send_pc(pconn *pc, rl_ns deadline, int argc, const char **argv,
-                           const size_t *len)
-{
-    const rl_ns ms = 1000000;
-    rl_ns left = deadline - rld_mono_ns();
-    if (!pc->tmo || pc->tmo > left || pc->tmo + ms < left) {
-        pc->tmo = left > ms ? left / ms * ms : ms;
-        redisSetTimeout(pc->c, tv_of(pc->tmo));
-    }
-    return redisCommandArgv(pc->c, argc, argv, len);
 }
 
 static int link_error(redisContext *c, rl_err *err)
@@ -708,6 +710,23 @@ redisContext *rld_pool_connect(rld_pool *p, int timeout_ms, rl_err *err)
     return open_primary(p, rld_mono_ns() + (rl_ns)timeout_ms * 1000000, &gen, err);
 }
 
+/* ---- shared connections -------------------------------------------------------------------- */
+
+/* Sets pc's socket timeout for a wait until deadline. It is set (two system calls) only when
+ * the one in force would outlast what is left, or cut it short by more than 3 ms: it is what is
+ * left, rounded down to the millisecond, less one. So no wait outlasts its deadline, and under
+ * steady load, when the deadlines of one batch after another move a little either way, the
+ * timeout is set about once per connection rather than once per batch. */
+static void set_tmo(pconn *pc, rl_ns deadline)
+{
+    const rl_ns ms = 1000000;
+    rl_ns left = deadline - rld_mono_ns();
+    if (!pc->tmo || pc->tmo > left || pc->tmo + 3 * ms < left) {
+        pc->tmo = left > 2 * ms ? left / ms * ms - ms : ms;
+        redisSetTimeout(pc->c, tv_of(pc->tmo));
+    }
+}
+
 /* Makes sure pc is open in the current link generation; *opened says it was opened now. */
 static int ensure_open(rld_pool *p, pconn *pc, rl_ns deadline, int *opened, rl_err *err)
 {
@@ -725,6 +744,228 @@ static int ensure_open(rld_pool *p, pconn *pc, rl_ns deadline, int *opened, rl_e
     return pc->c ? RL_OK : RL_ESTORE;
 }
 
+static rl_ns earliest(const pcall *k)
+{
+    rl_ns d = k->deadline;
+    for (; k; k = k->next)
+        if (k->deadline < d)
+            d = k->deadline;
+    return d;
+}
+
+/* k and the calls after it fail: the link failed (or the connection could not be opened). */
+static void fail_from(pcall *k, const rl_err *e, int reset)
+{
+    for (; k; k = k->next) {
+        k->link_failed = 1;
+        k->reset = reset;
+        if (k->err)
+            *k->err = *e;
+    }
+}
+
+/* The leader's I/O: opens pc when needed (anew when a call asks for a fresh connection),
+ * writes the batch b in one write and reads the replies in order into each call's outcome.
+ * When the link fails, or a reply has not come by the earliest deadline of the calls still
+ * owed, the connection is closed (replies owed must not be read by a later batch) and every
+ * call still owed fails. */
+static void batch(rld_pool *p, pconn *pc, pcall *b)
+{
+    int opened = 0, fresh = 0, n = 0;
+    rl_err e;
+    for (pcall *k = b; k; k = k->next)
+        fresh |= k->fresh;
+    if (fresh && pc->c) {
+        redisFree(pc->c);
+        pc->c = NULL;
+    }
+    int rc = ensure_open(p, pc, earliest(b), &opened, &e);
+    for (pcall *k = b; k; k = k->next, n++) {
+        k->opened = opened;
+        k->gen = pc->gen;
+        if (rc == RL_OK && redisAppendFormattedCommand(pc->c, k->cmd, k->len) != REDIS_OK)
+            rc = rl_errf(&e, RL_ESTORE, "redis: out of memory");
+    }
+    if (rc != RL_OK) {
+        fail_from(b, &e, 0);
+        return;
+    }
+    __atomic_fetch_add(&p->calls, (uint64_t)n, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&p->writes, 1, __ATOMIC_RELAXED);
+    for (pcall *k = b; k; k = k->next) {
+        for (int i = 0; i < k->nreplies; i++) {
+            void *r;
+            set_tmo(pc, earliest(k)); /* the first read writes the batch */
+            if (redisGetReply(pc->c, &r) != REDIS_OK) {
+                int en = errno;
+                int reset = pc->c->err == REDIS_ERR_EOF ||
+                            (pc->c->err == REDIS_ERR_IO && (en == ECONNRESET || en == EPIPE));
+                errno = en;
+                link_error(pc->c, &e);
+                redisFree(pc->c);
+                pc->c = NULL;
+                fail_from(k, &e, reset);
+                return;
+            }
+            if (i + 1 < k->nreplies)
+                freeReplyObject(r); /* ASKING's OK */
+            else
+                k->reply = r;
+        }
+    }
+}
+
+/* Leads one batch (pc->mu held, and held again on return): takes every call queued, fails
+ * those whose deadline has passed unsent, does the I/O of the others without the lock, hands
+ * each its outcome, and makes the first call queued meanwhile the next leader. */
+static void lead(rld_pool *p, pconn *pc)
+{
+    pcall *b = pc->head, **pp = &b;
+    pc->head = NULL;
+    pc->tail = &pc->head;
+    __atomic_store_n(&pc->queued, 0, __ATOMIC_RELAXED);
+    rl_ns now = rld_mono_ns();
+    while (*pp) {
+        pcall *k = *pp;
+        k->lead = 0;
+        if (k->deadline > now) {
+            pp = &k->next;
+            continue;
+        }
+        *pp = k->next;
+        rl_errf(k->err, RL_ESTORE, "redis: timed out waiting for a connection");
+        k->done = 1;
+        pthread_cond_signal(&k->cv);
+    }
+    if (b) {
+        pthread_mutex_unlock(&pc->mu);
+        batch(p, pc, b);
+        pthread_mutex_lock(&pc->mu);
+    }
+    while (b) {
+        pcall *next = b->next;
+        b->done = 1;
+        pthread_cond_signal(&b->cv);
+        b = next;
+    }
+    if (pc->head) {
+        pc->head->lead = 1;
+        pthread_cond_signal(&pc->head->cv);
+    } else {
+        __atomic_store_n(&pc->leading, 0, __ATOMIC_RELAXED);
+    }
+}
+
+/* Takes k out of pc's queue: 1 when it was there (not sent yet). */
+static int unqueue(pconn *pc, pcall *k)
+{
+    for (pcall **pp = &pc->head; *pp; pp = &(*pp)->next) {
+        if (*pp != k)
+            continue;
+        *pp = k->next;
+        if (pc->tail == &k->next)
+            pc->tail = pp;
+        __atomic_store_n(&pc->queued, pc->queued - 1, __ATOMIC_RELAXED);
+        return 1;
+    }
+    return 0;
+}
+
+/* Runs k on pc: as the leader of a batch, or waiting for the leader to answer it or to make it
+ * the next leader. A call still queued at its deadline leaves the queue and fails; one that is
+ * sent is answered or failed by its leader, whose reads end by the earliest deadline of the
+ * calls owed. */
+static void run_on(rld_pool *p, pconn *pc, pcall *k)
+{
+    int bounded = 1;
+    struct timespec ts = {.tv_sec = k->deadline / RL_NS_PER_SEC,
+                          .tv_nsec = k->deadline % RL_NS_PER_SEC};
+    pthread_mutex_lock(&pc->mu);
+    *pc->tail = k;
+    pc->tail = &k->next;
+    __atomic_store_n(&pc->queued, pc->queued + 1, __ATOMIC_RELAXED);
+    if (!pc->leading) {
+        __atomic_store_n(&pc->leading, 1, __ATOMIC_RELAXED);
+        k->lead = 1;
+    }
+    while (!k->done) {
+        if (k->lead) {
+            lead(p, pc);
+        } else if (!bounded) {
+            pthread_cond_wait(&k->cv, &pc->mu);
+        } else if (pthread_cond_timedwait(&k->cv, &pc->mu, &ts) == ETIMEDOUT && !k->done &&
+                   !k->lead) {
+            bounded = 0; /* sent: its leader answers it */
+            if (unqueue(pc, k)) {
+                rl_errf(k->err, RL_ESTORE, "redis: timed out waiting for a connection");
+                k->done = 1;
+            }
+        }
+    }
+    pthread_mutex_unlock(&pc->mu);
+}
+
+/* The connection for a call: the first on which nobody does I/O, else the one with the fewest
+ * calls queued. So calls share a connection when every one is busy, and the later ones open
+ * only under load. A hint, read without the locks. */
+static pconn *pick(rld_pool *p)
+{
+    pconn *best = &p->conns[0];
+    int least = INT32_MAX;
+    for (size_t i = 0; i < p->n; i++) {
+        pconn *pc = &p->conns[i];
+        if (!__atomic_load_n(&pc->leading, __ATOMIC_RELAXED))
+            return pc;
+        int q = __atomic_load_n(&pc->queued, __ATOMIC_RELAXED);
+        if (q < least) {
+            least = q;
+            best = pc;
+        }
+    }
+    return best;
+}
+
+/* What came of a call's exchanges (see account). */
+typedef struct outcome {
+    int link;      /* LINK_FAILED, LINK_ANSWERED or LINK_UNSENT (of the last exchange) */
+    int reset;     /* the connection was found closed rather than slow */
+    int opened;    /* a connection was opened for one of them */
+    int fresh;     /* the next exchange asks for a connection opened for it */
+    unsigned gen;  /* the link generation of the last exchange's connection */
+} outcome;
+
+/* Sends a command (after ASKING on the same connection when asking) on a shared connection and
+ * returns its reply, within deadline. NULL when it failed: err says why, o how. */
+static redisReply *exchange(rld_pool *p, rl_ns deadline, int asking, int argc, const char **argv,
+                            const size_t *len, outcome *o, rl_err *err)
+{
+    static const char ask[] = "*1\r\n$6\r\nASKING\r\n";
+    const size_t alen = asking ? sizeof ask - 1 : 0;
+    char *cmd = NULL;
+    int n = redisFormatCommandArgv(&cmd, argc, argv, len);
+    pcall k = {.nreplies = asking ? 2 : 1, .deadline = deadline, .fresh = o->fresh, .err = err};
+    if (n < 0 || !(k.cmd = malloc(alen + (size_t)n))) {
+        redisFreeCommand(cmd);
+        o->link = LINK_UNSENT;
+        rl_errf(err, RL_ENOMEM, "redis: out of memory");
+        return NULL;
+    }
+    memcpy(k.cmd, ask, alen);
+    memcpy(k.cmd + alen, cmd, (size_t)n);
+    k.len = alen + (size_t)n;
+    redisFreeCommand(cmd);
+    pthread_cond_init(&k.cv, &mono_attr);
+    run_on(p, pick(p), &k);
+    pthread_cond_destroy(&k.cv);
+    free(k.cmd);
+    o->fresh = 0;
+    o->link = k.link_failed ? LINK_FAILED : k.reply ? LINK_ANSWERED : LINK_UNSENT;
+    o->reset = k.reset;
+    o->opened |= k.opened;
+    o->gen = k.gen;
+    return k.reply;
+}
+
 static void sha_get(rld_pool *p, rld_script s, char out[41])
 {
     pthread_mutex_lock(&p->mu);
@@ -732,16 +973,14 @@ static void sha_get(rld_pool *p, rld_script s, char out[41])
     pthread_mutex_unlock(&p->mu);
 }
 
-/* SCRIPT LOAD; 0, or -1 with link failure when r is NULL. */
-static int load_script(rld_pool *p, redisContext *c, rld_script s, rl_ns deadline, char sha[41],
-                       int *link_failed, rl_err *err)
+/* SCRIPT LOAD; RL_OK with its SHA1 in sha, else RL_ESTORE (o says whether the link failed). */
+static int load_script(rld_pool *p, rld_script s, rl_ns deadline, char sha[41], outcome *o,
+                       rl_err *err)
 {
     const char *argv[3] = {"SCRIPT", "LOAD", p->lua.script[s]};
-    redisReply *r = send_argv(c, deadline, 3, argv, NULL);
-    if (!r) {
-        *link_failed = 1;
-        return link_error(c, err);
-    }
+    redisReply *r = exchange(p, deadline, 0, 3, argv, NULL, o, err);
+    if (!r)
+        return RL_ESTORE;
     int ok = r->type == REDIS_REPLY_STRING && r->len == 40;
     if (ok) {
         memcpy(sha, r->str, 40);
@@ -759,16 +998,13 @@ static int load_script(rld_pool *p, redisContext *c, rld_script s, rl_ns deadlin
 
 /* FUNCTION LOAD of the library. RL_OK when it is there now (loaded, or loaded already by
  * another instance) or when Redis refused it (no Functions before Redis 7, or not permitted):
- * then the pool turns to EVALSHA for good. Otherwise the link failed. */
-static int load_library(rld_pool *p, redisContext *c, rl_ns deadline, int *link_failed,
-                        rl_err *err)
+ * then the pool turns to EVALSHA for good. Otherwise the exchange failed. */
+static int load_library(rld_pool *p, rl_ns deadline, outcome *o, rl_err *err)
 {
     const char *argv[3] = {"FUNCTION", "LOAD", p->lua.library};
-    redisReply *r = send_argv(c, deadline, 3, argv, NULL);
-    if (!r) {
-        *link_failed = 1;
-        return link_error(c, err);
-    }
+    redisReply *r = exchange(p, deadline, 0, 3, argv, NULL, o, err);
+    if (!r)
+        return RL_ESTORE;
     if (r->type == REDIS_REPLY_ERROR && !strstr(r->str, "already exists"))
         rld_pool_use_functions(p, 0);
     freeReplyObject(r);
@@ -782,104 +1018,102 @@ static int functions_refused(const char *e)
     return strncmp(e, "ERR unknown command", 19) == 0 || strncmp(e, "NOPERM", 6) == 0;
 }
 
+/* Fills av[0..1] (and al) with FCALL <function> or EVALSHA <sha> for script s, loading the
+ * script first when its SHA1 is not known; after NOSCRIPT (reloaded) with EVAL <text>, which
+ * runs the script and puts it in Redis's cache again in one round trip, so that a flush
+ * between a load and its call cannot strike twice. *fn says FCALL. */
+static int script_head(rld_pool *p, int s, const char **av, size_t *al, char sha[41],
+                       int reloaded, rl_ns deadline, int *fn, outcome *o, rl_err *err)
+{
+    *fn = p->lua.fname[s][0] && rld_pool_functions(p);
+    if (*fn) {
+        av[0] = "FCALL";
+        av[1] = p->lua.fname[s];
+        al[0] = 5;
+        al[1] = strlen(p->lua.fname[s]);
+        return RL_OK;
+    }
+    if (reloaded) {
+        av[0] = "EVAL";
+        av[1] = p->lua.script[s];
+        al[0] = 4;
+        al[1] = strlen(p->lua.script[s]);
+        return RL_OK;
+    }
+    if (!sha[0])
+        sha_get(p, (rld_script)s, sha);
+    if (!sha[0] && load_script(p, (rld_script)s, deadline, sha, o, err) != RL_OK)
+        return RL_ESTORE;
+    av[0] = "EVALSHA";
+    av[1] = sha;
+    al[0] = 7;
+    al[1] = 40;
+    return RL_OK;
+}
+
 /* Sends one command or script (s >= 0; av and al then hold 3 slots for FCALL <name> <nkeys>
  * or EVALSHA <sha> <nkeys>, and the arguments; otherwise al is NULL and len the lengths, or
- * NULL) on pc. A script of the library goes as FCALL while
+ * NULL) on a shared connection. A script of the library goes as FCALL while
  * Redis takes Functions, loading the library when Redis does not have it (first use, restart,
  * FUNCTION FLUSH); otherwise, and for the other scripts, as EVALSHA, loading the script when
- * needed and again after NOSCRIPT. *link_failed: Redis could not be reached; *reset: the
- * connection was found closed (EOF or reset) rather than slow. */
-static int run(rld_pool *p, pconn *pc, int s, int argc, const char **av, size_t *al,
-               const size_t *len, unsigned flags, rl_ns deadline, redisReply **reply,
-               int *link_failed, int *reset, rl_err *err)
+ * needed and again after NOSCRIPT. o says what came of it for the link's health. */
+static int run(rld_pool *p, int s, int argc, const char **av, size_t *al, const size_t *len,
+               unsigned flags, rl_ns deadline, redisReply **reply, outcome *o, rl_err *err)
 {
     char sha[41] = "";
-    int rc = RL_ESTORE, loaded = 0, reloaded = 0;
+    int rc = RL_ESTORE, loaded = 0, reloaded = 0, fn = 0;
     redisReply *r = NULL;
     *reply = NULL;
-    *link_failed = *reset = 0;
     for (int attempt = 0; attempt < 4; attempt++) {
-        int fn = s >= 0 && p->lua.fname[s][0] && rld_pool_functions(p);
-        if (fn) {
-            av[0] = "FCALL";
-            av[1] = p->lua.fname[s];
-            al[0] = 5;
-            al[1] = strlen(p->lua.fname[s]);
-        } else if (s >= 0) {
-            if (!sha[0] && !reloaded) /* after NOSCRIPT the pool's SHA1 is stale: load */
-                sha_get(p, (rld_script)s, sha);
-            if (!sha[0]) {
-                rc = load_script(p, pc->c, (rld_script)s, deadline, sha, link_failed, err);
-                pc->tmo = 0; /* set by load_script */
-                if (rc != RL_OK)
-                    break;
-            }
-            av[0] = "EVALSHA";
-            av[1] = sha;
-            al[0] = 7;
-            al[1] = 40;
-        }
-        if (flags & RLD_POOL_ASKING) {
-            const char *asking[1] = {"ASKING"};
-            if ((r = send_pc(pc, deadline, 1, asking, NULL)) != NULL)
-                freeReplyObject(r);
-        }
-        r = (flags & RLD_POOL_ASKING) && !r ? NULL : send_pc(pc, deadline, argc, av, al ? al : len);
-        if (!r) {
-            int e = errno;
-            *link_failed = 1;
-            *reset = pc->c->err == REDIS_ERR_EOF ||
-                     (pc->c->err == REDIS_ERR_IO && (e == ECONNRESET || e == EPIPE));
-            rc = link_error(pc->c, err);
+        if (s >= 0 && script_head(p, s, av, al, sha, reloaded, deadline, &fn, o, err) != RL_OK)
             break;
-        }
+        r = exchange(p, deadline, (flags & RLD_POOL_ASKING) != 0, argc, av, al ? al : len, o,
+                     err);
+        if (!r)
+            break;
         if (r->type != REDIS_REPLY_ERROR) {
             rc = RL_OK;
             break;
         }
         if (strncmp(r->str, "READONLY", 8) == 0) {
             /* a primary demoted to a replica: never answer from it, find the new one */
+            char at[300];
+            rld_pool_primary(p, at, sizeof at);
             forget_primary(p, 1);
-            rc = rl_errf(err, RL_ESTORE, "redis: %s:%d is a replica now (READONLY)",
-                         pc->c->tcp.host, pc->c->tcp.port);
-            freeReplyObject(r);
-            r = NULL;
-            *link_failed = *reset = 1;
+            rc = rl_errf(err, RL_ESTORE, "redis: %s is a replica now (READONLY)", at);
+            o->link = LINK_FAILED;
+            o->reset = 1;
             break;
         }
+        int retry = 0;
         if (fn && !loaded && strncmp(r->str, "ERR Function not found", 22) == 0) {
             /* Redis restarted, flushed its functions, or never had this library */
+            loaded = retry = 1;
             freeReplyObject(r);
             r = NULL;
-            loaded = 1;
-            rc = load_library(p, pc->c, deadline, link_failed, err);
-            pc->tmo = 0; /* set by load_library */
-            if (rc != RL_OK)
+            if (load_library(p, deadline, o, err) != RL_OK)
                 break;
-            continue;
-        }
-        if (fn && functions_refused(r->str)) {
+        } else if (fn && functions_refused(r->str)) {
             rld_pool_use_functions(p, 0);
-            freeReplyObject(r);
-            r = NULL;
-            continue;
-        }
-        if (!fn && s >= 0 && !reloaded && strncmp(r->str, "NOSCRIPT", 8) == 0) {
+            retry = 1;
+        } else if (!fn && s >= 0 && !reloaded && strncmp(r->str, "NOSCRIPT", 8) == 0) {
             /* Redis restarted or its script cache was flushed */
-            freeReplyObject(r);
-            r = NULL;
-            reloaded = 1;
-            sha[0] = '\0';
-            continue;
-        }
-        if (flags & RLD_POOL_REPLY_ERRORS) {
+            reloaded = retry = 1;
+        } else if (flags & RLD_POOL_REPLY_ERRORS) {
             rc = RL_OK;
             break;
         }
-        rc = rl_errf(err, RL_ESTORE, "redis: %.400s", r->str);
+        if (!retry) {
+            rc = rl_errf(err, RL_ESTORE, "redis: %.400s", r->str);
+            break;
+        }
+        if (r)
+            freeReplyObject(r);
+        r = NULL;
+    }
+    if (rc != RL_OK && r) {
         freeReplyObject(r);
         r = NULL;
-        break;
     }
     *reply = r;
     return rc;
@@ -890,11 +1124,11 @@ static int call(rld_pool *p, int s, int nkeys, int argc, const char **argv, cons
                 unsigned flags, redisReply **reply, rl_err *err)
 {
     rl_ns deadline = rld_mono_ns() + p->timeout;
-    pconn *pc = NULL;
     const char **av = argv;
     size_t *al = NULL;
     char nk[16];
-    int probe, link_failed = 0, reset, opened, rc;
+    int probe, rc;
+    outcome o = {.link = LINK_UNSENT};
     rl_err own;
     *reply = NULL;
     if (!err) /* the message is kept for rld_pool_last_error all the same */
@@ -922,31 +1156,26 @@ static int call(rld_pool *p, int s, int nkeys, int argc, const char **argv, cons
         }
         argc += extra;
     }
-    if ((rc = checkout(p, deadline, &pc, &probe, err)) != RL_OK) {
+    if ((rc = admit(p, &probe, err)) != RL_OK) {
         if (av != argv)
             free(av);
         free(al);
         return rc;
     }
     for (int round = 0; round < 2; round++) {
-        if ((rc = ensure_open(p, pc, deadline, &opened, err)) != RL_OK) {
-            link_failed = 1;
-            break;
-        }
-        rc = run(p, pc, s, argc, av, al, len, flags, deadline, reply, &link_failed, &reset, err);
-        if (rc == RL_OK || !link_failed || !reset || opened || rld_mono_ns() >= deadline)
+        rc = run(p, s, argc, av, al, len, flags, deadline, reply, &o, err);
+        if (rc == RL_OK || o.link != LINK_FAILED || !o.reset || o.opened ||
+            rld_mono_ns() >= deadline)
             break;
         /* a connection opened earlier was closed under us (Redis restarted, or dropped it as
          * idle, or a failover) before the command got through: once more on a new one */
         forget_primary(p, 0);
-        redisFree(pc->c);
-        pc->c = NULL;
-        link_failed = 0;
+        o = (outcome){.link = LINK_UNSENT, .fresh = 1};
     }
     if (av != argv)
         free(av);
     free(al);
-    checkin(p, pc, probe, link_failed, rc != RL_OK, err);
+    account(p, probe, o.link, o.gen, rc != RL_OK, err);
     return rc;
 }
 

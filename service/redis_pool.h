@@ -10,9 +10,15 @@
  * that cannot reach the primary, or that a demoted primary answers READONLY, makes the next
  * connection ask the sentinels again. Nothing is ever answered from a replica.
  *
- * A redisContext is not thread-safe, so each call checks a connection out of the pool and back
- * in. Every call finishes within the pool's timeout from its start: waiting for a free
- * connection, connecting, and each read and write share that deadline.
+ * Pipelining. Concurrent calls share the pool's connections (a redisContext is not thread-safe,
+ * so one thread at a time does a connection's I/O). A call goes to the first connection nobody
+ * is using, or else joins the shortest queue: the caller that finds a connection idle becomes
+ * its leader, writes every call queued on it in one write (a batch), reads the replies in
+ * order and hands each to its caller, and makes the first caller queued meanwhile the next
+ * leader. Each call is still one command or script in Redis: batching changes the system
+ * calls, not what a call does. Every call finishes within the pool's timeout from its start:
+ * waiting in the queue, connecting, and each read and write share that deadline; a reply not
+ * in by the earliest deadline of the calls owed on a connection closes it, and those calls fail.
  *
  * Health. A call that cannot reach Redis (refused, reset, timed out) marks the link down; every
  * connection is then reopened before its next use. While the link is down, calls fail at once
@@ -126,6 +132,10 @@ int rld_pool_probe(rld_pool *p);
  * the sentinels give). Without: the address, and 0. */
 void rld_pool_primary(rld_pool *p, char *buf, size_t len);
 uint64_t rld_pool_switches(rld_pool *p);
+
+/* The calls written to Redis since the pool was made, and the writes (batches) that carried
+ * them: calls / writes is how many calls a write carried on average. */
+void rld_pool_counts(rld_pool *p, uint64_t *calls, uint64_t *writes);
 
 /* A new connection outside the pool (for a subscriber), authenticated and on the right
  * database, or NULL with the reason in err. The caller frees it with redisFree. */

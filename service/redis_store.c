@@ -1801,8 +1801,10 @@ void rld_redis_store_health(rl_store *st, rld_redis_health *out)
         out->up = rld_cluster_up(rs->cluster);
         out->errors = rld_cluster_errors(rs->cluster);
         rld_cluster_last_error(rs->cluster, out->last_error, sizeof out->last_error);
+        rld_cluster_counts(rs->cluster, &out->calls, &out->writes);
         return;
     }
+    rld_pool_counts(rs->pool, &out->calls, &out->writes);
     out->up = rld_pool_up(rs->pool);
     out->errors = rld_pool_errors(rs->pool);
     rld_pool_last_error(rs->pool, out->last_error, sizeof out->last_error);

@@ -81,6 +81,7 @@ typedef struct rld_redis_health {
     unsigned peers;  /* live instances counted by heartbeat, this one included; 0 before the
                         first heartbeat got through */
     char last_error[256]; /* why the last failed call failed, "" when none has */
+    uint64_t calls, writes; /* calls written to Redis, and the writes that carried them */
 } rld_redis_health;
 
 /* Fills out for a store made by rld_redis_store_new (borrowed; alive while its limiter is). */

@@ -301,6 +301,13 @@ START_TEST(two_instances_share_one_bucket)
                                        "mode=\"closed\"}"),
                          0);
         ck_assert_int_eq(metric(&s[i], "ratelimit_store_up"), 1);
+        /* every decision is a call to Redis (with the heartbeats and housekeeping besides),
+         * and a write carries one call or more */
+        double calls = metric(&s[i], "ratelimit_redis_calls_total");
+        double writes = metric(&s[i], "ratelimit_redis_writes_total");
+        ck_assert_double_ge(calls, per[i] + HAMMER_CLIENTS / 2);
+        ck_assert_double_gt(writes, 0);
+        ck_assert_double_le(writes, calls);
     }
     stop_all(s, 2);
     rt_redis_stop(&r);

@@ -229,6 +229,10 @@ static int ms_attach(void *cls, const rl_config *cfg, const rl_resolver *res, rl
     return RL_OK;
 }
 
+/* Segments smaller than this (48 KiB of records) stay in the cache while they are used: not
+ * worth a prefetch. */
+#define PREFETCH_CAP 1024u
+
 /* Starts loading the records a decision on key at level will read: called by the limiter as
  * soon as the key is known, so that the cache miss of a per-user record overlaps with the rest
  * of the plan's making (the segment may still change before the decision locks it: this only
@@ -239,6 +243,8 @@ static uint64_t ms_prefetch(void *cls, size_t level, const rl_rules *rs, const c
     mem_store *ms = cls;
     uint64_t kh = rl__hash(key, keylen, ms->seed);
     const rl__seg *s = rl__table_seg(&ms->tables[level], kh);
+    if (__atomic_load_n(&s->cap, __ATOMIC_RELAXED) < PREFETCH_CAP)
+        return kh;
     for (size_t i = 0; i < rs->n && i < 4; i++)
         if (rs->v[i].type->state_size)
             rl__seg_prefetch(s, rl__rec_hash(kh, (unsigned)i));

@@ -20,7 +20,7 @@
 #   BENCH_REDIS_ROUNDS=3  rounds of the Redis comparison (redis-benchmark and ratelimitd in turn)
 #   BENCH_CLUSTER_ROUNDS=3  rounds of one Redis against a 3-primary cluster (in turn)
 #   REDIS_THREADS=0       ratelimitd's threads in the Redis section; 0: its default with the Redis
-#                         store (one per CPU, at least one per pooled connection: 8)
+#                         store (one per CPU, at least 8 per pooled connection: 16)
 #   REDIS_POOL=           the store's pool (connections) in the Redis section; empty: its default
 set -eu
 set -o pipefail

@@ -347,16 +347,17 @@ static int grpc_start(const opts *o, const rld_settings *set, rld_app *app, int 
     return 0;
 }
 
-/* Worker threads: as configured, else one per CPU; with the Redis store at least one per pooled
- * connection, since a worker waits on Redis for each decision and Redis is busiest (and spends
- * least per command) when several calls arrive together. */
+/* Worker threads: as configured, else one per CPU; with the Redis store at least 8 per pooled
+ * connection, since a worker waits on Redis for each decision, and the calls of the workers
+ * waiting go to Redis together on a shared connection (Redis spends least per call when many
+ * come in one read). */
 static int threads_for(const rld_settings *set)
 {
     if (set->threads > 0)
         return set->threads;
     long n = sysconf(_SC_NPROCESSORS_ONLN);
-    if (set->store == RLD_STORE_REDIS && n < set->redis_pool)
-        n = set->redis_pool;
+    if (set->store == RLD_STORE_REDIS && n < 8L * set->redis_pool)
+        n = 8L * set->redis_pool;
     return n < 1 ? 1 : n > 64 ? 64 : (int)n;
 }
 

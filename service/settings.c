@@ -117,15 +117,16 @@ static const rld_setting store_rows[] = {
      .min = 1,
      .max = 60000,
      .def = 50,
-     .help = "the longest a request waits on Redis: waiting for a pooled connection, "
-             "connecting and the call share it"},
+     .help = "the longest a request waits on Redis: waiting for its turn on a shared "
+             "connection, connecting and the call share it"},
     {.name = "pool",
      .kind = RLD_SET_INT,
      .offset = OFF(redis_pool),
      .min = 1,
      .max = 1024,
-     .def = 8,
-     .help = "connections to Redis per instance"},
+     .def = 2,
+     .help = "connections to Redis per instance, shared: the calls of concurrent requests go "
+             "back to back on one"},
     {.name = "fleet_size",
      .kind = RLD_SET_INT,
      .offset = OFF(fleet_size),
@@ -345,8 +346,9 @@ static const rld_setting root_rows[] = {
      .min = 0,
      .max = 256,
      .def = 0,
-     .help = "HTTP worker threads; 0 = one per CPU, and with the Redis store at least one per "
-             "pooled connection (`pool`, 8), since a worker waits on Redis for each decision"},
+     .help = "HTTP worker threads; 0 = one per CPU, and with the Redis store at least 8 per "
+             "pooled connection (`pool`, 2; at most 64), since a worker waits on Redis for each "
+             "decision and the calls of the workers waiting share a connection"},
     {.name = "tls",
      .kind = RLD_SET_OBJECT,
      .sub = &rld_settings_tls,

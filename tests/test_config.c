@@ -250,7 +250,7 @@ START_TEST(defaults_from_the_table)
     ck_assert_uint_eq(addr.sentinel.n, 0);
     ck_assert_str_eq(set.redis_prefix, "rl:");
     ck_assert_int_eq(set.redis_timeout_ms, 50);
-    ck_assert_int_eq(set.redis_pool, 8);
+    ck_assert_int_eq(set.redis_pool, 2);
     ck_assert_int_eq(set.redis_functions, 0);
     ck_assert_int_eq(set.fleet_size, 0);
     ck_assert_uint_eq(set.nplugins, 0);

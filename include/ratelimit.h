@@ -176,6 +176,10 @@ typedef struct rl_level {
     void *key_rules_ctx;
 } rl_level;
 
+/* 1 when level l's key is made from the descriptor named (name, n): its own name, or one of
+ * those it composes. */
+int rl_level_reads(const rl_level *l, const char *name, size_t n);
+
 typedef struct rl_tier {
     char *name;
     rl_rules *rules;

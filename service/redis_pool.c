@@ -13,6 +13,7 @@
 
 #include "redis_pool.h"
 #include "redis_lua.h"
+#include "settings.h"
 
 #define BACKOFF_MIN (50 * 1000000LL)
 #define BACKOFF_MAX (2000 * 1000000LL)
@@ -176,22 +177,10 @@ int rld_redis_parse_url(const char *url, rld_redis_addr *out, rl_err *err)
 int rld_redis_parse_hostport(const char *s, const char *what, char *host, size_t cap, int *port,
                              rl_err *err)
 {
-    const char *colon = strrchr(s, ':'), *h = s, *hend = colon;
-    if (s[0] == '[') { /* [v6 address]:port */
-        const char *rb = strchr(s, ']');
-        if (!rb || rb[1] != ':')
-            return rl_errf(err, RL_EINVAL, "%s: must be [address]:port", what);
-        h = s + 1;
-        hend = rb;
-        colon = rb + 1;
-    }
-    if (!colon || hend == h)
-        return rl_errf(err, RL_EINVAL, "%s: must be host:port", what);
-    if (copy_part(host, cap, h, (size_t)(hend - h)) != 0)
-        return rl_errf(err, RL_EINVAL, "%s: host too long", what);
-    if (parse_int(colon + 1, strlen(colon + 1), 1, 65535, port) != 0)
-        return rl_errf(err, RL_EINVAL, "%s: port must be a number from 1 to 65535", what);
-    return RL_OK;
+    const char *why = rld_listen_parse(s, host, cap, port);
+    if (!why && *port == 0)
+        why = "must end in a port from 1 to 65535";
+    return why ? rl_errf(err, RL_EINVAL, "%s: %s", what, why) : RL_OK;
 }
 
 /* ---- the pool ------------------------------------------------------------------------------ */
@@ -620,48 +609,60 @@ static int watch_nap(rld_pool *p, int ms)
     return poll(&w, 1, ms) > 0;
 }
 
+/* A +switch-master message: "<master> <old ip> <old port> <new ip> <new port>". */
+static void on_switch(void *arg, const char *msg)
+{
+    rld_pool *p = arg;
+    char name[128], oh[256], nh[256];
+    int op, np;
+    if (sscanf(msg, "%127s %255s %d %255s %d", name, oh, &op, nh, &np) == 5 &&
+        strcmp(name, p->addr.sentinel.master) == 0 && np > 0 && np < 65536)
+        set_primary(p, nh, np);
+}
+
+int rld_sub_read(redisContext *c, int wake_fd, int ms, void (*fn)(void *arg, const char *msg),
+                 void *arg)
+{
+    struct pollfd fds[2] = {{.fd = c->fd, .events = POLLIN}, {.fd = wake_fd, .events = POLLIN}};
+    int n = poll(fds, 2, ms);
+    if (n < 0 && errno != EINTR)
+        return -1;
+    if (fds[1].revents)
+        return 1;
+    if (n <= 0 || !fds[0].revents)
+        return 0;
+    if (redisBufferRead(c) != REDIS_OK)
+        return -1;
+    void *reply;
+    while (redisGetReplyFromReader(c, &reply) == REDIS_OK && reply) {
+        redisReply *m = reply;
+        if (m->type == REDIS_REPLY_ARRAY && m->elements == 3 &&
+            m->element[0]->type == REDIS_REPLY_STRING &&
+            strcmp(m->element[0]->str, "message") == 0 &&
+            m->element[2]->type == REDIS_REPLY_STRING)
+            fn(arg, m->element[2]->str);
+        freeReplyObject(m);
+    }
+    return c->err ? -1 : 0;
+}
+
 /* One subscription to +switch-master on c: returns when the connection fails (0) or the pool
  * is freed (1). The primary is asked first, for a failover missed while not subscribed. */
 static int watch_once(rld_pool *p, redisContext *c)
 {
     rl_ns deadline = rld_mono_ns() + (rl_ns)WATCH_TIMEOUT_MS * 1000000;
-    char host[256], name[128], oh[256], nh[256];
-    int port = 0, op, np;
+    char host[256];
+    int port = 0;
     if (ask_master(p, c, deadline, host, sizeof host, &port, NULL) == RL_OK)
         set_primary(p, host, port);
     const char *argv[2] = {"SUBSCRIBE", "+switch-master"};
     redisReply *r = send_argv(c, deadline, 2, argv, NULL);
-    int ok = r && r->type == REDIS_REPLY_ARRAY;
+    int ok = r && r->type == REDIS_REPLY_ARRAY, rc = 0;
     if (r)
         freeReplyObject(r);
-    if (!ok)
-        return 0;
-    for (;;) {
-        struct pollfd fds[2] = {{.fd = c->fd, .events = POLLIN},
-                                {.fd = p->wake[0], .events = POLLIN}};
-        int n = poll(fds, 2, -1);
-        if (n < 0 && errno != EINTR)
-            return 0;
-        if (fds[1].revents)
-            return 1;
-        if (n <= 0 || !fds[0].revents)
-            continue;
-        if (redisBufferRead(c) != REDIS_OK)
-            return 0;
-        void *reply;
-        while (redisGetReplyFromReader(c, &reply) == REDIS_OK && reply) {
-            redisReply *m = reply;
-            /* "<master> <old ip> <old port> <new ip> <new port>" */
-            if (m->type == REDIS_REPLY_ARRAY && m->elements == 3 &&
-                m->element[2]->type == REDIS_REPLY_STRING &&
-                sscanf(m->element[2]->str, "%127s %255s %d %255s %d", name, oh, &op, nh, &np) == 5 &&
-                strcmp(name, p->addr.sentinel.master) == 0 && np > 0 && np < 65536)
-                set_primary(p, nh, np);
-            freeReplyObject(m);
-        }
-        if (c->err)
-            return 0;
-    }
+    while (ok && (rc = rld_sub_read(c, p->wake[0], -1, on_switch, p)) == 0)
+        ;
+    return rc == 1;
 }
 
 static void *watch_loop(void *arg)

@@ -142,4 +142,10 @@ void rld_pool_counts(rld_pool *p, uint64_t *calls, uint64_t *writes);
 redisContext *rld_pool_connect(rld_pool *p, int timeout_ms, rl_err *err);
 
 
+/* Waits up to ms (-1: no limit) for what Redis pushes to the subscribed connection c and hands
+ * each message's payload to fn. 1: wake_fd became readable (stop); -1: the connection failed;
+ * 0: otherwise (call again). */
+int rld_sub_read(redisContext *c, int wake_fd, int ms, void (*fn)(void *arg, const char *msg),
+                 void *arg);
+
 #endif

@@ -223,6 +223,12 @@ int rld_redis_quota_refresh(rld_quota_follower *f, const char *key, const char *
     return rc;
 }
 
+/* A message of the quota channel: the key whose quota changed. */
+static void on_message(void *arg, const char *key)
+{
+    apply_key(arg, key);
+}
+
 /* One subscription: returns when the connection fails (0) or the follower stops (1). */
 static int follow_once(rld_quota_follower *f, redisContext *c, const char *channel)
 {
@@ -245,29 +251,9 @@ static int follow_once(rld_quota_follower *f, redisContext *c, const char *chann
             if (synced)
                 __atomic_add_fetch(&f->applied, 1, __ATOMIC_RELAXED);
         }
-        struct pollfd p[2] = {{.fd = c->fd, .events = POLLIN},
-                              {.fd = f->wake[0], .events = POLLIN}};
-        int n = poll(p, 2, synced ? 1000 : 100);
-        if (n < 0 && errno != EINTR)
-            return 0;
-        if (p[1].revents)
-            return 1;
-        if (n <= 0 || !p[0].revents)
-            continue;
-        if (redisBufferRead(c) != REDIS_OK)
-            return 0;
-        void *reply;
-        while (redisGetReplyFromReader(c, &reply) == REDIS_OK && reply) {
-            redisReply *m = reply;
-            if (m->type == REDIS_REPLY_ARRAY && m->elements == 3 &&
-                m->element[0]->type == REDIS_REPLY_STRING &&
-                strcmp(m->element[0]->str, "message") == 0 &&
-                m->element[2]->type == REDIS_REPLY_STRING)
-                apply_key(f, m->element[2]->str);
-            freeReplyObject(m);
-        }
-        if (c->err)
-            return 0;
+        int rc = rld_sub_read(c, f->wake[0], synced ? 1000 : 100, on_message, f);
+        if (rc != 0)
+            return rc == 1;
     }
 }
 

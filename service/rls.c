@@ -173,21 +173,10 @@ static int statuses_new(rld_rls_response *resp, size_t n, rld_arena *a)
 
 /* ---- the native mapping ------------------------------------------------------------------ */
 
-/* 1 when level l reads descriptor name key. */
-static int level_reads(const rl_level *l, const char *key)
-{
-    if (l->ncompose == 0)
-        return strcmp(l->name, key) == 0;
-    for (size_t k = 0; k < l->ncompose; k++)
-        if (strcmp(l->compose[k], key) == 0)
-            return 1;
-    return 0;
-}
-
 static int any_level_reads(const rl_config *cfg, const char *key)
 {
     for (size_t i = 0; i < cfg->nlevels; i++)
-        if (level_reads(&cfg->levels[i], key))
+        if (rl_level_reads(&cfg->levels[i], key, strlen(key)))
             return 1;
     return 0;
 }
@@ -199,7 +188,8 @@ static int level_of_descriptor(const rl_level *l, const rld_rls_request *req, si
     int fed = 0;
     for (size_t i = 0; i < req->n_descriptors; i++)
         for (size_t j = 0; j < req->descriptors[i]->n_entries; j++)
-            if (level_reads(l, req->descriptors[i]->entries[j]->key)) {
+            if (rl_level_reads(l, req->descriptors[i]->entries[j]->key,
+                               strlen(req->descriptors[i]->entries[j]->key))) {
                 if (i == d)
                     return 1;
                 fed = 1;

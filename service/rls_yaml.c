@@ -656,18 +656,6 @@ static int add_item(const rld_ydomain *dom, const rld_yreq *req, size_t i, rld_y
 
 /* ---- native levels beside the YAML ---------------------------------------------------------- */
 
-/* 1 when level l reads the entry named (key, n). */
-static int level_reads(const rl_level *l, const char *key, size_t n)
-{
-    size_t parts = l->ncompose ? l->ncompose : 1;
-    for (size_t k = 0; k < parts; k++) {
-        const char *name = l->ncompose ? l->compose[k] : l->name;
-        if (strlen(name) == n && memcmp(name, key, n) == 0)
-            return 1;
-    }
-    return 0;
-}
-
 /* The first entry named name in the request (*e, NULL when none, its descriptor *from);
  * RL_EINVAL when a later entry gives the name another value. */
 static int find_entry(const rld_yreq *req, const char *name, const rld_yentry **e, size_t *from,
@@ -769,7 +757,8 @@ static void native_status(const rl_config *cfg, const rld_yreq *req, const rl_de
     for (size_t i = 0; i < req->ndesc; i++) {
         int feeds = 0;
         for (size_t j = 0; j < req->desc[i].nentries; j++)
-            feeds |= level_reads(l, req->desc[i].entries[j].key, req->desc[i].entries[j].key_len);
+            feeds |= rl_level_reads(l, req->desc[i].entries[j].key,
+                                    req->desc[i].entries[j].key_len);
         if (!feeds)
             continue;
         st[i].code = RLD_YCODE_OVER_LIMIT;

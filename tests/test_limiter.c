@@ -154,6 +154,25 @@ START_TEST(composed_and_default_keys)
 }
 END_TEST
 
+/* Which descriptors a level's key is made from: its own name, or each that it composes. */
+START_TEST(levels_read_their_descriptors)
+{
+    rl_limiter *lim = tu_limiter(key_levels);
+    const rl_config *cfg = rl_limiter_config(lim);
+    const rl_level *user = &cfg->levels[0], *ue = &cfg->levels[1], *global = &cfg->levels[2];
+    ck_assert(rl_level_reads(user, "user", 4));
+    ck_assert(!rl_level_reads(user, "use", 3));
+    ck_assert(!rl_level_reads(user, "users", 5));
+    ck_assert(rl_level_reads(user, "userX", 4)); /* n bytes of the name: "user" */
+    ck_assert(rl_level_reads(ue, "user", 4));
+    ck_assert(rl_level_reads(ue, "event", 5));
+    ck_assert(!rl_level_reads(ue, "user_event", 10)); /* a composed level reads its parts */
+    ck_assert(rl_level_reads(global, "global", 6));
+    ck_assert(!rl_level_reads(global, "user", 4));
+    tu_free(lim);
+}
+END_TEST
+
 START_TEST(bad_requests_change_nothing)
 {
     rl_limiter *lim = tu_limiter(key_levels);
@@ -1689,6 +1708,7 @@ Suite *limiter_suite(void)
 
     tc = tcase_create("levels");
     tcase_add_test(tc, composed_and_default_keys);
+    tcase_add_test(tc, levels_read_their_descriptors);
     tcase_add_test(tc, bad_requests_change_nothing);
     tcase_add_test(tc, dry_run_takes_nothing);
     tcase_add_test(tc, requests_and_cost_units_in_one_level);

@@ -327,6 +327,36 @@ START_TEST(never_answers_from_a_demoted_primary)
 }
 END_TEST
 
+/* The store hears of a failover from the sentinels' +switch-master message, before any call
+ * of its own could meet the demoted primary: with no call made after SENTINEL FAILOVER, the
+ * pool's primary still moves to the promoted replica, and the switch is counted. */
+START_TEST(switch_master_moves_the_pool_without_a_call)
+{
+    inst in;
+    rl_decision d;
+    inst_new(&in, levels, RT_MASTER_NAME);
+    decide(&in, "global", "g", &d); /* the sentinels named data[0] */
+    ck_assert_int_eq(d.applied[0].fallback, RL_FALLBACK_NONE);
+    ck_assert_int_eq(primary_port(&in), grp.data[0].port);
+    rld_pool *pool = rld_redis_store_pool(in.redis);
+    uint64_t switches = rld_pool_switches(pool);
+    redisReply *r = rt_redis_cmd(&grp.sent[0], "SENTINEL FAILOVER %s", RT_MASTER_NAME);
+    ck_assert_int_eq(r->type, REDIS_REPLY_STATUS);
+    freeReplyObject(r);
+    int moved = 0;
+    for (int i = 0; i < 1500 && !moved; i++) { /* 30 s at most; a failover takes a few */
+        moved = primary_port(&in) == grp.data[1].port;
+        if (!moved)
+            usleep(20000);
+    }
+    ck_assert_msg(moved, "the pool still uses port %d after 30 s", primary_port(&in));
+    ck_assert_uint_gt(rld_pool_switches(pool), switches);
+    decide(&in, "user", "after", &d);
+    ck_assert_int_eq(d.applied[0].fallback, RL_FALLBACK_NONE);
+    inst_free(&in);
+}
+END_TEST
+
 /* Sentinels that know no such primary: the store is down and says why. */
 START_TEST(unknown_master_is_reported)
 {
@@ -352,6 +382,7 @@ Suite *redis_sentinel_suite(void)
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, follows_a_failover_under_load);
     tcase_add_test(tc, never_answers_from_a_demoted_primary);
+    tcase_add_test(tc, switch_master_moves_the_pool_without_a_call);
     tcase_add_test(tc, unknown_master_is_reported);
     suite_add_tcase(s, tc);
     return s;

@@ -83,6 +83,17 @@ static int check_level_name(const rl_config *cfg, const char *name, rl_err *err)
     return RL_OK;
 }
 
+int rl_level_reads(const rl_level *l, const char *name, size_t n)
+{
+    size_t parts = l->ncompose ? l->ncompose : 1;
+    for (size_t k = 0; k < parts; k++) {
+        const char *own = l->ncompose ? l->compose[k] : l->name;
+        if (strlen(own) == n && memcmp(own, name, n) == 0)
+            return 1;
+    }
+    return 0;
+}
+
 int rl_config_add_keyed_level(rl_config *cfg, const char *name, rl_key_rules_fn fn, void *ctx,
                               rl_err *err)
 {

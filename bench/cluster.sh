@@ -12,6 +12,8 @@
 # nodes), and on the cluster the busiest primary's share. From those, the model: decisions a
 # second one primary can make (1e6 / its CPU us per decision), and primaries needed for a rate.
 # This machine's two cores cannot show the scale-out itself: the three primaries share them.
+# Then the cluster again with the global level in three shards ("shards": 3, FCALL), whose busiest
+# primary bounds what the cluster can decide when one key is in every request.
 
 # Starts a redis-server in a session of its own (see bench/redis.sh) on port $1 in dir $2 with
 # more arguments; sets CLUSTER_PID.
@@ -149,7 +151,26 @@ cluster_bench() {
             stop_rld
         done
     done
+    # the global level sharded over three slots (FCALL): its one key no longer caps the cluster
+    # at the busiest primary's rate
+    local cfg_sh=$TMP/cluster-three-sharded.json
+    sed -e 's|"name": "global", "default_key": "\*",|"name": "global", "default_key": "*", "shards": 3,|' \
+        "$TMP/cluster-three-true.json" >"$cfg_sh"
+    grep -q '"shards": 3' "$cfg_sh" || fail "bench/http.json.in has no global level to shard"
+    for r in $(seq "$CLUSTER_ROUNDS"); do
+        log "cluster round $r of $CLUSTER_ROUNDS (fcall, the global level in 3 shards)"
+        try_start_rld "$cfg_sh" || fail "ratelimitd did not start on the cluster: $RLD_ERROR"
+        cluster_round "cluster_3_sharded_fcall" "$rounds" "${cl_nodes[@]}"
+        stop_rld
+    done
     local f
+    for f in rps non2xx redis_cpu_us_per_decision busiest_redis_cpu_us_per_decision \
+        script_us_per_decision; do
+        emit "cluster_3_primaries_sharded_global_fcall_$f" \
+            "$(cluster_median "cluster_3_sharded_fcall_$f" "$rounds")"
+    done
+    awk -v b="$(cluster_median "cluster_3_sharded_fcall_busiest_redis_cpu_us_per_decision" \
+        "$rounds")" 'BEGIN { printf "cluster_model_fcall_sharded_global_busiest_primary_cap_decisions_per_s: %.0f\n", 1e6 / b }'
     for tag in evalsha fcall; do
         for f in rps non2xx redis_cpu_us_per_decision busiest_redis_cpu_us_per_decision \
             script_us_per_decision; do

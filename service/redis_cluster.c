@@ -273,6 +273,8 @@ int rld_cluster_exec(rld_cluster *c, unsigned slot, int s, int nkeys, int argc, 
             c->moved++;
             pthread_mutex_unlock(&c->mu);
             target = to;
+            if (attempt > 0) /* sent back and forth while the nodes disagree: let them agree */
+                nap_us(1000 * attempt);
         } else if (strncmp(r->str, "ASK ", 4) == 0 && (to = redirect_target(c, r->str, &rslot))) {
             pthread_mutex_lock(&c->mu);
             c->asked++;

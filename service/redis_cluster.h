@@ -9,7 +9,9 @@
  * goes to the primary the map names for its slot, through that node's pool (redis_pool.h: a
  * deadline per call, health, scripts loaded on first use):
  *   - MOVED <slot> <host:port>: the slot has moved for good. The slot is pointed there at once,
- *     the whole map is asked for again on the next call, and the call is sent there.
+ *     the whole map is asked for again on the next call, and the call is sent there. A MOVED
+ *     after another redirection of the same call waits a little first (1 ms, 2 ms, ...): while
+ *     a slot changes hands the nodes may disagree for a moment and send it back and forth.
  *   - ASK <slot> <host:port>: the slot is migrating and this key is already on the target. The
  *     call is sent there once, preceded by ASKING; the map does not change.
  *   - TRYAGAIN (a multi-key call while its keys are split by a migration): sent again shortly.
@@ -30,7 +32,7 @@
 
 #define RLD_CLUSTER_SLOTS 16384
 #define RLD_CLUSTER_MAX_NODES 64
-#define RLD_CLUSTER_REDIRECTS 5
+#define RLD_CLUSTER_REDIRECTS 16
 
 /* CRC16-CCITT as Redis Cluster uses it (XMODEM: polynomial 0x1021, initial 0, no reflection):
  * CRC16("123456789") is 0x31C3. */

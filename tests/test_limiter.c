@@ -666,7 +666,8 @@ START_TEST(shadow_level)
     const rl_applied *t = applied_named(&d, "try");
     ck_assert(t->shadow && t->shadow_denied);
     ck_assert_int_eq(t->wait, S(59));
-    ck_assert_int_eq(status_named(&d, "try")->remaining, 0); /* took 1 the first time, nothing the second */
+    /* took 1 the first time, nothing the second */
+    ck_assert_int_eq(status_named(&d, "try")->remaining, 0);
     ck_assert_int_eq(tu_remaining(lim, &d, "user"), 3);
     tu_free(lim);
 }

@@ -6,6 +6,7 @@
  * while keys are written, which answers ASK and then MOVED; and a primary killed, whose slots
  * are followed to the promoted replica.
  */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -200,6 +201,76 @@ START_TEST(follows_ask_and_moved_during_a_migration)
 }
 END_TEST
 
+/* What a call through the router got, made on a thread of its own. */
+typedef struct pending {
+    rld_cluster *c;
+    const char *key;
+    int rc;
+    char reply[64];
+    rl_err err;
+} pending;
+
+static void *get_later(void *arg)
+{
+    pending *w = arg;
+    const char *argv[2] = {"GET", w->key};
+    redisReply *r = NULL;
+    w->rc = rld_cluster_exec(w->c, rld_cluster_slot(w->key, strlen(w->key)), -1, 1, 2, argv, NULL,
+                             0, &r, &w->err);
+    if (r && r->type == REDIS_REPLY_STRING)
+        snprintf(w->reply, sizeof w->reply, "%s", r->str);
+    if (r)
+        freeReplyObject(r);
+    return NULL;
+}
+
+/* The source of a migrated slot is told first that the target owns it, the target 20 ms later:
+ * meanwhile the source answers MOVED to the target, and the target (still importing) MOVED
+ * back. A call made in that window is passed back and forth, waiting longer at each turn, and
+ * gets its answer once the target owns the slot, instead of failing after a few redirections. */
+START_TEST(waits_out_nodes_that_disagree)
+{
+    rld_cluster *c = router();
+    const unsigned slot = 1;
+    char key[32], a_id[64], b_id[64];
+    key_in(slot, 0, key, sizeof key);
+    redisReply *r = cmd(c, key, "SET", "kept");
+    freeReplyObject(r);
+    int a = rt_cluster_owner(&cl, (int)slot), b = (a + 1) % 3;
+    snprintf(a_id, sizeof a_id, "%s", node_id(&cl.node[a]));
+    snprintf(b_id, sizeof b_id, "%s", node_id(&cl.node[b]));
+    r = rt_redis_cmd(&cl.node[b], "CLUSTER SETSLOT %u IMPORTING %s", slot, a_id);
+    freeReplyObject(r);
+    r = rt_redis_cmd(&cl.node[a], "CLUSTER SETSLOT %u MIGRATING %s", slot, b_id);
+    freeReplyObject(r);
+    r = rt_redis_cmd(&cl.node[a], "MIGRATE 127.0.0.1 %d %s 0 5000", cl.node[b].port, key);
+    ck_assert_str_eq(r->str, "OK");
+    freeReplyObject(r);
+    r = rt_redis_cmd(&cl.node[a], "CLUSTER SETSLOT %u NODE %s", slot, b_id);
+    ck_assert_int_ne(r->type, REDIS_REPLY_ERROR);
+    freeReplyObject(r);
+    r = rt_redis_cmd(&cl.node[b], "GET %s", key); /* B, still importing, sends it back to A */
+    ck_assert_int_eq(r->type, REDIS_REPLY_ERROR);
+    ck_assert_msg(strncmp(r->str, "MOVED", 5) == 0, "%s", r->str);
+    freeReplyObject(r);
+    pending w = {.c = c, .key = key, .rc = -100};
+    pthread_t t;
+    ck_assert_int_eq(pthread_create(&t, NULL, get_later, &w), 0);
+    usleep(20000);
+    for (int i = 0; i < 3; i++) { /* the target last */
+        if (i == a)
+            continue;
+        r = rt_redis_cmd(&cl.node[i], "CLUSTER SETSLOT %u NODE %s", slot, b_id);
+        freeReplyObject(r);
+    }
+    pthread_join(t, NULL);
+    ck_assert_msg(w.rc == RL_OK, "%s", w.err.msg);
+    ck_assert_str_eq(w.reply, "kept");
+    ck_assert_uint_ge(rld_cluster_redirects(c, 0), 3); /* back and forth at least once */
+    rld_cluster_free(c);
+}
+END_TEST
+
 /* A primary is killed: its calls fail until its replica is promoted, then go to the replica. */
 START_TEST(follows_a_failover)
 {
@@ -245,6 +316,7 @@ Suite *redis_cluster_suite(void)
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, keys_go_where_the_cluster_says);
     tcase_add_test(tc, follows_ask_and_moved_during_a_migration);
+    tcase_add_test(tc, waits_out_nodes_that_disagree);
     tcase_add_test(tc, follows_a_failover);
     suite_add_tcase(s, tc);
     return s;

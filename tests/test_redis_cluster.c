@@ -137,6 +137,27 @@ static char *node_id(const rt_redis *r)
     return id[k];
 }
 
+/* A slot under migration: a key of it (key, written as value through c) stays on its primary
+ * *a, which is MIGRATING it to *b, IMPORTING it; b_id is b's node id. */
+static void begin_migration(rld_cluster *c, unsigned slot, const char *value, char *key,
+                            size_t klen, int *a, int *b, char b_id[64])
+{
+    char a_id[64];
+    key_in(slot, 0, key, klen);
+    redisReply *r = cmd(c, key, "SET", value);
+    freeReplyObject(r);
+    *a = rt_cluster_owner(&cl, (int)slot);
+    *b = (*a + 1) % 3;
+    snprintf(a_id, sizeof a_id, "%s", node_id(&cl.node[*a]));
+    snprintf(b_id, 64, "%s", node_id(&cl.node[*b]));
+    r = rt_redis_cmd(&cl.node[*b], "CLUSTER SETSLOT %u IMPORTING %s", slot, a_id);
+    ck_assert_str_eq(r->str, "OK");
+    freeReplyObject(r);
+    r = rt_redis_cmd(&cl.node[*a], "CLUSTER SETSLOT %u MIGRATING %s", slot, b_id);
+    ck_assert_str_eq(r->str, "OK");
+    freeReplyObject(r);
+}
+
 /* Slot 0 moves from its primary A to B by hand while keys are written through the router:
  * during the migration a key not yet on A is answered ASK (sent to B with ASKING, the map
  * unchanged); after it, MOVED (the map follows). */
@@ -144,19 +165,10 @@ START_TEST(follows_ask_and_moved_during_a_migration)
 {
     rld_cluster *c = router();
     const unsigned slot = 0;
-    char key[32], a_id[64], b_id[64];
-    key_in(slot, 0, key, sizeof key);
-    redisReply *r = cmd(c, key, "SET", "before");
-    freeReplyObject(r);
-    int a = rt_cluster_owner(&cl, (int)slot), b = (a + 1) % 3;
-    snprintf(a_id, sizeof a_id, "%s", node_id(&cl.node[a]));
-    snprintf(b_id, sizeof b_id, "%s", node_id(&cl.node[b]));
-    r = rt_redis_cmd(&cl.node[b], "CLUSTER SETSLOT %u IMPORTING %s", slot, a_id);
-    ck_assert_str_eq(r->str, "OK");
-    freeReplyObject(r);
-    r = rt_redis_cmd(&cl.node[a], "CLUSTER SETSLOT %u MIGRATING %s", slot, b_id);
-    ck_assert_str_eq(r->str, "OK");
-    freeReplyObject(r);
+    char key[32], b_id[64];
+    int a, b;
+    begin_migration(c, slot, "before", key, sizeof key, &a, &b, b_id);
+    redisReply *r;
 
     /* the key still on A is answered by A; a new key goes to B after ASK */
     r = cmd(c, key, "GET", NULL);
@@ -232,17 +244,10 @@ START_TEST(waits_out_nodes_that_disagree)
 {
     rld_cluster *c = router();
     const unsigned slot = 1;
-    char key[32], a_id[64], b_id[64];
-    key_in(slot, 0, key, sizeof key);
-    redisReply *r = cmd(c, key, "SET", "kept");
-    freeReplyObject(r);
-    int a = rt_cluster_owner(&cl, (int)slot), b = (a + 1) % 3;
-    snprintf(a_id, sizeof a_id, "%s", node_id(&cl.node[a]));
-    snprintf(b_id, sizeof b_id, "%s", node_id(&cl.node[b]));
-    r = rt_redis_cmd(&cl.node[b], "CLUSTER SETSLOT %u IMPORTING %s", slot, a_id);
-    freeReplyObject(r);
-    r = rt_redis_cmd(&cl.node[a], "CLUSTER SETSLOT %u MIGRATING %s", slot, b_id);
-    freeReplyObject(r);
+    char key[32], b_id[64];
+    int a, b;
+    begin_migration(c, slot, "kept", key, sizeof key, &a, &b, b_id);
+    redisReply *r;
     r = rt_redis_cmd(&cl.node[a], "MIGRATE 127.0.0.1 %d %s 0 5000", cl.node[b].port, key);
     ck_assert_str_eq(r->str, "OK");
     freeReplyObject(r);

@@ -945,20 +945,27 @@ static redisReply *exchange(rld_pool *p, rl_ns deadline, int asking, int argc, c
     char *cmd = NULL;
     int n = redisFormatCommandArgv(&cmd, argc, argv, len);
     pcall k = {.nreplies = asking ? 2 : 1, .deadline = deadline, .fresh = o->fresh, .err = err};
-    if (n < 0 || !(k.cmd = malloc(alen + (size_t)n))) {
+    /* the formatted command is queued as it is; only ASKING in front needs a copy */
+    k.cmd = asking && n >= 0 ? malloc(alen + (size_t)n) : cmd;
+    if (n < 0 || !k.cmd) {
         redisFreeCommand(cmd);
         o->link = LINK_UNSENT;
         rl_errf(err, RL_ENOMEM, "redis: out of memory");
         return NULL;
     }
-    memcpy(k.cmd, ask, alen);
-    memcpy(k.cmd + alen, cmd, (size_t)n);
+    if (asking) {
+        memcpy(k.cmd, ask, alen);
+        memcpy(k.cmd + alen, cmd, (size_t)n);
+        redisFreeCommand(cmd);
+    }
     k.len = alen + (size_t)n;
-    redisFreeCommand(cmd);
     pthread_cond_init(&k.cv, &mono_attr);
     run_on(p, pick(p), &k);
     pthread_cond_destroy(&k.cv);
-    free(k.cmd);
+    if (asking)
+        free(k.cmd);
+    else
+        redisFreeCommand(k.cmd);
     o->fresh = 0;
     o->link = k.link_failed ? LINK_FAILED : k.reply ? LINK_ANSWERED : LINK_UNSENT;
     o->reset = k.reset;

@@ -1,16 +1,16 @@
 /*
- * http.h - the HTTP layer: one libmicrohttpd epoll daemon per worker thread, fed new
- * connections round-robin by an accepting thread (so that workers share the connections
- * evenly), a route table that answers 404 for an unknown path and 405 (with Allow) for a
- * wrong method, request bodies buffered up to a cap (413 beyond it), the admin token (401),
- * and replies.
+ * http.h - the HTTP layer: worker threads fed new connections round-robin by an accepting
+ * thread (so that workers share the connections evenly), a route table that answers 404 for
+ * an unknown path and 405 (with Allow) for a wrong method, request bodies buffered up to a cap
+ * (413 beyond it), the tokens (401), and replies. Plain HTTP is served by our own HTTP/1.1
+ * server (http1.c, an epoll loop per worker); HTTPS by libmicrohttpd (http.c, one epoll daemon
+ * per worker). Both give handlers the same contract.
  *
  * A handler runs once per request, after the whole body has arrived, on a worker thread. It
  * must answer exactly once with one of the rld_reply* functions (each queues the response; a
  * helper that already replied says so by returning -1). Per-request state lives in
- * per-connection storage that keep-alive requests reuse, and is reset in libmicrohttpd's
- * completion callback; nothing is allocated per request unless a body or an answer outgrows
- * the inline buffers.
+ * per-connection storage that keep-alive requests reuse; nothing is allocated per request
+ * unless a body or an answer outgrows the inline buffers.
  */
 #ifndef RLD_HTTP_H
 #define RLD_HTTP_H
@@ -67,6 +67,8 @@ typedef struct rld_http_config {
     const char *metrics_token; /* NULL: RLD_METRICS routes are open */
     const char *tls_cert_pem;  /* both set: HTTPS only, with this certificate and key (PEM */
     const char *tls_key_pem;   /* text that outlives the server); both NULL: plain HTTP */
+    int libmicrohttpd; /* 1: plain HTTP through libmicrohttpd too (the server it replaced,
+                          kept for comparisons) */
     const rld_route *routes;
     size_t nroutes;
     void *app; /* handed to handlers */

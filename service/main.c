@@ -480,6 +480,14 @@ static int open_app(daemon_parts *dp)
     return 0;
 }
 
+/* RATELIMITD_HTTP_SERVER=libmicrohttpd serves plain HTTP with libmicrohttpd, the server that
+ * our own HTTP/1.1 server replaced (for comparisons; HTTPS always uses it). */
+static int http_server_is_mhd(void)
+{
+    const char *v = getenv("RATELIMITD_HTTP_SERVER");
+    return v && strcmp(v, "libmicrohttpd") == 0;
+}
+
 /* The HTTP listener (its address on stdout's first line), the housekeeping thread and the gRPC
  * listener. 0, or 1 (logged) with none of them running. */
 static int start_serving(daemon_parts *dp)
@@ -496,6 +504,7 @@ static int start_serving(daemon_parts *dp)
                                .metrics_token = set->metrics_token,
                                .tls_cert_pem = dp->tls_cert,
                                .tls_key_pem = dp->tls_key,
+                               .libmicrohttpd = http_server_is_mhd(),
                                .routes = rld_routes,
                                .nroutes = rld_nroutes,
                                .app = &dp->app,

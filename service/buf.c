@@ -178,16 +178,19 @@ size_t rld_fmt_fixed(char *out, int64_t v, uint64_t one, int digits)
     return n;
 }
 
+size_t rld_fmt_i64(char *out, int64_t v)
+{
+    size_t n = 0;
+    if (v < 0)
+        out[n++] = '-';
+    return n + put_u64(out + n, v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v);
+}
+
 void rld_buf_i64(rld_buf *b, int64_t v)
 {
     if (rld_buf_reserve(b, 21) != 0)
         return;
-    char *o = b->p + b->len;
-    size_t n = 0;
-    if (v < 0)
-        o[n++] = '-';
-    n += put_u64(o + n, v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v);
-    b->len += n;
+    b->len += rld_fmt_i64(b->p + b->len, v);
 }
 
 void rld_buf_fp(rld_buf *b, rl_fp v)

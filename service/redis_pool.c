@@ -939,11 +939,10 @@ typedef struct outcome {
 long rld_resp_format(char *out, size_t cap, char **heap, const char *pre, size_t plen,
                      int argc, const char **argv, const size_t *len)
 {
-    char num[24];
-    size_t total = plen + 3 + rld_fmt_i64(num, argc);
+    size_t total = plen + 3 + rld_dec_len((uint64_t)argc);
     for (int i = 0; i < argc; i++) {
         size_t l = len ? len[i] : strlen(argv[i]);
-        total += 5 + rld_fmt_i64(num, (int64_t)l) + l;
+        total += 5 + rld_dec_len(l) + l;
     }
     *heap = NULL;
     if (total > cap && !(out = *heap = malloc(total)))

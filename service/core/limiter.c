@@ -644,8 +644,10 @@ const rl_rule_status *rl_decision_status(const rl_decision *d, size_t i)
 
 void rl_decision_done(rl_decision *d)
 {
-    rl_rules_unref(d->held);
-    d->held = NULL;
+    if (d->held) {
+        rl_rules_unref(d->held);
+        d->held = NULL;
+    }
 }
 
 int rl_settle(rl_limiter *lim, const char *id, rl_fp actual, rl_ns now, rl_settlement *out,

@@ -139,17 +139,30 @@ void rld_buf_json_str(rld_buf *b, const char *s, size_t n)
     b->len = (size_t)(o - b->p);
 }
 
-/* Writes v in decimal at out; returns the length. */
+size_t rld_dec_len(uint64_t v)
+{
+    size_t n = 1;
+    for (; v >= 10000; v /= 10000)
+        n += 4;
+    return n + (v >= 10) + (v >= 100) + (v >= 1000);
+}
+
+/* Writes v in decimal at out, two digits at a time from the end; returns the length. */
 static size_t put_u64(char *out, uint64_t v)
 {
-    char tmp[20];
-    size_t n = 0;
-    do {
-        tmp[n++] = (char)('0' + v % 10);
-        v /= 10;
-    } while (v);
-    for (size_t i = 0; i < n; i++)
-        out[i] = tmp[n - 1 - i];
+    static const char pairs[] = "00010203040506070809101112131415161718192021222324252627282930"
+                                "31323334353637383940414243444546474849505152535455565758596061"
+                                "62636465666768697071727374757677787980818283848586878889909192"
+                                "93949596979899";
+    size_t n = rld_dec_len(v), i = n;
+    for (; v >= 100; v /= 100) {
+        i -= 2;
+        memcpy(out + i, pairs + (v % 100) * 2, 2);
+    }
+    if (v >= 10)
+        memcpy(out + i - 2, pairs + v * 2, 2);
+    else
+        out[i - 1] = (char)('0' + v);
     return n;
 }
 
@@ -178,16 +191,19 @@ size_t rld_fmt_fixed(char *out, int64_t v, uint64_t one, int digits)
     return n;
 }
 
+size_t rld_fmt_i64(char *out, int64_t v)
+{
+    size_t n = 0;
+    if (v < 0)
+        out[n++] = '-';
+    return n + put_u64(out + n, v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v);
+}
+
 void rld_buf_i64(rld_buf *b, int64_t v)
 {
     if (rld_buf_reserve(b, 21) != 0)
         return;
-    char *o = b->p + b->len;
-    size_t n = 0;
-    if (v < 0)
-        o[n++] = '-';
-    n += put_u64(o + n, v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v);
-    b->len += n;
+    b->len += rld_fmt_i64(b->p + b->len, v);
 }
 
 void rld_buf_fp(rld_buf *b, rl_fp v)

@@ -78,5 +78,9 @@ void rld_buf_seconds(rld_buf *b, rl_ns v);
  * returns the length. The same text rl_fmt_fp (one = 10^6) and rl_fmt_ns (10^9) write,
  * without snprintf. */
 size_t rld_fmt_fixed(char *out, int64_t v, uint64_t one, int digits);
+/* The number of decimal digits of v. */
+size_t rld_dec_len(uint64_t v);
+/* Writes v in decimal into out (at least 20 bytes; no NUL); returns the length. */
+size_t rld_fmt_i64(char *out, int64_t v);
 
 #endif

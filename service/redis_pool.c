@@ -11,6 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "buf.h"
 #include "redis_pool.h"
 #include "redis_lua.h"
 #include "settings.h"
@@ -935,37 +936,56 @@ typedef struct outcome {
     unsigned gen;  /* the link generation of the last exchange's connection */
 } outcome;
 
+long rld_resp_format(char *out, size_t cap, char **heap, const char *pre, size_t plen,
+                     int argc, const char **argv, const size_t *len)
+{
+    size_t total = plen + 3 + rld_dec_len((uint64_t)argc);
+    for (int i = 0; i < argc; i++) {
+        size_t l = len ? len[i] : strlen(argv[i]);
+        total += 5 + rld_dec_len(l) + l;
+    }
+    *heap = NULL;
+    if (total > cap && !(out = *heap = malloc(total)))
+        return -1;
+    char *o = out;
+    memcpy(o, pre, plen);
+    o += plen;
+    *o++ = '*';
+    o += rld_fmt_i64(o, argc);
+    *o++ = '\r', *o++ = '\n';
+    for (int i = 0; i < argc; i++) {
+        size_t l = len ? len[i] : strlen(argv[i]);
+        *o++ = '$';
+        o += rld_fmt_i64(o, (int64_t)l);
+        *o++ = '\r', *o++ = '\n';
+        memcpy(o, argv[i], l);
+        o += l;
+        *o++ = '\r', *o++ = '\n';
+    }
+    return (long)(o - out);
+}
+
 /* Sends a command (after ASKING on the same connection when asking) on a shared connection and
  * returns its reply, within deadline. NULL when it failed: err says why, o how. */
 static redisReply *exchange(rld_pool *p, rl_ns deadline, int asking, int argc, const char **argv,
                             const size_t *len, outcome *o, rl_err *err)
 {
     static const char ask[] = "*1\r\n$6\r\nASKING\r\n";
-    const size_t alen = asking ? sizeof ask - 1 : 0;
-    char *cmd = NULL;
-    int n = redisFormatCommandArgv(&cmd, argc, argv, len);
+    char inl[2048], *heap;
+    long n = rld_resp_format(inl, sizeof inl, &heap, ask, asking ? sizeof ask - 1 : 0, argc,
+                             argv, len);
     pcall k = {.nreplies = asking ? 2 : 1, .deadline = deadline, .fresh = o->fresh, .err = err};
-    /* the formatted command is queued as it is; only ASKING in front needs a copy */
-    k.cmd = asking && n >= 0 ? malloc(alen + (size_t)n) : cmd;
-    if (n < 0 || !k.cmd) {
-        redisFreeCommand(cmd);
+    if (n < 0) {
         o->link = LINK_UNSENT;
         rl_errf(err, RL_ENOMEM, "redis: out of memory");
         return NULL;
     }
-    if (asking) {
-        memcpy(k.cmd, ask, alen);
-        memcpy(k.cmd + alen, cmd, (size_t)n);
-        redisFreeCommand(cmd);
-    }
-    k.len = alen + (size_t)n;
+    k.cmd = heap ? heap : inl;
+    k.len = (size_t)n;
     pthread_cond_init(&k.cv, &mono_attr);
     run_on(p, pick(p), &k);
     pthread_cond_destroy(&k.cv);
-    if (asking)
-        free(k.cmd);
-    else
-        redisFreeCommand(k.cmd);
+    free(heap);
     o->fresh = 0;
     o->link = k.link_failed ? LINK_FAILED : k.reply ? LINK_ANSWERED : LINK_UNSENT;
     o->reset = k.reset;
@@ -1127,14 +1147,24 @@ static int run(rld_pool *p, int s, int argc, const char **av, size_t *al, const 
     return rc;
 }
 
+/* Frees the argument vectors call() made, unless they are the caller's or its own inline ones. */
+static void free_vectors(const char **argv, const char **av, const char **av_inl, size_t *al,
+                         size_t *al_inl)
+{
+    if (av != argv && av != av_inl)
+        free(av);
+    if (al != al_inl)
+        free(al);
+}
+
 /* One call: a script (s >= 0) or a plain command. */
 static int call(rld_pool *p, int s, int nkeys, int argc, const char **argv, const size_t *len,
                 unsigned flags, redisReply **reply, rl_err *err)
 {
     rl_ns deadline = rld_mono_ns() + p->timeout;
-    const char **av = argv;
-    size_t *al = NULL;
-    char nk[16];
+    const char **av = argv, *av_inl[160];
+    size_t *al = NULL, al_inl[160];
+    char nk[24];
     int probe, rc;
     outcome o = {.link = LINK_UNSENT};
     rl_err own;
@@ -1144,19 +1174,22 @@ static int call(rld_pool *p, int s, int nkeys, int argc, const char **argv, cons
 
     if (s >= 0 || !len) { /* EVALSHA <sha> <nkeys> in front, and lengths for every argument */
         int extra = s >= 0 ? 3 : 0;
-        av = malloc((size_t)(argc + extra) * sizeof *av);
-        al = malloc((size_t)(argc + extra) * sizeof *al);
+        if ((size_t)(argc + extra) > sizeof av_inl / sizeof *av_inl) {
+            av = malloc((size_t)(argc + extra) * sizeof *av);
+            al = malloc((size_t)(argc + extra) * sizeof *al);
+        } else {
+            av = av_inl, al = al_inl;
+        }
         if (!av || !al) {
             free(av);
             free(al);
             return rl_errf(err, RL_ENOMEM, "out of memory");
         }
         if (s >= 0) { /* the command and the script's name or SHA1 are set by run() */
-            snprintf(nk, sizeof nk, "%d", nkeys);
             av[0] = av[1] = "";
             al[0] = al[1] = 0;
             av[2] = nk;
-            al[2] = strlen(nk);
+            al[2] = rld_fmt_i64(nk, nkeys);
         }
         for (int i = 0; i < argc; i++) {
             av[i + extra] = argv[i];
@@ -1165,9 +1198,7 @@ static int call(rld_pool *p, int s, int nkeys, int argc, const char **argv, cons
         argc += extra;
     }
     if ((rc = admit(p, &probe, err)) != RL_OK) {
-        if (av != argv)
-            free(av);
-        free(al);
+        free_vectors(argv, av, av_inl, al, al_inl);
         return rc;
     }
     for (int round = 0; round < 2; round++) {
@@ -1180,9 +1211,7 @@ static int call(rld_pool *p, int s, int nkeys, int argc, const char **argv, cons
         forget_primary(p, 0);
         o = (outcome){.link = LINK_UNSENT, .fresh = 1};
     }
-    if (av != argv)
-        free(av);
-    free(al);
+    free_vectors(argv, av, av_inl, al, al_inl);
     account(p, probe, o.link, o.gen, rc != RL_OK, err);
     return rc;
 }

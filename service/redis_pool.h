@@ -137,6 +137,13 @@ uint64_t rld_pool_switches(rld_pool *p);
  * them: calls / writes is how many calls a write carried on average. */
 void rld_pool_counts(rld_pool *p, uint64_t *calls, uint64_t *writes);
 
+/* Writes pre and then a command in Redis's protocol (an array of bulk strings, the bytes
+ * redisFormatCommandArgv writes; lengths from len, or strlen when len is NULL) into out when
+ * it fits in cap, or else into a buffer it allocates and returns in *heap (NULL otherwise; the
+ * caller frees it). Returns the length written, or -1 when out of memory. */
+long rld_resp_format(char *out, size_t cap, char **heap, const char *pre, size_t plen,
+                     int argc, const char **argv, const size_t *len);
+
 /* A new connection outside the pool (for a subscriber), authenticated and on the right
  * database, or NULL with the reason in err. The caller frees it with redisFree. */
 redisContext *rld_pool_connect(rld_pool *p, int timeout_ms, rl_err *err);

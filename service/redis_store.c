@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "buf.h"
 #include "fallback_store.h"
 #include "redis_args.h"
 #include "redis_cluster.h"
@@ -107,44 +108,63 @@ static unsigned pick_shard(unsigned n)
 
 /* ---- argument lists ------------------------------------------------------------------------ */
 
-/* Strings appended into one buffer; pointers are made at the end since the buffer moves. */
+/* Strings appended into one buffer; pointers are made at the end since the buffer moves. A
+ * decision's arguments fit in the inline space, so that building them allocates nothing; an
+ * abuf is never copied (its pointers may point into itself). */
+#define AB_SLOTS 64
+#define AB_BYTES 1024
 typedef struct abuf {
     size_t n, cap, used, bcap;
     size_t *off, *len;
     char *buf;
     int oom;
+    size_t off_inl[AB_SLOTS], len_inl[AB_SLOTS];
+    char buf_inl[AB_BYTES];
 } abuf;
+
+/* Grows *p (inline storage or malloc'd) from have to want elements of size sz. */
+static int ab_grow(void **p, void *inl, size_t have, size_t want, size_t sz)
+{
+    void *q = *p == inl ? malloc(want * sz) : realloc(*p, want * sz);
+    if (!q)
+        return -1;
+    if (*p == inl)
+        memcpy(q, inl, have * sz);
+    *p = q;
+    return 0;
+}
+
+/* Room for one more string and n more bytes (its NUL included). */
+static int ab_room(abuf *a, size_t strings, size_t n)
+{
+    if (a->oom)
+        return -1;
+    if (!a->cap) {
+        a->off = a->off_inl, a->len = a->len_inl, a->cap = AB_SLOTS;
+        a->buf = a->buf_inl, a->bcap = AB_BYTES;
+    }
+    if (a->n + strings > a->cap) {
+        size_t cap = a->cap * 2;
+        if (ab_grow((void **)&a->off, a->off_inl, a->n, cap, sizeof *a->off) ||
+            ab_grow((void **)&a->len, a->len_inl, a->n, cap, sizeof *a->len))
+            return a->oom = 1, -1;
+        a->cap = cap;
+    }
+    if (a->used + n > a->bcap) {
+        size_t cap = a->bcap * 2;
+        while (a->used + n > cap)
+            cap *= 2;
+        if (ab_grow((void **)&a->buf, a->buf_inl, a->used, cap, 1))
+            return a->oom = 1, -1;
+        a->bcap = cap;
+    }
+    return 0;
+}
 
 static void ab_add(abuf *a, const void *s, size_t n)
 {
-    if (a->oom)
+    if (ab_room(a, 1, n + 1) != 0)
         return;
-    if (a->n == a->cap) {
-        size_t cap = a->cap ? a->cap * 2 : 64;
-        size_t *off = realloc(a->off, cap * sizeof *off);
-        if (off)
-            a->off = off;
-        size_t *len = off ? realloc(a->len, cap * sizeof *len) : NULL;
-        if (len)
-            a->len = len;
-        if (!off || !len) {
-            a->oom = 1;
-            return;
-        }
-        a->cap = cap;
-    }
-    if (a->used + n + 1 > a->bcap) {
-        size_t cap = a->bcap ? a->bcap : 1024;
-        while (a->used + n + 1 > cap)
-            cap *= 2;
-        char *b = realloc(a->buf, cap);
-        if (!b) {
-            a->oom = 1;
-            return;
-        }
-        a->buf = b;
-        a->bcap = cap;
-    }
     memcpy(a->buf + a->used, s, n);
     a->buf[a->used + n] = '\0';
     a->off[a->n] = a->used;
@@ -158,47 +178,57 @@ static void ab_str(abuf *a, const char *s) { ab_add(a, s, strlen(s)); }
 static void ab_i64(abuf *a, int64_t v)
 {
     char b[24];
-    ab_add(a, b, (size_t)snprintf(b, sizeof b, "%lld", (long long)v));
+    ab_add(a, b, rld_fmt_i64(b, v));
 }
 
 /* Appends to the last string instead of starting a new one. */
 static void ab_cat(abuf *a, const void *s, size_t n)
 {
-    if (a->oom || a->n == 0)
+    if (a->n == 0 || ab_room(a, 0, n) != 0)
         return;
-    size_t last = a->off[a->n - 1], l = a->len[a->n - 1];
-    a->n--;
-    a->used = last;
-    char *tmp = malloc(l + n);
-    if (!tmp) {
-        a->oom = 1;
-        return;
-    }
-    memcpy(tmp, a->buf + last, l);
-    memcpy(tmp + l, s, n);
-    ab_add(a, tmp, l + n);
-    free(tmp);
+    memcpy(a->buf + a->used - 1, s, n); /* over the NUL, which moves to the end */
+    a->used += n;
+    a->buf[a->used - 1] = '\0';
+    a->len[a->n - 1] += n;
+}
+
+/* The same with an unsigned number in decimal. */
+static void ab_cat_u(abuf *a, unsigned v)
+{
+    char b[24];
+    ab_cat(a, b, rld_fmt_i64(b, v));
 }
 
 static void ab_free(abuf *a)
 {
-    free(a->off);
-    free(a->len);
-    free(a->buf);
-    memset(a, 0, sizeof *a);
+    if (a->off != a->off_inl)
+        free(a->off);
+    if (a->len != a->len_inl)
+        free(a->len);
+    if (a->buf != a->buf_inl)
+        free(a->buf);
+    a->n = a->cap = a->used = a->bcap = 0;
+    a->off = a->len = NULL;
+    a->buf = NULL;
+    a->oom = 0;
 }
 
-/* KEYS then ARGV as one argument vector (freed with free(*argv), *len with it). */
-static int ab_join(const abuf *k, const abuf *a, const char ***argv, size_t **len)
+/* KEYS then ARGV as one argument vector: into av and al when n fits (max), or else into
+ * vectors it allocates (free(*argv) frees both; *argv == av otherwise). */
+static int ab_join(const abuf *k, const abuf *a, const char **av, size_t *al, size_t max,
+                   const char ***argv, size_t **len)
 {
     size_t n = k->n + a->n;
     if (k->oom || a->oom)
         return -1;
-    void *mem = malloc(n ? n * (sizeof(char *) + sizeof(size_t)) : 1);
-    if (!mem)
-        return -1;
-    *argv = mem;
-    *len = (size_t *)(void *)((char *)mem + n * sizeof(char *));
+    *argv = av, *len = al;
+    if (n > max) {
+        void *mem = malloc(n * (sizeof(char *) + sizeof(size_t)));
+        if (!mem)
+            return -1;
+        *argv = mem;
+        *len = (size_t *)(void *)((char *)mem + n * sizeof(char *));
+    }
     for (size_t i = 0; i < k->n; i++) {
         (*argv)[i] = k->buf + k->off[i];
         (*len)[i] = k->len[i];
@@ -224,25 +254,27 @@ static int exec_at(redis_store *rs, int s, int first, int nkeys, int argc, const
 static int eval(redis_store *rs, rld_script s, const abuf *k, const abuf *a, redisReply **r,
                 rl_err *err)
 {
-    const char **argv;
-    size_t *len;
-    if (ab_join(k, a, &argv, &len) != 0)
+    const char **argv, *av[2 * AB_SLOTS];
+    size_t *len, al[2 * AB_SLOTS];
+    if (ab_join(k, a, av, al, 2 * AB_SLOTS, &argv, &len) != 0)
         return rl_errf(err, RL_ENOMEM, "out of memory");
     int rc = exec_at(rs, (int)s, 0, (int)k->n, (int)(k->n + a->n), argv, len, r, err);
-    free(argv);
+    if (argv != av)
+        free(argv);
     return rc;
 }
 
 /* A command whose first key is argv[1] (k holds the command and its arguments). */
 static int command(redis_store *rs, const abuf *k, redisReply **r, rl_err *err)
 {
-    const char **argv;
-    size_t *len;
+    const char **argv, *av[AB_SLOTS];
+    size_t *len, al[AB_SLOTS];
     abuf none = {0};
-    if (ab_join(k, &none, &argv, &len) != 0)
+    if (ab_join(k, &none, av, al, AB_SLOTS, &argv, &len) != 0)
         return rl_errf(err, RL_ENOMEM, "out of memory");
     int rc = exec_at(rs, -1, 1, 1, (int)k->n, argv, len, r, err);
-    free(argv);
+    if (argv != av)
+        free(argv);
     return rc;
 }
 
@@ -251,19 +283,26 @@ static int command(redis_store *rs, const abuf *k, redisReply **r, rl_err *err)
 static void ab_state_key(const redis_store *rs, abuf *k, size_t level, unsigned slot,
                          unsigned shard, const char *key, size_t keylen)
 {
-    char mid[48];
     const char *name = rs->cfg->levels[level].name;
+    size_t nl = strlen(name);
+    int sharded = rs->shards[level] > 1;
     ab_add(k, rs->prefix, rs->plen);
-    ab_cat(k, name, strlen(name));
-    int n = rs->shards[level] > 1 ? snprintf(mid, sizeof mid, ":%u.%u:", slot, shard)
-                                  : snprintf(mid, sizeof mid, ":%u:", slot);
-    ab_cat(k, mid, (size_t)n);
+    ab_cat(k, name, nl);
+    ab_cat(k, ":", 1);
+    ab_cat_u(k, slot);
+    if (sharded) {
+        ab_cat(k, ".", 1);
+        ab_cat_u(k, shard);
+    }
+    ab_cat(k, ":", 1);
     if (rs->cluster) { /* one hash tag for every state of (level, key), or of one shard */
         ab_cat(k, "{", 1);
-        ab_cat(k, name, strlen(name));
-        n = rs->shards[level] > 1 ? snprintf(mid, sizeof mid, ".%u:", shard)
-                                  : snprintf(mid, sizeof mid, ":");
-        ab_cat(k, mid, (size_t)n);
+        ab_cat(k, name, nl);
+        if (sharded) {
+            ab_cat(k, ".", 1);
+            ab_cat_u(k, shard);
+        }
+        ab_cat(k, ":", 1);
         ab_cat(k, key, keylen);
         ab_cat(k, "}", 1);
     } else {
@@ -283,22 +322,26 @@ static unsigned resv_shard(const char *id)
  * index, so that the two share a slot. */
 static void ab_resv_key(const redis_store *rs, abuf *k, const char *id)
 {
-    char tag[16];
     ab_add(k, rs->prefix, rs->plen);
     ab_cat(k, "r:", 2);
     ab_cat(k, id, strlen(id));
-    if (rs->cluster)
-        ab_cat(k, tag, (size_t)snprintf(tag, sizeof tag, "{%u}", resv_shard(id)));
+    if (rs->cluster) {
+        ab_cat(k, "{", 1);
+        ab_cat_u(k, resv_shard(id));
+        ab_cat(k, "}", 1);
+    }
 }
 
 /* The reservation index: P"resv", on a cluster its part n P"resv{"n"}". */
 static void ab_index_key(const redis_store *rs, abuf *k, unsigned n)
 {
-    char tag[16];
     ab_add(k, rs->prefix, rs->plen);
     ab_cat(k, "resv", 4);
-    if (rs->cluster)
-        ab_cat(k, tag, (size_t)snprintf(tag, sizeof tag, "{%u}", n));
+    if (rs->cluster) {
+        ab_cat(k, "{", 1);
+        ab_cat_u(k, n);
+        ab_cat(k, "}", 1);
+    }
 }
 
 static void ab_key(const redis_store *rs, abuf *k, const char *what, const char *id)

@@ -279,6 +279,53 @@ START_TEST(killed_redis_fails_owed_calls_and_the_pool_comes_back)
 }
 END_TEST
 
+/* ---- the protocol's form of a command --------------------------------------------------- */
+
+START_TEST(commands_are_written_as_redis_reads_them)
+{
+    /* worked out by hand: an array of 3 bulk strings, one of them empty, one with a NUL */
+    const char *argv[] = {"SET", "k\0y", ""};
+    const size_t len[] = {3, 3, 0};
+    char out[64], *heap;
+    long n = rld_resp_format(out, sizeof out, &heap, "", 0, 3, argv, len);
+    static const char want[] = "*3\r\n$3\r\nSET\r\n$3\r\nk\0y\r\n$0\r\n\r\n";
+    ck_assert_int_eq(n, (long)sizeof want - 1);
+    ck_assert_ptr_null(heap);
+    ck_assert_int_eq(memcmp(out, want, sizeof want - 1), 0);
+
+    /* with ASKING in front, and lengths from strlen */
+    const char *echo[] = {"ECHO", "hello"};
+    n = rld_resp_format(out, sizeof out, &heap, "*1\r\n$6\r\nASKING\r\n", 16, 2, echo, NULL);
+    static const char want2[] = "*1\r\n$6\r\nASKING\r\n*2\r\n$4\r\nECHO\r\n$5\r\nhello\r\n";
+    ck_assert_int_eq(n, (long)sizeof want2 - 1);
+    ck_assert_int_eq(memcmp(out, want2, sizeof want2 - 1), 0);
+}
+END_TEST
+
+START_TEST(long_commands_match_hiredis_in_a_buffer_of_their_own)
+{
+    /* 120 arguments of lengths 0 to 1,190: past the inline space, and the same bytes as
+     * hiredis's own formatter writes */
+    enum { N = 120 };
+    const char *argv[N];
+    size_t len[N];
+    static char text[N * 10];
+    memset(text, 'x', sizeof text);
+    for (int i = 0; i < N; i++) {
+        argv[i] = text;
+        len[i] = (size_t)i * 10;
+    }
+    char out[256], *heap, *ref;
+    long n = rld_resp_format(out, sizeof out, &heap, "", 0, N, argv, len);
+    int m = redisFormatCommandArgv(&ref, N, argv, len);
+    ck_assert_ptr_nonnull(heap);
+    ck_assert_int_eq(n, m);
+    ck_assert_int_eq(memcmp(heap, ref, (size_t)m), 0);
+    free(heap);
+    redisFreeCommand(ref);
+}
+END_TEST
+
 Suite *redis_pool_suite(void);
 Suite *redis_pool_suite(void)
 {
@@ -290,6 +337,10 @@ Suite *redis_pool_suite(void)
     tcase_add_test(tc, scripts_flushed_under_load_are_loaded_again);
     tcase_add_test(tc, frozen_redis_fails_owed_calls_within_the_deadline);
     tcase_add_test(tc, killed_redis_fails_owed_calls_and_the_pool_comes_back);
+    TCase *fmt = tcase_create("format");
+    tcase_add_test(fmt, commands_are_written_as_redis_reads_them);
+    tcase_add_test(fmt, long_commands_match_hiredis_in_a_buffer_of_their_own);
+    suite_add_tcase(s, fmt);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -245,6 +245,7 @@ END_TEST
 START_TEST(fixed_point_text_matches_the_core)
 {
     const int64_t v[] = {0,          1,         -1,        999999,     1000000,   1000001,
+                         9,          10,        99,        9999,       10000,     INT64_MIN,
                          -1500000,   250000,    100,       INT64_MAX,  INT64_MIN + 1,
                          1234567890, -999999999, 10000000000, 5,       7000000000000000000};
     char a[64], b[64];
@@ -265,6 +266,11 @@ START_TEST(fixed_point_text_matches_the_core)
         rl_fmt_ns(a, sizeof a, val);
         rld_fmt_fixed(b, val, 1000000000, 9);
         ck_assert_str_eq(a, b);
+        snprintf(a, sizeof a, "%lld", (long long)val);
+        b[rld_fmt_i64(b, val)] = '\0';
+        ck_assert_str_eq(a, b);
+        ck_assert_uint_eq(rld_dec_len(val < 0 ? 0 - (uint64_t)val : (uint64_t)val),
+                          strlen(a) - (val < 0));
     }
 }
 END_TEST

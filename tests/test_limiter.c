@@ -459,6 +459,77 @@ static const char *tier_cfg =
     "{\"type\": \"token_bucket\", \"capacity\": 50, \"per_second\": 0.5, \"name\": \"slow\"}]},"
     " \"default_tier\": \"free\", \"quotas\": {\"alice\": \"enterprise\"}}";
 
+/* A plan past its bounds is refused and changes nothing: a composed key longer than 1024 bytes
+ * (after a tiered level whose custom list the decision held: the reference is given back),
+ * and more than 64 rules in one decision. */
+START_TEST(plans_past_their_bounds_change_nothing)
+{
+    rl_limiter *lim = tu_limiter(
+        "{\"levels\": [{\"name\": \"user\", \"tiered\": true},"
+        " {\"name\": \"abcde\", \"compose\": [\"a\", \"b\", \"c\", \"d\", \"e\"], \"rules\": "
+        "[{\"type\": \"token_bucket\", \"capacity\": 5, \"per_second\": 1}]}],"
+        " \"tiers\": {\"free\": [{\"type\": \"token_bucket\", \"capacity\": 10, "
+        "\"per_second\": 0.001}]}, \"default_tier\": \"free\"}");
+    rl_decision d;
+    rl_err err;
+    rl_rules *rules = rl_rules_new(1);
+    ck_assert_int_eq(rl_rule_init(&rules->v[0], rl_limiter_config(lim)->reg, "token_bucket",
+                                  &err),
+                     RL_OK);
+    ck_assert_int_eq(rl_rule_set_number(&rules->v[0], "capacity", 7, &err), RL_OK);
+    ck_assert_int_eq(rl_rule_set_number(&rules->v[0], "per_second", 0.001, &err), RL_OK);
+    ck_assert_int_eq(rl_rule_finish(&rules->v[0], &err), RL_OK);
+    ck_assert_int_eq(rl_quota_set(lim, "erin", NULL, rules, &err), RL_OK);
+    long refs = rules->refs;
+
+    /* five parts of 205 bytes and four ':' are 1029 bytes; of 204, 1024 */
+    char part[206], keys[1200];
+    memset(part, 'x', sizeof part);
+    part[205] = '\0';
+    snprintf(keys, sizeof keys, "user=erin,a=%s,b=%s,c=%s,d=%s,e=%s", part, part, part, part,
+             part);
+    ck_assert_int_eq(tu_acquire_err(lim, keys, 1, S(0), &err), RL_EINVAL);
+    ck_assert_str_eq(err.msg, "keys: the composed keys are too long");
+    ck_assert_int_eq(rules->refs, refs);
+    part[204] = '\0';
+    snprintf(keys, sizeof keys, "user=erin,a=%s,b=%s,c=%s,d=%s,e=%s", part, part, part, part,
+             part);
+    ck_assert(tu_acquire(lim, keys, 1, S(0), &d));
+    ck_assert_int_eq(d.applied[1].keylen, 1024);
+    /* the refused request took nothing from erin's 7 */
+    ck_assert_double_eq(tu_remaining(lim, &d, "user"), 6);
+    ck_assert_int_eq(rules->refs, refs);
+    tu_free(lim);
+
+    /* a level of 16 rules named by five items: 80 would apply */
+    char cfg[4096];
+    size_t n = (size_t)snprintf(cfg, sizeof cfg, "{\"levels\": [{\"name\": \"l\", \"rules\": [");
+    for (int r = 0; r < 16; r++)
+        n += (size_t)snprintf(cfg + n, sizeof cfg - n,
+                              "%s{\"type\": \"token_bucket\", \"capacity\": 1, "
+                              "\"per_second\": 0.001, \"name\": \"r%d\"}",
+                              r ? ", " : "", r);
+    snprintf(cfg + n, sizeof cfg - n, "]}]}");
+    lim = tu_limiter(cfg);
+    rl_item items[5];
+    static const char *const ik[5] = {"k0", "k1", "k2", "k3", "k4"};
+    for (int i = 0; i < 5; i++)
+        items[i] = (rl_item){.level = 0, .key = ik[i], .keylen = 2, .cost = FP(1)};
+    rl_request req = {.items = items, .nitems = 5, .now = S(0)};
+    ck_assert_int_eq(rl_acquire(lim, &req, &d, &err), RL_EINVAL);
+    ck_assert_str_eq(err.msg, "keys: more than 64 rules would apply");
+    /* four items are 64 rules, and the refused request took nothing from the fifth's */
+    req.nitems = 4;
+    ck_assert_int_eq(rl_acquire(lim, &req, &d, &err), RL_OK);
+    ck_assert(d.allowed);
+    ck_assert_int_eq(d.napplied, 64);
+    rl_decision_done(&d);
+    ck_assert(tu_acquire(lim, "l=k4", 1, S(0), &d));
+    ck_assert(!tu_acquire(lim, "l=k0", 1, S(0), &d)); /* the four took their unit */
+    tu_free(lim);
+}
+END_TEST
+
 START_TEST(tiers_and_tier_changes)
 {
     rl_limiter *lim = tu_limiter(tier_cfg);
@@ -1751,6 +1822,7 @@ Suite *limiter_suite(void)
     tcase_add_test(tc, reserved_share_for_priority);
     tcase_add_test(tc, tiers_and_tier_changes);
     tcase_add_test(tc, custom_rules_for_one_key);
+    tcase_add_test(tc, plans_past_their_bounds_change_nothing);
     tcase_add_test(tc, stale_state_is_dropped);
     suite_add_tcase(s, tc);
 

@@ -517,12 +517,13 @@ static int plan_items(rl_limiter *lim, const rl_request *req, rl_decision *d, rl
     return RL_OK;
 }
 
-int rl_acquire(rl_limiter *lim, const rl_request *req, rl_decision *d, rl_err *err)
+/* A request's plan, up to the store's decision: 0 with plan ready, or an error (d done). */
+static int acquire_plan(rl_limiter *lim, const rl_request *req, rl_decision *d, rl_plan *plan,
+                        rl_err *err)
 {
     const rl_config *cfg = lim->cfg;
     const char *val[MAX_DESC];
     size_t vlen[MAX_DESC];
-    rl_plan plan;
     int rc;
 
     d->allowed = 0;
@@ -533,9 +534,9 @@ int rl_acquire(rl_limiter *lim, const rl_request *req, rl_decision *d, rl_err *e
     d->held = NULL;
     d->keyused = 0;
     d->now = req->now;
-    plan.cost = req->cost;
+    plan->cost = req->cost;
     if (req->nitems > 0) {
-        if ((rc = plan_items(lim, req, d, &plan, err)) != RL_OK) {
+        if ((rc = plan_items(lim, req, d, plan, err)) != RL_OK) {
             rl_decision_done(d);
             return rc;
         }
@@ -554,28 +555,80 @@ int rl_acquire(rl_limiter *lim, const rl_request *req, rl_decision *d, rl_err *e
             return rl_errf(err, RL_EINVAL, "keys: the composed keys are too long");
         if (klen == 0)
             continue;
-        if ((rc = plan_key(lim, li, key, (size_t)klen, req, req->cost, d, &plan, err)) != RL_OK) {
+        if ((rc = plan_key(lim, li, key, (size_t)klen, req, req->cost, d, plan, err)) != RL_OK) {
             rl_decision_done(d);
             return rc;
         }
     }
 decide:
-    plan.n = d->napplied;
-    plan.flags = req->flags;
-    plan.now = req->now;
-    if ((rc = lim->store->ops->decide(lim->store->cls, &plan, d, err)) != RL_OK) {
-        rl_decision_done(d);
-        return rc;
-    }
+    plan->n = d->napplied;
+    plan->flags = req->flags;
+    plan->now = req->now;
+    return RL_OK;
+}
+
+/* The decision from the store's waits: the longest wait of an item that blocks denies. */
+static void acquire_end(rl_decision *d, const rl_plan *plan)
+{
     d->retry_after = 0;
     d->blocked = -1;
     for (size_t i = 0; i < d->napplied; i++)
-        if (d->applied[i].wait > d->retry_after && rl_plan_item_blocks(&plan, i)) {
+        if (d->applied[i].wait > d->retry_after && rl_plan_item_blocks(plan, i)) {
             d->retry_after = d->applied[i].wait;
             d->blocked = (int)i;
         }
     d->allowed = d->blocked < 0;
-    return RL_OK;
+}
+
+int rl_acquire(rl_limiter *lim, const rl_request *req, rl_decision *d, rl_err *err)
+{
+    rl_plan plan;
+    int rc = acquire_plan(lim, req, d, &plan, err);
+    if (rc == RL_OK && (rc = lim->store->ops->decide(lim->store->cls, &plan, d, err)) != RL_OK)
+        rl_decision_done(d);
+    if (rc == RL_OK)
+        acquire_end(d, &plan);
+    return rc;
+}
+
+/* Batches of rl_acquire_many go to the store this many at a time (their plans on the stack). */
+#define MANY_BATCH 16
+
+void rl_acquire_many(rl_limiter *lim, const rl_request *reqs, rl_decision *ds, size_t n,
+                     int *rc, rl_err *errs)
+{
+    const rl_store_ops *ops = lim->store->ops;
+    for (size_t at = 0; at < n; at += MANY_BATCH) {
+        rl_plan plan[MANY_BATCH];
+        const rl_plan *pp[MANY_BATCH];
+        rl_decision *dp[MANY_BATCH];
+        int src[MANY_BATCH];
+        rl_err serr[MANY_BATCH];
+        size_t idx[MANY_BATCH], m = 0, end = n - at < MANY_BATCH ? n : at + MANY_BATCH;
+        for (size_t i = at; i < end; i++) {
+            errs[i].msg[0] = '\0';
+            if ((rc[i] = acquire_plan(lim, &reqs[i], &ds[i], &plan[m], &errs[i])) != RL_OK)
+                continue;
+            pp[m] = &plan[m];
+            dp[m] = &ds[i];
+            idx[m++] = i;
+        }
+        if (ops->decide_many) {
+            ops->decide_many(lim->store->cls, pp, dp, m, src, serr);
+        } else {
+            for (size_t j = 0; j < m; j++)
+                src[j] = ops->decide(lim->store->cls, pp[j], dp[j], &serr[j]);
+        }
+        for (size_t j = 0; j < m; j++) {
+            size_t i = idx[j];
+            if ((rc[i] = src[j]) != RL_OK) {
+                errs[i] = serr[j];
+                rl_decision_done(&ds[i]);
+            } else {
+                acquire_end(&ds[i], pp[j]);
+            }
+        }
+    }
 }
 
 rl_ns rl_rule_peek(const rl_rule *rule, const void *state, const char *key, size_t keylen,

@@ -487,11 +487,13 @@ typedef struct pending {
 static void flush_pending(pending *q, rl_limiter *red, char ids[64][2][RL_RESERVATION_ID],
                           size_t *nids)
 {
-    int rc[12];
+    rl_acquisition x[12];
     rl_err errs[12];
-    rl_acquire_many(red, q->req, q->red, q->n, rc, errs);
+    for (size_t i = 0; i < q->n; i++)
+        x[i] = (rl_acquisition){&q->req[i], &q->red[i], &errs[i], 0};
+    rl_acquire_many(red, x, q->n);
     for (size_t i = 0; i < q->n; i++) {
-        ck_assert_msg(rc[i] == RL_OK, "%s: acquire_many %d (%s)", q->ctx[i], rc[i],
+        ck_assert_msg(x[i].rc == RL_OK, "%s: acquire_many %d (%s)", q->ctx[i], x[i].rc,
                       errs[i].msg);
         rl_decision_done(&q->red[i]);
         compare(&q->mem[i], &q->red[i], q->ctx[i]);
@@ -667,16 +669,18 @@ static void twelve_at_once(rl_limiter *lim, rl_decision d[12])
     char buf[12][64];
     rl_descriptor ds[12][2];
     rl_request req[12];
-    int rc[12];
+    rl_acquisition x[12];
     rl_err errs[12];
-    for (int i = 0; i < 12; i++)
+    for (int i = 0; i < 12; i++) {
         req[i] = (rl_request){.desc = ds[i],
                               .ndesc = descs(i < 8 ? "user=a" : "user=b", buf[i], 64, ds[i]),
                               .cost = RL_FP_ONE,
                               .now = 0};
-    rl_acquire_many(lim, req, d, 12, rc, errs);
+        x[i] = (rl_acquisition){&req[i], &d[i], &errs[i], 0};
+    }
+    rl_acquire_many(lim, x, 12);
     for (int i = 0; i < 12; i++) {
-        ck_assert_msg(rc[i] == RL_OK, "decision %d: %s", i, errs[i].msg);
+        ck_assert_msg(x[i].rc == RL_OK, "decision %d: %s", i, errs[i].msg);
         rl_decision_done(&d[i]);
     }
 }

@@ -594,8 +594,7 @@ int rl_acquire(rl_limiter *lim, const rl_request *req, rl_decision *d, rl_err *e
 /* Batches of rl_acquire_many go to the store this many at a time (their plans on the stack). */
 #define MANY_BATCH 16
 
-void rl_acquire_many(rl_limiter *lim, const rl_request *reqs, rl_decision *ds, size_t n,
-                     int *rc, rl_err *errs)
+void rl_acquire_many(rl_limiter *lim, rl_acquisition *a, size_t n)
 {
     const rl_store_ops *ops = lim->store->ops;
     for (size_t at = 0; at < n; at += MANY_BATCH) {
@@ -606,26 +605,25 @@ void rl_acquire_many(rl_limiter *lim, const rl_request *reqs, rl_decision *ds, s
         rl_err serr[MANY_BATCH];
         size_t idx[MANY_BATCH], m = 0, end = n - at < MANY_BATCH ? n : at + MANY_BATCH;
         for (size_t i = at; i < end; i++) {
-            errs[i].msg[0] = '\0';
-            if ((rc[i] = acquire_plan(lim, &reqs[i], &ds[i], &plan[m], &errs[i])) != RL_OK)
+            if ((a[i].rc = acquire_plan(lim, a[i].req, a[i].d, &plan[m], a[i].err)) != RL_OK)
                 continue;
             pp[m] = &plan[m];
-            dp[m] = &ds[i];
+            dp[m] = a[i].d;
             idx[m++] = i;
         }
-        if (ops->decide_many) {
+        if (ops->decide_many && m > 1) {
             ops->decide_many(lim->store->cls, pp, dp, m, src, serr);
         } else {
             for (size_t j = 0; j < m; j++)
                 src[j] = ops->decide(lim->store->cls, pp[j], dp[j], &serr[j]);
         }
         for (size_t j = 0; j < m; j++) {
-            size_t i = idx[j];
-            if ((rc[i] = src[j]) != RL_OK) {
-                errs[i] = serr[j];
-                rl_decision_done(&ds[i]);
+            rl_acquisition *x = &a[idx[j]];
+            if ((x->rc = src[j]) != RL_OK) {
+                *x->err = serr[j];
+                rl_decision_done(x->d);
             } else {
-                acquire_end(&ds[i], pp[j]);
+                acquire_end(x->d, pp[j]);
             }
         }
     }

@@ -1146,6 +1146,29 @@ START_TEST(records_sharing_a_hash_differ_in_any_byte)
 }
 END_TEST
 
+/* A find matches the slot as well as the hash and the key, whatever the record's type (a
+ * position whose rule changed type is found, then given a state of the new type). */
+START_TEST(records_sharing_hash_and_key_differ_by_slot_not_type)
+{
+    rl__seg s;
+    memset(&s, 0, sizeof s);
+    uint32_t a = rl__seg_insert(&s, 7, 0, "k", 1, 1, 0);
+    uint32_t b = rl__seg_insert(&s, 7, 1, "k", 1, 2, 0);
+    ck_assert_uint_ne(a, RL__NONE);
+    ck_assert_uint_ne(b, RL__NONE);
+    uint32_t i0 = rl__seg_find(&s, 7, 0, "k", 1), i1 = rl__seg_find(&s, 7, 1, "k", 1);
+    ck_assert_uint_ne(i0, RL__NONE);
+    ck_assert_uint_ne(i1, RL__NONE);
+    ck_assert_uint_eq(s.r[i0].slot, 0);
+    ck_assert_uint_eq(s.r[i0].type, 1);
+    ck_assert_uint_eq(s.r[i1].slot, 1);
+    ck_assert_uint_eq(s.r[i1].type, 2);
+    ck_assert_uint_eq(rl__seg_find(&s, 7, 2, "k", 1), RL__NONE);
+    ck_assert_uint_eq(rl__seg_find(&s, 8, 0, "k", 1), RL__NONE);
+    rl__seg_free(&s);
+}
+END_TEST
+
 /* A key is checked a word at a time, short keys as overlapping halves: a control character
  * or DEL at any position of a key of any length up to 20 is found, bytes above 0x7e are not
  * mistaken for one. */
@@ -1769,6 +1792,7 @@ Suite *limiter_suite(void)
     tc = tcase_create("stores");
     tcase_add_test(tc, segment_shrinks_a_pass_after_it_stops_growing);
     tcase_add_test(tc, records_sharing_a_hash_differ_in_any_byte);
+    tcase_add_test(tc, records_sharing_hash_and_key_differ_by_slot_not_type);
     tcase_add_test(tc, control_characters_found_at_every_length_and_position);
     tcase_add_test(tc, descriptor_names_sharing_their_ends);
     tcase_add_test(tc, store_without_prefetch_decides_the_same);

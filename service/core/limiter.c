@@ -524,8 +524,8 @@ plan_rules(rl_limiter *lim, size_t li, const rl_rules *rs, const char *key, size
 }
 
 /* Plans a request given as items (rl_request.items). */
-static int plan_items(rl_limiter *lim, const rl_request *req, rl_decision *d, rl_plan *plan,
-                      rl_err *err)
+static inline __attribute__((always_inline)) int
+plan_items(rl_limiter *lim, const rl_request *req, rl_decision *d, rl_plan *plan, rl_err *err)
 {
     if (req->flags & RL_RESERVE)
         return rl_errf(err, RL_EINVAL, "reserve: not with items");
@@ -551,8 +551,9 @@ static int plan_items(rl_limiter *lim, const rl_request *req, rl_decision *d, rl
 }
 
 /* Plans a request given as descriptors: a key per level, levels in order. */
-static inline int plan_descriptors(rl_limiter *lim, const rl_request *req, rl_decision *d,
-                                   rl_plan *plan, rl_err *err)
+static inline __attribute__((always_inline)) int
+plan_descriptors(rl_limiter *lim, const rl_request *req, rl_decision *d, rl_plan *plan,
+                 rl_err *err)
 {
     const char *val[MAX_DESC];
     size_t vlen[MAX_DESC];

@@ -15,6 +15,41 @@
 
 /* ---- worked numbers --------------------------------------------------------------------- */
 
+/* rl_acquire_many over the memory store: as rl_acquire one after the other, worked out by
+ * hand. A bucket of 3 (1 a second) for user a asked 5 times at t = 0, a request with a bad
+ * cost in the middle refused alone, and user b once. */
+START_TEST(acquire_many_is_one_after_the_other)
+{
+    rl_limiter *lim = tu_limiter("{\"levels\": [{\"name\": \"user\", \"rules\": [{\"type\": "
+                                 "\"token_bucket\", \"capacity\": 3, \"per_second\": 1}]}]}");
+    rl_descriptor da = {"user", 4, "a", 1}, db = {"user", 4, "b", 1};
+    rl_request req[7];
+    rl_decision d[7];
+    rl_err err[7];
+    rl_acquisition x[7];
+    for (int i = 0; i < 7; i++) {
+        req[i] = (rl_request){.desc = i == 6 ? &db : &da, .ndesc = 1, .cost = FP(1), .now = 0};
+        x[i] = (rl_acquisition){&req[i], &d[i], &err[i], -99};
+    }
+    req[2].cost = 0; /* refused: cost must be positive */
+    rl_acquire_many(lim, x, 7);
+    ck_assert_int_eq(x[2].rc, RL_EINVAL);
+    ck_assert_str_eq(err[2].msg, "cost: must be a positive number no larger than 1000000000000");
+    static const int allowed[7] = {1, 1, -1, 1, 0, 0, 1};
+    for (int i = 0; i < 7; i++) {
+        if (i == 2)
+            continue;
+        ck_assert_int_eq(x[i].rc, RL_OK);
+        ck_assert_int_eq(d[i].allowed, allowed[i]);
+        ck_assert_int_eq(d[i].retry_after, allowed[i] ? 0 : S(1));
+        ck_assert_int_eq(d[i].blocked, allowed[i] ? -1 : 0);
+        rl_decision_done(&d[i]);
+    }
+    ck_assert_int_eq(tu_status(&d[6], 0)->remaining, FP(2));
+    tu_free(lim);
+}
+END_TEST
+
 START_TEST(team_bucket_worked_numbers)
 {
     /* a 100-capacity, 10/s team bucket emptied at t = 0 answers retry_after 0.1 s and holds
@@ -1856,6 +1891,7 @@ Suite *limiter_suite(void)
     tcase_add_test(tc, snapshot_into_a_changed_configuration);
     tcase_add_test(tc, snapshot_follows_each_rule_by_name_and_parameters);
     tcase_add_test(tc, snapshot_skips_idle_and_expired);
+    tcase_add_test(tc, acquire_many_is_one_after_the_other);
     tcase_add_test(tc, snapshot_missing_or_corrupt);
     tcase_add_loop_test(tc, snapshot_refuses_a_state_out_of_bounds, 0,
                         sizeof bad_states / sizeof bad_states[0]);

@@ -524,8 +524,8 @@ plan_rules(rl_limiter *lim, size_t li, const rl_rules *rs, const char *key, size
 }
 
 /* Plans a request given as items (rl_request.items). */
-static int plan_items(rl_limiter *lim, const rl_request *req, rl_decision *d, rl_plan *plan,
-                      rl_err *err)
+static inline __attribute__((always_inline)) int
+plan_items(rl_limiter *lim, const rl_request *req, rl_decision *d, rl_plan *plan, rl_err *err)
 {
     if (req->flags & RL_RESERVE)
         return rl_errf(err, RL_EINVAL, "reserve: not with items");
@@ -551,8 +551,9 @@ static int plan_items(rl_limiter *lim, const rl_request *req, rl_decision *d, rl
 }
 
 /* Plans a request given as descriptors: a key per level, levels in order. */
-static inline int plan_descriptors(rl_limiter *lim, const rl_request *req, rl_decision *d,
-                                   rl_plan *plan, rl_err *err)
+static inline __attribute__((always_inline)) int
+plan_descriptors(rl_limiter *lim, const rl_request *req, rl_decision *d, rl_plan *plan,
+                 rl_err *err)
 {
     const char *val[MAX_DESC];
     size_t vlen[MAX_DESC];
@@ -580,11 +581,10 @@ static inline int plan_descriptors(rl_limiter *lim, const rl_request *req, rl_de
     return RL_OK;
 }
 
-int rl_acquire(rl_limiter *lim, const rl_request *req, rl_decision *d, rl_err *err)
+/* A request's plan, up to the store's decision: RL_OK with plan ready, or an error (d done). */
+static inline __attribute__((always_inline)) int
+acquire_plan(rl_limiter *lim, const rl_request *req, rl_decision *d, rl_plan *plan, rl_err *err)
 {
-    rl_plan plan;
-    int rc;
-
     d->allowed = 0;
     d->retry_after = 0;
     d->blocked = -1;
@@ -593,29 +593,83 @@ int rl_acquire(rl_limiter *lim, const rl_request *req, rl_decision *d, rl_err *e
     d->held = NULL;
     d->keyused = 0;
     d->now = req->now;
-    rc = req->nitems > 0 ? plan_items(lim, req, d, &plan, err)
-                         : plan_descriptors(lim, req, d, &plan, err);
-    if (rc == RL_OK) {
-        plan.n = d->napplied;
-        plan.flags = req->flags;
-        plan.now = req->now;
-        rc = lim->decide(lim->scls, &plan, d, err);
-    }
+    int rc = req->nitems > 0 ? plan_items(lim, req, d, plan, err)
+                             : plan_descriptors(lim, req, d, plan, err);
     if (rc != RL_OK) {
         rl_decision_done(d);
         return rc;
     }
+    plan->n = d->napplied;
+    plan->flags = req->flags;
+    plan->now = req->now;
+    return RL_OK;
+}
+
+/* The decision from the store's waits: the longest wait of an item that blocks denies. */
+static inline void acquire_end(rl_decision *d, const rl_plan *plan)
+{
     rl_ns retry = 0;
     int blocked = -1;
     for (size_t i = 0, n = d->napplied; i < n; i++)
-        if (d->applied[i].wait > retry && rl_plan_item_blocks(&plan, i)) {
+        if (d->applied[i].wait > retry && rl_plan_item_blocks(plan, i)) {
             retry = d->applied[i].wait;
             blocked = (int)i;
         }
     d->retry_after = retry;
     d->blocked = blocked;
     d->allowed = blocked < 0;
+}
+
+int rl_acquire(rl_limiter *lim, const rl_request *req, rl_decision *d, rl_err *err)
+{
+    rl_plan plan;
+    int rc = acquire_plan(lim, req, d, &plan, err);
+    if (rc != RL_OK)
+        return rc;
+    if ((rc = lim->decide(lim->scls, &plan, d, err)) != RL_OK) {
+        rl_decision_done(d);
+        return rc;
+    }
+    acquire_end(d, &plan);
     return RL_OK;
+}
+
+/* Batches of rl_acquire_many go to the store this many at a time (their plans on the stack). */
+#define MANY_BATCH 16
+
+void rl_acquire_many(rl_limiter *lim, rl_acquisition *a, size_t n)
+{
+    const rl_store_ops *ops = lim->store->ops;
+    for (size_t at = 0; at < n; at += MANY_BATCH) {
+        rl_plan plan[MANY_BATCH];
+        const rl_plan *pp[MANY_BATCH];
+        rl_decision *dp[MANY_BATCH];
+        int src[MANY_BATCH];
+        rl_err serr[MANY_BATCH];
+        size_t idx[MANY_BATCH], m = 0, end = n - at < MANY_BATCH ? n : at + MANY_BATCH;
+        for (size_t i = at; i < end; i++) {
+            if ((a[i].rc = acquire_plan(lim, a[i].req, a[i].d, &plan[m], a[i].err)) != RL_OK)
+                continue;
+            pp[m] = &plan[m];
+            dp[m] = a[i].d;
+            idx[m++] = i;
+        }
+        if (ops->decide_many && m > 1) {
+            ops->decide_many(lim->store->cls, pp, dp, m, src, serr);
+        } else {
+            for (size_t j = 0; j < m; j++)
+                src[j] = lim->decide(lim->scls, pp[j], dp[j], &serr[j]);
+        }
+        for (size_t j = 0; j < m; j++) {
+            rl_acquisition *x = &a[idx[j]];
+            if ((x->rc = src[j]) != RL_OK) {
+                *x->err = serr[j];
+                rl_decision_done(x->d);
+            } else {
+                acquire_end(x->d, pp[j]);
+            }
+        }
+    }
 }
 
 rl_ns rl_rule_peek(const rl_rule *rule, const void *state, const char *key, size_t keylen,

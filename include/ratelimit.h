@@ -358,6 +358,18 @@ const rl_config *rl_limiter_config(const rl_limiter *lim);
  * still refused with RL_EINVAL, as a guard that keeps the arithmetic inside int64, not as the
  * place where users learn the range. */
 int rl_acquire(rl_limiter *lim, const rl_request *req, rl_decision *d, rl_err *err);
+/* One request of rl_acquire_many and what came of it: rc is what rl_acquire returns for req
+ * into d (done with rl_decision_done as from rl_acquire), with its error in err. */
+typedef struct rl_acquisition {
+    const rl_request *req;
+    rl_decision *d;
+    rl_err *err;
+    int rc;
+} rl_acquisition;
+/* Decides n requests as rl_acquire decides each, as if one after the other. With a store that
+ * waits for a round trip per decision (Redis) the requests share round trips instead of
+ * making one each. */
+void rl_acquire_many(rl_limiter *lim, rl_acquisition *a, size_t n);
 
 /* Settles a reservation with its actual cost (0..RL_FP_MAX, checked by the caller as the cost
  * of rl_acquire is; out of range is refused by the same guard): gives the difference back to

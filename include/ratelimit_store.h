@@ -79,6 +79,12 @@ typedef struct rl_store_ops {
      * plan->now; only for a type without RL_RULE_EVAL_IN_STATE, whose state may have changed
      * by then. Returns 0, or RL_ESTORE (nothing taken) when the store cannot answer. */
     int (*decide)(void *cls, const rl_plan *plan, rl_decision *d, rl_err *err);
+    /* Optional (NULL: decide is called for each). Carries out n plans as decide carries out
+     * each, as if one after the other: rc[i] is what decide would return for plans[i] into
+     * ds[i], with errs[i] its error. A store that waits for a round trip per decision makes
+     * one for all of them. */
+    void (*decide_many)(void *cls, const rl_plan *const *plans, rl_decision *const *ds,
+                        size_t n, int *rc, rl_err *errs);
     int (*settle)(void *cls, const char *id, rl_fp actual, rl_ns now, rl_settlement *out,
                   rl_err *err);
     int (*release)(void *cls, const char *id, rl_ns now, rl_err *err);

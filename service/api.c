@@ -102,6 +102,9 @@ void rld_app_tick(rld_app *app)
 
 /* ---- POST /acquire ---------------------------------------------------------------------- */
 
+/* The most requests of a batch decided in one rl_acquire_many. */
+#define ACQUIRE_BATCH 8
+
 /* Answers a decision with the output buffer as the body (ctype NULL: none): 200 or
  * deny_status, the RateLimit headers, and Retry-After on a denial with a finite wait. */
 static void reply_decision(rld_req *r, const rl_config *cfg, const rl_decision *d,
@@ -131,43 +134,96 @@ static void reply_decision(rld_req *r, const rl_config *cfg, const rl_decision *
     rld_buf_reset(&state);
 }
 
-static void h_acquire(void *ctx, rld_req *r)
-{
-    rld_app *app = ctx;
+/* One request of POST /acquire's batch. */
+typedef struct acq {
     rld_acquire_req q;
+    rl_request req;
     rl_decision d;
     rl_err err;
+} acq;
+
+/* Parses r into a (replying 400 itself to a bad body): 0 when it is to be decided. */
+static int acquire_parse(rld_app *app, rld_req *r, acq *a)
+{
     size_t len;
     char *body = rld_req_body(r, &len);
+    if (rld_acquire_parse(body, len, &a->q, &a->err) != 0)
+        return rld_reply_error(r, 400, "%s", a->err.msg);
+    if (check_now_or_reply(app, r, a->q.has_now) != 0) {
+        rld_acquire_req_clear(&a->q);
+        return -1;
+    }
+    a->req = (rl_request){.desc = a->q.desc,
+                          .ndesc = a->q.ndesc,
+                          .cost = a->q.cost,
+                          .priority = a->q.priority,
+                          .flags = (a->q.dry_run ? RL_DRY_RUN : 0u) |
+                                   (a->q.reserve ? RL_RESERVE : 0u),
+                          .now = request_time(app, a->q.has_now, a->q.now)};
+    return 0;
+}
 
-    if (rld_acquire_parse(body, len, &q, &err) != 0) {
-        rld_reply_error(r, 400, "%s", err.msg);
-        return;
-    }
-    if (check_now_or_reply(app, r, q.has_now) != 0) {
-        rld_acquire_req_clear(&q);
-        return;
-    }
-    rl_request req = {.desc = q.desc,
-                      .ndesc = q.ndesc,
-                      .cost = q.cost,
-                      .priority = q.priority,
-                      .flags = (q.dry_run ? RL_DRY_RUN : 0u) | (q.reserve ? RL_RESERVE : 0u),
-                      .now = request_time(app, q.has_now, q.now)};
-    int rc = rl_acquire(app->lim, &req, &d, &err);
+/* Answers a's decision (or its error, rc) on r. */
+static void acquire_answer(rld_app *app, rld_req *r, acq *a, int rc)
+{
     if (rc == RL_EFULL)
         rld_metrics_keys_refused(app->metrics);
     if (rc != RL_OK) {
-        rld_acquire_req_clear(&q);
-        reply_rc(r, rc, &err);
+        rld_acquire_req_clear(&a->q);
+        reply_rc(r, rc, &a->err);
         return;
     }
     const rl_config *cfg = rl_limiter_config(app->lim);
-    rld_metrics_decision(app->metrics, &d, q.dry_run, req.cost);
-    rld_render_decision(rld_req_out(r), cfg, &d);
-    reply_decision(r, cfg, &d, 429, "application/json");
-    rl_decision_done(&d);
-    rld_acquire_req_clear(&q); /* the decision's keys may point into the request */
+    rld_metrics_decision(app->metrics, &a->d, a->q.dry_run, a->req.cost);
+    rld_render_decision(rld_req_out(r), cfg, &a->d);
+    reply_decision(r, cfg, &a->d, 429, "application/json");
+    rl_decision_done(&a->d);
+    rld_acquire_req_clear(&a->q); /* the decision's keys may point into the request */
+}
+
+/* Parses, decides (in one rl_acquire_many) and answers up to ACQUIRE_BATCH requests. */
+static void acquire_batch(rld_app *app, rld_req **rs, size_t n, acq *a)
+{
+    rl_acquisition x[ACQUIRE_BATCH];
+    rld_req *ok[ACQUIRE_BATCH];
+    size_t m = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (acquire_parse(app, rs[i], &a[m]) != 0)
+            continue;
+        x[m] = (rl_acquisition){&a[m].req, &a[m].d, &a[m].err, 0};
+        ok[m++] = rs[i];
+    }
+    if (m == 1)
+        x[0].rc = rl_acquire(app->lim, x[0].req, x[0].d, x[0].err);
+    else if (m > 1)
+        rl_acquire_many(app->lim, x, m);
+    for (size_t i = 0; i < m; i++)
+        acquire_answer(app, ok[i], &a[i], x[i].rc);
+}
+
+/* POST /acquire for n requests that arrived together (rld_method.many): the decisions of
+ * those whose bodies parse are made in one rl_acquire_many, so that on Redis they share a
+ * round trip; each is answered as on its own. */
+static void h_acquire_many(void *ctx, rld_req **rs, size_t n)
+{
+    rld_app *app = ctx;
+    acq one, *a = n == 1 ? &one : malloc(ACQUIRE_BATCH * sizeof *a);
+    for (size_t at = 0; at < n; at += ACQUIRE_BATCH) {
+        size_t k = n - at < ACQUIRE_BATCH ? n - at : ACQUIRE_BATCH;
+        if (a) {
+            acquire_batch(app, rs + at, k, a);
+            continue;
+        }
+        for (size_t i = at; i < at + k; i++)
+            rld_reply_error(rs[i], 500, "out of memory");
+    }
+    if (a != &one)
+        free(a);
+}
+
+static void h_acquire(void *ctx, rld_req *r)
+{
+    h_acquire_many(ctx, &r, 1);
 }
 
 /* ---- GET /check ------------------------------------------------------------------------- */

@@ -290,6 +290,21 @@ static int fb_decide(void *cls, const rl_plan *plan, rl_decision *d, rl_err *err
     return rc == RL_ESTORE ? fall_back(fs, plan, d, err) : rc;
 }
 
+static void fb_decide_many(void *cls, const rl_plan *const *plans, rl_decision *const *ds,
+                           size_t n, int *rc, rl_err *errs)
+{
+    fb_store *fs = cls;
+    rl_store *in = fs->inner;
+    if (in->ops->decide_many)
+        in->ops->decide_many(in->cls, plans, ds, n, rc, errs);
+    for (size_t i = 0; i < n; i++) {
+        if (!in->ops->decide_many)
+            rc[i] = in->ops->decide(in->cls, plans[i], ds[i], &errs[i]);
+        if (rc[i] == RL_ESTORE)
+            rc[i] = fall_back(fs, plans[i], ds[i], &errs[i]);
+    }
+}
+
 static int fb_settle(void *cls, const char *id, rl_fp actual, rl_ns now, rl_settlement *out,
                      rl_err *err)
 {
@@ -354,6 +369,7 @@ static const rl_store_ops fallback_ops = {
     .name = "fallback",
     .attach = fb_attach,
     .decide = fb_decide,
+    .decide_many = fb_decide_many,
     .settle = fb_settle,
     .release = fb_release,
     .tick = fb_tick,

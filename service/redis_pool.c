@@ -23,6 +23,9 @@
 
 typedef struct pcall pcall;
 
+/* Most arguments of one call of rld_pool_exec_many. */
+#define MANY_ARGS 256
+
 /* One exchange on a shared connection: a caller's commands, formatted, and what came of them.
  * The caller owns it; the connection's leader fills in the outcome and then, under the
  * connection's lock, sets done. */
@@ -37,6 +40,8 @@ struct pcall {
     int fresh;      /* to go on a connection opened for it (a retry after a reset) */
     int link_failed; /* the outcome: Redis could not be reached */
     redisReply *reply; /* the last command's reply; NULL: the link failed, *err says why */
+    redisReply **replies; /* not NULL: every command's reply goes here, got of them arrived */
+    int got;
     int reset;         /* the connection was found closed (EOF or reset) rather than slow */
     int opened;        /* the connection was opened for this batch */
     unsigned gen;      /* the link generation of the connection */
@@ -782,7 +787,7 @@ static void batch(rld_pool *p, pconn *pc, pcall *b)
         pc->c = NULL;
     }
     int rc = ensure_open(p, pc, earliest(b), &opened, &e);
-    for (pcall *k = b; k; k = k->next, n++) {
+    for (pcall *k = b; k; n += k->replies ? k->nreplies : 1, k = k->next) {
         k->opened = opened;
         k->gen = pc->gen;
         if (rc == RL_OK && redisAppendFormattedCommand(pc->c, k->cmd, k->len) != REDIS_OK)
@@ -809,7 +814,9 @@ static void batch(rld_pool *p, pconn *pc, pcall *b)
                 fail_from(k, &e, reset);
                 return;
             }
-            if (i + 1 < k->nreplies)
+            if (k->replies)
+                k->replies[k->got++] = r;
+            else if (i + 1 < k->nreplies)
                 freeReplyObject(r); /* ASKING's OK */
             else
                 k->reply = r;
@@ -1214,6 +1221,122 @@ static int call(rld_pool *p, int s, int nkeys, int argc, const char **argv, cons
     free_vectors(argv, av, av_inl, al, al_inl);
     account(p, probe, o.link, o.gen, rc != RL_OK, err);
     return rc;
+}
+
+/* ---- many calls at once ------------------------------------------------------------------ */
+
+/* An error reply that says the call did not run, so that it may be made again on its own,
+ * where call() recovers: the script or the library not loaded, Functions refused, or a
+ * primary demoted to a replica. */
+static int did_not_run(const char *e)
+{
+    return strncmp(e, "NOSCRIPT", 8) == 0 || strncmp(e, "ERR Function not found", 22) == 0 ||
+           functions_refused(e) || strncmp(e, "READONLY", 8) == 0;
+}
+
+/* Appends call c, formatted with the script's head (FCALL <name> or EVALSHA <sha>), to b. */
+static int append_call(rld_buf *b, const char *const head[2], const size_t hl[2],
+                       const rld_call *c)
+{
+    const char *av[MANY_ARGS];
+    size_t al[MANY_ARGS];
+    char nk[24], *heap;
+    if (c->argc + 3 > MANY_ARGS || rld_buf_reserve(b, 2048) != 0)
+        return -1;
+    av[0] = head[0], al[0] = hl[0];
+    av[1] = head[1], al[1] = hl[1];
+    av[2] = nk, al[2] = rld_fmt_i64(nk, c->nkeys);
+    for (int i = 0; i < c->argc; i++) {
+        av[i + 3] = c->argv[i];
+        al[i + 3] = c->len[i];
+    }
+    long n = rld_resp_format(b->p + b->len, b->cap - b->len - 1, &heap, "", 0, c->argc + 3,
+                             av, al);
+    if (n < 0)
+        return -1;
+    if (heap) {
+        rld_buf_put(b, heap, (size_t)n);
+        free(heap);
+    } else {
+        b->len += (size_t)n;
+    }
+    return b->oom ? -1 : 0;
+}
+
+static void run_alone(rld_pool *p, int s, rld_call *c)
+{
+    c->rc = call(p, s, c->nkeys, c->argc, c->argv, c->len, 0, &c->reply, &c->err);
+}
+
+/* What came of call i of a batch whose replies arrived up to got. */
+static void many_outcome(rld_pool *p, int s, rld_call *c, size_t i, const pcall *k,
+                         redisReply *r, int redo, const rl_err *e)
+{
+    if ((int)i >= k->got) {
+        if (redo) /* the connection was found closed before it got through */
+            run_alone(p, s, c);
+        else
+            c->rc = RL_ESTORE, c->err = *e;
+    } else if (r->type != REDIS_REPLY_ERROR) {
+        c->reply = r;
+        c->rc = RL_OK;
+    } else if (did_not_run(r->str)) {
+        freeReplyObject(r);
+        run_alone(p, s, c);
+    } else {
+        c->rc = rl_errf(&c->err, RL_ESTORE, "redis: %.400s", r->str);
+        freeReplyObject(r);
+    }
+}
+
+void rld_pool_exec_many(rld_pool *p, rld_script s, rld_call *calls, size_t n)
+{
+    rl_ns deadline = rld_mono_ns() + p->timeout;
+    const char *head[2];
+    size_t hl[2];
+    char sha[41] = "", inl[16384];
+    int probe = 0, fn, rc;
+    outcome o = {.link = LINK_UNSENT};
+    rl_err e = {{0}};
+    redisReply *rep_inl[64], **rep = n <= 64 ? rep_inl : malloc(n * sizeof *rep);
+    rld_buf b;
+    rld_buf_init(&b, inl, sizeof inl);
+    for (size_t i = 0; i < n; i++)
+        calls[i].reply = NULL, calls[i].rc = RL_ESTORE;
+    if (n < 2 || !rep) {
+        for (size_t i = 0; i < n; i++)
+            run_alone(p, s, &calls[i]);
+        if (rep != rep_inl)
+            free(rep);
+        return;
+    }
+    if ((rc = admit(p, &probe, &e)) == RL_OK)
+        rc = script_head(p, s, head, hl, sha, 0, deadline, &fn, &o, &e);
+    for (size_t i = 0; rc == RL_OK && i < n; i++)
+        if (append_call(&b, head, hl, &calls[i]) != 0)
+            rc = rl_errf(&e, RL_ENOMEM, "redis: out of memory");
+    pcall k = {.nreplies = (int)n, .replies = rep, .deadline = deadline, .err = &e,
+               .cmd = b.p, .len = b.len};
+    if (rc == RL_OK) {
+        pthread_cond_init(&k.cv, &mono_attr);
+        run_on(p, pick(p), &k);
+        pthread_cond_destroy(&k.cv);
+        o = (outcome){.link = k.link_failed ? LINK_FAILED : k.got ? LINK_ANSWERED : LINK_UNSENT,
+                      .reset = k.reset, .opened = k.opened, .gen = k.gen};
+        account(p, probe, o.link, o.gen, k.link_failed, &e);
+    } else if (probe || o.link != LINK_UNSENT) {
+        account(p, probe, o.link, o.gen, 1, &e);
+    }
+    int redo = k.link_failed && k.reset && !k.opened;
+    for (size_t i = 0; i < n; i++) {
+        if (rc != RL_OK)
+            calls[i].rc = rc, calls[i].err = e;
+        else
+            many_outcome(p, s, &calls[i], i, &k, (int)i < k.got ? rep[i] : NULL, redo, &e);
+    }
+    rld_buf_reset(&b);
+    if (rep != rep_inl)
+        free(rep);
 }
 
 int rld_pool_eval(rld_pool *p, rld_script s, int nkeys, int argc, const char **argv,

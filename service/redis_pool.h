@@ -106,6 +106,22 @@ int rld_pool_command(rld_pool *p, int argc, const char **argv, const size_t *arg
 int rld_pool_exec(rld_pool *p, int s, int nkeys, int argc, const char **argv,
                   const size_t *argvlen, unsigned flags, redisReply **reply, rl_err *err);
 
+/* One call of rld_pool_exec_many: its keys and arguments, and what came of it. */
+typedef struct rld_call {
+    int nkeys, argc; /* argv[0..nkeys-1] are KEYS, the rest ARGV (at most 250 in all) */
+    const char **argv;
+    const size_t *len;
+    redisReply *reply; /* on RL_OK: the reply (not an error reply), freed by the caller */
+    int rc;            /* what rld_pool_eval would have returned */
+    rl_err err;        /* on RL_ESTORE: why */
+} rld_call;
+
+/* Runs script s for each of the n calls as rld_pool_eval would, written back to back on one
+ * connection in one write and answered in order, so that n calls cost one round trip and one
+ * wait. Redis runs each call atomically, one after the other; a call whose script Redis did
+ * not have (restart, flush), or that met a closed connection, is made again on its own. */
+void rld_pool_exec_many(rld_pool *p, rld_script s, rld_call *calls, size_t n);
+
 /* Whether the store's larger scripts go as Redis Functions (FCALL of a library loaded once)
  * rather than EVALSHA: off (0) by default, on (1) when the store is configured so, and off
  * again for good when Redis refuses Functions (before Redis 7, or a user not permitted

@@ -199,6 +199,15 @@ static void ab_cat_u(abuf *a, unsigned v)
     ab_cat(a, b, rld_fmt_i64(b, v));
 }
 
+/* An empty abuf (without touching its inline space). */
+static void ab_init(abuf *a)
+{
+    a->n = a->cap = a->used = a->bcap = 0;
+    a->off = a->len = NULL;
+    a->buf = NULL;
+    a->oom = 0;
+}
+
 static void ab_free(abuf *a)
 {
     if (a->off != a->off_inl)
@@ -207,10 +216,7 @@ static void ab_free(abuf *a)
         free(a->len);
     if (a->buf != a->buf_inl)
         free(a->buf);
-    a->n = a->cap = a->used = a->bcap = 0;
-    a->off = a->len = NULL;
-    a->buf = NULL;
-    a->oom = 0;
+    ab_init(a);
 }
 
 /* KEYS then ARGV as one argument vector: into av and al when n fits (max), or else into
@@ -1035,15 +1041,21 @@ static int decide_cluster(redis_store *rs, const rl_plan *plan, rl_decision *d, 
     return rc;
 }
 
-static int rs_decide(void *cls, const rl_plan *plan, rl_decision *d, rl_err *err)
-{
-    redis_store *rs = cls;
-    unsigned shard[RL_MAX_LEVELS] = {0};
-    char id[RL_RESERVATION_ID] = "";
+/* A decision between its plan and its answer. */
+typedef struct dstate {
+    unsigned shard[RL_MAX_LEVELS];
+    char id[RL_RESERVATION_ID];
+    size_t nstate; /* items whose state Redis keeps */
+    int reserve, blocked;
     item_out out[RL_MAX_APPLIED];
-    size_t nstate;
-    int holds = 0, blocked, rc;
+} dstate;
 
+/* What a decision needs before any call: each level's shard, whether it reserves, and the
+ * waits of the rules decided here. */
+static int decide_begin(redis_store *rs, const rl_plan *plan, rl_decision *d, dstate *st,
+                        rl_err *err)
+{
+    int holds = 0;
     if (rs->manual && plan->now < 0)
         return rl_errf(err, RL_EINVAL, "now: must not be negative with the Redis store");
     for (size_t i = 0; i < plan->n; i++) {
@@ -1051,61 +1063,178 @@ static int rs_decide(void *cls, const rl_plan *plan, rl_decision *d, rl_err *err
         holds |= ti && ti->holds;
     }
     for (size_t l = 0; l < rs->cfg->nlevels; l++)
-        shard[l] = pick_shard(rs->shards[l]);
-    int reserve = !(plan->flags & RL_DRY_RUN) && (holds || (plan->flags & RL_RESERVE));
-    if ((rc = decide_here(rs, plan, d, &nstate, &blocked, err)) != RL_OK)
-        return rc;
-    memset(out, 0, sizeof out);
+        st->shard[l] = pick_shard(rs->shards[l]);
+    st->id[0] = '\0';
+    st->reserve = !(plan->flags & RL_DRY_RUN) && (holds || (plan->flags & RL_RESERVE));
+    memset(st->out, 0, plan->n * sizeof st->out[0]);
+    return decide_here(rs, plan, d, &st->nstate, &st->blocked, err);
+}
 
+/* The decision from what the scripts answered (st->out): as the script decides, allowed when
+ * every item that blocks fits; a reservation when asked for or when a rule that holds takes. */
+static void decide_end(redis_store *rs, const rl_plan *plan, rl_decision *d, const dstate *st)
+{
+    int allowed = 1, made = st->reserve && (plan->flags & RL_RESERVE);
+    for (size_t i = 0; i < plan->n; i++) {
+        rl_applied *ap = &d->applied[i];
+        const rl_rule *rule = ap->rule;
+        const type_info *ti = info_of(rs, rule);
+        if (!ti->stateless)
+            ap->wait = st->out[i].wait;
+        allowed &= ap->wait == 0 || !rl_plan_item_blocks(plan, i);
+        ap->shadow_denied = (plan->items[i].mode & RL_ITEM_SHADOW) && ap->wait != 0;
+        made |= st->reserve && ti->holds && rl_plan_item_takes(plan, i, ap->wait);
+        ap->has_status = rule->type->report != NULL;
+        if (!ap->has_status)
+            continue;
+        rl_rule_status rs_st;
+        if (ti->stateless) {
+            rl_rule_peek(rule, zero_state, ap->key, ap->keylen, plan->now, 0, &rs_st);
+        } else {
+            rs_st.limit = st->out[i].st[0];
+            rs_st.remaining = st->out[i].st[1];
+            rs_st.reset_after = st->out[i].st[2];
+            rs_st.window = st->out[i].st[3];
+            rs_st.next = st->out[i].st[4];
+        }
+        rl_applied_set_status(ap, &rs_st);
+    }
+    if (made && allowed)
+        memcpy(d->reservation, st->id, sizeof st->id);
+}
+
+/* Whether the decision needs a call at all (on one Redis): not when Redis keeps nothing of it
+ * and it reserves nothing, for the waits decided here are final. */
+static int needs_call(const dstate *st)
+{
+    return st->nstate != 0 || st->reserve;
+}
+
+static int rs_decide(void *cls, const rl_plan *plan, rl_decision *d, rl_err *err)
+{
+    redis_store *rs = cls;
+    dstate st;
+    int rc;
+    if ((rc = decide_begin(rs, plan, d, &st, err)) != RL_OK)
+        return rc;
     rc = DUP_ID;
     for (int attempt = 0; attempt < 3 && rc == DUP_ID; attempt++) {
-        if (reserve)
-            new_id(rs, id);
+        if (st.reserve)
+            new_id(rs, st.id);
         if (rs->cluster) {
-            int asked = reserve && (plan->flags & RL_RESERVE);
-            rc = nstate ? decide_cluster(rs, plan, d, blocked, reserve, id, shard, out, err)
-                 : asked && !blocked ? record_resv(rs, plan, d, id, shard, out, err)
-                                     : RL_OK;
+            int asked = st.reserve && (plan->flags & RL_RESERVE);
+            rc = st.nstate ? decide_cluster(rs, plan, d, st.blocked, st.reserve, st.id, st.shard,
+                                            st.out, err)
+                 : asked && !st.blocked
+                     ? record_resv(rs, plan, d, st.id, st.shard, st.out, err)
+                     : RL_OK;
         } else {
-            rc = nstate == 0 && !reserve ? RL_OK /* nothing kept in Redis: the waits are final */
-                                         : decide_one(rs, plan, d, id, shard, out, err);
+            rc = needs_call(&st) ? decide_one(rs, plan, d, st.id, st.shard, st.out, err) : RL_OK;
         }
     }
     if (rc == DUP_ID)
         return rl_errf(err, RL_ESTORE, "redis: no free reservation id");
     if (rc != RL_OK)
         return rc;
-
-    /* as the script decides: allowed when every item that blocks fits; a reservation when
-     * asked for or when a rule that holds takes */
-    int allowed = 1, made = reserve && (plan->flags & RL_RESERVE);
-    for (size_t i = 0; i < plan->n; i++) {
-        rl_applied *ap = &d->applied[i];
-        const rl_rule *rule = ap->rule;
-        const type_info *ti = info_of(rs, rule);
-        if (!ti->stateless)
-            ap->wait = out[i].wait;
-        allowed &= ap->wait == 0 || !rl_plan_item_blocks(plan, i);
-        ap->shadow_denied = (plan->items[i].mode & RL_ITEM_SHADOW) && ap->wait != 0;
-        made |= reserve && ti->holds && rl_plan_item_takes(plan, i, ap->wait);
-        ap->has_status = rule->type->report != NULL;
-        if (!ap->has_status)
-            continue;
-        rl_rule_status st;
-        if (ti->stateless) {
-            rl_rule_peek(rule, zero_state, ap->key, ap->keylen, plan->now, 0, &st);
-        } else {
-            st.limit = out[i].st[0];
-            st.remaining = out[i].st[1];
-            st.reset_after = out[i].st[2];
-            st.window = out[i].st[3];
-            st.next = out[i].st[4];
-        }
-        rl_applied_set_status(ap, &st);
-    }
-    if (made && allowed)
-        memcpy(d->reservation, id, sizeof id);
+    decide_end(rs, plan, d, &st);
     return RL_OK;
+}
+
+/* ---- many decisions at once ---------------------------------------------------------------- */
+
+/* One decision of a batch: its state, its arguments, and its call. */
+typedef struct many_item {
+    dstate st;
+    abuf k, a;
+    const char **argv;
+    size_t *len;
+    size_t call; /* its index in the calls; SIZE_MAX: none */
+} many_item;
+
+/* Builds decision i's call into it (into calls[*m], counting it). */
+static int many_build(redis_store *rs, const rl_plan *plan, rl_decision *d, many_item *it,
+                      rld_call *calls, size_t *m, rl_err *err)
+{
+    size_t sel[RL_MAX_APPLIED];
+    it->call = SIZE_MAX;
+    int rc = decide_begin(rs, plan, d, &it->st, err);
+    if (rc != RL_OK || !needs_call(&it->st))
+        return rc;
+    for (size_t i = 0; i < plan->n; i++)
+        sel[i] = i;
+    if (it->st.reserve)
+        new_id(rs, it->st.id);
+    build_decide(rs, plan, d, sel, plan->n, (plan->flags & RL_DRY_RUN) != 0, it->st.id,
+                 it->st.shard, &it->k, &it->a);
+    if (ab_join(&it->k, &it->a, NULL, NULL, 0, &it->argv, &it->len) != 0)
+        return rl_errf(err, RL_ENOMEM, "out of memory");
+    calls[*m] = (rld_call){.nkeys = (int)it->k.n, .argc = (int)(it->k.n + it->a.n),
+                           .argv = it->argv, .len = it->len};
+    it->call = (*m)++;
+    return RL_OK;
+}
+
+/* Decision i from its call's outcome; a reservation id found taken decides it again alone. */
+static int many_finish(redis_store *rs, const rl_plan *plan, rl_decision *d, many_item *it,
+                       rld_call *c, rl_err *err)
+{
+    size_t sel[RL_MAX_APPLIED];
+    if (!c) {
+        decide_end(rs, plan, d, &it->st);
+        return RL_OK;
+    }
+    if (c->rc != RL_OK) {
+        *err = c->err;
+        return c->rc;
+    }
+    for (size_t i = 0; i < plan->n; i++)
+        sel[i] = i;
+    int rc = RL_OK;
+    if (reply_is(c->reply, "dup"))
+        rc = rs_decide(rs, plan, d, err);
+    else if (read_decide(c->reply, sel, plan->n, 0, it->st.out, NULL, 0) != 0)
+        rc = rl_errf(err, RL_ESTORE, "redis: unexpected reply to a decision");
+    else
+        decide_end(rs, plan, d, &it->st);
+    freeReplyObject(c->reply);
+    c->reply = NULL;
+    return rc;
+}
+
+/* On one Redis, the calls of all n decisions go in one write (rld_pool_exec_many); on a
+ * cluster each decision goes its own way. */
+static void rs_decide_many(void *cls, const rl_plan *const *plans, rl_decision *const *ds,
+                           size_t n, int *rc, rl_err *errs)
+{
+    redis_store *rs = cls;
+    many_item *it = rs->cluster || n < 2 ? NULL : malloc(n * sizeof *it);
+    rld_call *calls = it ? malloc(n * sizeof *calls) : NULL;
+    size_t m = 0;
+    if (!calls) {
+        free(it);
+        for (size_t i = 0; i < n; i++)
+            rc[i] = rs_decide(rs, plans[i], ds[i], &errs[i]);
+        return;
+    }
+    for (size_t i = 0; i < n; i++) {
+        ab_init(&it[i].k);
+        ab_init(&it[i].a);
+        it[i].argv = NULL;
+        rc[i] = many_build(rs, plans[i], ds[i], &it[i], calls, &m, &errs[i]);
+    }
+    rld_pool_exec_many(rs->pool, RLD_SCRIPT_DECIDE, calls, m);
+    for (size_t i = 0; i < n; i++) {
+        if (rc[i] == RL_OK)
+            rc[i] = many_finish(rs, plans[i], ds[i], &it[i],
+                                it[i].call == SIZE_MAX ? NULL : &calls[it[i].call], &errs[i]);
+        else if (it[i].call != SIZE_MAX && calls[it[i].call].reply)
+            freeReplyObject(calls[it[i].call].reply);
+        free(it[i].argv);
+        ab_free(&it[i].k);
+        ab_free(&it[i].a);
+    }
+    free(calls);
+    free(it);
 }
 
 /* ---- reservations -------------------------------------------------------------------------- */
@@ -1644,6 +1773,7 @@ static const rl_store_ops redis_ops = {
     .name = "redis",
     .attach = rs_attach,
     .decide = rs_decide,
+    .decide_many = rs_decide_many,
     .settle = rs_settle,
     .release = rs_release,
     .tick = rs_tick,

@@ -15,6 +15,41 @@
 
 /* ---- worked numbers --------------------------------------------------------------------- */
 
+/* rl_acquire_many over the memory store: as rl_acquire one after the other, worked out by
+ * hand. A bucket of 3 (1 a second) for user a asked 5 times at t = 0, a request with a bad
+ * cost in the middle refused alone, and user b once. */
+START_TEST(acquire_many_is_one_after_the_other)
+{
+    rl_limiter *lim = tu_limiter("{\"levels\": [{\"name\": \"user\", \"rules\": [{\"type\": "
+                                 "\"token_bucket\", \"capacity\": 3, \"per_second\": 1}]}]}");
+    rl_descriptor da = {"user", 4, "a", 1}, db = {"user", 4, "b", 1};
+    rl_request req[7];
+    rl_decision d[7];
+    rl_err err[7];
+    rl_acquisition x[7];
+    for (int i = 0; i < 7; i++) {
+        req[i] = (rl_request){.desc = i == 6 ? &db : &da, .ndesc = 1, .cost = FP(1), .now = 0};
+        x[i] = (rl_acquisition){&req[i], &d[i], &err[i], -99};
+    }
+    req[2].cost = 0; /* refused: cost must be positive */
+    rl_acquire_many(lim, x, 7);
+    ck_assert_int_eq(x[2].rc, RL_EINVAL);
+    ck_assert_str_eq(err[2].msg, "cost: must be a positive number no larger than 1000000000000");
+    static const int allowed[7] = {1, 1, -1, 1, 0, 0, 1};
+    for (int i = 0; i < 7; i++) {
+        if (i == 2)
+            continue;
+        ck_assert_int_eq(x[i].rc, RL_OK);
+        ck_assert_int_eq(d[i].allowed, allowed[i]);
+        ck_assert_int_eq(d[i].retry_after, allowed[i] ? 0 : S(1));
+        ck_assert_int_eq(d[i].blocked, allowed[i] ? -1 : 0);
+        rl_decision_done(&d[i]);
+    }
+    ck_assert_int_eq(tu_status(&d[6], 0)->remaining, FP(2));
+    tu_free(lim);
+}
+END_TEST
+
 START_TEST(team_bucket_worked_numbers)
 {
     /* a 100-capacity, 10/s team bucket emptied at t = 0 answers retry_after 0.1 s and holds
@@ -458,6 +493,77 @@ static const char *tier_cfg =
     "  \"two\": [{\"type\": \"token_bucket\", \"capacity\": 10, \"per_second\": 1}, "
     "{\"type\": \"token_bucket\", \"capacity\": 50, \"per_second\": 0.5, \"name\": \"slow\"}]},"
     " \"default_tier\": \"free\", \"quotas\": {\"alice\": \"enterprise\"}}";
+
+/* A plan past its bounds is refused and changes nothing: a composed key longer than 1024 bytes
+ * (after a tiered level whose custom list the decision held: the reference is given back),
+ * and more than 64 rules in one decision. */
+START_TEST(plans_past_their_bounds_change_nothing)
+{
+    rl_limiter *lim = tu_limiter(
+        "{\"levels\": [{\"name\": \"user\", \"tiered\": true},"
+        " {\"name\": \"abcde\", \"compose\": [\"a\", \"b\", \"c\", \"d\", \"e\"], \"rules\": "
+        "[{\"type\": \"token_bucket\", \"capacity\": 5, \"per_second\": 1}]}],"
+        " \"tiers\": {\"free\": [{\"type\": \"token_bucket\", \"capacity\": 10, "
+        "\"per_second\": 0.001}]}, \"default_tier\": \"free\"}");
+    rl_decision d;
+    rl_err err;
+    rl_rules *rules = rl_rules_new(1);
+    ck_assert_int_eq(rl_rule_init(&rules->v[0], rl_limiter_config(lim)->reg, "token_bucket",
+                                  &err),
+                     RL_OK);
+    ck_assert_int_eq(rl_rule_set_number(&rules->v[0], "capacity", 7, &err), RL_OK);
+    ck_assert_int_eq(rl_rule_set_number(&rules->v[0], "per_second", 0.001, &err), RL_OK);
+    ck_assert_int_eq(rl_rule_finish(&rules->v[0], &err), RL_OK);
+    ck_assert_int_eq(rl_quota_set(lim, "erin", NULL, rules, &err), RL_OK);
+    long refs = rules->refs;
+
+    /* five parts of 205 bytes and four ':' are 1029 bytes; of 204, 1024 */
+    char part[206], keys[1200];
+    memset(part, 'x', sizeof part);
+    part[205] = '\0';
+    snprintf(keys, sizeof keys, "user=erin,a=%s,b=%s,c=%s,d=%s,e=%s", part, part, part, part,
+             part);
+    ck_assert_int_eq(tu_acquire_err(lim, keys, 1, S(0), &err), RL_EINVAL);
+    ck_assert_str_eq(err.msg, "keys: the composed keys are too long");
+    ck_assert_int_eq(rules->refs, refs);
+    part[204] = '\0';
+    snprintf(keys, sizeof keys, "user=erin,a=%s,b=%s,c=%s,d=%s,e=%s", part, part, part, part,
+             part);
+    ck_assert(tu_acquire(lim, keys, 1, S(0), &d));
+    ck_assert_int_eq(d.applied[1].keylen, 1024);
+    /* the refused request took nothing from erin's 7 */
+    ck_assert_double_eq(tu_remaining(lim, &d, "user"), 6);
+    ck_assert_int_eq(rules->refs, refs);
+    tu_free(lim);
+
+    /* a level of 16 rules named by five items: 80 would apply */
+    char cfg[4096];
+    size_t n = (size_t)snprintf(cfg, sizeof cfg, "{\"levels\": [{\"name\": \"l\", \"rules\": [");
+    for (int r = 0; r < 16; r++)
+        n += (size_t)snprintf(cfg + n, sizeof cfg - n,
+                              "%s{\"type\": \"token_bucket\", \"capacity\": 1, "
+                              "\"per_second\": 0.001, \"name\": \"r%d\"}",
+                              r ? ", " : "", r);
+    snprintf(cfg + n, sizeof cfg - n, "]}]}");
+    lim = tu_limiter(cfg);
+    rl_item items[5];
+    static const char *const ik[5] = {"k0", "k1", "k2", "k3", "k4"};
+    for (int i = 0; i < 5; i++)
+        items[i] = (rl_item){.level = 0, .key = ik[i], .keylen = 2, .cost = FP(1)};
+    rl_request req = {.items = items, .nitems = 5, .now = S(0)};
+    ck_assert_int_eq(rl_acquire(lim, &req, &d, &err), RL_EINVAL);
+    ck_assert_str_eq(err.msg, "keys: more than 64 rules would apply");
+    /* four items are 64 rules, and the refused request took nothing from the fifth's */
+    req.nitems = 4;
+    ck_assert_int_eq(rl_acquire(lim, &req, &d, &err), RL_OK);
+    ck_assert(d.allowed);
+    ck_assert_int_eq(d.napplied, 64);
+    rl_decision_done(&d);
+    ck_assert(tu_acquire(lim, "l=k4", 1, S(0), &d));
+    ck_assert(!tu_acquire(lim, "l=k0", 1, S(0), &d)); /* the four took their unit */
+    tu_free(lim);
+}
+END_TEST
 
 START_TEST(tiers_and_tier_changes)
 {
@@ -1111,6 +1217,29 @@ START_TEST(records_sharing_a_hash_differ_in_any_byte)
 }
 END_TEST
 
+/* A find matches the slot as well as the hash and the key, whatever the record's type (a
+ * position whose rule changed type is found, then given a state of the new type). */
+START_TEST(records_sharing_hash_and_key_differ_by_slot_not_type)
+{
+    rl__seg s;
+    memset(&s, 0, sizeof s);
+    uint32_t a = rl__seg_insert(&s, 7, 0, "k", 1, 1, 0);
+    uint32_t b = rl__seg_insert(&s, 7, 1, "k", 1, 2, 0);
+    ck_assert_uint_ne(a, RL__NONE);
+    ck_assert_uint_ne(b, RL__NONE);
+    uint32_t i0 = rl__seg_find(&s, 7, 0, "k", 1), i1 = rl__seg_find(&s, 7, 1, "k", 1);
+    ck_assert_uint_ne(i0, RL__NONE);
+    ck_assert_uint_ne(i1, RL__NONE);
+    ck_assert_uint_eq(s.r[i0].slot, 0);
+    ck_assert_uint_eq(s.r[i0].type, 1);
+    ck_assert_uint_eq(s.r[i1].slot, 1);
+    ck_assert_uint_eq(s.r[i1].type, 2);
+    ck_assert_uint_eq(rl__seg_find(&s, 7, 2, "k", 1), RL__NONE);
+    ck_assert_uint_eq(rl__seg_find(&s, 8, 0, "k", 1), RL__NONE);
+    rl__seg_free(&s);
+}
+END_TEST
+
 /* A key is checked a word at a time, short keys as overlapping halves: a control character
  * or DEL at any position of a key of any length up to 20 is found, bytes above 0x7e are not
  * mistaken for one. */
@@ -1728,12 +1857,14 @@ Suite *limiter_suite(void)
     tcase_add_test(tc, reserved_share_for_priority);
     tcase_add_test(tc, tiers_and_tier_changes);
     tcase_add_test(tc, custom_rules_for_one_key);
+    tcase_add_test(tc, plans_past_their_bounds_change_nothing);
     tcase_add_test(tc, stale_state_is_dropped);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("stores");
     tcase_add_test(tc, segment_shrinks_a_pass_after_it_stops_growing);
     tcase_add_test(tc, records_sharing_a_hash_differ_in_any_byte);
+    tcase_add_test(tc, records_sharing_hash_and_key_differ_by_slot_not_type);
     tcase_add_test(tc, control_characters_found_at_every_length_and_position);
     tcase_add_test(tc, descriptor_names_sharing_their_ends);
     tcase_add_test(tc, store_without_prefetch_decides_the_same);
@@ -1760,6 +1891,7 @@ Suite *limiter_suite(void)
     tcase_add_test(tc, snapshot_into_a_changed_configuration);
     tcase_add_test(tc, snapshot_follows_each_rule_by_name_and_parameters);
     tcase_add_test(tc, snapshot_skips_idle_and_expired);
+    tcase_add_test(tc, acquire_many_is_one_after_the_other);
     tcase_add_test(tc, snapshot_missing_or_corrupt);
     tcase_add_loop_test(tc, snapshot_refuses_a_state_out_of_bounds, 0,
                         sizeof bad_states / sizeof bad_states[0]);

@@ -473,8 +473,65 @@ static void compare(const rl_decision *a, const rl_decision *b, const char *ctx)
 
 /* Replays a random trace through a memory limiter and a Redis limiter with a manual clock;
  * every answer must be the same. force is the type of level 0's first rule. */
-static void replay(uint64_t seed, int force, int steps, const char *prefix)
+/* Acquires decided on the Redis side in one rl_acquire_many, compared at the end of the run
+ * with the memory side's, which decided each as it came. */
+typedef struct pending {
+    size_t n;
+    char buf[12][512], ctx[12][256];
+    rl_descriptor ds[12][16];
+    rl_request req[12];
+    rl_decision mem[12], red[12];
+} pending;
+
+/* Decides the pending requests on the Redis side, compares, and records reservations. */
+static void flush_pending(pending *q, rl_limiter *red, char ids[64][2][RL_RESERVATION_ID],
+                          size_t *nids)
 {
+    rl_acquisition x[12];
+    rl_err errs[12];
+    for (size_t i = 0; i < q->n; i++)
+        x[i] = (rl_acquisition){&q->req[i], &q->red[i], &errs[i], 0};
+    rl_acquire_many(red, x, q->n);
+    for (size_t i = 0; i < q->n; i++) {
+        ck_assert_msg(x[i].rc == RL_OK, "%s: acquire_many %d (%s)", q->ctx[i], x[i].rc,
+                      errs[i].msg);
+        rl_decision_done(&q->red[i]);
+        compare(&q->mem[i], &q->red[i], q->ctx[i]);
+        if (!q->mem[i].reservation[0])
+            continue;
+        if (*nids == 64) {
+            memmove(ids, ids + 1, sizeof ids[0] * 63);
+            --*nids;
+        }
+        memcpy(ids[*nids][0], q->mem[i].reservation, RL_RESERVATION_ID);
+        memcpy(ids[*nids][1], q->red[i].reservation, RL_RESERVATION_ID);
+        ++*nids;
+    }
+    q->n = 0;
+}
+
+/* The memory side of one acquire now, the Redis side queued in q. */
+static void queue_acquire(pending *q, rl_limiter *mem, const char *keys, rl_fp cost, rl_ns now,
+                          unsigned flags, int64_t prio, const char *ctx)
+{
+    size_t i = q->n++;
+    snprintf(q->ctx[i], sizeof q->ctx[i], "%.200s (batched, %zu)", ctx, i);
+    ck_assert_int_eq(acquire(mem, keys, cost, now, flags, prio, &q->mem[i]), RL_OK);
+    q->req[i] = (rl_request){.desc = q->ds[i],
+                             .ndesc = descs(keys, q->buf[i], sizeof q->buf[i], q->ds[i]),
+                             .cost = cost,
+                             .priority = prio,
+                             .flags = flags,
+                             .now = now};
+}
+
+/* Replays a random trace through a memory limiter and a Redis limiter with a manual clock;
+ * every answer must be the same. force is the type of level 0's first rule. batch: the Redis
+ * side decides runs of up to that many acquires at once (rl_acquire_many); 0: one by one. */
+static void replay(uint64_t seed, int force, int steps, const char *prefix, size_t batch)
+{
+    pending *q = batch ? calloc(1, sizeof *q) : NULL;
+    size_t want = batch;
     uint64_t s = seed;
     char json[8192], ctx[256];
     rnd_config(&s, force, json, sizeof json);
@@ -515,6 +572,10 @@ static void replay(uint64_t seed, int force, int steps, const char *prefix)
         }
         snprintf(ctx, sizeof ctx, "seed 0x%" PRIx64 " step %d t=%" PRId64, seed, step, now);
         int op = (int)rnd(&s, 10);
+        if (q && q->n && (q->n == want || !(op < 7 || nids == 0))) {
+            flush_pending(q, p.red, ids, &nids);
+            want = 1 + (size_t)rnd(&s, batch);
+        }
         if (op < 7 || nids == 0) {
             char keys[64] = "";
             for (size_t l = 0, u = 0; l < nlevels; l++)
@@ -529,6 +590,10 @@ static void replay(uint64_t seed, int force, int steps, const char *prefix)
             if (getenv("RL_TRACE"))
                 fprintf(stderr, "trace: %s: %s cost %lld flags %u prio %lld\n", ctx, keys,
                         (long long)cost, flags, (long long)prio);
+            if (q) {
+                queue_acquire(q, p.mem, keys, cost, now, flags, prio, ctx);
+                continue;
+            }
             int ra = acquire(p.mem, keys, cost, now, flags, prio, &a);
             int rb = acquire(p.red, keys, cost, now, flags, prio, &b);
             ck_assert_msg(ra == RL_OK && rb == RL_OK, "%s: acquire %d / %d", ctx, ra, rb);
@@ -565,6 +630,9 @@ static void replay(uint64_t seed, int force, int steps, const char *prefix)
                           rb == RL_ESTORE ? e2.msg : "");
         }
     }
+    if (q && q->n)
+        flush_pending(q, p.red, ids, &nids);
+    free(q);
     pair_free(&p);
 }
 
@@ -576,7 +644,87 @@ START_TEST(differential_replay)
     if (env)
         seed = strtoull(env, NULL, 0);
     snprintf(prefix, sizeof prefix, "diff%" PRIx64 ":", seed);
-    replay(seed, _i % NTYPES, STEPS, prefix);
+    replay(seed, _i % NTYPES, STEPS, prefix, 0);
+}
+END_TEST
+
+/* The same with the Redis side deciding runs of 1 to 12 requests in one call
+ * (rl_acquire_many: their scripts in one write, run in order): the answers must be those of
+ * deciding them one by one. */
+START_TEST(differential_replay_batched)
+{
+    uint64_t seed = 0xba7c0000u + (uint64_t)_i;
+    char prefix[40];
+    snprintf(prefix, sizeof prefix, "batch%" PRIx64 ":", seed);
+    functions = _i & 1; /* FCALL and EVALSHA in turn */
+    replay(seed, _i % NTYPES, STEPS, prefix, 12);
+    functions = 0;
+}
+END_TEST
+
+/* 12 decisions in one rl_acquire_many: a bucket of 5 (1 a second) for user a, asked 8 times,
+ * and user b asked 4 times, all at t = 0. */
+static void twelve_at_once(rl_limiter *lim, rl_decision d[12])
+{
+    char buf[12][64];
+    rl_descriptor ds[12][2];
+    rl_request req[12];
+    rl_acquisition x[12];
+    rl_err errs[12];
+    for (int i = 0; i < 12; i++) {
+        req[i] = (rl_request){.desc = ds[i],
+                              .ndesc = descs(i < 8 ? "user=a" : "user=b", buf[i], 64, ds[i]),
+                              .cost = RL_FP_ONE,
+                              .now = 0};
+        x[i] = (rl_acquisition){&req[i], &d[i], &errs[i], 0};
+    }
+    rl_acquire_many(lim, x, 12);
+    for (int i = 0; i < 12; i++) {
+        ck_assert_msg(x[i].rc == RL_OK, "decision %d: %s", i, errs[i].msg);
+        rl_decision_done(&d[i]);
+    }
+}
+
+/* Worked out by hand: a's first 5 take the bucket's 5 tokens, its next 3 wait 1 s for one;
+ * b's 4 leave it 1 of 5. */
+static void check_twelve(const rl_decision d[12])
+{
+    for (int i = 0; i < 12; i++) {
+        int allowed = i < 5 || i >= 8;
+        ck_assert_msg(d[i].allowed == allowed, "decision %d: allowed %d", i, d[i].allowed);
+        ck_assert_int_eq(d[i].retry_after, allowed ? 0 : RL_NS_PER_SEC);
+        const rl_rule_status *st = tu_status(&d[i], 0);
+        int64_t left = i < 5 ? 4 - i : i < 8 ? 0 : 12 - i;
+        ck_assert_int_eq(st->remaining, left * RL_FP_ONE);
+    }
+}
+
+START_TEST(many_decisions_share_one_write)
+{
+    static const char json[] =
+        "{\"levels\": [{\"name\": \"user\", \"rules\": [{\"type\": \"token_bucket\", "
+        "\"capacity\": 5, \"per_second\": 1}]}]}";
+    rl_registry *reg = rl_registry_new();
+    rl_store *st;
+    rl_limiter *lim = redis_limiter(reg, json, "many:", 0, &st);
+    rl_decision d[12];
+    rld_redis_health h0, h1;
+    ck_assert_int_eq(acquire(lim, "user=warm", RL_FP_ONE, 0, 0, 0, &d[0]), RL_OK); /* loaded */
+    rld_redis_store_health(st, &h0);
+    twelve_at_once(lim, d);
+    rld_redis_store_health(st, &h1);
+    check_twelve(d);
+    ck_assert_uint_eq(h1.calls - h0.calls, 12);
+    ck_assert_uint_eq(h1.writes - h0.writes, 1);
+
+    /* the scripts and the states gone (a restart without persistence): each call is made
+     * again on its own, by EVAL, and the answers are the same */
+    freeReplyObject(rt_redis_cmd(&srv, "SCRIPT FLUSH"));
+    freeReplyObject(rt_redis_cmd(&srv, "FLUSHALL"));
+    twelve_at_once(lim, d);
+    check_twelve(d);
+    rl_limiter_free(lim);
+    rl_registry_free(reg);
 }
 END_TEST
 
@@ -589,7 +737,7 @@ START_TEST(differential_replay_cluster)
         uint64_t seed = 0xc1a50000u + (uint64_t)(_i * NTYPES + t);
         char prefix[40];
         snprintf(prefix, sizeof prefix, "cl%" PRIx64 ":", seed);
-        replay(seed, t, STEPS, prefix);
+        replay(seed, t, STEPS, prefix, 0);
     }
 }
 END_TEST
@@ -734,7 +882,7 @@ START_TEST(differential_replay_functions)
     char prefix[40];
     snprintf(prefix, sizeof prefix, "difffn%d:", _i);
     functions = 1;
-    replay(0x5ba0000u + (uint64_t)_i, _i % NTYPES, STEPS, prefix);
+    replay(0x5ba0000u + (uint64_t)_i, _i % NTYPES, STEPS, prefix, 0);
     functions = 0;
 }
 END_TEST
@@ -1298,7 +1446,7 @@ START_TEST(every_key_written_has_a_ttl_on_a_cluster)
     for (int t = 0; t < NTYPES - 1; t++) {
         char prefix[32];
         snprintf(prefix, sizeof prefix, "ttl%d:", t);
-        replay(0x77780000u + (uint64_t)t, t, 150, prefix);
+        replay(0x77780000u + (uint64_t)t, t, 150, prefix, 0);
     }
     size_t n = 0;
     for (int i = 0; i < 3; i++) {
@@ -1316,7 +1464,7 @@ START_TEST(every_key_written_has_a_ttl)
     for (int t = 0; t < 7; t++) {
         char prefix[32];
         snprintf(prefix, sizeof prefix, "ttl%d:", t);
-        replay(0x77770000u + (uint64_t)t, t, 150, prefix);
+        replay(0x77770000u + (uint64_t)t, t, 150, prefix, 0);
     }
     ck_assert_uint_gt(check_all_ttls(), 20);
 }
@@ -2043,6 +2191,8 @@ Suite *redis_store_suite(void)
     tcase_add_checked_fixture(tc, srv_up, srv_down);
     tcase_set_timeout(tc, 300);
     tcase_add_loop_test(tc, differential_replay, 0, TRACES);
+    tcase_add_loop_test(tc, differential_replay_batched, 0, NTYPES);
+    tcase_add_test(tc, many_decisions_share_one_write);
     tcase_add_loop_test(tc, differential_replay_functions, 0, NTYPES);
     tcase_add_loop_test(tc, boundaries_alike, 0, (int)(sizeof boundaries / sizeof boundaries[0]));
     tcase_add_test(tc, charges_saturate_alike);

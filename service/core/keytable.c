@@ -93,39 +93,74 @@ static inline uint32_t load32(const void *p)
     return v;
 }
 
-/* Whether r holds key (klen bytes). An inline key is compared as two loads from each end that
- * overlap in the middle, which covers every byte once the lengths are equal. */
-static inline int key_equal(const rl__rec *r, const char *key, size_t klen)
+/* Whether r, whose length is klen (at most RL__KEY_INLINE), holds key: two loads from each
+ * end that overlap in the middle, which cover every byte once the lengths are equal (one to
+ * three bytes: the first, the middle and the last). */
+static inline int inline_key_equal(const rl__rec *r, const char *key, size_t klen)
 {
-    if (r->klen != klen)
-        return 0;
-    if (klen > RL__KEY_INLINE)
-        return memcmp(r->key.out, key, klen) == 0;
     const char *in = r->key.in;
     if (klen >= 8)
         return load64(in) == load64(key) && load64(in + klen - 8) == load64(key + klen - 8);
     if (klen >= 4)
         return load32(in) == load32(key) && load32(in + klen - 4) == load32(key + klen - 4);
-    for (size_t i = 0; i < klen; i++)
-        if (in[i] != key[i])
-            return 0;
-    return 1;
+    return in[0] == key[0] && in[klen >> 1] == key[klen >> 1] && in[klen - 1] == key[klen - 1];
+}
+
+/* A record's first eight bytes: its hash, key length, type and slot, in that order. */
+static inline uint64_t rec_head(const rl__rec *r)
+{
+    return load64(r);
+}
+
+_Static_assert(offsetof(rl__rec, hash) == 0 && offsetof(rl__rec, klen) == 4 &&
+                   offsetof(rl__rec, type) == 6 && offsetof(rl__rec, slot) == 7,
+               "rec_head reads hash, klen, type and slot as one word");
+
+#define HEAD_TYPE ((uint64_t)0xff << 48)
+
+/* rec_head of a record of (h, klen, slot), its type masked out. Little-endian, as rec_head. */
+static inline uint64_t head_of(uint32_t h, size_t klen, unsigned slot)
+{
+    return (uint64_t)h | (uint64_t)klen << 32 | (uint64_t)slot << 56;
+}
+
+/* The probe loop compares hash, length and slot as one word (an empty slot is all zeros and a
+ * key at least one byte long, so an empty slot never matches); only a record that matches
+ * them compares its key. Made twice, for keys held inline and for longer ones, so that the
+ * first calls nothing and saves no registers. */
+static inline __attribute__((always_inline)) uint32_t
+find_in(const rl__seg *s, uint32_t h, unsigned slot, const char *key, size_t klen, int inline_key)
+{
+    uint32_t cap = s->cap;
+    if (!cap)
+        return RL__NONE;
+    const rl__rec *r = s->r;
+    uint64_t want = head_of(h, klen, slot);
+    uint32_t i = home(h, cap);
+    for (uint32_t dist = 0;; dist++) {
+        uint64_t head = rec_head(&r[i]);
+        if ((head & ~HEAD_TYPE) == want &&
+            (inline_key ? inline_key_equal(&r[i], key, klen)
+                        : memcmp(r[i].key.out, key, klen) == 0))
+            return i;
+        /* a record closer to its home than we are to ours: ours would have taken its place */
+        if (!(head & HEAD_TYPE) || distance((uint32_t)head, i, cap) < dist)
+            return RL__NONE;
+        i = i + 1 == cap ? 0 : i + 1;
+    }
+}
+
+static __attribute__((noinline)) uint32_t find_long(const rl__seg *s, uint32_t h, unsigned slot,
+                                                    const char *key, size_t klen)
+{
+    return find_in(s, h, slot, key, klen, 0);
 }
 
 uint32_t rl__seg_find(const rl__seg *s, uint32_t h, unsigned slot, const char *key, size_t klen)
 {
-    if (!s->cap)
-        return RL__NONE;
-    uint32_t cap = s->cap, i = home(h, cap);
-    for (uint32_t dist = 0;; dist++) {
-        const rl__rec *r = &s->r[i];
-        if (r->hash == h && r->type && r->slot == slot && key_equal(r, key, klen))
-            return i;
-        /* a record closer to its home than we are to ours: ours would have taken its place */
-        if (!r->type || distance(r->hash, i, cap) < dist)
-            return RL__NONE;
-        i = i + 1 == cap ? 0 : i + 1;
-    }
+    if (klen > RL__KEY_INLINE)
+        return find_long(s, h, slot, key, klen);
+    return find_in(s, h, slot, key, klen, 1);
 }
 
 /* Places e (moved in, not copied) into r of capacity cap; returns where e itself landed. */

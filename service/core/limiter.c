@@ -31,20 +31,32 @@ typedef struct qstripe {
     size_t nbucket, n;
 } qstripe;
 
+/* What a decision needs of a level, worked out once when the limiter is made. */
+typedef struct lvinfo {
+    const rl_rules *rules; /* the level's own list; NULL when resolved per key (tiered, keyed) */
+    const char *dkey;      /* the default key, or NULL */
+    uint32_t dklen;
+    uint8_t shadow;        /* the level makes every rule a shadow rule */
+    uint8_t nparts;        /* descriptors the key is made of */
+    uint8_t part[8];       /* their indices into desc */
+} lvinfo;
+
 struct rl_limiter {
     rl_config *cfg;
     rl_store *store;
     rl_resolver res;
     uint64_t seed;
     long tiered;
+    /* the store's methods a decision calls, read once */
+    int (*decide)(void *cls, const rl_plan *plan, rl_decision *d, rl_err *err);
+    uint64_t (*prefetch)(void *cls, size_t level, const rl_rules *rs, const char *key,
+                         size_t keylen);
+    void *scls;
     size_t ndesc;
     const char *desc[MAX_DESC]; /* descriptor names the levels use */
     size_t desclen[MAX_DESC];
     uint32_t deschead[MAX_DESC], desctail[MAX_DESC]; /* name_ends of each */
-    /* per level: the descriptors its key is made of (indices into desc) */
-    size_t nparts[RL_MAX_LEVELS];
-    uint8_t part[RL_MAX_LEVELS][8];
-    size_t dklen[RL_MAX_LEVELS]; /* length of each level's default key */
+    lvinfo lv[RL_MAX_LEVELS];
     long nquotas; /* atomic: lets the hot path skip the quota lookup when none are set */
     qstripe q[QSTRIPES];
 };
@@ -301,14 +313,18 @@ int rl_limiter_new(rl_config *cfg, rl_store *store, rl_limiter **out, rl_err *er
         pthread_mutex_init(&lim->q[i].mu, NULL);
     for (size_t i = 0; i < cfg->nlevels; i++) {
         const rl_level *l = &cfg->levels[i];
-        lim->dklen[i] = l->default_key ? strlen(l->default_key) : 0;
+        lvinfo *v = &lim->lv[i];
+        v->rules = l->tiered || l->key_rules ? NULL : l->rules;
+        v->dkey = l->default_key;
+        v->dklen = l->default_key ? (uint32_t)strlen(l->default_key) : 0;
+        v->shadow = l->shadow != 0;
         if (l->ncompose == 0) {
-            lim->nparts[i] = 1;
-            lim->part[i][0] = (uint8_t)desc_index(lim, l->name);
+            v->nparts = 1;
+            v->part[0] = (uint8_t)desc_index(lim, l->name);
         } else {
-            lim->nparts[i] = l->ncompose;
+            v->nparts = (uint8_t)l->ncompose;
             for (size_t k = 0; k < l->ncompose; k++)
-                lim->part[i][k] = (uint8_t)desc_index(lim, l->compose[k]);
+                v->part[k] = (uint8_t)desc_index(lim, l->compose[k]);
         }
     }
     lim->res.rule_at = rule_at;
@@ -318,6 +334,9 @@ int rl_limiter_new(rl_config *cfg, rl_store *store, rl_limiter **out, rl_err *er
         rl_limiter_free(lim);
         return rl_errf(err, RL_ENOMEM, "out of memory");
     }
+    lim->decide = lim->store->ops->decide;
+    lim->prefetch = lim->store->ops->prefetch;
+    lim->scls = lim->store->cls;
     int rc = lim->store->ops->attach(lim->store->cls, cfg, &lim->res, err);
     for (size_t i = 0; rc == RL_OK && i < cfg->nquotas; i++) {
         rl_rules_ref(cfg->quotas[i].rules);
@@ -405,27 +424,15 @@ static int read_descriptors(rl_limiter *lim, const rl_request *req, const char *
     return RL_OK;
 }
 
-/* Level li's key: the descriptor's own value, the level's default key, or several
- * descriptors joined with ':' in d->keybuf. Returns its length, 0 when the level is skipped,
- * or -1 when a composed key does not fit. */
-static long make_key(rl_limiter *lim, size_t li, const char **val, const size_t *vlen,
-                     rl_decision *d, const char **key)
+/* Level li's key when it is made of several descriptors, joined with ':' in d->keybuf (all
+ * present). Returns its length, or -1 when it does not fit. */
+static long compose_key(const lvinfo *v, const char **val, const size_t *vlen, rl_decision *d,
+                        const char **key)
 {
-    const rl_level *l = &lim->cfg->levels[li];
-    size_t nparts = lim->nparts[li];
-    for (size_t k = 0; k < nparts; k++)
-        if (!val[lim->part[li][k]]) {
-            *key = l->default_key;
-            return l->default_key ? (long)lim->dklen[li] : 0;
-        }
-    if (nparts == 1) {
-        *key = val[lim->part[li][0]];
-        return (long)vlen[lim->part[li][0]];
-    }
     char *out = d->keybuf + d->keyused;
     size_t room = sizeof d->keybuf - d->keyused, n = 0;
-    for (size_t k = 0; k < nparts; k++) {
-        size_t p = lim->part[li][k], need = vlen[p] + (k > 0);
+    for (size_t k = 0; k < v->nparts; k++) {
+        size_t p = v->part[k], need = vlen[p] + (k > 0);
         if (n + need > room || n + need > RL_COMPOSED_MAX)
             return -1;
         if (k > 0)
@@ -438,64 +445,87 @@ static long make_key(rl_limiter *lim, size_t li, const char **val, const size_t 
     return (long)n;
 }
 
-/* Appends to the plan the rules of level li that apply to key, each taking cost (or one unit
- * for a rule counting requests, when cost > 0). A custom list's reference is kept in d. */
-static inline __attribute__((always_inline)) int
-plan_key(rl_limiter *lim, size_t li, const char *key, size_t klen, const rl_request *req,
-         rl_fp cost, rl_decision *d, rl_plan *plan, rl_err *err)
+/* Level li's key: the descriptor's own value, the level's default key, or several descriptors
+ * joined. Returns its length, 0 when the level is skipped, or -1 when a composed key does not
+ * fit. */
+static inline long make_key(const lvinfo *v, const char **val, const size_t *vlen,
+                            rl_decision *d, const char **key)
 {
-    const rl_level *l = &lim->cfg->levels[li];
-    const rl_rules *rs = l->rules;
-    if (l->tiered || l->key_rules) {
-        rl_rules *ref;
-        rs = level_rules(lim, li, key, klen, &ref);
-        if (l->tiered) {
-            rl_rules_unref(d->held); /* only one level is tiered: one key per decision */
-            d->held = ref;
-        } else if (ref) {
-            rl_rules_unref(ref); /* a keyed level's lists outlive the limiter */
-        }
+    if (v->nparts == 1 && val[v->part[0]]) {
+        *key = val[v->part[0]];
+        return (long)vlen[v->part[0]];
     }
-    if (!rs || rs->n == 0)
-        return RL_OK;
+    for (size_t k = 0; k < v->nparts; k++)
+        if (!val[v->part[k]]) {
+            *key = v->dkey;
+            return (long)v->dklen;
+        }
+    return compose_key(v, val, vlen, d, key);
+}
+
+/* The rules of level li for key: the level's own, or those the key's tier, custom quota or
+ * the keyed level's function give. A custom list's reference is kept in d. */
+static inline const rl_rules *key_rules(rl_limiter *lim, size_t li, const char *key, size_t klen,
+                                        rl_decision *d)
+{
+    if (lim->lv[li].rules)
+        return lim->lv[li].rules;
+    rl_rules *ref;
+    const rl_rules *rs = level_rules(lim, li, key, klen, &ref);
+    if ((long)li == lim->tiered) {
+        rl_rules_unref(d->held); /* only one level is tiered: one key per decision */
+        d->held = ref;
+    } else if (ref) {
+        rl_rules_unref(ref); /* a keyed level's lists outlive the limiter */
+    }
+    return rs;
+}
+
+/* Appends to the plan the rules rs of level li at key, each taking cost (or one unit for a
+ * rule counting requests, when cost > 0). Every value is worked out before anything is
+ * written: the plan's byte fields may alias anything, and would make the compiler read the
+ * rule again after each. */
+static inline __attribute__((always_inline)) int
+plan_rules(rl_limiter *lim, size_t li, const rl_rules *rs, const char *key, size_t klen,
+           const rl_request *req, rl_fp cost, rl_decision *d, rl_plan *plan, rl_err *err)
+{
     size_t n = rs->n, base = d->napplied;
     if (base + n > RL_MAX_APPLIED)
         return rl_errf(err, RL_EINVAL, "keys: more than %d rules would apply", RL_MAX_APPLIED);
-    uint64_t hint = 0;
-    if (lim->store->ops->prefetch)
-        hint = lim->store->ops->prefetch(lim->store->cls, li, rs, key, klen);
+    uint64_t hint = lim->prefetch ? lim->prefetch(lim->scls, li, rs, key, klen) : 0;
+    int lshadow = lim->lv[li].shadow;
+    int64_t prio = req->priority;
+    rl_fp unit_cost = cost > 0 ? RL_FP_ONE : cost;
     rl_applied *a = &d->applied[base];
     rl_plan_item *it = &plan->items[base];
-    rl_fp unit_cost = cost > 0 ? RL_FP_ONE : cost;
+    d->napplied = base + n;
     for (size_t si = 0; si < n; si++, a++, it++) {
         const rl_rule *r = &rs->v[si];
-        uint8_t shadow = (uint8_t)((r->shadow | l->shadow) != 0), charge = r->charge != 0;
-        a->level = (uint16_t)li;
-        a->slot = (uint16_t)si;
+        int shadow = (r->shadow | lshadow) != 0, charge = r->charge != 0;
+        rl_fp c = r->unit == RL_UNIT_REQUESTS ? unit_cost : cost;
+        rl_fp need = r->reserved > 0 && prio < r->reserved_min_priority ? c + r->reserved : c;
+        *it = (rl_plan_item){.hash = hint, .cost = c, .need = need,
+                             .mode = (uint8_t)((shadow ? RL_ITEM_SHADOW : 0) |
+                                               (charge ? RL_ITEM_CHARGE : 0))};
         a->rule = r;
         a->key = key;
+        a->wait = 0;
+        a->level = (uint16_t)li;
+        a->slot = (uint16_t)si;
         a->keylen = (uint32_t)klen;
         a->has_status = 0;
-        a->status_lazy = 0;
         a->fallback = RL_FALLBACK_NONE;
-        a->wait = 0;
-        a->shadow = shadow;
+        a->shadow = (uint8_t)shadow;
         a->shadow_denied = 0;
-        a->charge = charge;
-        it->mode = (uint8_t)((shadow ? RL_ITEM_SHADOW : 0) | (charge ? RL_ITEM_CHARGE : 0));
-        it->hash = hint;
-        it->cost = r->unit == RL_UNIT_REQUESTS ? unit_cost : cost;
-        it->need = it->cost;
-        if (r->reserved > 0 && req->priority < r->reserved_min_priority)
-            it->need += r->reserved;
+        a->charge = (uint8_t)charge;
+        a->status_lazy = 0;
     }
-    d->napplied = base + n;
     return RL_OK;
 }
 
 /* Plans a request given as items (rl_request.items). */
-static int plan_items(rl_limiter *lim, const rl_request *req, rl_decision *d, rl_plan *plan,
-                      rl_err *err)
+static inline __attribute__((always_inline)) int
+plan_items(rl_limiter *lim, const rl_request *req, rl_decision *d, rl_plan *plan, rl_err *err)
 {
     if (req->flags & RL_RESERVE)
         return rl_errf(err, RL_EINVAL, "reserve: not with items");
@@ -509,7 +539,10 @@ static int plan_items(rl_limiter *lim, const rl_request *req, rl_decision *d, rl
         if (it->cost < 0 || it->cost > RL_FP_MAX)
             return rl_errf(err, RL_EINVAL,
                             "items[%zu].cost: must be a number from 0 to 1000000000000", i);
-        int rc = plan_key(lim, it->level, it->key, it->keylen, req, it->cost, d, plan, err);
+        const rl_rules *rs = key_rules(lim, it->level, it->key, it->keylen, d);
+        int rc = rs && rs->n ? plan_rules(lim, it->level, rs, it->key, it->keylen, req,
+                                          it->cost, d, plan, err)
+                             : RL_OK;
         if (rc != RL_OK)
             return rc;
     }
@@ -517,14 +550,41 @@ static int plan_items(rl_limiter *lim, const rl_request *req, rl_decision *d, rl
     return RL_OK;
 }
 
-int rl_acquire(rl_limiter *lim, const rl_request *req, rl_decision *d, rl_err *err)
+/* Plans a request given as descriptors: a key per level, levels in order. */
+static inline __attribute__((always_inline)) int
+plan_descriptors(rl_limiter *lim, const rl_request *req, rl_decision *d, rl_plan *plan,
+                 rl_err *err)
 {
-    const rl_config *cfg = lim->cfg;
     const char *val[MAX_DESC];
     size_t vlen[MAX_DESC];
-    rl_plan plan;
     int rc;
+    if (req->cost <= 0 || req->cost > RL_FP_MAX)
+        return rl_errf(err, RL_EINVAL,
+                        "cost: must be a positive number no larger than 1000000000000");
+    if ((rc = read_descriptors(lim, req, val, vlen, err)) != RL_OK)
+        return rc;
+    plan->cost = req->cost;
+    for (size_t li = 0, nl = lim->cfg->nlevels; li < nl; li++) {
+        const char *key;
+        long klen = make_key(&lim->lv[li], val, vlen, d, &key);
+        if (klen <= 0) {
+            if (klen < 0)
+                return rl_errf(err, RL_EINVAL, "keys: the composed keys are too long");
+            continue;
+        }
+        const rl_rules *rs = key_rules(lim, li, key, (size_t)klen, d);
+        if (rs && rs->n &&
+            (rc = plan_rules(lim, li, rs, key, (size_t)klen, req, req->cost, d, plan, err)) !=
+                RL_OK)
+            return rc;
+    }
+    return RL_OK;
+}
 
+/* A request's plan, up to the store's decision: RL_OK with plan ready, or an error (d done). */
+static inline __attribute__((always_inline)) int
+acquire_plan(rl_limiter *lim, const rl_request *req, rl_decision *d, rl_plan *plan, rl_err *err)
+{
     d->allowed = 0;
     d->retry_after = 0;
     d->blocked = -1;
@@ -533,49 +593,83 @@ int rl_acquire(rl_limiter *lim, const rl_request *req, rl_decision *d, rl_err *e
     d->held = NULL;
     d->keyused = 0;
     d->now = req->now;
-    plan.cost = req->cost;
-    if (req->nitems > 0) {
-        if ((rc = plan_items(lim, req, d, &plan, err)) != RL_OK) {
-            rl_decision_done(d);
-            return rc;
-        }
-        goto decide;
-    }
-    if (req->cost <= 0 || req->cost > RL_FP_MAX)
-        return rl_errf(err, RL_EINVAL,
-                        "cost: must be a positive number no larger than 1000000000000");
-    if ((rc = read_descriptors(lim, req, val, vlen, err)) != RL_OK)
-        return rc;
-
-    for (size_t li = 0; li < cfg->nlevels; li++) {
-        const char *key;
-        long klen = make_key(lim, li, val, vlen, d, &key);
-        if (klen < 0)
-            return rl_errf(err, RL_EINVAL, "keys: the composed keys are too long");
-        if (klen == 0)
-            continue;
-        if ((rc = plan_key(lim, li, key, (size_t)klen, req, req->cost, d, &plan, err)) != RL_OK) {
-            rl_decision_done(d);
-            return rc;
-        }
-    }
-decide:
-    plan.n = d->napplied;
-    plan.flags = req->flags;
-    plan.now = req->now;
-    if ((rc = lim->store->ops->decide(lim->store->cls, &plan, d, err)) != RL_OK) {
+    int rc = req->nitems > 0 ? plan_items(lim, req, d, plan, err)
+                             : plan_descriptors(lim, req, d, plan, err);
+    if (rc != RL_OK) {
         rl_decision_done(d);
         return rc;
     }
-    d->retry_after = 0;
-    d->blocked = -1;
-    for (size_t i = 0; i < d->napplied; i++)
-        if (d->applied[i].wait > d->retry_after && rl_plan_item_blocks(&plan, i)) {
-            d->retry_after = d->applied[i].wait;
-            d->blocked = (int)i;
-        }
-    d->allowed = d->blocked < 0;
+    plan->n = d->napplied;
+    plan->flags = req->flags;
+    plan->now = req->now;
     return RL_OK;
+}
+
+/* The decision from the store's waits: the longest wait of an item that blocks denies. */
+static inline void acquire_end(rl_decision *d, const rl_plan *plan)
+{
+    rl_ns retry = 0;
+    int blocked = -1;
+    for (size_t i = 0, n = d->napplied; i < n; i++)
+        if (d->applied[i].wait > retry && rl_plan_item_blocks(plan, i)) {
+            retry = d->applied[i].wait;
+            blocked = (int)i;
+        }
+    d->retry_after = retry;
+    d->blocked = blocked;
+    d->allowed = blocked < 0;
+}
+
+int rl_acquire(rl_limiter *lim, const rl_request *req, rl_decision *d, rl_err *err)
+{
+    rl_plan plan;
+    int rc = acquire_plan(lim, req, d, &plan, err);
+    if (rc != RL_OK)
+        return rc;
+    if ((rc = lim->decide(lim->scls, &plan, d, err)) != RL_OK) {
+        rl_decision_done(d);
+        return rc;
+    }
+    acquire_end(d, &plan);
+    return RL_OK;
+}
+
+/* Batches of rl_acquire_many go to the store this many at a time (their plans on the stack). */
+#define MANY_BATCH 16
+
+void rl_acquire_many(rl_limiter *lim, rl_acquisition *a, size_t n)
+{
+    const rl_store_ops *ops = lim->store->ops;
+    for (size_t at = 0; at < n; at += MANY_BATCH) {
+        rl_plan plan[MANY_BATCH];
+        const rl_plan *pp[MANY_BATCH];
+        rl_decision *dp[MANY_BATCH];
+        int src[MANY_BATCH];
+        rl_err serr[MANY_BATCH];
+        size_t idx[MANY_BATCH], m = 0, end = n - at < MANY_BATCH ? n : at + MANY_BATCH;
+        for (size_t i = at; i < end; i++) {
+            if ((a[i].rc = acquire_plan(lim, a[i].req, a[i].d, &plan[m], a[i].err)) != RL_OK)
+                continue;
+            pp[m] = &plan[m];
+            dp[m] = a[i].d;
+            idx[m++] = i;
+        }
+        if (ops->decide_many && m > 1) {
+            ops->decide_many(lim->store->cls, pp, dp, m, src, serr);
+        } else {
+            for (size_t j = 0; j < m; j++)
+                src[j] = lim->decide(lim->scls, pp[j], dp[j], &serr[j]);
+        }
+        for (size_t j = 0; j < m; j++) {
+            rl_acquisition *x = &a[idx[j]];
+            if ((x->rc = src[j]) != RL_OK) {
+                *x->err = serr[j];
+                rl_decision_done(x->d);
+            } else {
+                acquire_end(x->d, pp[j]);
+            }
+        }
+    }
 }
 
 rl_ns rl_rule_peek(const rl_rule *rule, const void *state, const char *key, size_t keylen,
@@ -604,8 +698,10 @@ const rl_rule_status *rl_decision_status(const rl_decision *d, size_t i)
 
 void rl_decision_done(rl_decision *d)
 {
-    rl_rules_unref(d->held);
-    d->held = NULL;
+    if (d->held) {
+        rl_rules_unref(d->held);
+        d->held = NULL;
+    }
 }
 
 int rl_settle(rl_limiter *lim, const char *id, rl_fp actual, rl_ns now, rl_settlement *out,

@@ -302,11 +302,14 @@ typedef struct run {
     uint32_t h[RL_MAX_APPLIED];
     uint32_t idx[RL_MAX_APPLIED]; /* RL__NONE: no record (yet) */
     int several;                  /* a level has several keys (a request of items) */
-    int holds;                    /* a rule that takes holds slots (a reservation is needed) */
-    int missing;                  /* a rule that takes has no record of its type yet */
-    int in_state;                 /* a rule's evaluation points into its state */
+    unsigned seen;                /* SEEN_*: what phase 1 found across the items */
     uint8_t takes[RL_MAX_APPLIED]; /* takes when the request is allowed (a shadow rule: fits) */
 } run;
+
+#define SEEN_BLOCKS 0x1u   /* an item that decides does not fit: the request is denied */
+#define SEEN_HOLDS 0x2u    /* a rule that takes holds slots (a reservation is needed) */
+#define SEEN_MISSING 0x4u  /* a rule that takes has no record of its type yet */
+#define SEEN_IN_STATE 0x8u /* a rule's evaluation points into its state */
 
 /* The hash of item i's key: ms_prefetch's, unless the limiter did not call it. */
 static inline uint64_t key_hash(const run *x, size_t i)
@@ -345,9 +348,11 @@ static void locate(run *x)
     }
 }
 
-/* Phase 1 for item i, its segment locked: finds its record and evaluates its rule once at
- * now. Returns 0 when the item blocks the request (its wait decides and is not 0). */
-static inline __attribute__((always_inline)) int evaluate_one(run *x, size_t i)
+/* Phase 1 for item i, its segment seg locked (record hash h): finds its record and evaluates
+ * its rule once at now. Returns the SEEN_* bits the item adds. Every value is read before the
+ * first write to the decision, whose byte fields may alias anything. */
+static inline __attribute__((always_inline)) unsigned evaluate_one(run *x, size_t i,
+                                                                   rl__seg *seg, uint32_t h)
 {
     const rl_plan *plan = x->plan;
     rl_applied *a = &x->d->applied[i];
@@ -355,79 +360,84 @@ static inline __attribute__((always_inline)) int evaluate_one(run *x, size_t i)
     const rl_rule_type *t = r->type;
     const void *state = zero_state;
     uint32_t idx = RL__NONE;
-    int have = 0;
+    unsigned seen = t->flags & RL_RULE_EVAL_IN_STATE ? SEEN_IN_STATE : 0;
     if (t->state_size) {
-        idx = rl__seg_find(x->seg[i], x->h[i], a->slot, a->key, a->keylen);
-        rl__rec *rec = idx != RL__NONE ? &x->seg[i]->r[idx] : NULL;
-        if ((have = rec && code_is(rec->type, r)))
-            state = rec_state(rec, t);
+        idx = rl__seg_find(seg, h, a->slot, a->key, a->keylen);
+        if (idx != RL__NONE && code_is(seg->r[idx].type, r))
+            state = rec_state(&seg->r[idx], t);
+        else
+            seen |= SEEN_MISSING;
+        if (t->flags & RL_RULE_HOLDS)
+            seen |= SEEN_HOLDS;
     }
+    x->seg[i] = seg;
+    x->h[i] = h;
     x->idx[i] = idx;
-    a->wait = t->evaluate(r->params, state, a->key, a->keylen, plan->now, plan->items[i].need,
-                          &a->status.ev);
-    a->has_status = t->report != NULL;
-    a->status_lazy = (uint8_t)a->has_status;
-    x->in_state |= (t->flags & RL_RULE_EVAL_IN_STATE) != 0;
+    rl_ns wait = t->evaluate(r->params, state, a->key, a->keylen, plan->now, plan->items[i].need,
+                             &a->status.ev);
+    int has_status = t->report != NULL;
     int shadow = (plan->items[i].mode & RL_ITEM_SHADOW) != 0;
-    a->shadow_denied = (uint8_t)(shadow && a->wait != 0);
-    x->takes[i] = (uint8_t)(!shadow || a->wait == 0);
-    if (x->takes[i] && t->state_size) {
-        x->holds |= (t->flags & RL_RULE_HOLDS) != 0;
-        x->missing |= !have;
-    }
-    return a->wait == 0 || !rl_plan_item_blocks(plan, i);
+    int takes = !shadow || wait == 0;
+    if (!takes)
+        seen &= ~(SEEN_MISSING | SEEN_HOLDS);
+    if (wait != 0 && rl_plan_item_blocks(plan, i))
+        seen |= SEEN_BLOCKS;
+    a->wait = wait;
+    a->has_status = has_status;
+    a->status_lazy = (uint8_t)has_status;
+    a->shadow_denied = (uint8_t)(shadow && wait != 0);
+    x->takes[i] = (uint8_t)takes;
+    return seen;
 }
 
 static void unlock_all(run *x);
 
 /* A plan with several keys on one level (a request of items): every segment locked first. */
-static int lock_all_and_evaluate(run *x)
+static unsigned lock_all_and_evaluate(run *x)
 {
-    int allowed = 1;
+    unsigned seen = 0;
     x->several = 1;
-    x->holds = x->missing = x->in_state = 0;
     locate(x);
     x->nlocked = lock_in_order(x->plan->n, x->d, x->seg, x->locked);
     for (size_t i = 0; i < x->plan->n; i++)
-        allowed &= evaluate_one(x, i);
-    return allowed;
+        seen |= evaluate_one(x, i, x->seg[i], x->h[i]);
+    return seen;
 }
 
-/* Phase 1 for every item; returns whether every rule that decides fits (shadow rules, and
- * charge rules of a request that takes, do not decide). Segments are locked in level order
- * (two decisions never deadlock), and each level's records are found and evaluated as soon
- * as its segment is locked: the cache miss of a per-user record is then paid while only that
- * user's segment is locked, not while a broad level's (team, global), which every decision
- * needs, is held. A plan with several keys on one level (levels not increasing from key to
- * key) locks all its segments first, each once, in (level, address) order. */
-static int lock_and_evaluate(run *x)
+/* Phase 1 for every item; returns the SEEN_* bits, SEEN_BLOCKS when a rule that decides does
+ * not fit (shadow rules, and charge rules of a request that takes, do not decide). Segments
+ * are locked in level order (two decisions never deadlock), and each level's records are found
+ * and evaluated as soon as its segment is locked: the cache miss of a per-user record is then
+ * paid while only that user's segment is locked, not while a broad level's (team, global),
+ * which every decision needs, is held. A plan with several keys on one level (levels not
+ * increasing from key to key) locks all its segments first, each once, in (level, address)
+ * order. */
+static unsigned lock_and_evaluate(run *x)
 {
-    size_t n = x->plan->n;
-    int allowed = 1;
+    const rl_plan *plan = x->plan;
+    const rl_applied *ap = x->d->applied;
+    size_t n = plan->n;
+    unsigned seen = 0;
     uint64_t kh = 0;
+    rl__seg *seg = NULL;
     x->several = 0;
     for (size_t i = 0; i < n; i++) {
-        const rl_applied *a = &x->d->applied[i];
-        if (i == 0 || !same_key(&x->d->applied[i - 1], a)) {
-            if (i > 0 && a->level <= x->d->applied[i - 1].level) {
+        if (i == 0 || !same_key(&ap[i - 1], &ap[i])) {
+            if (i > 0 && ap[i].level <= ap[i - 1].level) {
                 /* nothing has changed yet: start again the other way */
                 unlock_all(x);
                 return lock_all_and_evaluate(x);
             }
             kh = key_hash(x, i);
-            rl__seg *seg = rl__table_seg(&x->ms->tables[a->level], kh);
-            if (!x->plan->items[i].hash || i + 4 < n)
+            seg = rl__table_seg(&x->ms->tables[ap[i].level], kh);
+            if (!plan->items[i].hash || i + 4 < n)
                 prefetch_rest(x, i, kh, seg);
             rl__spin_lock(&seg->lock);
             x->locked[x->nlocked++] = seg;
-            x->seg[i] = seg;
-        } else {
-            x->seg[i] = x->seg[i - 1];
         }
-        x->h[i] = rl__rec_hash(kh, a->slot);
-        allowed &= evaluate_one(x, i);
+        seen |= evaluate_one(x, i, seg, rl__rec_hash(kh, ap[i].slot));
     }
-    return allowed;
+    return seen;
 }
 
 static void unlock_all(run *x)
@@ -539,7 +549,7 @@ static void make_room(mem_store *ms, rl_ns now)
 /* Records the takes as a reservation when the plan asks for one or a rule holds slots. */
 static int reserve(run *x, rl_err *err)
 {
-    if (!x->holds && !(x->plan->flags & RL_RESERVE))
+    if (!(x->seen & SEEN_HOLDS) && !(x->plan->flags & RL_RESERVE))
         return RL_OK;
     resv *rv = resv_new(x->plan, x->d, x->takes, x->ms->cfg->reservation_ttl);
     if (!rv)
@@ -606,23 +616,21 @@ static int ms_decide(void *cls, const rl_plan *plan, rl_decision *d, rl_err *err
     x.plan = plan;
     x.d = d;
     x.nlocked = 0;
-    x.holds = 0;
-    x.missing = 0;
-    x.in_state = 0;
     d->now = plan->now; /* what the statuses left in the evaluations are reported at */
     if (x.ms->max_keys && !(plan->flags & RL_DRY_RUN) &&
         __atomic_load_n(&x.ms->nkeys, __ATOMIC_RELAXED) + plan->n > x.ms->max_keys)
         make_room(x.ms, plan->now);
     int rc = RL_OK;
-    if (lock_and_evaluate(&x) && !(plan->flags & RL_DRY_RUN)) {
-        if (x.missing)
+    x.seen = lock_and_evaluate(&x);
+    if (!(x.seen & SEEN_BLOCKS) && !(plan->flags & RL_DRY_RUN)) {
+        if (x.seen & SEEN_MISSING)
             rc = make_records(&x, err);
         if (rc == RL_OK)
             rc = reserve(&x, err);
         if (rc == RL_OK)
             commit_all(&x);
     }
-    if (rc == RL_OK && x.in_state)
+    if (rc == RL_OK && (x.seen & SEEN_IN_STATE))
         report_in_state(&x);
     unlock_all(&x);
     return rc;

@@ -30,7 +30,7 @@ typedef struct tb_state {
 _Static_assert(sizeof(tb_state) <= RL_STATE_INLINE, "token bucket state fits inline");
 
 /* Brings s forward to now; a now before s->last changes nothing. */
-static void refill(const tb_params *p, tb_state *s, rl_ns now)
+static inline void refill(const tb_params *p, tb_state *s, rl_ns now)
 {
     if (now <= s->last)
         return;
@@ -81,12 +81,12 @@ static inline rl_ns wait_for(const tb_params *p, const tb_state *s, rl_ns now, r
 static rl_ns tb_evaluate(const void *pp, const void *st, const char *key, size_t keylen,
                          rl_ns now, rl_fp cost, rl_eval *ev)
 {
-    tb_ev *e = (tb_ev *)(void *)ev;
+    tb_state s = *(const tb_state *)st; /* a local: no store through ev aliases the params */
     (void)key;
     (void)keylen;
-    e->s = *(const tb_state *)st;
-    refill(pp, &e->s, now);
-    return wait_for(pp, &e->s, now, cost);
+    refill(pp, &s, now);
+    ((tb_ev *)(void *)ev)->s = s;
+    return wait_for(pp, &s, now, cost);
 }
 
 static void tb_commit(const void *pp, void *st, rl_eval *ev, rl_fp cost)

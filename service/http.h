@@ -28,6 +28,8 @@
 
 typedef struct rld_req rld_req;
 typedef void (*rld_handler)(void *app, rld_req *r);
+/* Answers n requests of one route row at once, each as its rld_handler would. */
+typedef void (*rld_many_handler)(void *app, rld_req **rs, size_t n);
 
 #define RLD_ADMIN 0x1u   /* needs "Authorization: Bearer <admin_token>" when a token is set */
 #define RLD_ACQUIRE 0x2u /* the same with acquire_token */
@@ -38,6 +40,10 @@ typedef struct rld_method {
     const char *name; /* "GET", "POST", ...; NULL ends the list */
     rld_handler fn;
     unsigned flags;
+    /* Optional: the HTTP/1.1 server hands it the requests of this row whose bodies complete in
+     * the same turn of a worker's loop, so that their decisions share round trips to Redis;
+     * libmicrohttpd calls fn for each. */
+    rld_many_handler many;
 } rld_method;
 
 /* One row of the route table: an exact path, or a prefix when it ends with '/' (the rest of

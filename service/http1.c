@@ -32,7 +32,10 @@
 #define OUT_HIGH 65536            /* answers waiting to be read: past it, stop reading */
 #define LINGER_NS (2 * RL_NS_PER_SEC) /* reading what a closed request still sends, at most */
 
-enum { S_HEAD, S_BODY, S_CHUNKED, S_LINGER };
+/* S_READY: the request is complete and waits in its worker's batch (run_ready). */
+enum { S_HEAD, S_BODY, S_CHUNKED, S_LINGER, S_READY };
+
+#define BATCH 16 /* requests of one route row run together at most */
 
 typedef struct worker worker;
 
@@ -74,6 +77,8 @@ struct worker {
     conn *incoming; /* handed over by the acceptor, not yet watched (under mu) */
     rl_ns now;      /* CLOCK_MONOTONIC at the last wake-up */
     rl_ns idle_check;
+    conn *ready[BATCH]; /* complete requests of one row with a many handler, not yet run */
+    size_t nready;
     time_t date_at; /* the second date is written for */
     char date[40];  /* "Date: ...\r\n" */
 };
@@ -242,12 +247,27 @@ static void reply_bad(conn *c, int status, const char *why)
     c->close_after = 1;
 }
 
-static void request_finish(conn *c)
+static void request_done(conn *c)
 {
-    rld__req_run(&c->req);
     rld__req_end(&c->req);
     c->state = S_HEAD;
     c->hold = 0;
+}
+
+/* Runs the complete request, or, when its row takes several at once, puts it in the worker's
+ * batch (run at the end of the loop's turn). 1 when it ran, 0 when it waits there. */
+static int request_finish(conn *c)
+{
+    worker *w = c->w;
+    if (rld__req_batchable(&c->req) && w->nready < BATCH &&
+        (!w->nready || w->ready[0]->req.m == c->req.m)) {
+        w->ready[w->nready++] = c;
+        c->state = S_READY;
+        return 0;
+    }
+    rld__req_run(&c->req);
+    request_done(c);
+    return 1;
 }
 
 /* A head is complete at in + in_off: routes it and sets up the body's reading. */
@@ -273,10 +293,8 @@ static int head_parsed(conn *c, char *head, size_t len)
         c->close_after = 1;
         return 0;
     }
-    if (!q->chunked && q->content_length <= 0) {
-        request_finish(c);
-        return 1;
-    }
+    if (!q->chunked && q->content_length <= 0)
+        return request_finish(c);
     c->hold = c->in_off;
     if (q->chunked)
         c->ch = (rld_h1_chunked){0};
@@ -325,10 +343,8 @@ static int step_body(conn *c)
     rld__req_body_append(&c->req, c->in + c->in_off, n);
     c->in_off += n;
     c->body_left -= n;
-    if (c->body_left == 0) {
-        request_finish(c);
-        return 1;
-    }
+    if (c->body_left == 0)
+        return request_finish(c);
     return body_wait(c);
 }
 
@@ -347,10 +363,8 @@ static int step_chunked(conn *c)
         reply_bad(c, 413, "body: larger than 65536 bytes");
         return 0;
     }
-    if (rc == 1) {
-        request_finish(c);
-        return 1;
-    }
+    if (rc == 1)
+        return request_finish(c);
     return body_wait(c);
 }
 
@@ -359,7 +373,7 @@ static int step_chunked(conn *c)
 static int conn_process(conn *c)
 {
     for (;;) {
-        if (c->close_after || c->state == S_LINGER)
+        if (c->close_after || c->state == S_LINGER || c->state == S_READY)
             return 0;
         if (c->wb.len - c->woff > OUT_HIGH)
             return 1;
@@ -497,6 +511,8 @@ static void conn_run(conn *c)
             return;
         }
         int paused = conn_process(c);
+        if (c->state == S_READY)
+            return; /* its batch runs it, then runs the connection on */
         if (c->peer_eof && !paused)
             c->close_after = 1;
         int rc = conn_flush(c);
@@ -524,6 +540,26 @@ static void conn_event(conn *c, unsigned events)
 }
 
 /* ---- workers ------------------------------------------------------------------------------ */
+
+/* Runs the batch of complete requests, then each of their connections on (reading what
+ * follows, writing the answers); requests completed meanwhile form the next batch. */
+static void run_ready(worker *w)
+{
+    while (w->nready) {
+        conn *cs[BATCH];
+        rld_req *rs[BATCH];
+        size_t n = w->nready;
+        memcpy(cs, w->ready, n * sizeof cs[0]);
+        w->nready = 0;
+        for (size_t i = 0; i < n; i++)
+            rs[i] = &cs[i]->req;
+        rld__req_run_many(rs, n);
+        for (size_t i = 0; i < n; i++)
+            request_done(cs[i]);
+        for (size_t i = 0; i < n; i++)
+            conn_run(cs[i]); /* may close it */
+    }
+}
 
 /* Watches the connections the acceptor handed over. */
 static void take_incoming(worker *w)
@@ -587,6 +623,7 @@ static void *worker_main(void *arg)
             else
                 conn_event(evs[i].data.ptr, evs[i].events);
         }
+        run_ready(w);
         close_idle(w);
     }
     while (w->conns)

@@ -336,6 +336,28 @@ void rld__req_run(rld_req *r)
     }
 }
 
+int rld__req_batchable(const rld_req *r)
+{
+    return !r->status && !r->early && !r->too_big && !r->body_oom && r->m && r->m->many;
+}
+
+void rld__req_run_many(rld_req **rs, size_t n)
+{
+    rld_http *h = rs[0]->h;
+    const rld_method *m = rs[0]->m;
+    int gated = h->cfg.gate && !(m->flags & RLD_UNGATED);
+    if (gated)
+        pthread_rwlock_rdlock(h->cfg.gate);
+    m->many(h->cfg.app, rs, n);
+    if (gated)
+        pthread_rwlock_unlock(h->cfg.gate);
+    for (size_t i = 0; i < n; i++)
+        if (!rs[i]->status) {
+            rld_log("error: the handler of %s %s gave no answer", rs[i]->method, rs[i]->url);
+            rld_reply_error(rs[i], 500, "internal error: no answer");
+        }
+}
+
 void rld__req_reply_early(rld_req *r)
 {
     const rld_route *rt = r->route < r->h->cfg.nroutes ? &r->h->cfg.routes[r->route] : NULL;

@@ -116,6 +116,12 @@ void rld__req_route(rld_req *r, const char *method, const char *url,
 void rld__req_body_append(rld_req *r, const char *data, size_t n);
 /* The whole body is in: answers it (an early answer, 413, or the handler under the gate). */
 void rld__req_run(rld_req *r);
+/* 1 when r is to be run with others of its row (its method has many, and nothing answered it
+ * before its handler). */
+int rld__req_batchable(const rld_req *r);
+/* Runs n batchable requests of one row through its many handler, under the gate as
+ * rld__req_run runs one. */
+void rld__req_run_many(rld_req **rs, size_t n);
 /* Sends the answer decided from the headers (r->early). */
 void rld__req_reply_early(rld_req *r);
 

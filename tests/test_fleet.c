@@ -8,11 +8,14 @@
  * daemons, and stops all of them; a daemon that does not exit 0 fails the test. Expected
  * numbers are worked out by hand in the comments.
  */
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -1006,12 +1009,91 @@ START_TEST(a_plugin_type_runs_in_the_fleet)
 }
 END_TEST
 
+/* A connection to the daemon. */
+static int raw_connect(const su_server *s)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)s->port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ck_assert_int_eq(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
+    return fd;
+}
+
+/* Reads one answer from fd (its head and a body of Content-Length bytes); returns its status. */
+static int raw_answer(int fd)
+{
+    char buf[8192];
+    size_t len = 0;
+    for (;;) {
+        ssize_t n = recv(fd, buf + len, sizeof buf - 1 - len, 0);
+        ck_assert_int_gt(n, 0);
+        len += (size_t)n;
+        buf[len] = '\0';
+        const char *end = strstr(buf, "\r\n\r\n"), *cl = strstr(buf, "Content-Length: ");
+        if (end && cl && buf + len >= end + 4 + strtoul(cl + 16, NULL, 10))
+            break;
+    }
+    ck_assert_int_eq(strncmp(buf, "HTTP/1.1 ", 9), 0);
+    return atoi(buf + 9);
+}
+
+/* Eight POST /acquire on eight connections reach a worker in one turn of its loop (the
+ * daemon is stopped while they are sent): it decides them in one batch, whose eight scripts go
+ * to Redis in one write, so calls - writes grows by at least 7 (a call of the daemon's own,
+ * such as a heartbeat, adds a write per call or joins the batch's). A bucket of 5 lets five
+ * of them through and denies three. */
+START_TEST(acquires_of_one_turn_share_one_redis_write)
+{
+    rt_redis r;
+    rt_redis_start(&r);
+    su_server s;
+    su_tmpdir(&s);
+    su_start(&s,
+             fleet_config(&r, "",
+                          "\"threads\": 1, \"levels\": [{\"name\": \"user\", \"rules\": "
+                          "[{\"type\": \"token_bucket\", \"capacity\": 5, "
+                          "\"per_second\": 0.001}]}]"),
+             NULL);
+    su_resp w = su_req(&s, "POST", "/acquire", "{\"keys\": {\"user\": \"warm\"}}", NULL);
+    ck_assert_int_eq(w.status, 200); /* the script loaded */
+    su_resp_free(&w);
+    static const char req[] = "POST /acquire HTTP/1.1\r\nHost: x\r\nContent-Length: 23\r\n\r\n"
+                              "{\"keys\": {\"user\": \"p\"}}";
+    int fd[8];
+    for (int i = 0; i < 8; i++)
+        fd[i] = raw_connect(&s);
+    sleep_ms(200); /* accepted and watched by the worker */
+    double c0 = metric(&s, "ratelimit_redis_calls_total");
+    double w0 = metric(&s, "ratelimit_redis_writes_total");
+    kill(s.pid, SIGSTOP);
+    for (int i = 0; i < 8; i++)
+        ck_assert_int_eq(send(fd[i], req, sizeof req - 1, 0), (ssize_t)sizeof req - 1);
+    sleep_ms(50);
+    kill(s.pid, SIGCONT);
+    int ok = 0, denied = 0;
+    for (int i = 0; i < 8; i++) {
+        int st = raw_answer(fd[i]);
+        ok += st == 200;
+        denied += st == 429;
+        close(fd[i]);
+    }
+    double c1 = metric(&s, "ratelimit_redis_calls_total");
+    double w1 = metric(&s, "ratelimit_redis_writes_total");
+    ck_assert_int_eq(ok, 5);
+    ck_assert_int_eq(denied, 3);
+    ck_assert_msg((c1 - c0) - (w1 - w0) >= 7, "calls %g, writes %g", c1 - c0, w1 - w0);
+    ck_assert_int_eq(su_stop(&s), 0);
+    rt_redis_stop(&r);
+}
+END_TEST
+
 static Suite *fleet_suite(void)
 {
     Suite *s = suite_create("fleet");
     TCase *tc = tcase_create("redis");
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, two_instances_share_one_bucket);
+    tcase_add_test(tc, acquires_of_one_turn_share_one_redis_write);
     tcase_add_test(tc, reservations_settle_on_another_instance);
     tcase_add_test(tc, quotas_apply_to_the_fleet_and_outlive_it);
     tcase_add_test(tc, redis_killed_under_load_and_back);

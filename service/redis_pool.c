@@ -23,8 +23,8 @@
 
 typedef struct pcall pcall;
 
-/* Most arguments of one call of rld_pool_exec_many. */
-#define MANY_ARGS 256
+/* A call's arguments kept on the stack; more are allocated. */
+#define ARGS_INLINE 160
 
 /* One exchange on a shared connection: a caller's commands, formatted, and what came of them.
  * The caller owns it; the connection's leader fills in the outcome and then, under the
@@ -1154,14 +1154,50 @@ static int run(rld_pool *p, int s, int argc, const char **av, size_t *al, const 
     return rc;
 }
 
-/* Frees the argument vectors call() made, unless they are the caller's or its own inline ones. */
-static void free_vectors(const char **argv, const char **av, const char **av_inl, size_t *al,
-                         size_t *al_inl)
+/* A call's arguments with lengths for each, and for a script three slots in front: its command,
+ * its name or SHA1 (both set by whoever sends it) and nkeys. Inline up to ARGS_INLINE. */
+typedef struct vecs {
+    const char **av;
+    size_t *al;
+    int n;
+    char nk[24];
+    const char *av_inl[ARGS_INLINE];
+    size_t al_inl[ARGS_INLINE];
+} vecs;
+
+static void vecs_free(vecs *v)
 {
-    if (av != argv && av != av_inl)
-        free(av);
-    if (al != al_inl)
-        free(al);
+    if (v->av != v->av_inl)
+        free(v->av);
+    if (v->al != v->al_inl)
+        free(v->al);
+}
+
+static int vecs_make(vecs *v, int script, int nkeys, int argc, const char **argv,
+                     const size_t *len)
+{
+    int extra = script ? 3 : 0;
+    v->n = argc + extra;
+    v->av = v->av_inl, v->al = v->al_inl;
+    if (v->n > ARGS_INLINE) {
+        v->av = malloc((size_t)v->n * sizeof *v->av);
+        v->al = malloc((size_t)v->n * sizeof *v->al);
+        if (!v->av || !v->al) {
+            vecs_free(v);
+            return -1;
+        }
+    }
+    if (script) {
+        v->av[0] = v->av[1] = "";
+        v->al[0] = v->al[1] = 0;
+        v->av[2] = v->nk;
+        v->al[2] = rld_fmt_i64(v->nk, nkeys);
+    }
+    for (int i = 0; i < argc; i++) {
+        v->av[i + extra] = argv[i];
+        v->al[i + extra] = len ? len[i] : strlen(argv[i]);
+    }
+    return 0;
 }
 
 /* One call: a script (s >= 0) or a plain command. */
@@ -1169,43 +1205,21 @@ static int call(rld_pool *p, int s, int nkeys, int argc, const char **argv, cons
                 unsigned flags, redisReply **reply, rl_err *err)
 {
     rl_ns deadline = rld_mono_ns() + p->timeout;
-    const char **av = argv, *av_inl[160];
-    size_t *al = NULL, al_inl[160];
-    char nk[24];
-    int probe, rc;
+    vecs v;
+    int probe, rc, own_vecs = s >= 0 || !len; /* a script's head, or lengths, are needed */
     outcome o = {.link = LINK_UNSENT};
     rl_err own;
     *reply = NULL;
     if (!err) /* the message is kept for rld_pool_last_error all the same */
         err = &own;
-
-    if (s >= 0 || !len) { /* EVALSHA <sha> <nkeys> in front, and lengths for every argument */
-        int extra = s >= 0 ? 3 : 0;
-        if ((size_t)(argc + extra) > sizeof av_inl / sizeof *av_inl) {
-            av = malloc((size_t)(argc + extra) * sizeof *av);
-            al = malloc((size_t)(argc + extra) * sizeof *al);
-        } else {
-            av = av_inl, al = al_inl;
-        }
-        if (!av || !al) {
-            free(av);
-            free(al);
-            return rl_errf(err, RL_ENOMEM, "out of memory");
-        }
-        if (s >= 0) { /* the command and the script's name or SHA1 are set by run() */
-            av[0] = av[1] = "";
-            al[0] = al[1] = 0;
-            av[2] = nk;
-            al[2] = rld_fmt_i64(nk, nkeys);
-        }
-        for (int i = 0; i < argc; i++) {
-            av[i + extra] = argv[i];
-            al[i + extra] = len ? len[i] : strlen(argv[i]);
-        }
-        argc += extra;
-    }
+    if (own_vecs && vecs_make(&v, s >= 0, nkeys, argc, argv, len) != 0)
+        return rl_errf(err, RL_ENOMEM, "out of memory");
+    const char **av = own_vecs ? v.av : argv;
+    size_t *al = own_vecs ? v.al : NULL;
+    argc = own_vecs ? v.n : argc;
     if ((rc = admit(p, &probe, err)) != RL_OK) {
-        free_vectors(argv, av, av_inl, al, al_inl);
+        if (own_vecs)
+            vecs_free(&v);
         return rc;
     }
     for (int round = 0; round < 2; round++) {
@@ -1218,7 +1232,8 @@ static int call(rld_pool *p, int s, int nkeys, int argc, const char **argv, cons
         forget_primary(p, 0);
         o = (outcome){.link = LINK_UNSENT, .fresh = 1};
     }
-    free_vectors(argv, av, av_inl, al, al_inl);
+    if (own_vecs)
+        vecs_free(&v);
     account(p, probe, o.link, o.gen, rc != RL_OK, err);
     return rc;
 }
@@ -1238,20 +1253,14 @@ static int did_not_run(const char *e)
 static int append_call(rld_buf *b, const char *const head[2], const size_t hl[2],
                        const rld_call *c)
 {
-    const char *av[MANY_ARGS];
-    size_t al[MANY_ARGS];
-    char nk[24], *heap;
-    if (c->argc + 3 > MANY_ARGS || rld_buf_reserve(b, 2048) != 0)
+    vecs v;
+    char *heap;
+    if (rld_buf_reserve(b, 2048) != 0 || vecs_make(&v, 1, c->nkeys, c->argc, c->argv, c->len))
         return -1;
-    av[0] = head[0], al[0] = hl[0];
-    av[1] = head[1], al[1] = hl[1];
-    av[2] = nk, al[2] = rld_fmt_i64(nk, c->nkeys);
-    for (int i = 0; i < c->argc; i++) {
-        av[i + 3] = c->argv[i];
-        al[i + 3] = c->len[i];
-    }
-    long n = rld_resp_format(b->p + b->len, b->cap - b->len - 1, &heap, "", 0, c->argc + 3,
-                             av, al);
+    v.av[0] = head[0], v.al[0] = hl[0];
+    v.av[1] = head[1], v.al[1] = hl[1];
+    long n = rld_resp_format(b->p + b->len, b->cap - b->len - 1, &heap, "", 0, v.n, v.av, v.al);
+    vecs_free(&v);
     if (n < 0)
         return -1;
     if (heap) {

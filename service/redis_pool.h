@@ -108,7 +108,7 @@ int rld_pool_exec(rld_pool *p, int s, int nkeys, int argc, const char **argv,
 
 /* One call of rld_pool_exec_many: its keys and arguments, and what came of it. */
 typedef struct rld_call {
-    int nkeys, argc; /* argv[0..nkeys-1] are KEYS, the rest ARGV (at most 250 in all) */
+    int nkeys, argc; /* argv[0..nkeys-1] are KEYS, the rest ARGV */
     const char **argv;
     const size_t *len;
     redisReply *reply; /* on RL_OK: the reply (not an error reply), freed by the caller */

@@ -699,6 +699,52 @@ static void check_twelve(const rl_decision d[12])
     }
 }
 
+/* A batch whose calls are long: 40 rules (4 levels of 10) make each call over 350 arguments
+ * (past what a call keeps on the stack). Worked out by hand: buckets of 1 that refill in 1 s, so of
+ * three requests for one user the first is let through and the next two wait 1 s. */
+START_TEST(many_decisions_with_long_calls)
+{
+    char json[16384];
+    size_t n = (size_t)snprintf(json, sizeof json, "{\"levels\": [");
+    for (int l = 0; l < 4; l++) {
+        n += (size_t)snprintf(json + n, sizeof json - n, "%s{\"name\": \"u%d\", \"rules\": [",
+                              l ? ", " : "", l);
+        for (int i = 0; i < 10; i++)
+            n += (size_t)snprintf(json + n, sizeof json - n,
+                                  "%s{\"type\": \"token_bucket\", \"name\": \"b%d\", "
+                                  "\"capacity\": 1, \"per_second\": 1}",
+                                  i ? ", " : "", l * 10 + i);
+        n += (size_t)snprintf(json + n, sizeof json - n, "]}");
+    }
+    snprintf(json + n, sizeof json - n, "]}");
+    rl_registry *reg = rl_registry_new();
+    rl_limiter *lim = redis_limiter(reg, json, "long:", 0, NULL);
+    char buf[3][64];
+    rl_descriptor ds[3][4];
+    rl_request req[3];
+    rl_decision d[3];
+    rl_err errs[3];
+    rl_acquisition x[3];
+    for (int i = 0; i < 3; i++) {
+        req[i] = (rl_request){.desc = ds[i],
+                              .ndesc = descs("u0=a,u1=a,u2=a,u3=a", buf[i], 64, ds[i]),
+                              .cost = RL_FP_ONE,
+                              .now = 0};
+        x[i] = (rl_acquisition){&req[i], &d[i], &errs[i], 0};
+    }
+    rl_acquire_many(lim, x, 3);
+    for (int i = 0; i < 3; i++) {
+        ck_assert_msg(x[i].rc == RL_OK, "decision %d: %s", i, errs[i].msg);
+        ck_assert_int_eq(d[i].napplied, 40);
+        ck_assert_int_eq(d[i].allowed, i == 0);
+        ck_assert_int_eq(d[i].retry_after, i == 0 ? 0 : RL_NS_PER_SEC);
+        rl_decision_done(&d[i]);
+    }
+    rl_limiter_free(lim);
+    rl_registry_free(reg);
+}
+END_TEST
+
 START_TEST(many_decisions_share_one_write)
 {
     static const char json[] =
@@ -2193,6 +2239,7 @@ Suite *redis_store_suite(void)
     tcase_add_loop_test(tc, differential_replay, 0, TRACES);
     tcase_add_loop_test(tc, differential_replay_batched, 0, NTYPES);
     tcase_add_test(tc, many_decisions_share_one_write);
+    tcase_add_test(tc, many_decisions_with_long_calls);
     tcase_add_loop_test(tc, differential_replay_functions, 0, NTYPES);
     tcase_add_loop_test(tc, boundaries_alike, 0, (int)(sizeof boundaries / sizeof boundaries[0]));
     tcase_add_test(tc, charges_saturate_alike);

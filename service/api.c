@@ -102,8 +102,6 @@ void rld_app_tick(rld_app *app)
 
 /* ---- POST /acquire ---------------------------------------------------------------------- */
 
-/* The most requests of a batch decided in one rl_acquire_many. */
-#define ACQUIRE_BATCH 8
 
 /* Answers a decision with the output buffer as the body (ctype NULL: none): 200 or
  * deny_status, the RateLimit headers, and Retry-After on a denial with a finite wait. */
@@ -181,13 +179,17 @@ static void acquire_answer(rld_app *app, rld_req *r, acq *a, int rc)
     rld_acquire_req_clear(&a->q); /* the decision's keys may point into the request */
 }
 
-/* Parses, decides (in one rl_acquire_many) and answers up to ACQUIRE_BATCH requests. */
-static void acquire_batch(rld_app *app, rld_req **rs, size_t n, acq *a)
+/* POST /acquire for n requests that arrived together (rld_method.many, at most RLD_MANY_MAX):
+ * the decisions of those whose bodies parse are made in one rl_acquire_many, so that on Redis
+ * they share a round trip; each is answered as on its own. */
+static void h_acquire_many(void *ctx, rld_req **rs, size_t n)
 {
-    rl_acquisition x[ACQUIRE_BATCH];
-    rld_req *ok[ACQUIRE_BATCH];
+    rld_app *app = ctx;
+    acq a[RLD_MANY_MAX];
+    rl_acquisition x[RLD_MANY_MAX];
+    rld_req *ok[RLD_MANY_MAX];
     size_t m = 0;
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = 0; i < n && i < RLD_MANY_MAX; i++) {
         if (acquire_parse(app, rs[i], &a[m]) != 0)
             continue;
         x[m] = (rl_acquisition){&a[m].req, &a[m].d, &a[m].err, 0};
@@ -199,26 +201,6 @@ static void acquire_batch(rld_app *app, rld_req **rs, size_t n, acq *a)
         rl_acquire_many(app->lim, x, m);
     for (size_t i = 0; i < m; i++)
         acquire_answer(app, ok[i], &a[i], x[i].rc);
-}
-
-/* POST /acquire for n requests that arrived together (rld_method.many): the decisions of
- * those whose bodies parse are made in one rl_acquire_many, so that on Redis they share a
- * round trip; each is answered as on its own. */
-static void h_acquire_many(void *ctx, rld_req **rs, size_t n)
-{
-    rld_app *app = ctx;
-    acq one, *a = n == 1 ? &one : malloc(ACQUIRE_BATCH * sizeof *a);
-    for (size_t at = 0; at < n; at += ACQUIRE_BATCH) {
-        size_t k = n - at < ACQUIRE_BATCH ? n - at : ACQUIRE_BATCH;
-        if (a) {
-            acquire_batch(app, rs + at, k, a);
-            continue;
-        }
-        for (size_t i = at; i < at + k; i++)
-            rld_reply_error(rs[i], 500, "out of memory");
-    }
-    if (a != &one)
-        free(a);
 }
 
 static void h_acquire(void *ctx, rld_req *r)

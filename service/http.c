@@ -304,8 +304,9 @@ static void teardown(mhd_http *m)
 }
 
 /* Requests in flight, over all workers. */
-static long in_flight(const mhd_http *m)
+static long in_flight(const void *arg)
 {
+    const mhd_http *m = arg;
     long n = 0;
     for (unsigned i = 0; i < m->nd; i++)
         n += __atomic_load_n(&m->w[i].active, __ATOMIC_ACQUIRE);
@@ -315,11 +316,7 @@ static long in_flight(const mhd_http *m)
 static unsigned mhd_stop(rld_http *h, unsigned drain_ms)
 {
     mhd_http *m = (mhd_http *)h;
-    rld__acceptor_stop(&m->acc); /* no new connections */
-    const struct timespec step = {0, 5000000};
-    for (unsigned waited = 0; in_flight(m) > 0 && waited < drain_ms; waited += 5)
-        nanosleep(&step, NULL);
-    unsigned left = (unsigned)in_flight(m);
+    unsigned left = rld__acceptor_drain(&m->acc, in_flight, m, drain_ms);
     teardown(m);
     return left;
 }

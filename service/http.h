@@ -28,7 +28,9 @@
 
 typedef struct rld_req rld_req;
 typedef void (*rld_handler)(void *app, rld_req *r);
-/* Answers n requests of one route row at once, each as its rld_handler would. */
+/* Answers n requests of one route row at once, each as its rld_handler would; n is at most
+ * RLD_MANY_MAX. */
+#define RLD_MANY_MAX 16
 typedef void (*rld_many_handler)(void *app, rld_req **rs, size_t n);
 
 #define RLD_ADMIN 0x1u   /* needs "Authorization: Bearer <admin_token>" when a token is set */

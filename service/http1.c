@@ -35,7 +35,6 @@
 /* S_READY: the request is complete and waits in its worker's batch (run_ready). */
 enum { S_HEAD, S_BODY, S_CHUNKED, S_LINGER, S_READY };
 
-#define BATCH 16 /* requests of one route row run together at most */
 
 typedef struct worker worker;
 
@@ -77,7 +76,7 @@ struct worker {
     conn *incoming; /* handed over by the acceptor, not yet watched (under mu) */
     rl_ns now;      /* CLOCK_MONOTONIC at the last wake-up */
     rl_ns idle_check;
-    conn *ready[BATCH]; /* complete requests of one row with a many handler, not yet run */
+    conn *ready[RLD_MANY_MAX]; /* complete requests of one row with a many handler, not yet run */
     size_t nready;
     time_t date_at; /* the second date is written for */
     char date[40];  /* "Date: ...\r\n" */
@@ -259,7 +258,7 @@ static void request_done(conn *c)
 static int request_finish(conn *c)
 {
     worker *w = c->w;
-    if (rld__req_batchable(&c->req) && w->nready < BATCH &&
+    if (rld__req_batchable(&c->req) && w->nready < RLD_MANY_MAX &&
         (!w->nready || w->ready[0]->req.m == c->req.m)) {
         w->ready[w->nready++] = c;
         c->state = S_READY;
@@ -546,8 +545,8 @@ static void conn_event(conn *c, unsigned events)
 static void run_ready(worker *w)
 {
     while (w->nready) {
-        conn *cs[BATCH];
-        rld_req *rs[BATCH];
+        conn *cs[RLD_MANY_MAX];
+        rld_req *rs[RLD_MANY_MAX];
         size_t n = w->nready;
         memcpy(cs, w->ready, n * sizeof cs[0]);
         w->nready = 0;
@@ -671,8 +670,9 @@ static int hand(void *ctx, unsigned i, int fd, const struct sockaddr *sa, sockle
 
 /* ---- the server ------------------------------------------------------------------------- */
 
-static long in_flight(const h1_http *h)
+static long in_flight(const void *arg)
 {
+    const h1_http *h = arg;
     long n = 0;
     for (unsigned i = 0; i < h->nw; i++)
         n += __atomic_load_n(&h->w[i].active, __ATOMIC_ACQUIRE);
@@ -700,11 +700,7 @@ static void teardown(h1_http *h)
 static unsigned h1_stop(rld_http *base, unsigned drain_ms)
 {
     h1_http *h = (h1_http *)base;
-    rld__acceptor_stop(&h->acc); /* no new connections */
-    const struct timespec step = {0, 5000000};
-    for (unsigned waited = 0; in_flight(h) > 0 && waited < drain_ms; waited += 5)
-        nanosleep(&step, NULL);
-    unsigned left = (unsigned)in_flight(h);
+    unsigned left = rld__acceptor_drain(&h->acc, in_flight, h, drain_ms);
     teardown(h);
     return left;
 }

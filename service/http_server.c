@@ -184,6 +184,16 @@ int rld__acceptor_start(rld_acceptor *a, rl_err *err)
     return 0;
 }
 
+unsigned rld__acceptor_drain(rld_acceptor *a, long (*in_flight)(const void *h), const void *h,
+                             unsigned drain_ms)
+{
+    rld__acceptor_stop(a); /* no new connections */
+    const struct timespec step = {0, 5000000};
+    for (unsigned waited = 0; in_flight(h) > 0 && waited < drain_ms; waited += 5)
+        nanosleep(&step, NULL);
+    return (unsigned)in_flight(h);
+}
+
 void rld__acceptor_stop(rld_acceptor *a)
 {
     if (a->running) {

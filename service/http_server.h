@@ -102,6 +102,10 @@ int rld__acceptor_start(rld_acceptor *a, rl_err *err);
 /* Stops the thread and closes the socket; safe to call again, or before a start (lfd -1 and
  * wake -1 then). */
 void rld__acceptor_stop(rld_acceptor *a);
+/* A server's stop before its teardown: stops a, then waits up to drain_ms (looking every 5 ms)
+ * for in_flight(h) to reach 0; returns the requests still in flight then. */
+unsigned rld__acceptor_drain(rld_acceptor *a, long (*in_flight)(const void *h), const void *h,
+                             unsigned drain_ms);
 
 /* Starts a request on r (its storage reused): no route yet, empty body and output. */
 void rld__req_begin(rld_http *h, rld_req *r);

@@ -275,7 +275,8 @@ static int command(redis_store *rs, const abuf *k, redisReply **r, rl_err *err)
 {
     const char **argv, *av[AB_SLOTS];
     size_t *len, al[AB_SLOTS];
-    abuf none = {0};
+    abuf none;
+    ab_init(&none);
     if (ab_join(k, &none, av, al, AB_SLOTS, &argv, &len) != 0)
         return rl_errf(err, RL_ENOMEM, "out of memory");
     int rc = exec_at(rs, -1, 1, 1, (int)k->n, argv, len, r, err);
@@ -724,7 +725,9 @@ static int decide_one(redis_store *rs, const rl_plan *plan, rl_decision *d, cons
                       const unsigned *shard, item_out *out, rl_err *err)
 {
     size_t sel[RL_MAX_APPLIED];
-    abuf k = {0}, a = {0};
+    abuf k, a;
+    ab_init(&k);
+    ab_init(&a);
     redisReply *r = NULL;
     for (size_t i = 0; i < plan->n; i++)
         sel[i] = i;
@@ -763,7 +766,10 @@ static int undo(redis_store *rs, const char *now_arg, const char *at, const uite
 {
     int rc = RL_OK, done[RL_MAX_APPLIED] = {0};
     for (size_t first = 0; first < n; first++) {
-        abuf k = {0}, a = {0}, one = {0};
+        abuf k, a, one;
+        ab_init(&k);
+        ab_init(&a);
+        ab_init(&one);
         redisReply *r;
         if (done[first])
             continue;
@@ -834,7 +840,8 @@ static void group_items(redis_store *rs, const rl_plan *plan, rl_decision *d,
         const rl_applied *ap = &d->applied[i];
         if (info_of(rs, ap->rule)->stateless)
             continue;
-        abuf k = {0};
+        abuf k;
+        ab_init(&k);
         ab_state_key(rs, &k, ap->level, ap->slot, shard[ap->level], ap->key, ap->keylen);
         unsigned slot = k.oom ? 0 : rld_cluster_slot(k.buf, k.len[0]);
         ab_free(&k);
@@ -891,7 +898,9 @@ static int undo_groups(redis_store *rs, const rl_plan *plan, const rl_decision *
 static int decide_group(redis_store *rs, const rl_plan *plan, rl_decision *d, groups *g,
                         size_t j, int dry, const unsigned *shard, item_out *out, rl_err *err)
 {
-    abuf k = {0}, a = {0};
+    abuf k, a;
+    ab_init(&k);
+    ab_init(&a);
     redisReply *r = NULL;
     build_decide(rs, plan, d, g->item[j], g->len[j], dry, "", shard, &k, &a);
     int rc = k.oom || a.oom ? rl_errf(err, RL_ENOMEM, "out of memory")
@@ -922,7 +931,9 @@ static int decide_group(redis_store *rs, const rl_plan *plan, rl_decision *d, gr
 static int record_resv(redis_store *rs, const rl_plan *plan, rl_decision *d, const char *id,
                        const unsigned *shard, const item_out *out, rl_err *err)
 {
-    abuf k = {0}, a = {0};
+    abuf k, a;
+    ab_init(&k);
+    ab_init(&a);
     redisReply *r = NULL;
     size_t m = 0;
     for (int f = 0; f < RLD_DECIDE_FIELDS; f++) {
@@ -972,7 +983,8 @@ static int record_resv(redis_store *rs, const rl_plan *plan, rl_decision *d, con
     if (rc == RL_OK) {
         char num[24];
         int l = snprintf(num, sizeof num, "%zu", m);
-        abuf b = {0}; /* a with the count of items in place */
+        abuf b; /* a with the count of items in place */
+        ab_init(&b);
         for (size_t i = 0; i < a.n; i++)
             i == items_at ? ab_add(&b, num, (size_t)l) : ab_add(&b, a.buf + a.off[i], a.len[i]);
         rc = b.oom ? rl_errf(err, RL_ENOMEM, "out of memory")
@@ -1295,7 +1307,8 @@ static int parse_item(const redis_store *rs, const char *s, size_t len, ritem *i
 /* Reads a reservation's rules (they never change once written). RL_ENOTFOUND when it is gone. */
 static int read_resv(redis_store *rs, const char *id, resv *out, rl_err *err)
 {
-    abuf k = {0};
+    abuf k;
+    ab_init(&k);
     redisReply *r;
     memset(out, 0, sizeof *out);
     out->at = "";
@@ -1384,7 +1397,9 @@ static int rs_settle(void *cls, const char *id, rl_fp actual, rl_ns now, rl_sett
 {
     redis_store *rs = cls;
     resv rv;
-    abuf k = {0}, a = {0};
+    abuf k, a;
+    ab_init(&k);
+    ab_init(&a);
     redisReply *r = NULL;
 
     if (!valid_id(id))
@@ -1471,7 +1486,9 @@ static int end_resv(redis_store *rs, const char *id, const char *now_arg, int ex
                     int *holds, rl_err *err)
 {
     resv rv;
-    abuf k = {0}, a = {0};
+    abuf k, a;
+    ab_init(&k);
+    ab_init(&a);
     redisReply *r = NULL;
     int rc = read_resv(rs, id, &rv, err);
     if (rc == RL_ENOTFOUND && !expire)
@@ -1565,7 +1582,9 @@ static int rs_release(void *cls, const char *id, rl_ns now, rl_err *err)
 
 static void heartbeat(redis_store *rs)
 {
-    abuf k = {0}, a = {0};
+    abuf k, a;
+    ab_init(&k);
+    ab_init(&a);
     redisReply *r;
     ab_key(rs, &k, "fleet", NULL);
     ab_str(&a, rs->instance);
@@ -1584,7 +1603,9 @@ static void heartbeat(redis_store *rs)
  * instance made them. *active counts the reservations in it. */
 static void expire_part(redis_store *rs, rl_ns now, unsigned n, int64_t *active)
 {
-    abuf k = {0}, a = {0};
+    abuf k, a;
+    ab_init(&k);
+    ab_init(&a);
     redisReply *r;
     ab_index_key(rs, &k, n);
     for (int f = 0; f < RLD_DUE_FIELDS; f++) {
@@ -1658,7 +1679,8 @@ static long state_key_level(const redis_store *rs, const char *s, size_t len)
 /* One SCAN step counting state keys per level; a full pass publishes the counts. */
 static void scan_step(redis_store *rs)
 {
-    abuf k = {0};
+    abuf k;
+    ab_init(&k);
     const char *argv[6];
     size_t len[6];
     redisReply *r;
@@ -1752,7 +1774,8 @@ static void rs_destroy(void *cls)
     redis_store *rs = cls;
     if (rs->cfg && (rs->cluster ? rld_cluster_up(rs->cluster) : rld_pool_up(rs->pool))) {
         /* leave the fleet at once rather than when the heartbeat goes stale */
-        abuf k = {0};
+        abuf k;
+        ab_init(&k);
         redisReply *r;
         ab_str(&k, "ZREM");
         ab_key(rs, &k, "fleet", NULL);

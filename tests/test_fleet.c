@@ -9,6 +9,7 @@
  * numbers are worked out by hand in the comments.
  */
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
@@ -1009,6 +1010,35 @@ START_TEST(a_plugin_type_runs_in_the_fleet)
 }
 END_TEST
 
+/* Waits until every thread of pid is stopped (a SIGSTOP takes effect after kill returns). */
+static void wait_stopped(pid_t pid)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/task", (int)pid);
+    for (int tries = 0; tries < 2000; tries++, sleep_ms(1)) {
+        DIR *d = opendir(path);
+        ck_assert_ptr_nonnull(d);
+        int running = 0;
+        for (struct dirent *e; (e = readdir(d)) != NULL;) {
+            char stat[400], buf[512];
+            if (e->d_name[0] == '.')
+                continue;
+            snprintf(stat, sizeof stat, "%s/%s/stat", path, e->d_name);
+            FILE *f = fopen(stat, "r");
+            size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+            if (f)
+                fclose(f);
+            buf[n] = '\0';
+            const char *paren = strrchr(buf, ')');
+            running |= paren && paren[1] == ' ' && paren[2] != 'T' && paren[2] != 't';
+        }
+        closedir(d);
+        if (!running)
+            return;
+    }
+    ck_abort_msg("ratelimitd did not stop");
+}
+
 /* A connection to the daemon. */
 static int raw_connect(const su_server *s)
 {
@@ -1066,6 +1096,7 @@ START_TEST(acquires_of_one_turn_share_one_redis_write)
     double c0 = metric(&s, "ratelimit_redis_calls_total");
     double w0 = metric(&s, "ratelimit_redis_writes_total");
     kill(s.pid, SIGSTOP);
+    wait_stopped(s.pid);
     for (int i = 0; i < 8; i++)
         ck_assert_int_eq(send(fd[i], req, sizeof req - 1, 0), (ssize_t)sizeof req - 1);
     sleep_ms(50);

@@ -60,8 +60,7 @@ static rl_store_ops short_ops, plan_ops;
 
 /* A limiter over a memory store (bounded by max_keys) whose table is ops, a copy of the
  * memory store's with decide_levels replaced. */
-static rl_limiter *limiter_over(rl_store_ops *ops, int levels, uint64_t max_keys,
-                                rl_registry **reg)
+static rl_limiter *limiter_over(rl_store_ops *ops, int levels, uint64_t max_keys, rl_registry **reg)
 {
     rld_settings set;
     rl_config *cfg;
@@ -74,8 +73,7 @@ static rl_limiter *limiter_over(rl_store_ops *ops, int levels, uint64_t max_keys
     ops->decide_levels = levels ? counted_levels : NULL;
     st->ops = ops;
     *reg = rl_registry_new();
-    ck_assert_int_eq(rld_config_parse(paths_cfg, strlen(paths_cfg), *reg, &set, &cfg, &err),
-                     RL_OK);
+    ck_assert_int_eq(rld_config_parse(paths_cfg, strlen(paths_cfg), *reg, &set, &cfg, &err), RL_OK);
     rld_settings_clear(&set);
     ck_assert_msg(rl_limiter_new(cfg, st, &lim, &err) == RL_OK, "%s", err.msg);
     return lim;
@@ -103,8 +101,11 @@ static void random_request(rl_request *req, rl_descriptor *ds, rl_ns now)
         const char *const *v;
         size_t n;
         unsigned per100;
-    } d[] = {{"user", users, 6, 90}, {"team", teams, 3, 70}, {"ip", ips, 3, 50},
-             {"event", events, 3, 50}, {"api", apis, 2, 10}};
+    } d[] = {{"user", users, 6, 90},
+             {"team", teams, 3, 70},
+             {"ip", ips, 3, 50},
+             {"event", events, 3, 50},
+             {"api", apis, 2, 10}};
     size_t n = 0;
     for (size_t i = 0; i < sizeof d / sizeof d[0]; i++)
         if (rnd(100) < d[i].per100) {
@@ -122,8 +123,12 @@ static void random_request(rl_request *req, rl_descriptor *ds, rl_ns now)
     if (rnd(80) == 0)
         cost = 50 * RL_FP_ONE; /* never fits */
     unsigned flags = (rnd(8) == 0 ? RL_DRY_RUN : 0) | (rnd(12) == 0 ? RL_RESERVE : 0);
-    *req = (rl_request){.desc = ds, .ndesc = n, .cost = cost, .priority = (int64_t)rnd(3),
-                        .flags = flags, .now = now};
+    *req = (rl_request){.desc = ds,
+                        .ndesc = n,
+                        .cost = cost,
+                        .priority = (int64_t)rnd(3),
+                        .flags = flags,
+                        .now = now};
 }
 
 static void same_status(const rl_decision *a, const rl_decision *b, size_t i)
@@ -245,8 +250,8 @@ START_TEST(short_path_decides_as_the_plan)
     same_counts(lim[0], lim[1]);
     /* both ways were taken: many requests decided from the keys, some handed to the plan
      * (most of them near the bound, where the store makes room first) */
-    ck_assert_msg(n_decided > (_i ? 300 : 3000) && n_declined > 100, "decided %ld, declined %ld", n_decided,
-                  n_declined);
+    ck_assert_msg(n_decided > (_i ? 300 : 3000) && n_declined > 100, "decided %ld, declined %ld",
+                  n_decided, n_declined);
     if (_i)
         ck_assert_msg(full > 0, "the bound was never reached");
     for (int k = 0; k < 2; k++) {

@@ -84,7 +84,24 @@ typedef struct rl_level_key {
     uint32_t keylen;
     uint16_t level;
     uint8_t shadow; /* the level makes every rule a shadow rule */
+    uint8_t plain;  /* rl_rules_plain(rules) and not shadow */
 } rl_level_key;
+
+/* Whether every rule of rs is plain: neither shadow nor charge, of a type that has state,
+ * commits and reports, holds nothing and does not evaluate into its state. Such a rule
+ * blocks when it waits and takes when the request is allowed: a store may decide it with
+ * less bookkeeping. */
+static inline int rl_rules_plain(const rl_rules *rs)
+{
+    for (size_t i = 0; i < rs->n; i++) {
+        const rl_rule *r = &rs->v[i];
+        const rl_rule_type *t = r->type;
+        if (r->shadow || r->charge || !t->state_size || !t->commit || !t->report ||
+            (t->flags & (RL_RULE_HOLDS | RL_RULE_EVAL_IN_STATE)))
+            return 0;
+    }
+    return 1;
+}
 
 typedef struct rl_levels {
     size_t n;

@@ -37,6 +37,7 @@ typedef struct lvinfo {
     const char *dkey;      /* the default key, or NULL */
     uint32_t dklen;
     uint8_t shadow;        /* the level makes every rule a shadow rule */
+    uint8_t plain;         /* rules is plain (rl_rules_plain) and the level not shadow */
     uint8_t nparts;        /* descriptors the key is made of */
     uint8_t part[8];       /* their indices into desc */
 } lvinfo;
@@ -319,6 +320,7 @@ int rl_limiter_new(rl_config *cfg, rl_store *store, rl_limiter **out, rl_err *er
         v->dkey = l->default_key;
         v->dklen = l->default_key ? (uint32_t)strlen(l->default_key) : 0;
         v->shadow = l->shadow != 0;
+        v->plain = v->rules && !v->shadow && rl_rules_plain(v->rules);
         if (l->ncompose == 0) {
             v->nparts = 1;
             v->part[0] = (uint8_t)desc_index(lim, l->name);
@@ -396,30 +398,41 @@ static inline size_t desc_find(const rl_limiter *lim, const char *name, size_t n
     return lim->ndesc;
 }
 
+/* The error of descriptor ds: why it is refused, or (why NULL) that no level uses it. Out of
+ * the way of read_descriptors, which then needs no room for the message. */
+static __attribute__((noinline, cold)) int descriptor_error(const rl_limiter *lim,
+                                                             const rl_descriptor *ds,
+                                                             const char *why, rl_err *err)
+{
+    int nl = ds->name_len > 64 ? 64 : (int)ds->name_len;
+    if (why)
+        return rl_errf(err, RL_EINVAL, "keys.%.*s: %s", nl, ds->name, why);
+    char known[256] = "";
+    size_t used = 0;
+    for (size_t j = 0; j < lim->ndesc && used < sizeof known; j++)
+        used += (size_t)snprintf(known + used, sizeof known - used, "%s%s", j ? ", " : "",
+                                 lim->desc[j]);
+    return rl_errf(err, RL_EINVAL, "keys.%.*s: unknown descriptor (levels use: %s)", nl,
+                   ds->name, known);
+}
+
 /* Looks the request's descriptors up; fills val/vlen by descriptor index. */
-static int read_descriptors(rl_limiter *lim, const rl_request *req, const char **val,
-                            size_t *vlen, rl_err *err)
+static inline __attribute__((always_inline)) int
+read_descriptors(const rl_limiter *lim, const rl_request *req, const char **val, size_t *vlen,
+                 rl_err *err)
 {
     for (size_t i = 0; i < lim->ndesc; i++)
         val[i] = NULL;
     for (size_t i = 0; i < req->ndesc; i++) {
         const rl_descriptor *ds = &req->desc[i];
-        int nl = ds->name_len > 64 ? 64 : (int)ds->name_len;
         size_t k = desc_find(lim, ds->name, ds->name_len);
-        if (k == lim->ndesc) {
-            char known[256] = "";
-            size_t used = 0;
-            for (size_t j = 0; j < lim->ndesc && used < sizeof known; j++)
-                used += (size_t)snprintf(known + used, sizeof known - used, "%s%s",
-                                         j ? ", " : "", lim->desc[j]);
-            return rl_errf(err, RL_EINVAL, "keys.%.*s: unknown descriptor (levels use: %s)", nl,
-                            ds->name, known);
-        }
+        if (k == lim->ndesc)
+            return descriptor_error(lim, ds, NULL, err);
         if (val[k])
-            return rl_errf(err, RL_EINVAL, "keys.%.*s: given twice", nl, ds->name);
+            return descriptor_error(lim, ds, "given twice", err);
         const char *why = rl__key_problem(ds->value, ds->value_len);
         if (why)
-            return rl_errf(err, RL_EINVAL, "keys.%.*s: %s", nl, ds->name, why);
+            return descriptor_error(lim, ds, why, err);
         val[k] = ds->value;
         vlen[k] = ds->value_len;
     }
@@ -580,7 +593,10 @@ resolve_levels(rl_limiter *lim, const rl_request *req, rl_decision *d, rl_levels
         if ((nrules += rs->n) > RL_MAX_APPLIED)
             return rl_errf(err, RL_EINVAL, "keys: more than %d rules would apply",
                            RL_MAX_APPLIED);
-        q->lv[n++] = (rl_level_key){rs, key, (uint32_t)klen, (uint16_t)li, lim->lv[li].shadow};
+        const lvinfo *v = &lim->lv[li];
+        int plain = v->rules ? v->plain : !v->shadow && rl_rules_plain(rs);
+        q->lv[n++] = (rl_level_key){rs, key, (uint32_t)klen, (uint16_t)li, v->shadow,
+                                    (uint8_t)plain};
     }
     q->n = n;
     q->nrules = nrules;

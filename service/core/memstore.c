@@ -710,6 +710,47 @@ levels_evaluate(const rl_levels *q, const rl_level_key *lk, rl__seg *seg, uint64
     }
 }
 
+/* levels_evaluate for a list of plain rules (rl_level_key.plain): each blocks when it waits
+ * and takes when the request is allowed, reports and is no shadow nor charge rule. */
+static inline __attribute__((always_inline)) void
+levels_evaluate_plain(const rl_levels *q, const rl_level_key *lk, rl__seg *seg, uint64_t kh,
+                      rl_decision *d, lrun *x)
+{
+    const rl_rule *r = lk->rules->v, *end = r + lk->rules->n;
+    size_t i = x->n;
+    for (unsigned si = 0; r < end; r++, si++, i++) {
+        const rl_rule_type *t = r->type;
+        rl_plan_item it = rl_plan_item_of(r, 0, q->cost, q->priority);
+        uint32_t idx = rl__seg_find(seg, rl__rec_hash(kh, si), si, lk->key, lk->keylen);
+        void *st = idx != RL__NONE && code_is(seg->r[idx].type, r) ? rec_state(&seg->r[idx], t)
+                                                                   : NULL;
+        rl_applied *a = &d->applied[i];
+        rl_ns wait = t->evaluate(r->params, st ? st : zero_state, lk->key, lk->keylen, q->now,
+                                 it.need, &a->status.ev);
+        x->seen |= (st ? 0 : SEEN_MISSING) | (wait != 0 ? SEEN_BLOCKS : 0);
+        if (wait > x->retry) {
+            x->retry = wait;
+            x->blocked = (int)i;
+        }
+        x->state[i] = st;
+        x->cost[i] = it.cost;
+        x->takes[i] = 1;
+        a->rule = r;
+        a->key = lk->key;
+        a->keylen = lk->keylen;
+        a->level = lk->level;
+        a->slot = (uint16_t)si;
+        a->wait = wait;
+        a->has_status = 1;
+        a->fallback = RL_FALLBACK_NONE;
+        a->shadow = 0;
+        a->shadow_denied = 0;
+        a->charge = 0;
+        a->status_lazy = 1;
+    }
+    x->n = i;
+}
+
 /* Starts loading the records of q's keys in large segments (see ms_prefetch); fills the keys'
  * hashes and segments. */
 static inline void levels_locate(mem_store *ms, const rl_levels *q, uint64_t *kh, rl__seg **seg)
@@ -745,7 +786,10 @@ static int ms_decide_levels(void *cls, const rl_levels *q, rl_decision *d)
     x.blocked = -1;
     for (size_t k = 0; k < q->n; k++) {
         rl__spin_lock(&seg[k]->lock);
-        levels_evaluate(q, &q->lv[k], seg[k], kh[k], d, &x);
+        if (q->lv[k].plain)
+            levels_evaluate_plain(q, &q->lv[k], seg[k], kh[k], d, &x);
+        else
+            levels_evaluate(q, &q->lv[k], seg[k], kh[k], d, &x);
     }
     int takes = !(x.seen & SEEN_BLOCKS) && !(q->flags & RL_DRY_RUN);
     if (takes && (x.seen & (SEEN_MISSING | SEEN_HOLDS))) {

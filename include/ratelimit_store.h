@@ -37,14 +37,36 @@ typedef struct rl_plan {
     rl_ns now;
 } rl_plan;
 
-/* Whether item i's wait decides (a wait > 0 denies the request): not for a shadow rule, nor
- * for a charge rule when the item takes a cost > 0 for real (not a dry run). */
-static inline int rl_plan_item_blocks(const rl_plan *plan, size_t i)
+/* What rule r asks of a request of cost and priority at a key of a level (level_shadow: the
+ * level makes its rules shadow rules): the cost it takes (one unit for a rule counting
+ * requests, when cost > 0), what it checks (with any reserved headroom the priority does not
+ * reach) and its mode. hash is left 0. */
+static inline rl_plan_item rl_plan_item_of(const rl_rule *r, int level_shadow, rl_fp cost,
+                                           int64_t priority)
 {
-    const rl_plan_item *it = &plan->items[i];
+    rl_fp c = r->unit == RL_UNIT_REQUESTS ? (cost > 0 ? RL_FP_ONE : cost) : cost;
+    rl_fp need = r->reserved > 0 && priority < r->reserved_min_priority ? c + r->reserved : c;
+    int shadow = (r->shadow | level_shadow) != 0, charge = r->charge != 0;
+    rl_plan_item it = {.hash = 0, .cost = c, .need = need,
+                       .mode = (uint8_t)((shadow ? RL_ITEM_SHADOW : 0) |
+                                         (charge ? RL_ITEM_CHARGE : 0))};
+    return it;
+}
+
+/* Whether an item's wait decides under the plan's flags (a wait > 0 denies the request): not
+ * for a shadow rule, nor for a charge rule when the item takes a cost > 0 for real (not a dry
+ * run). */
+static inline int rl_item_blocks(const rl_plan_item *it, unsigned flags)
+{
     if (it->mode & RL_ITEM_SHADOW)
         return 0;
-    return !(it->mode & RL_ITEM_CHARGE) || (plan->flags & RL_DRY_RUN) || it->cost == 0;
+    return !(it->mode & RL_ITEM_CHARGE) || (flags & RL_DRY_RUN) || it->cost == 0;
+}
+
+/* Whether item i's wait decides (rl_item_blocks). */
+static inline int rl_plan_item_blocks(const rl_plan *plan, size_t i)
+{
+    return rl_item_blocks(&plan->items[i], plan->flags);
 }
 
 /* Whether item i takes its cost when the request is allowed and not a dry run, given its
@@ -53,6 +75,46 @@ static inline int rl_plan_item_takes(const rl_plan *plan, size_t i, rl_ns wait)
 {
     return !(plan->items[i].mode & RL_ITEM_SHADOW) || wait == 0;
 }
+
+/* A request of descriptors resolved by the limiter into one key per level (levels in
+ * increasing order, each with at least one rule): what rl_store_ops.decide_levels decides. */
+typedef struct rl_level_key {
+    const rl_rules *rules; /* the rules in force at key */
+    const char *key;
+    uint32_t keylen;
+    uint16_t level;
+    uint8_t shadow; /* the level makes every rule a shadow rule */
+    uint8_t plain;  /* rl_rules_plain(rules) and not shadow */
+} rl_level_key;
+
+/* Whether every rule of rs is plain: neither shadow nor charge, of a type that has state,
+ * commits and reports, holds nothing and does not evaluate into its state. Such a rule
+ * blocks when it waits and takes when the request is allowed: a store may decide it with
+ * less bookkeeping. */
+static inline int rl_rules_plain(const rl_rules *rs)
+{
+    for (size_t i = 0; i < rs->n; i++) {
+        const rl_rule *r = &rs->v[i];
+        const rl_rule_type *t = r->type;
+        if (r->shadow || r->charge || !t->state_size || !t->commit || !t->report ||
+            (t->flags & (RL_RULE_HOLDS | RL_RULE_EVAL_IN_STATE)))
+            return 0;
+    }
+    return 1;
+}
+
+typedef struct rl_levels {
+    size_t n;
+    rl_level_key lv[RL_MAX_LEVELS];
+    size_t nrules;    /* over every level, at most RL_MAX_APPLIED */
+    rl_fp cost;       /* > 0 */
+    int64_t priority;
+    unsigned flags;   /* RL_DRY_RUN or 0 (a request that reserves is planned) */
+    rl_ns now;
+} rl_levels;
+
+/* What decide_levels returns when it leaves a request to decide (nothing changed). */
+#define RL_STORE_DECLINED 1
 
 /* How a store finds the rule now in force at (level, slot) for a key: used to expire
  * reservations, settle them and drop idle state when tiers may have changed. Returns NULL
@@ -105,6 +167,15 @@ typedef struct rl_store_ops {
      * so that decide need not compute it again. Must not fail, block or change state. */
     uint64_t (*prefetch)(void *cls, size_t level, const rl_rules *rs, const char *key,
                          size_t keylen);
+    /* Optional (NULL: every request is planned). Decides a request of descriptors from its
+     * keys alone, without the plan: fills d as decide fills it for the plan the limiter
+     * would make of q (an item per rule, level by level, rl_plan_item_of), and d->napplied,
+     * d->allowed, d->retry_after (the longest wait of an item that blocks, the first of
+     * equal ones) and d->blocked (its index, -1 when allowed), and returns RL_OK. Or returns
+     * RL_STORE_DECLINED having changed no state, when deciding would need more than taking
+     * from state that exists (a new key's state, a reservation, room under a bound): the
+     * limiter then plans the request and calls decide, whatever d holds. Never fails. */
+    int (*decide_levels)(void *cls, const rl_levels *q, rl_decision *d);
 } rl_store_ops;
 
 struct rl_store {

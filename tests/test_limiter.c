@@ -1217,6 +1217,50 @@ START_TEST(records_sharing_a_hash_differ_in_any_byte)
 }
 END_TEST
 
+/* Where records of one home sit: k0..k19 within 19 slots of it, found there and nowhere
+ * else, wrapped around the array's end for a home in its last slot. */
+static void one_home_found(const rl__seg *s, uint32_t h, int from, int to)
+{
+    uint32_t home = (uint32_t)(((uint64_t)h * s->cap) >> 32), wrapped = 0;
+    for (int i = from; i < to; i++) {
+        char key[8];
+        snprintf(key, sizeof key, "k%d", i);
+        uint32_t at = rl__seg_find(s, h, 0, key, strlen(key));
+        ck_assert_uint_ne(at, RL__NONE);
+        ck_assert_int_eq(memcmp(rl__rec_key(&s->r[at]), key, strlen(key)), 0);
+        ck_assert_uint_le((at + s->cap - home) % s->cap, 19);
+        wrapped += at < home;
+    }
+    ck_assert(home + 19 < s->cap ? wrapped == 0 : wrapped > 0);
+}
+
+/* A find looks no further from a key's home than the segment's furthest record: records of
+ * one home sit one after the other, 0 to 19 slots from it, so far is 19; a removal moves the
+ * later ones back and leaves far as it was; a key of that home not held is not found. */
+START_TEST(finds_stop_at_the_furthest_record)
+{
+    static const uint32_t homes[] = {42, UINT32_MAX};
+    for (size_t hi = 0; hi < 2; hi++) {
+        rl__seg s;
+        char key[8];
+        uint32_t h = homes[hi];
+        memset(&s, 0, sizeof s);
+        for (int i = 0; i < 20; i++) {
+            snprintf(key, sizeof key, "k%d", i);
+            ck_assert_uint_ne(rl__seg_insert(&s, h, 0, key, strlen(key), 1, 0), RL__NONE);
+        }
+        ck_assert_uint_eq(s.far, 19);
+        one_home_found(&s, h, 0, 20);
+        ck_assert_uint_eq(rl__seg_find(&s, h, 0, "k20", 3), RL__NONE);
+        rl__seg_remove(&s, rl__seg_find(&s, h, 0, "k0", 2));
+        ck_assert_uint_eq(s.far, 19);
+        ck_assert_uint_eq(rl__seg_find(&s, h, 0, "k0", 2), RL__NONE);
+        one_home_found(&s, h, 1, 20);
+        rl__seg_free(&s);
+    }
+}
+END_TEST
+
 /* A find matches the slot as well as the hash and the key, whatever the record's type (a
  * position whose rule changed type is found, then given a state of the new type). */
 START_TEST(records_sharing_hash_and_key_differ_by_slot_not_type)
@@ -1865,6 +1909,7 @@ Suite *limiter_suite(void)
     tcase_add_test(tc, segment_shrinks_a_pass_after_it_stops_growing);
     tcase_add_test(tc, records_sharing_a_hash_differ_in_any_byte);
     tcase_add_test(tc, records_sharing_hash_and_key_differ_by_slot_not_type);
+    tcase_add_test(tc, finds_stop_at_the_furthest_record);
     tcase_add_test(tc, control_characters_found_at_every_length_and_position);
     tcase_add_test(tc, descriptor_names_sharing_their_ends);
     tcase_add_test(tc, store_without_prefetch_decides_the_same);

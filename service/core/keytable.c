@@ -32,18 +32,6 @@ void rl__spin_wait(rl__spin *l)
     }
 }
 
-static inline uint32_t home(uint32_t h, uint32_t cap)
-{
-    return (uint32_t)(((uint64_t)h * cap) >> 32);
-}
-
-/* How far slot i is from the home of the record hash h. */
-static inline uint32_t distance(uint32_t h, uint32_t i, uint32_t cap)
-{
-    uint32_t hm = home(h, cap);
-    return i >= hm ? i - hm : i + cap - hm;
-}
-
 /* A zeroed array of *cap records. A large one is mapped on a 2 MiB boundary so that the kernel
  * can back every whole 2 MiB of it with a huge page (one TLB entry instead of 512); the tail
  * uses ordinary pages, so no memory is spent on rounding. */
@@ -79,104 +67,29 @@ static void array_free(rl__rec *r, uint32_t cap)
         munmap(r, (bytes + page - 1) / page * page);
 }
 
-static inline uint64_t load64(const void *p)
+uint32_t rl__seg_find_long(const rl__seg *s, uint32_t h, unsigned slot, const char *key,
+                           size_t klen)
 {
-    uint64_t v;
-    memcpy(&v, p, 8);
-    return v;
+    return rl__seg_find_in(s, h, slot, key, klen, 0);
 }
 
-static inline uint32_t load32(const void *p)
+/* Places e (moved in, not copied) into r of capacity cap; returns where e itself landed.
+ * *far grows to the distance of every record it puts down. */
+static uint32_t place(rl__rec *r, uint32_t cap, rl__rec e, uint32_t *far)
 {
-    uint32_t v;
-    memcpy(&v, p, 4);
-    return v;
-}
-
-/* Whether r, whose length is klen (at most RL__KEY_INLINE), holds key: two loads from each
- * end that overlap in the middle, which cover every byte once the lengths are equal (one to
- * three bytes: the first, the middle and the last). */
-static inline int inline_key_equal(const rl__rec *r, const char *key, size_t klen)
-{
-    const char *in = r->key.in;
-    if (klen >= 8)
-        return load64(in) == load64(key) && load64(in + klen - 8) == load64(key + klen - 8);
-    if (klen >= 4)
-        return load32(in) == load32(key) && load32(in + klen - 4) == load32(key + klen - 4);
-    return in[0] == key[0] && in[klen >> 1] == key[klen >> 1] && in[klen - 1] == key[klen - 1];
-}
-
-/* A record's first eight bytes: its hash, key length, type and slot, in that order. */
-static inline uint64_t rec_head(const rl__rec *r)
-{
-    return load64(r);
-}
-
-_Static_assert(offsetof(rl__rec, hash) == 0 && offsetof(rl__rec, klen) == 4 &&
-                   offsetof(rl__rec, type) == 6 && offsetof(rl__rec, slot) == 7,
-               "rec_head reads hash, klen, type and slot as one word");
-
-#define HEAD_TYPE ((uint64_t)0xff << 48)
-
-/* rec_head of a record of (h, klen, slot), its type masked out. Little-endian, as rec_head. */
-static inline uint64_t head_of(uint32_t h, size_t klen, unsigned slot)
-{
-    return (uint64_t)h | (uint64_t)klen << 32 | (uint64_t)slot << 56;
-}
-
-/* The probe loop compares hash, length and slot as one word (an empty slot is all zeros and a
- * key at least one byte long, so an empty slot never matches); only a record that matches
- * them compares its key. Made twice, for keys held inline and for longer ones, so that the
- * first calls nothing and saves no registers. */
-static inline __attribute__((always_inline)) uint32_t
-find_in(const rl__seg *s, uint32_t h, unsigned slot, const char *key, size_t klen, int inline_key)
-{
-    uint32_t cap = s->cap;
-    if (!cap)
-        return RL__NONE;
-    const rl__rec *r = s->r;
-    uint64_t want = head_of(h, klen, slot);
-    uint32_t i = home(h, cap);
-    for (uint32_t dist = 0;; dist++) {
-        uint64_t head = rec_head(&r[i]);
-        if ((head & ~HEAD_TYPE) == want &&
-            (inline_key ? inline_key_equal(&r[i], key, klen)
-                        : memcmp(r[i].key.out, key, klen) == 0))
-            return i;
-        /* a record closer to its home than we are to ours: ours would have taken its place */
-        if (!(head & HEAD_TYPE) || distance((uint32_t)head, i, cap) < dist)
-            return RL__NONE;
-        i = i + 1 == cap ? 0 : i + 1;
-    }
-}
-
-static __attribute__((noinline)) uint32_t find_long(const rl__seg *s, uint32_t h, unsigned slot,
-                                                    const char *key, size_t klen)
-{
-    return find_in(s, h, slot, key, klen, 0);
-}
-
-uint32_t rl__seg_find(const rl__seg *s, uint32_t h, unsigned slot, const char *key, size_t klen)
-{
-    if (klen > RL__KEY_INLINE)
-        return find_long(s, h, slot, key, klen);
-    return find_in(s, h, slot, key, klen, 1);
-}
-
-/* Places e (moved in, not copied) into r of capacity cap; returns where e itself landed. */
-static uint32_t place(rl__rec *r, uint32_t cap, rl__rec e)
-{
-    uint32_t i = home(e.hash, cap), landed = RL__NONE;
+    uint32_t i = rl__home(e.hash, cap), landed = RL__NONE;
     for (uint32_t dist = 0;; dist++) {
         if (!r[i].type) {
             r[i] = e;
+            *far = dist > *far ? dist : *far;
             return landed == RL__NONE ? i : landed;
         }
-        uint32_t d = distance(r[i].hash, i, cap);
+        uint32_t d = rl__distance(r[i].hash, i, cap);
         if (d < dist) {
             rl__rec t = r[i];
             r[i] = e;
             e = t;
+            *far = dist > *far ? dist : *far;
             dist = d;
             if (landed == RL__NONE)
                 landed = i;
@@ -191,18 +104,21 @@ static void set_array(rl__seg *s, rl__rec *r, uint32_t cap)
     __atomic_store_n(&s->r, r, __ATOMIC_RELAXED);
     __atomic_store_n(&s->cap, cap, __ATOMIC_RELAXED);
     s->sweep = 0;
+    s->far = 0;
 }
 
 static int resize(rl__seg *s, uint32_t cap)
 {
     rl__rec *r = array_new(&cap);
+    uint32_t far = 0;
     if (!r)
         return -1;
     for (uint32_t i = 0; i < s->cap; i++)
         if (s->r[i].type)
-            place(r, cap, s->r[i]);
+            place(r, cap, s->r[i], &far);
     array_free(s->r, s->cap);
     set_array(s, r, cap);
+    s->far = far;
     return 0;
 }
 
@@ -232,7 +148,7 @@ uint32_t rl__seg_insert(rl__seg *s, uint32_t h, unsigned slot, const char *key, 
             free(e.key.out);
         return RL__NONE;
     }
-    uint32_t i = place(s->r, s->cap, e);
+    uint32_t i = place(s->r, s->cap, e, &s->far);
     __atomic_store_n(&s->count, s->count + 1, __ATOMIC_RELAXED);
     return i;
 }
@@ -244,7 +160,7 @@ void rl__seg_remove(rl__seg *s, uint32_t i)
         free(s->r[i].key.out);
     for (;;) {
         uint32_t j = i + 1 == cap ? 0 : i + 1;
-        if (!s->r[j].type || distance(s->r[j].hash, j, cap) == 0)
+        if (!s->r[j].type || rl__distance(s->r[j].hash, j, cap) == 0)
             break;
         s->r[i] = s->r[j];
         i = j;

@@ -62,6 +62,7 @@ typedef struct rl__seg {
     uint32_t count; /* records in use; read without the lock for statistics */
     uint32_t sweep; /* next slot the idle sweep looks at */
     uint32_t grew;  /* the array grew since the sweep's last pass ended */
+    uint32_t far;   /* no record sits further from its home slot (removals leave it as is) */
     rl__rec *r;
 } rl__seg;
 
@@ -97,8 +98,81 @@ static inline void rl__seg_prefetch(const rl__seg *s, uint32_t h)
         __builtin_prefetch(&r[((uint64_t)h * cap) >> 32]);
 }
 
-/* The index of the record of (slot, key) with record hash h, or RL__NONE. */
-uint32_t rl__seg_find(const rl__seg *s, uint32_t h, unsigned slot, const char *key, size_t klen);
+/* The home slot of record hash h in an array of cap slots. */
+static inline uint32_t rl__home(uint32_t h, uint32_t cap)
+{
+    return (uint32_t)(((uint64_t)h * cap) >> 32);
+}
+
+/* How far slot i is from the home of the record hash h. */
+static inline uint32_t rl__distance(uint32_t h, uint32_t i, uint32_t cap)
+{
+    uint32_t hm = rl__home(h, cap);
+    return i >= hm ? i - hm : i + cap - hm;
+}
+
+/* Whether r, whose length is klen (at most RL__KEY_INLINE), holds key: two loads from each
+ * end that overlap in the middle, which cover every byte once the lengths are equal (one to
+ * three bytes: the first, the middle and the last). */
+static inline int rl__inline_key_equal(const rl__rec *r, const char *key, size_t klen)
+{
+    const unsigned char *in = (const unsigned char *)r->key.in, *k = (const unsigned char *)key;
+    if (klen >= 8)
+        return rl__read64(in) == rl__read64(k) &&
+               rl__read64(in + klen - 8) == rl__read64(k + klen - 8);
+    if (klen >= 4)
+        return rl__read32(in) == rl__read32(k) &&
+               rl__read32(in + klen - 4) == rl__read32(k + klen - 4);
+    return in[0] == k[0] && in[klen >> 1] == k[klen >> 1] && in[klen - 1] == k[klen - 1];
+}
+
+_Static_assert(offsetof(rl__rec, hash) == 0 && offsetof(rl__rec, klen) == 4 &&
+                   offsetof(rl__rec, type) == 6 && offsetof(rl__rec, slot) == 7,
+               "a record's first word is its hash, key length, type and slot");
+
+#define RL__HEAD_TYPE ((uint64_t)0xff << 48)
+
+/* The probe loop compares a record's first word (hash, length and slot; little-endian) as
+ * one (an empty slot is all zeros and a key at least one byte long, so an empty slot never
+ * matches); only a record that matches them compares its key. It stops after the segment's
+ * furthest distance from home, which no record passes: a probe then costs a load, a compare
+ * and a step. Made twice, for keys held inline and for longer ones, so that the first calls
+ * nothing and saves no registers. */
+static inline __attribute__((always_inline)) uint32_t
+rl__seg_find_in(const rl__seg *s, uint32_t h, unsigned slot, const char *key, size_t klen,
+                int inline_key)
+{
+    uint32_t cap = s->cap;
+    if (!cap)
+        return RL__NONE;
+    const rl__rec *r = s->r;
+    uint64_t want = (uint64_t)h | (uint64_t)klen << 32 | (uint64_t)slot << 56;
+    uint32_t i = rl__home(h, cap), left = s->far;
+    for (;;) {
+        uint64_t head = rl__read64((const unsigned char *)&r[i]);
+        if ((head & ~RL__HEAD_TYPE) == want &&
+            (inline_key ? rl__inline_key_equal(&r[i], key, klen)
+                        : memcmp(r[i].key.out, key, klen) == 0))
+            return i;
+        if (left-- == 0)
+            return RL__NONE;
+        i = i + 1 == cap ? 0 : i + 1;
+    }
+}
+
+/* rl__seg_find for a key longer than RL__KEY_INLINE. */
+uint32_t rl__seg_find_long(const rl__seg *s, uint32_t h, unsigned slot, const char *key,
+                           size_t klen);
+
+/* The index of the record of (slot, key) with record hash h, or RL__NONE. Inline: every
+ * decision looks up a record per rule. */
+static inline uint32_t rl__seg_find(const rl__seg *s, uint32_t h, unsigned slot, const char *key,
+                                    size_t klen)
+{
+    if (klen > RL__KEY_INLINE)
+        return rl__seg_find_long(s, h, slot, key, klen);
+    return rl__seg_find_in(s, h, slot, key, klen, 1);
+}
 /* Inserts a record with a zero state (ext_size > 0: a zeroed external state of that size) for
  * a key not in the segment. Returns its index, or RL__NONE when out of memory (nothing
  * changed). May move other records. */

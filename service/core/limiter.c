@@ -37,6 +37,7 @@ typedef struct lvinfo {
     const char *dkey;      /* the default key, or NULL */
     uint32_t dklen;
     uint8_t shadow;        /* the level makes every rule a shadow rule */
+    uint8_t plain;         /* rules is plain (rl_rules_plain) and the level not shadow */
     uint8_t nparts;        /* descriptors the key is made of */
     uint8_t part[8];       /* their indices into desc */
 } lvinfo;
@@ -51,6 +52,7 @@ struct rl_limiter {
     int (*decide)(void *cls, const rl_plan *plan, rl_decision *d, rl_err *err);
     uint64_t (*prefetch)(void *cls, size_t level, const rl_rules *rs, const char *key,
                          size_t keylen);
+    int (*decide_levels)(void *cls, const rl_levels *q, rl_decision *d);
     void *scls;
     size_t ndesc;
     const char *desc[MAX_DESC]; /* descriptor names the levels use */
@@ -318,6 +320,7 @@ int rl_limiter_new(rl_config *cfg, rl_store *store, rl_limiter **out, rl_err *er
         v->dkey = l->default_key;
         v->dklen = l->default_key ? (uint32_t)strlen(l->default_key) : 0;
         v->shadow = l->shadow != 0;
+        v->plain = v->rules && !v->shadow && rl_rules_plain(v->rules);
         if (l->ncompose == 0) {
             v->nparts = 1;
             v->part[0] = (uint8_t)desc_index(lim, l->name);
@@ -336,6 +339,7 @@ int rl_limiter_new(rl_config *cfg, rl_store *store, rl_limiter **out, rl_err *er
     }
     lim->decide = lim->store->ops->decide;
     lim->prefetch = lim->store->ops->prefetch;
+    lim->decide_levels = lim->store->ops->decide_levels;
     lim->scls = lim->store->cls;
     int rc = lim->store->ops->attach(lim->store->cls, cfg, &lim->res, err);
     for (size_t i = 0; rc == RL_OK && i < cfg->nquotas; i++) {
@@ -394,30 +398,41 @@ static inline size_t desc_find(const rl_limiter *lim, const char *name, size_t n
     return lim->ndesc;
 }
 
+/* The error of descriptor ds: why it is refused, or (why NULL) that no level uses it. Out of
+ * the way of read_descriptors, which then needs no room for the message. */
+static __attribute__((noinline, cold)) int descriptor_error(const rl_limiter *lim,
+                                                             const rl_descriptor *ds,
+                                                             const char *why, rl_err *err)
+{
+    int nl = ds->name_len > 64 ? 64 : (int)ds->name_len;
+    if (why)
+        return rl_errf(err, RL_EINVAL, "keys.%.*s: %s", nl, ds->name, why);
+    char known[256] = "";
+    size_t used = 0;
+    for (size_t j = 0; j < lim->ndesc && used < sizeof known; j++)
+        used += (size_t)snprintf(known + used, sizeof known - used, "%s%s", j ? ", " : "",
+                                 lim->desc[j]);
+    return rl_errf(err, RL_EINVAL, "keys.%.*s: unknown descriptor (levels use: %s)", nl,
+                   ds->name, known);
+}
+
 /* Looks the request's descriptors up; fills val/vlen by descriptor index. */
-static int read_descriptors(rl_limiter *lim, const rl_request *req, const char **val,
-                            size_t *vlen, rl_err *err)
+static inline __attribute__((always_inline)) int
+read_descriptors(const rl_limiter *lim, const rl_request *req, const char **val, size_t *vlen,
+                 rl_err *err)
 {
     for (size_t i = 0; i < lim->ndesc; i++)
         val[i] = NULL;
     for (size_t i = 0; i < req->ndesc; i++) {
         const rl_descriptor *ds = &req->desc[i];
-        int nl = ds->name_len > 64 ? 64 : (int)ds->name_len;
         size_t k = desc_find(lim, ds->name, ds->name_len);
-        if (k == lim->ndesc) {
-            char known[256] = "";
-            size_t used = 0;
-            for (size_t j = 0; j < lim->ndesc && used < sizeof known; j++)
-                used += (size_t)snprintf(known + used, sizeof known - used, "%s%s",
-                                         j ? ", " : "", lim->desc[j]);
-            return rl_errf(err, RL_EINVAL, "keys.%.*s: unknown descriptor (levels use: %s)", nl,
-                            ds->name, known);
-        }
+        if (k == lim->ndesc)
+            return descriptor_error(lim, ds, NULL, err);
         if (val[k])
-            return rl_errf(err, RL_EINVAL, "keys.%.*s: given twice", nl, ds->name);
+            return descriptor_error(lim, ds, "given twice", err);
         const char *why = rl__key_problem(ds->value, ds->value_len);
         if (why)
-            return rl_errf(err, RL_EINVAL, "keys.%.*s: %s", nl, ds->name, why);
+            return descriptor_error(lim, ds, why, err);
         val[k] = ds->value;
         vlen[k] = ds->value_len;
     }
@@ -487,26 +502,21 @@ static inline const rl_rules *key_rules(rl_limiter *lim, size_t li, const char *
  * rule again after each. */
 static inline __attribute__((always_inline)) int
 plan_rules(rl_limiter *lim, size_t li, const rl_rules *rs, const char *key, size_t klen,
-           const rl_request *req, rl_fp cost, rl_decision *d, rl_plan *plan, rl_err *err)
+           int64_t prio, rl_fp cost, rl_decision *d, rl_plan *plan, rl_err *err)
 {
     size_t n = rs->n, base = d->napplied;
     if (base + n > RL_MAX_APPLIED)
         return rl_errf(err, RL_EINVAL, "keys: more than %d rules would apply", RL_MAX_APPLIED);
     uint64_t hint = lim->prefetch ? lim->prefetch(lim->scls, li, rs, key, klen) : 0;
     int lshadow = lim->lv[li].shadow;
-    int64_t prio = req->priority;
-    rl_fp unit_cost = cost > 0 ? RL_FP_ONE : cost;
     rl_applied *a = &d->applied[base];
     rl_plan_item *it = &plan->items[base];
     d->napplied = base + n;
     for (size_t si = 0; si < n; si++, a++, it++) {
         const rl_rule *r = &rs->v[si];
-        int shadow = (r->shadow | lshadow) != 0, charge = r->charge != 0;
-        rl_fp c = r->unit == RL_UNIT_REQUESTS ? unit_cost : cost;
-        rl_fp need = r->reserved > 0 && prio < r->reserved_min_priority ? c + r->reserved : c;
-        *it = (rl_plan_item){.hash = hint, .cost = c, .need = need,
-                             .mode = (uint8_t)((shadow ? RL_ITEM_SHADOW : 0) |
-                                               (charge ? RL_ITEM_CHARGE : 0))};
+        rl_plan_item pi = rl_plan_item_of(r, lshadow, cost, prio);
+        pi.hash = hint;
+        *it = pi;
         a->rule = r;
         a->key = key;
         a->wait = 0;
@@ -515,9 +525,9 @@ plan_rules(rl_limiter *lim, size_t li, const rl_rules *rs, const char *key, size
         a->keylen = (uint32_t)klen;
         a->has_status = 0;
         a->fallback = RL_FALLBACK_NONE;
-        a->shadow = (uint8_t)shadow;
+        a->shadow = (uint8_t)((pi.mode & RL_ITEM_SHADOW) != 0);
         a->shadow_denied = 0;
-        a->charge = (uint8_t)charge;
+        a->charge = (uint8_t)((pi.mode & RL_ITEM_CHARGE) != 0);
         a->status_lazy = 0;
     }
     return RL_OK;
@@ -540,8 +550,8 @@ plan_items(rl_limiter *lim, const rl_request *req, rl_decision *d, rl_plan *plan
             return rl_errf(err, RL_EINVAL,
                             "items[%zu].cost: must be a number from 0 to 1000000000000", i);
         const rl_rules *rs = key_rules(lim, it->level, it->key, it->keylen, d);
-        int rc = rs && rs->n ? plan_rules(lim, it->level, rs, it->key, it->keylen, req,
-                                          it->cost, d, plan, err)
+        int rc = rs && rs->n ? plan_rules(lim, it->level, rs, it->key, it->keylen,
+                                          req->priority, it->cost, d, plan, err)
                              : RL_OK;
         if (rc != RL_OK)
             return rc;
@@ -550,20 +560,25 @@ plan_items(rl_limiter *lim, const rl_request *req, rl_decision *d, rl_plan *plan
     return RL_OK;
 }
 
-/* Plans a request given as descriptors: a key per level, levels in order. */
+/* Resolves a request given as descriptors into q: a key and its rules per level that applies,
+ * levels in order. */
 static inline __attribute__((always_inline)) int
-plan_descriptors(rl_limiter *lim, const rl_request *req, rl_decision *d, rl_plan *plan,
-                 rl_err *err)
+resolve_levels(rl_limiter *lim, const rl_request *req, rl_decision *d, rl_levels *q, rl_err *err)
 {
     const char *val[MAX_DESC];
-    size_t vlen[MAX_DESC];
+    size_t vlen[MAX_DESC], nrules = 0, n = 0;
     int rc;
+    q->n = 0; /* whole before any return: rl_errf's code is not known to be an error */
+    q->nrules = 0;
+    q->cost = req->cost;
+    q->priority = req->priority;
+    q->flags = req->flags;
+    q->now = req->now;
     if (req->cost <= 0 || req->cost > RL_FP_MAX)
         return rl_errf(err, RL_EINVAL,
                         "cost: must be a positive number no larger than 1000000000000");
     if ((rc = read_descriptors(lim, req, val, vlen, err)) != RL_OK)
         return rc;
-    plan->cost = req->cost;
     for (size_t li = 0, nl = lim->cfg->nlevels; li < nl; li++) {
         const char *key;
         long klen = make_key(&lim->lv[li], val, vlen, d, &key);
@@ -573,17 +588,39 @@ plan_descriptors(rl_limiter *lim, const rl_request *req, rl_decision *d, rl_plan
             continue;
         }
         const rl_rules *rs = key_rules(lim, li, key, (size_t)klen, d);
-        if (rs && rs->n &&
-            (rc = plan_rules(lim, li, rs, key, (size_t)klen, req, req->cost, d, plan, err)) !=
-                RL_OK)
-            return rc;
+        if (!rs || !rs->n)
+            continue;
+        if ((nrules += rs->n) > RL_MAX_APPLIED)
+            return rl_errf(err, RL_EINVAL, "keys: more than %d rules would apply",
+                           RL_MAX_APPLIED);
+        const lvinfo *v = &lim->lv[li];
+        int plain = v->rules ? v->plain : !v->shadow && rl_rules_plain(rs);
+        q->lv[n++] = (rl_level_key){rs, key, (uint32_t)klen, (uint16_t)li, v->shadow,
+                                    (uint8_t)plain};
     }
+    q->n = n;
+    q->nrules = nrules;
     return RL_OK;
 }
 
-/* A request's plan, up to the store's decision: RL_OK with plan ready, or an error (d done). */
-static inline __attribute__((always_inline)) int
-acquire_plan(rl_limiter *lim, const rl_request *req, rl_decision *d, rl_plan *plan, rl_err *err)
+/* Plans a request of descriptors resolved into q. */
+static inline __attribute__((always_inline)) void
+plan_levels(rl_limiter *lim, const rl_levels *q, rl_decision *d, rl_plan *plan)
+{
+    d->napplied = 0;
+    for (size_t k = 0; k < q->n; k++) {
+        const rl_level_key *lk = &q->lv[k];
+        plan_rules(lim, lk->level, lk->rules, lk->key, lk->keylen, q->priority, q->cost, d,
+                   plan, NULL); /* q holds at most RL_MAX_APPLIED rules: cannot fail */
+    }
+    plan->cost = q->cost;
+    plan->n = d->napplied;
+    plan->flags = q->flags;
+    plan->now = q->now;
+}
+
+/* A decision's fields before its plan. */
+static inline void acquire_start(const rl_request *req, rl_decision *d)
 {
     d->allowed = 0;
     d->retry_after = 0;
@@ -593,16 +630,27 @@ acquire_plan(rl_limiter *lim, const rl_request *req, rl_decision *d, rl_plan *pl
     d->held = NULL;
     d->keyused = 0;
     d->now = req->now;
-    int rc = req->nitems > 0 ? plan_items(lim, req, d, plan, err)
-                             : plan_descriptors(lim, req, d, plan, err);
-    if (rc != RL_OK) {
-        rl_decision_done(d);
-        return rc;
+}
+
+/* A request's plan, up to the store's decision: RL_OK with plan ready, or an error (d done). */
+static inline __attribute__((always_inline)) int
+acquire_plan(rl_limiter *lim, const rl_request *req, rl_decision *d, rl_plan *plan, rl_err *err)
+{
+    rl_levels q;
+    int rc;
+    acquire_start(req, d);
+    if (req->nitems > 0) {
+        if ((rc = plan_items(lim, req, d, plan, err)) == RL_OK) {
+            plan->n = d->napplied;
+            plan->flags = req->flags;
+            plan->now = req->now;
+        }
+    } else if ((rc = resolve_levels(lim, req, d, &q, err)) == RL_OK) {
+        plan_levels(lim, &q, d, plan);
     }
-    plan->n = d->napplied;
-    plan->flags = req->flags;
-    plan->now = req->now;
-    return RL_OK;
+    if (rc != RL_OK)
+        rl_decision_done(d);
+    return rc;
 }
 
 /* The decision from the store's waits: the longest wait of an item that blocks denies. */
@@ -620,12 +668,36 @@ static inline void acquire_end(rl_decision *d, const rl_plan *plan)
     d->allowed = blocked < 0;
 }
 
+/* What acquire_levels returns when the store decided the request without a plan. */
+#define DECIDED 1
+
+/* A request of descriptors decided by the store from its keys (decide_levels), or planned
+ * when the store declines: RL_OK with plan ready, DECIDED, or an error (d done). */
+static inline __attribute__((always_inline)) int
+acquire_levels(rl_limiter *lim, const rl_request *req, rl_decision *d, rl_plan *plan,
+               rl_err *err)
+{
+    rl_levels q;
+    acquire_start(req, d);
+    int rc = resolve_levels(lim, req, d, &q, err);
+    if (rc != RL_OK) {
+        rl_decision_done(d);
+        return rc;
+    }
+    if (lim->decide_levels(lim->scls, &q, d) == RL_OK)
+        return DECIDED;
+    plan_levels(lim, &q, d, plan);
+    return RL_OK;
+}
+
 int rl_acquire(rl_limiter *lim, const rl_request *req, rl_decision *d, rl_err *err)
 {
     rl_plan plan;
-    int rc = acquire_plan(lim, req, d, &plan, err);
+    int rc = lim->decide_levels && req->nitems == 0 && !(req->flags & RL_RESERVE)
+                 ? acquire_levels(lim, req, d, &plan, err)
+                 : acquire_plan(lim, req, d, &plan, err);
     if (rc != RL_OK)
-        return rc;
+        return rc == DECIDED ? RL_OK : rc;
     if ((rc = lim->decide(lim->scls, &plan, d, err)) != RL_OK) {
         rl_decision_done(d);
         return rc;
@@ -640,6 +712,11 @@ int rl_acquire(rl_limiter *lim, const rl_request *req, rl_decision *d, rl_err *e
 void rl_acquire_many(rl_limiter *lim, rl_acquisition *a, size_t n)
 {
     const rl_store_ops *ops = lim->store->ops;
+    if (!ops->decide_many) { /* nothing to share: each as rl_acquire decides it */
+        for (size_t i = 0; i < n; i++)
+            a[i].rc = rl_acquire(lim, a[i].req, a[i].d, a[i].err);
+        return;
+    }
     for (size_t at = 0; at < n; at += MANY_BATCH) {
         rl_plan plan[MANY_BATCH];
         const rl_plan *pp[MANY_BATCH];
@@ -654,7 +731,7 @@ void rl_acquire_many(rl_limiter *lim, rl_acquisition *a, size_t n)
             dp[m] = a[i].d;
             idx[m++] = i;
         }
-        if (ops->decide_many && m > 1) {
+        if (m > 1) {
             ops->decide_many(lim->store->cls, pp, dp, m, src, serr);
         } else {
             for (size_t j = 0; j < m; j++)

@@ -595,15 +595,15 @@ static inline __attribute__((always_inline)) void commit_all(run *x)
 /* The statuses of types whose evaluation points into the state, reported now under the
  * locks; the others' are left in their evaluations, for rl_decision_status to work out
  * when read (most callers read few, some none). */
-static void report_in_state(run *x)
+static void report_in_state(rl_decision *d, size_t n, rl_ns now)
 {
-    for (size_t i = 0; i < x->plan->n; i++) {
-        rl_applied *a = &x->d->applied[i];
+    for (size_t i = 0; i < n; i++) {
+        rl_applied *a = &d->applied[i];
         const rl_rule_type *t = a->rule->type;
         if (a->has_status && (t->flags & RL_RULE_EVAL_IN_STATE)) {
             rl_eval ev = a->status.ev;
             rl_rule_status st;
-            t->report(a->rule->params, &ev, x->plan->now, &st);
+            t->report(a->rule->params, &ev, now, &st);
             rl_applied_set_status(a, &st);
         }
     }
@@ -631,9 +631,187 @@ static int ms_decide(void *cls, const rl_plan *plan, rl_decision *d, rl_err *err
             commit_all(&x);
     }
     if (rc == RL_OK && (x.seen & SEEN_IN_STATE))
-        report_in_state(&x);
+        report_in_state(d, plan->n, plan->now);
     unlock_all(&x);
     return rc;
+}
+
+/* ---- one decision from the keys alone (decide_levels) -------------------------------------- */
+
+/* What a decision of levels keeps while it runs: per applied rule, its record's state (NULL:
+ * none) and what it takes; the longest blocking wait so far. */
+typedef struct lrun {
+    unsigned seen; /* SEEN_* */
+    size_t n;      /* rules evaluated */
+    rl_ns retry;
+    int blocked;
+    void *state[RL_MAX_APPLIED];
+    rl_fp cost[RL_MAX_APPLIED];
+    uint8_t takes[RL_MAX_APPLIED];
+} lrun;
+
+/* Phase 1 for the rules of one level's key, its segment seg locked: as evaluate_one for the
+ * items plan_rules would make of them, the applied rules written as plan_rules and
+ * evaluate_one write them. Every value is read before the applied rule's byte fields are
+ * written. */
+static inline __attribute__((always_inline)) void
+levels_evaluate(const rl_levels *q, const rl_level_key *lk, rl__seg *seg, uint64_t kh,
+                rl_decision *d, lrun *x)
+{
+    const rl_rules *rs = lk->rules;
+    const char *key = lk->key;
+    uint32_t klen = lk->keylen;
+    for (size_t si = 0, n = rs->n; si < n; si++) {
+        const rl_rule *r = &rs->v[si];
+        const rl_rule_type *t = r->type;
+        rl_plan_item it = rl_plan_item_of(r, lk->shadow, q->cost, q->priority);
+        unsigned seen = t->flags & RL_RULE_EVAL_IN_STATE ? SEEN_IN_STATE : 0;
+        void *st = NULL;
+        if (t->state_size) {
+            uint32_t idx = rl__seg_find(seg, rl__rec_hash(kh, (unsigned)si), (unsigned)si, key,
+                                        klen);
+            if (idx != RL__NONE && code_is(seg->r[idx].type, r))
+                st = rec_state(&seg->r[idx], t);
+            else
+                seen |= SEEN_MISSING;
+            if (t->flags & RL_RULE_HOLDS)
+                seen |= SEEN_HOLDS;
+        }
+        size_t i = x->n++;
+        rl_applied *a = &d->applied[i];
+        rl_ns wait = t->evaluate(r->params, st ? st : zero_state, key, klen, q->now, it.need,
+                                 &a->status.ev);
+        int shadow = (it.mode & RL_ITEM_SHADOW) != 0, has_status = t->report != NULL;
+        int takes = !shadow || wait == 0, blocks = rl_item_blocks(&it, q->flags);
+        if (!takes)
+            seen &= ~(SEEN_MISSING | SEEN_HOLDS);
+        if (wait != 0 && blocks)
+            seen |= SEEN_BLOCKS;
+        if (wait > x->retry && blocks) {
+            x->retry = wait;
+            x->blocked = (int)i;
+        }
+        x->seen |= seen;
+        x->state[i] = st;
+        x->cost[i] = it.cost;
+        x->takes[i] = (uint8_t)takes;
+        a->rule = r;
+        a->key = key;
+        a->keylen = klen;
+        a->level = lk->level;
+        a->slot = (uint16_t)si;
+        a->wait = wait;
+        a->has_status = has_status;
+        a->fallback = RL_FALLBACK_NONE;
+        a->shadow = (uint8_t)shadow;
+        a->shadow_denied = (uint8_t)(shadow && wait != 0);
+        a->charge = (uint8_t)((it.mode & RL_ITEM_CHARGE) != 0);
+        a->status_lazy = (uint8_t)has_status;
+    }
+}
+
+/* levels_evaluate for a list of plain rules (rl_level_key.plain): each blocks when it waits
+ * and takes when the request is allowed, reports and is no shadow nor charge rule. */
+static inline __attribute__((always_inline)) void
+levels_evaluate_plain(const rl_levels *q, const rl_level_key *lk, rl__seg *seg, uint64_t kh,
+                      rl_decision *d, lrun *x)
+{
+    const rl_rule *r = lk->rules->v, *end = r + lk->rules->n;
+    size_t i = x->n;
+    for (unsigned si = 0; r < end; r++, si++, i++) {
+        const rl_rule_type *t = r->type;
+        rl_plan_item it = rl_plan_item_of(r, 0, q->cost, q->priority);
+        uint32_t idx = rl__seg_find(seg, rl__rec_hash(kh, si), si, lk->key, lk->keylen);
+        void *st = idx != RL__NONE && code_is(seg->r[idx].type, r) ? rec_state(&seg->r[idx], t)
+                                                                   : NULL;
+        rl_applied *a = &d->applied[i];
+        rl_ns wait = t->evaluate(r->params, st ? st : zero_state, lk->key, lk->keylen, q->now,
+                                 it.need, &a->status.ev);
+        x->seen |= (st ? 0 : SEEN_MISSING) | (wait != 0 ? SEEN_BLOCKS : 0);
+        if (wait > x->retry) {
+            x->retry = wait;
+            x->blocked = (int)i;
+        }
+        x->state[i] = st;
+        x->cost[i] = it.cost;
+        x->takes[i] = 1;
+        a->rule = r;
+        a->key = lk->key;
+        a->keylen = lk->keylen;
+        a->level = lk->level;
+        a->slot = (uint16_t)si;
+        a->wait = wait;
+        a->has_status = 1;
+        a->fallback = RL_FALLBACK_NONE;
+        a->shadow = 0;
+        a->shadow_denied = 0;
+        a->charge = 0;
+        a->status_lazy = 1;
+    }
+    x->n = i;
+}
+
+/* Starts loading the records of q's keys in large segments (see ms_prefetch); fills the keys'
+ * hashes and segments. */
+static inline void levels_locate(mem_store *ms, const rl_levels *q, uint64_t *kh, rl__seg **seg)
+{
+    for (size_t k = 0; k < q->n; k++) {
+        const rl_level_key *lk = &q->lv[k];
+        kh[k] = rl__hash(lk->key, lk->keylen, ms->seed);
+        seg[k] = rl__table_seg(&ms->tables[lk->level], kh[k]);
+        if (__atomic_load_n(&seg[k]->cap, __ATOMIC_RELAXED) < PREFETCH_CAP)
+            continue;
+        for (size_t si = 0; si < lk->rules->n; si++)
+            if (lk->rules->v[si].type->state_size)
+                rl__seg_prefetch(seg[k], rl__rec_hash(kh[k], (unsigned)si));
+    }
+}
+
+/* ms_decide for the plan of q, when every rule that takes has its record and none holds:
+ * segments locked level by level as lock_and_evaluate locks them (one key per level, levels
+ * increasing). Otherwise declines before anything is taken. */
+static int ms_decide_levels(void *cls, const rl_levels *q, rl_decision *d)
+{
+    mem_store *ms = cls;
+    uint64_t kh[RL_MAX_LEVELS];
+    rl__seg *seg[RL_MAX_LEVELS];
+    lrun x;
+    if (ms->max_keys && !(q->flags & RL_DRY_RUN) &&
+        __atomic_load_n(&ms->nkeys, __ATOMIC_RELAXED) + q->nrules > ms->max_keys)
+        return RL_STORE_DECLINED; /* ms_decide makes room first */
+    levels_locate(ms, q, kh, seg);
+    x.seen = 0;
+    x.n = 0;
+    x.retry = 0;
+    x.blocked = -1;
+    for (size_t k = 0; k < q->n; k++) {
+        rl__spin_lock(&seg[k]->lock);
+        if (q->lv[k].plain)
+            levels_evaluate_plain(q, &q->lv[k], seg[k], kh[k], d, &x);
+        else
+            levels_evaluate(q, &q->lv[k], seg[k], kh[k], d, &x);
+    }
+    int takes = !(x.seen & SEEN_BLOCKS) && !(q->flags & RL_DRY_RUN);
+    if (takes && (x.seen & (SEEN_MISSING | SEEN_HOLDS))) {
+        for (size_t k = q->n; k-- > 0;)
+            rl__spin_unlock(&seg[k]->lock);
+        return RL_STORE_DECLINED;
+    }
+    for (size_t i = 0; takes && i < x.n; i++) {
+        const rl_rule *r = d->applied[i].rule;
+        if (r->type->commit && x.takes[i] && x.state[i])
+            r->type->commit(r->params, x.state[i], &d->applied[i].status.ev, x.cost[i]);
+    }
+    if (x.seen & SEEN_IN_STATE)
+        report_in_state(d, x.n, q->now);
+    for (size_t k = q->n; k-- > 0;)
+        rl__spin_unlock(&seg[k]->lock);
+    d->napplied = x.n;
+    d->now = q->now;
+    d->retry_after = x.retry;
+    d->blocked = x.blocked;
+    d->allowed = x.blocked < 0;
+    return RL_OK;
 }
 
 static int ms_settle(void *cls, const char *id, rl_fp actual, rl_ns now, rl_settlement *out,
@@ -822,6 +1000,7 @@ static const rl_store_ops memory_ops = {
     .load = rl__ms_load,
     .destroy = ms_destroy,
     .prefetch = ms_prefetch,
+    .decide_levels = ms_decide_levels,
 };
 
 rl_store *rl_memory_store_new(void)

@@ -450,21 +450,24 @@ static redisContext *open_conn(const char *host, int port, const char *user, con
 
 /* ---- Sentinel ------------------------------------------------------------------------------ */
 
-/* Makes host:port the primary. A change moves every connection there (a new generation) and,
- * while the link is down, lets the next call try it at once. */
-static void set_primary(rld_pool *p, const char *host, int port)
+/* Makes host:port the primary. A change moves every connection there (a new generation).
+ * While the link is down, a change, or the news of a switch (announced: +switch-master, which
+ * may name the primary a probe found already and failed on), lets the next call try it at once
+ * instead of waiting out the backoff. */
+static void set_primary(rld_pool *p, const char *host, int port, int announced)
 {
     pthread_mutex_lock(&p->mu);
-    if (strcmp(p->host, host) != 0 || p->port != port) {
+    int changed = strcmp(p->host, host) != 0 || p->port != port;
+    if (changed) {
         if (p->host[0])
             p->switches++;
         snprintf(p->host, sizeof p->host, "%s", host);
         p->port = port;
         p->gen++;
-        if (!p->up) {
-            p->backoff = 0;
-            p->retry_at = rld_mono_ns();
-        }
+    }
+    if ((changed || announced) && !p->up) {
+        p->backoff = 0;
+        p->retry_at = rld_mono_ns();
     }
     p->resolved = 1;
     pthread_mutex_unlock(&p->mu);
@@ -516,7 +519,10 @@ static redisContext *open_sentinel(rld_pool *p, size_t i, rl_ns deadline, rl_err
 /* Asks the sentinels in turn, from the one that answered last, where the primary is. A
  * sentinel that still names the primary just found failed may not have heard of the failover
  * yet (they tell each other every 2 s): the others are asked too, and that answer is taken
- * only when none names another. */
+ * only when none names another. Each sentinel gets an equal share of the time left, so one
+ * that does not answer (stopped, or blocked writing its configuration to disk, as sentinels do
+ * at every step of a failover) costs its share rather than the whole call, and the next
+ * resolve starts with the one that answered. */
 static int resolve(rld_pool *p, rl_ns deadline, rl_err *err)
 {
     size_t n = p->addr.sentinel.n;
@@ -528,12 +534,14 @@ static int resolve(rld_pool *p, rl_ns deadline, rl_err *err)
     bad_port = p->bad_port;
     pthread_mutex_unlock(&p->mu);
     int rc = rl_errf(err, RL_ESTORE, "redis: no sentinel answered within the timeout");
-    for (size_t k = 0; k < n && rld_mono_ns() < deadline; k++) {
+    rl_ns now;
+    for (size_t k = 0; k < n && (now = rld_mono_ns()) < deadline; k++) {
         size_t i = (first + k) % n;
+        rl_ns until = now + (deadline - now) / (rl_ns)(n - k);
         char host[256];
         int port;
-        redisContext *c = open_sentinel(p, i, deadline, err);
-        if (!c || ask_master(p, c, deadline, host, sizeof host, &port, err) != RL_OK) {
+        redisContext *c = open_sentinel(p, i, until, err);
+        if (!c || ask_master(p, c, until, host, sizeof host, &port, err) != RL_OK) {
             if (c)
                 redisFree(c);
             continue;
@@ -552,7 +560,7 @@ static int resolve(rld_pool *p, rl_ns deadline, rl_err *err)
     pthread_mutex_lock(&p->mu);
     p->next_sentinel = found_at;
     pthread_mutex_unlock(&p->mu);
-    set_primary(p, found, found_port);
+    set_primary(p, found, found_port, 0);
     return RL_OK;
 }
 
@@ -576,15 +584,19 @@ static int check_primary(redisContext *c, rl_ns deadline, rl_err *err)
 }
 
 /* A connection to the primary: with sentinels, the one they name (asked when not known) once
- * ROLE confirms it. *gen is the generation of the address used. */
+ * ROLE confirms it. The sentinels get half the time left; when none answers in it, the primary
+ * they named last is tried all the same (ROLE still keeps replicas out), so that sentinels busy
+ * or unreachable never keep the pool from a primary that works. *gen is the generation of the
+ * address used. */
 static redisContext *open_primary(rld_pool *p, rl_ns deadline, unsigned *gen, rl_err *err)
 {
     int sentinel = p->addr.sentinel.n > 0;
     pthread_mutex_lock(&p->mu);
-    int known = p->resolved;
+    int known = p->resolved, named = p->host[0] != 0;
     *gen = p->gen;
     pthread_mutex_unlock(&p->mu);
-    if (sentinel && !known && resolve(p, deadline, err) != RL_OK)
+    rl_ns now = rld_mono_ns();
+    if (sentinel && !known && resolve(p, now + (deadline - now) / 2, err) != RL_OK && !named)
         return NULL;
     char host[256];
     pthread_mutex_lock(&p->mu);
@@ -623,7 +635,7 @@ static void on_switch(void *arg, const char *msg)
     int op, np;
     if (sscanf(msg, "%127s %255s %d %255s %d", name, oh, &op, nh, &np) == 5 &&
         strcmp(name, p->addr.sentinel.master) == 0 && np > 0 && np < 65536)
-        set_primary(p, nh, np);
+        set_primary(p, nh, np, 1);
 }
 
 int rld_sub_read(redisContext *c, int wake_fd, int ms, void (*fn)(void *arg, const char *msg),
@@ -660,7 +672,7 @@ static int watch_once(rld_pool *p, redisContext *c)
     char host[256];
     int port = 0;
     if (ask_master(p, c, deadline, host, sizeof host, &port, NULL) == RL_OK)
-        set_primary(p, host, port);
+        set_primary(p, host, port, 0);
     const char *argv[2] = {"SUBSCRIBE", "+switch-master"};
     redisReply *r = send_argv(c, deadline, 2, argv, NULL);
     int ok = r && r->type == REDIS_REPLY_ARRAY, rc = 0;

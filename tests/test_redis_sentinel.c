@@ -62,7 +62,16 @@ static void sentinels_of(rld_redis_addr *a, const char *master)
     snprintf(s->master, sizeof s->master, "%s", master);
 }
 
+static void inst_new_at(inst *in, const char *levels, const rld_redis_addr *addr);
+
 static void inst_new(inst *in, const char *levels, const char *master)
+{
+    rld_redis_addr addr;
+    sentinels_of(&addr, master);
+    inst_new_at(in, levels, &addr);
+}
+
+static void inst_new_at(inst *in, const char *levels, const rld_redis_addr *addr)
 {
     char json[4096];
     snprintf(json, sizeof json, "{\"store\": {\"type\": \"redis\"}, \"levels\": [%s]}", levels);
@@ -72,9 +81,7 @@ static void inst_new(inst *in, const char *levels, const char *master)
     in->reg = rl_registry_new();
     int rc = rld_config_parse(json, strlen(json), in->reg, &set, &cfg, &err);
     ck_assert_msg(rc == RL_OK, "%s", err.msg);
-    rld_redis_addr addr;
-    sentinels_of(&addr, master);
-    rld_redis_options o = {.addr = &addr, .prefix = "se:", .timeout_ms = TIMEOUT_MS, .pool = 4};
+    rld_redis_options o = {.addr = addr, .prefix = "se:", .timeout_ms = TIMEOUT_MS, .pool = 4};
     rld_fallback_options f = {.fleet_size = 2};
     memcpy(f.mode, set.on_error, sizeof f.mode);
     rld_settings_clear(&set);
@@ -357,6 +364,159 @@ START_TEST(switch_master_moves_the_pool_without_a_call)
 }
 END_TEST
 
+/* The port of the primary sentinel i names, 0 when it names none. */
+static int named_by(int i)
+{
+    redisReply *r = rt_redis_cmd(&grp.sent[i], "SENTINEL get-master-addr-by-name %s",
+                                 RT_MASTER_NAME);
+    int port = r->type == REDIS_REPLY_ARRAY && r->elements == 2 ? atoi(r->element[1]->str) : 0;
+    freeReplyObject(r);
+    return port;
+}
+
+/* Decides "user" every 20 ms until one is answered by Redis, for at most limit: how long it
+ * took, or -1. */
+static rl_ns until_through_redis(inst *in, rl_ns limit)
+{
+    rl_decision d;
+    rl_ns t0 = mono();
+    while (mono() - t0 < limit) {
+        decide(in, "user", "back", &d);
+        if (d.applied[0].fallback == RL_FALLBACK_NONE)
+            return mono() - t0;
+        usleep(20000);
+    }
+    return -1;
+}
+
+/* A sentinel that does not answer (stopped here; under load, one blocked writing its
+ * configuration to disk) is the one the store asked first, and the one it subscribed to: the
+ * primary is killed and the two others fail over. The store follows by asking those two: the
+ * stopped one costs each attempt a share of its time, and the next attempt starts after it.
+ * Bound: the sentinels' answer is taken at the first probe after the switch, at most 2 s (the
+ * longest backoff) later; without the shares every attempt waited for the stopped one. */
+START_TEST(a_stopped_sentinel_does_not_keep_the_store_from_a_failover)
+{
+    inst in;
+    rl_decision d;
+    inst_new(&in, levels, RT_MASTER_NAME);
+    decide(&in, "user", "warm", &d); /* sentinel 0 answered, so it is asked first */
+    ck_assert_int_eq(d.applied[0].fallback, RL_FALLBACK_NONE);
+    rt_redis_pause(&grp.sent[0]);
+    rt_redis_kill(&grp.data[0]);
+    rl_ns killed = mono();
+    while (named_by(1) != grp.data[1].port && mono() - killed < S(30)) {
+        decide(&in, "user", "gap", &d);
+        usleep(20000);
+    }
+    ck_assert_int_eq(named_by(1), grp.data[1].port);
+    rl_ns took = until_through_redis(&in, S(3));
+    fprintf(stderr, "a stopped sentinel: switched %.3f s after the kill, through Redis %.3f s "
+            "later\n", (double)(mono() - killed - took) / 1e9, (double)took / 1e9);
+    ck_assert_msg(took >= 0 && took <= S(2.5), "not through Redis within 2.5 s of the switch");
+    ck_assert_int_eq(primary_port(&in), grp.data[1].port);
+    rt_redis_resume(&grp.sent[0]);
+    inst_free(&in);
+}
+END_TEST
+
+/* No sentinel answers (all stopped) while the primary, paused for 300 ms, makes calls time
+ * out: the store asks the sentinels again, gets no answer, and tries the primary they named
+ * last, which ROLE confirms. Bound: probes after 0, 50, 100 and 200 ms of failures, so the
+ * first after the resume comes within 400 ms; without the fallback none got through while the
+ * sentinels were stopped. */
+START_TEST(stopped_sentinels_do_not_keep_the_store_from_its_primary)
+{
+    inst in;
+    rl_decision d;
+    inst_new(&in, levels, RT_MASTER_NAME);
+    decide(&in, "user", "warm", &d);
+    ck_assert_int_eq(d.applied[0].fallback, RL_FALLBACK_NONE);
+    for (int i = 0; i < RT_SENTINELS; i++)
+        rt_redis_pause(&grp.sent[i]);
+    rt_redis_pause(&grp.data[0]);
+    int fell = 0;
+    for (rl_ns t0 = mono(); mono() - t0 < S(0.3);) {
+        decide(&in, "user", "paused", &d);
+        fell += d.applied[0].fallback == RL_FALLBACK_OPEN;
+    }
+    ck_assert_int_gt(fell, 0);
+    rt_redis_resume(&grp.data[0]);
+    rl_ns took = until_through_redis(&in, S(2));
+    ck_assert_msg(took >= 0 && took <= S(1), "not through Redis within 1 s of the resume");
+    ck_assert_int_eq(primary_port(&in), grp.data[0].port);
+    for (int i = 0; i < RT_SENTINELS; i++)
+        rt_redis_resume(&grp.sent[i]);
+    inst_free(&in);
+}
+END_TEST
+
+/* How long until the pool's next probe, from the error of a call refused meanwhile (a PING of
+ * its own; it may be the probe itself, which then fails on the paused primary): -1 if none. */
+static long next_attempt_ms(inst *in)
+{
+    const char *ping[1] = {"PING"};
+    redisReply *r;
+    rl_err err = {{0}};
+    if (rld_pool_command(rld_redis_store_pool(in->redis), 1, ping, NULL, &r, &err) == RL_OK) {
+        freeReplyObject(r);
+        return -1;
+    }
+    const char *at = strstr(err.msg, "next attempt in ");
+    return at ? atol(at + strlen("next attempt in ")) : -1;
+}
+
+/* +switch-master is news even when it names the primary the store already tries: the next call
+ * tries it at once instead of waiting out the backoff. A plain Redis stands first in the
+ * store's list of sentinels: the store subscribes there, so that the test can publish the
+ * message, and asks the real sentinels (the plain one refuses SENTINEL). The primary is paused
+ * until the backoff is over 1 s, then resumed as the message names it: through Redis within
+ * 0.5 s, where waiting out the backoff takes more than 1 s. */
+START_TEST(switch_master_cuts_the_backoff_short)
+{
+    rt_redis fake;
+    memset(&fake, 0, sizeof fake);
+    rt_redis_start(&fake);
+    rld_redis_addr addr;
+    sentinels_of(&addr, RT_MASTER_NAME);
+    rld_sentinel *st = &addr.sentinel;
+    memmove(&st->host[1], &st->host[0], RT_SENTINELS * sizeof st->host[0]);
+    memmove(&st->port[1], &st->port[0], RT_SENTINELS * sizeof st->port[0]);
+    st->port[0] = fake.port;
+    st->n = RT_SENTINELS + 1;
+    inst in;
+    rl_decision d;
+    inst_new_at(&in, levels, &addr);
+    decide(&in, "user", "warm", &d);
+    ck_assert_int_eq(d.applied[0].fallback, RL_FALLBACK_NONE);
+    long subs = 0;
+    for (int i = 0; i < 500 && subs != 1; i++) {
+        redisReply *r = rt_redis_cmd(&fake, "PUBSUB NUMSUB +switch-master");
+        subs = r->elements == 2 ? r->element[1]->integer : 0;
+        freeReplyObject(r);
+        usleep(10000);
+    }
+    ck_assert_int_eq(subs, 1);
+    rt_redis_pause(&grp.data[0]);
+    long wait = -1;
+    for (rl_ns t0 = mono(); wait < 1000 && mono() - t0 < S(10); usleep(10000))
+        wait = next_attempt_ms(&in);
+    ck_assert_int_ge(wait, 1000);
+    rt_redis_resume(&grp.data[0]);
+    char msg[128];
+    snprintf(msg, sizeof msg, "%s 127.0.0.1 %d 127.0.0.1 %d", RT_MASTER_NAME, grp.data[0].port,
+             grp.data[0].port);
+    redisReply *r = rt_redis_cmd(&fake, "PUBLISH +switch-master %s", msg);
+    ck_assert_int_eq(r->integer, 1);
+    freeReplyObject(r);
+    rl_ns took = until_through_redis(&in, S(3));
+    ck_assert_msg(took >= 0 && took <= S(0.5), "through Redis %.3f s after the message (the "
+                  "backoff had %ld ms left)", (double)took / 1e9, wait);
+    inst_free(&in);
+    rt_redis_stop(&fake);
+}
+END_TEST
+
 /* Sentinels that know no such primary: the store is down and says why. */
 START_TEST(unknown_master_is_reported)
 {
@@ -384,6 +544,9 @@ Suite *redis_sentinel_suite(void)
     tcase_add_test(tc, never_answers_from_a_demoted_primary);
     tcase_add_test(tc, switch_master_moves_the_pool_without_a_call);
     tcase_add_test(tc, unknown_master_is_reported);
+    tcase_add_test(tc, a_stopped_sentinel_does_not_keep_the_store_from_a_failover);
+    tcase_add_test(tc, stopped_sentinels_do_not_keep_the_store_from_its_primary);
+    tcase_add_test(tc, switch_master_cuts_the_backoff_short);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -140,8 +140,9 @@ typedef struct acq {
     rl_err err;
 } acq;
 
-/* Parses r into a (replying 400 itself to a bad body): 0 when it is to be decided. */
-static int acquire_parse(rld_app *app, rld_req *r, acq *a)
+/* Parses r into a (replying 400 itself to a bad body): 0 when it is to be decided, at now
+ * unless the manual clock gives the time. */
+static int acquire_parse(rld_app *app, rld_req *r, acq *a, rl_ns now)
 {
     size_t len;
     char *body = rld_req_body(r, &len);
@@ -157,7 +158,8 @@ static int acquire_parse(rld_app *app, rld_req *r, acq *a)
                           .priority = a->q.priority,
                           .flags = (a->q.dry_run ? RL_DRY_RUN : 0u) |
                                    (a->q.reserve ? RL_RESERVE : 0u),
-                          .now = request_time(app, a->q.has_now, a->q.now)};
+                          .now = app->manual_clock ? request_time(app, a->q.has_now, a->q.now)
+                                                   : now};
     return 0;
 }
 
@@ -188,8 +190,10 @@ static void h_acquire_many(void *ctx, rld_req **rs, size_t n)
     rl_acquisition x[RLD_MANY_MAX];
     rld_req *ok[RLD_MANY_MAX];
     size_t m = 0;
+    /* the requests of a batch are decided together: the clock is read once for them */
+    rl_ns now = app->manual_clock ? 0 : request_time(app, 0, 0);
     for (size_t i = 0; i < n && i < RLD_MANY_MAX; i++) {
-        if (acquire_parse(app, rs[i], &a[m]) != 0)
+        if (acquire_parse(app, rs[i], &a[m], now) != 0)
             continue;
         x[m] = (rl_acquisition){&a[m].req, &a[m].d, &a[m].err, 0};
         ok[m++] = rs[i];

@@ -96,47 +96,73 @@ void rld_buf_printf(rld_buf *b, const char *fmt, ...)
     va_end(ap);
 }
 
-void rld_buf_json_str(rld_buf *b, const char *s, size_t n)
+/* One row per 16 bytes from 0x00 to 0xff. */
+const char rld_text_class[257] = "jjjjjjjjjjjjjjjj" /* 00 */
+                                 "jjjjjjjjjjjjjjjj" /* 10 */
+                                 "..j............." /* 20: '"' */
+                                 "................" /* 30 */
+                                 "................" /* 40 */
+                                 "............j..." /* 50: '\\' */
+                                 "................" /* 60 */
+                                 "...............s" /* 70: DEL */
+                                 "ssssssssssssssss" /* 80 */
+                                 "ssssssssssssssss" /* 90 */
+                                 "ssssssssssssssss" /* a0 */
+                                 "ssssssssssssssss" /* b0 */
+                                 "ssssssssssssssss" /* c0 */
+                                 "ssssssssssssssss" /* d0 */
+                                 "ssssssssssssssss" /* e0 */
+                                 "ssssssssssssssss" /* f0 */;
+
+/* The escape of a byte that a JSON string cannot hold as it is, at o; returns the end. */
+static char *json_escape(char *o, unsigned char c)
 {
     static const char hex[] = "0123456789abcdef";
-    /* worst case every byte becomes \u00XX */
-    if (rld_buf_reserve(b, n * 6 + 2) != 0)
-        return;
-    char *o = b->p + b->len;
+    *o++ = '\\';
+    switch (c) {
+    case '"':
+    case '\\':
+        *o++ = (char)c;
+        break;
+    case '\n':
+        *o++ = 'n';
+        break;
+    case '\r':
+        *o++ = 'r';
+        break;
+    case '\t':
+        *o++ = 't';
+        break;
+    default:
+        *o++ = 'u';
+        *o++ = '0';
+        *o++ = '0';
+        *o++ = hex[c >> 4];
+        *o++ = hex[c & 15];
+    }
+    return o;
+}
+
+char *rld_put_json_str(char *o, const char *s, size_t n)
+{
     *o++ = '"';
     for (size_t i = 0; i < n; i++) {
         unsigned char c = (unsigned char)s[i];
-        if (c >= 0x20 && c != '"' && c != '\\') {
-            *o++ = (char)c;
-            continue;
-        }
-        *o++ = '\\';
-        switch (c) {
-        case '"':
-            *o++ = '"';
-            break;
-        case '\\':
-            *o++ = '\\';
-            break;
-        case '\n':
-            *o++ = 'n';
-            break;
-        case '\r':
-            *o++ = 'r';
-            break;
-        case '\t':
-            *o++ = 't';
-            break;
-        default:
-            *o++ = 'u';
-            *o++ = '0';
-            *o++ = '0';
-            *o++ = hex[c >> 4];
-            *o++ = hex[c & 15];
-        }
+        if (rld_text_class[c] != 'j')
+            *o++ = (char)c; /* byte by byte: the strings are short (names, keys) */
+        else
+            o = json_escape(o, c);
     }
     *o++ = '"';
-    b->len = (size_t)(o - b->p);
+    return o;
+}
+
+void rld_buf_json_str(rld_buf *b, const char *s, size_t n)
+{
+    /* worst case every byte becomes \u00XX */
+    if (rld_buf_reserve(b, RLD_JSON_STR_MAX(n)) != 0)
+        return;
+    b->len = (size_t)(rld_put_json_str(b->p + b->len, s, n) - b->p);
 }
 
 size_t rld_dec_len(uint64_t v)
@@ -147,13 +173,18 @@ size_t rld_dec_len(uint64_t v)
     return n + (v >= 10) + (v >= 100) + (v >= 1000);
 }
 
+static const char pairs[] = "00010203040506070809101112131415161718192021222324252627282930"
+                            "31323334353637383940414243444546474849505152535455565758596061"
+                            "62636465666768697071727374757677787980818283848586878889909192"
+                            "93949596979899";
+
 /* Writes v in decimal at out, two digits at a time from the end; returns the length. */
 static size_t put_u64(char *out, uint64_t v)
 {
-    static const char pairs[] = "00010203040506070809101112131415161718192021222324252627282930"
-                                "31323334353637383940414243444546474849505152535455565758596061"
-                                "62636465666768697071727374757677787980818283848586878889909192"
-                                "93949596979899";
+    if (v < 10) { /* most header values: t=0, t=1, w=1 */
+        out[0] = (char)('0' + v);
+        return 1;
+    }
     size_t n = rld_dec_len(v), i = n;
     for (; v >= 100; v /= 100) {
         i -= 2;
@@ -166,7 +197,32 @@ static size_t put_u64(char *out, uint64_t v)
     return n;
 }
 
-size_t rld_fmt_fixed(char *out, int64_t v, uint64_t one, int digits)
+/* Writes frac (1 to 10^digits - 1) as `digits` decimals without the trailing zeros; returns
+ * the length. The zeros go first, by hundreds, so that only the digits written are divided. */
+static size_t put_frac(char *out, uint64_t frac, int digits)
+{
+    for (; frac % 100 == 0; frac /= 100)
+        digits -= 2;
+    if (frac % 10 == 0) {
+        frac /= 10;
+        digits--;
+    }
+    size_t n = (size_t)digits;
+    char *p = out + n;
+    for (; digits >= 2; digits -= 2, frac /= 100) {
+        p -= 2;
+        memcpy(p, pairs + (frac % 100) * 2, 2);
+    }
+    if (digits)
+        p[-1] = (char)('0' + frac);
+    return n;
+}
+
+/* v / one with `digits` decimals, trailing zeros removed; inlined into its two users so that
+ * one is a constant there: a division by a constant is a multiplication, by a variable a slow
+ * instruction. */
+static inline __attribute__((always_inline)) size_t fmt_fixed(char *out, int64_t v, uint64_t one,
+                                                              int digits)
 {
     uint64_t mag = v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;
     uint64_t whole = mag / one, frac = mag % one;
@@ -175,20 +231,21 @@ size_t rld_fmt_fixed(char *out, int64_t v, uint64_t one, int digits)
         out[n++] = '-';
     n += put_u64(out + n, whole);
     if (frac) {
-        char f[20];
-        for (int i = digits - 1; i >= 0; i--) {
-            f[i] = (char)('0' + frac % 10);
-            frac /= 10;
-        }
-        int last = digits - 1;
-        while (last > 0 && f[last] == '0')
-            last--;
         out[n++] = '.';
-        memcpy(out + n, f, (size_t)last + 1);
-        n += (size_t)last + 1;
+        n += put_frac(out + n, frac, digits);
     }
     out[n] = '\0';
     return n;
+}
+
+size_t rld_fmt_fp(char *out, rl_fp v)
+{
+    return fmt_fixed(out, v, (uint64_t)RL_FP_ONE, 6);
+}
+
+size_t rld_fmt_seconds(char *out, rl_ns v)
+{
+    return fmt_fixed(out, v, (uint64_t)RL_NS_PER_SEC, 9);
 }
 
 size_t rld_fmt_i64(char *out, int64_t v)
@@ -210,12 +267,12 @@ void rld_buf_fp(rld_buf *b, rl_fp v)
 {
     if (rld_buf_reserve(b, 32) != 0)
         return;
-    b->len += rld_fmt_fixed(b->p + b->len, v, (uint64_t)RL_FP_ONE, 6);
+    b->len += rld_fmt_fp(b->p + b->len, v);
 }
 
 void rld_buf_seconds(rld_buf *b, rl_ns v)
 {
     if (rld_buf_reserve(b, 32) != 0)
         return;
-    b->len += rld_fmt_fixed(b->p + b->len, v, (uint64_t)RL_NS_PER_SEC, 9);
+    b->len += rld_fmt_seconds(b->p + b->len, v);
 }

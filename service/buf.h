@@ -43,6 +43,9 @@ char *rld_buf_steal(rld_buf *b);
 /* The text so far, NUL-terminated. */
 const char *rld_buf_cstr(rld_buf *b);
 
+/* Writes the string literal s at the cursor p (char *, room made before) and moves p past it. */
+#define RLD_PUT_LIT(p, s) (memcpy((p), (s), sizeof(s) - 1), (p) += sizeof(s) - 1)
+
 static inline void rld_buf_put(rld_buf *b, const char *s, size_t n)
 {
     if (rld_buf_reserve(b, n) != 0)
@@ -67,6 +70,14 @@ void rld_buf_vprintf(rld_buf *b, const char *fmt, va_list ap) __attribute__((for
 /* A JSON string literal with its quotes; escapes '"', '\\' and control characters. Bytes of
  * 0x80 and above are copied as they are (the caller passes UTF-8). */
 void rld_buf_json_str(rld_buf *b, const char *s, size_t n);
+/* What a byte of text is, by its value: 'j' when a JSON string cannot hold it as it is (a
+ * control character, '"', '\\'), 's' when only a structured-field string cannot (DEL and the
+ * bytes from 0x80), '.' when both can. */
+extern const char rld_text_class[257];
+/* The most bytes rld_put_json_str writes for n bytes of text. */
+#define RLD_JSON_STR_MAX(n) ((n) * 6 + 2)
+/* rld_buf_json_str at o, which has room for RLD_JSON_STR_MAX(n) bytes; returns the end. */
+char *rld_put_json_str(char *o, const char *s, size_t n);
 /* A signed integer in decimal. */
 void rld_buf_i64(rld_buf *b, int64_t v);
 /* An amount as an exact short decimal, like rl_fmt_fp ("10", "0.4", "-3.25"). */
@@ -74,10 +85,11 @@ void rld_buf_fp(rld_buf *b, rl_fp v);
 /* A duration in seconds as an exact short decimal, like rl_fmt_ns ("1", "0.000000001"). */
 void rld_buf_seconds(rld_buf *b, rl_ns v);
 
-/* Writes v / one with `digits` decimals, trailing zeros removed, into out (at least 32 bytes);
- * returns the length. The same text rl_fmt_fp (one = 10^6) and rl_fmt_ns (10^9) write,
- * without snprintf. */
-size_t rld_fmt_fixed(char *out, int64_t v, uint64_t one, int digits);
+/* Write an amount (the text of rl_fmt_fp: "10", "0.4", "-3.25") and a duration in seconds
+ * (rl_fmt_ns's: "1", "0.000000001") as exact short decimals into out (at least 32 bytes),
+ * NUL-terminated, without snprintf; return the length. */
+size_t rld_fmt_fp(char *out, rl_fp v);
+size_t rld_fmt_seconds(char *out, rl_ns v);
 /* The number of decimal digits of v. */
 size_t rld_dec_len(uint64_t v);
 /* Writes v in decimal into out (at least 20 bytes; no NUL); returns the length. */

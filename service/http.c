@@ -80,7 +80,7 @@ static mreq *req_begin(worker *w, struct MHD_Connection *c)
     } else {
         return NULL;
     }
-    rld__req_begin(&w->h->base, &q->r);
+    rld__req_begin(&w->h->base, &q->r, rld_mono_ns());
     q->c = c;
     q->resp = NULL;
     q->queued = MHD_NO;

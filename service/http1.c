@@ -79,7 +79,8 @@ struct worker {
     conn *ready[RLD_MANY_MAX]; /* complete requests of one row with a many handler, not yet run */
     size_t nready;
     time_t date_at; /* the second date is written for */
-    char date[40];  /* "Date: ...\r\n" */
+    char date[40];  /* "Date: ...\r\n", of the last wake-up (date_refresh) */
+    size_t date_len;
 };
 
 typedef struct h1_http {
@@ -125,8 +126,9 @@ static const char *reason(int status)
     }
 }
 
-/* The Date header of this second (RFC 9110, 6.6.1), rewritten once a second. */
-static const char *date_line(worker *w)
+/* The Date header of this second (RFC 9110, 6.6.1), looked at once per wake-up of the loop
+ * (the answers of one turn share it) and rewritten once a second. */
+static void date_refresh(worker *w)
 {
     struct timespec ts;
     struct tm tm;
@@ -134,32 +136,70 @@ static const char *date_line(worker *w)
     if (ts.tv_sec != w->date_at) {
         w->date_at = ts.tv_sec;
         gmtime_r(&ts.tv_sec, &tm);
-        strftime(w->date, sizeof w->date, "Date: %a, %d %b %Y %H:%M:%S GMT\r\n", &tm);
+        w->date_len = strftime(w->date, sizeof w->date, "Date: %a, %d %b %Y %H:%M:%S GMT\r\n",
+                               &tm);
     }
-    return w->date;
 }
 
-static void put_lit(rld_buf *b, const char *s)
+/* "HTTP/1.1 <status> <reason>\r\n" and the Content-Type field when ctype is not NULL. */
+static void put_status_line(rld_buf *b, int status, const char *ctype)
 {
-    rld_buf_put(b, s, strlen(s));
-}
-
-static void put_status_line(rld_buf *b, int status)
-{
-    char code[4] = {(char)('0' + status / 100 % 10), (char)('0' + status / 10 % 10),
-                    (char)('0' + status % 10), ' '};
-    rld_buf_put(b, "HTTP/1.1 ", 9);
-    rld_buf_put(b, code, 4);
-    put_lit(b, reason(status));
-    rld_buf_put(b, "\r\n", 2);
+    const char *why = reason(status);
+    size_t nw = strlen(why), nc = ctype ? strlen(ctype) : 0;
+    if (rld_buf_reserve(b, 13 + nw + 2 + 14 + nc + 2) != 0)
+        return;
+    char *p = b->p + b->len;
+    RLD_PUT_LIT(p, "HTTP/1.1 ");
+    *p++ = (char)('0' + status / 100 % 10);
+    *p++ = (char)('0' + status / 10 % 10);
+    *p++ = (char)('0' + status % 10);
+    *p++ = ' ';
+    memcpy(p, why, nw);
+    p += nw;
+    RLD_PUT_LIT(p, "\r\n");
+    if (ctype) {
+        RLD_PUT_LIT(p, "Content-Type: ");
+        memcpy(p, ctype, nc);
+        p += nc;
+        RLD_PUT_LIT(p, "\r\n");
+    }
+    b->len = (size_t)(p - b->p);
 }
 
 static void put_header(rld_buf *b, const char *name, const char *value)
 {
-    put_lit(b, name);
-    rld_buf_put(b, ": ", 2);
-    put_lit(b, value);
-    rld_buf_put(b, "\r\n", 2);
+    size_t nn = strlen(name), nv = strlen(value);
+    if (rld_buf_reserve(b, nn + nv + 4) != 0)
+        return;
+    char *p = b->p + b->len;
+    memcpy(p, name, nn);
+    p += nn;
+    RLD_PUT_LIT(p, ": ");
+    memcpy(p, value, nv);
+    p += nv;
+    RLD_PUT_LIT(p, "\r\n");
+    b->len = (size_t)(p - b->p);
+}
+
+/* The fields every answer ends with (Connection when needed, Content-Length, Date) and the
+ * blank line. */
+static void put_head_end(conn *c, size_t len)
+{
+    rld_buf *b = &c->wb;
+    if (rld_buf_reserve(b, 24 + 16 + 20 + 2 + c->w->date_len + 2) != 0)
+        return;
+    char *p = b->p + b->len;
+    if (c->close_after)
+        RLD_PUT_LIT(p, "Connection: close\r\n");
+    else if (c->hreq.minor == 0)
+        RLD_PUT_LIT(p, "Connection: keep-alive\r\n");
+    RLD_PUT_LIT(p, "Content-Length: ");
+    p += rld_fmt_i64(p, (int64_t)len);
+    RLD_PUT_LIT(p, "\r\n");
+    memcpy(p, c->w->date, c->w->date_len);
+    p += c->w->date_len;
+    RLD_PUT_LIT(p, "\r\n");
+    b->len = (size_t)(p - b->p);
 }
 
 static const char oom_body[] = "{\"error\":\"out of memory\"}";
@@ -178,20 +218,10 @@ static int h1_prepare(rld_req *r, int status, const char *ctype, const rld_heade
     if (!c->keep || rld_http_stopping(r->h))
         c->close_after = 1;
     c->queued++;
-    put_status_line(b, status);
-    if (ctype)
-        put_header(b, "Content-Type", ctype);
+    put_status_line(b, status, ctype);
     for (size_t i = 0; i < nh; i++)
         put_header(b, hs[i].name, hs[i].value);
-    if (c->close_after)
-        rld_buf_put(b, "Connection: close\r\n", 19);
-    else if (c->hreq.minor == 0)
-        rld_buf_put(b, "Connection: keep-alive\r\n", 24);
-    rld_buf_put(b, "Content-Length: ", 16);
-    rld_buf_i64(b, (int64_t)len);
-    rld_buf_put(b, "\r\n", 2);
-    put_lit(b, date_line(c->w));
-    rld_buf_put(b, "\r\n", 2);
+    put_head_end(c, len);
     if (!c->head_only && len)
         rld_buf_put(b, body, len);
     return status;
@@ -231,7 +261,7 @@ static const struct sockaddr *h1_client(const rld_req *r)
 
 static void request_begin(conn *c)
 {
-    rld__req_begin(&c->w->h->base, &c->req);
+    rld__req_begin(&c->w->h->base, &c->req, c->w->now); /* the loop's wake-up: no clock call */
     c->pending++;
     active_add(c->w, 1);
 }
@@ -616,6 +646,7 @@ static void *worker_main(void *arg)
     while (!__atomic_load_n(&h->quit, __ATOMIC_ACQUIRE)) {
         int n = epoll_wait(w->ep, evs, 64, w->conns ? 250 : -1);
         w->now = rld_mono_ns();
+        date_refresh(w);
         for (int i = 0; i < n; i++) {
             if (evs[i].data.ptr == w)
                 take_incoming(w);
@@ -711,6 +742,7 @@ static const rld_http_ops h1_ops = {h1_each_header, h1_query,  h1_prepare,
 static int start_worker(h1_http *h, worker *w)
 {
     w->h = h;
+    date_refresh(w);
     w->ep = epoll_create1(EPOLL_CLOEXEC);
     w->ev = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     struct epoll_event ee = {.events = EPOLLIN, .data.ptr = w};

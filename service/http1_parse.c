@@ -47,17 +47,56 @@ int rld_h1_head_too_long(const char *buf, size_t len, const char **error)
 
 /* ---- characters ------------------------------------------------------------------------- */
 
-/* tchar of RFC 9110, 5.6.2: what a method and a field name are made of */
+/* tchar of RFC 9110, 5.6.2, what a method and a field name are made of: DIGIT, ALPHA and
+ * "!#$%&'*+-.^_`|~", one row per 16 bytes from 0x00 to 0x7f. */
+static const char tchars[] = "0000000000000000" /* 00 */
+                             "0000000000000000" /* 10 */
+                             "0101111100110110" /* 20 */
+                             "1111111111000000" /* 30 */
+                             "0111111111111111" /* 40 */
+                             "1111111111100011" /* 50 */
+                             "1111111111111111" /* 60 */
+                             "1111111111101010" /* 70 */;
+
 static int is_tchar(unsigned char c)
 {
-    static const char extra[] = "!#$%&'*+-.^_`|~";
-    return (c >= '0' && c <= '9') || ((c | 0x20) >= 'a' && (c | 0x20) <= 'z') ||
-           (c && memchr(extra, c, sizeof extra - 1));
+    return c < 0x80 && tchars[c] == '1';
 }
 
 static int is_ctl(unsigned char c)
 {
     return c < 0x20 || c == 0x7f;
+}
+
+/* The length of the run of tchars at the start of s[0, n). */
+static size_t tchar_run(const char *s, size_t n)
+{
+    size_t i = 0;
+    while (i < n && is_tchar((unsigned char)s[i]))
+        i++;
+    return i;
+}
+
+/* 1 when s[0, n) holds a control character other than HTAB. Eight bytes at a time: a word
+ * with none below 0x20 and no DEL has nothing to look at (both tests are exact for the word as
+ * a whole: a borrow only spreads from a byte that is a match itself). */
+static int has_ctl(const char *s, size_t n)
+{
+    const uint64_t ones = 0x0101010101010101u, highs = 0x8080808080808080u;
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t w, del;
+        memcpy(&w, s + i, 8);
+        del = w ^ (ones * 0x7f);
+        if ((((w - ones * 0x20) & ~w) | ((del - ones) & ~del)) & highs)
+            for (size_t k = i; k < i + 8; k++)
+                if (is_ctl((unsigned char)s[k]) && s[k] != '\t')
+                    return 1;
+    }
+    for (; i < n; i++)
+        if (is_ctl((unsigned char)s[i]) && s[i] != '\t')
+            return 1;
+    return 0;
 }
 
 static int hexval(unsigned char c)
@@ -68,8 +107,20 @@ static int hexval(unsigned char c)
     return c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
 }
 
-/* Case-insensitive comparison of n bytes with a lowercase literal. */
+/* Case-insensitive comparison of n bytes of tchars with a literal of lowercase letters and
+ * '-': a tchar OR 0x20 is that literal's byte only when it is the byte or its capital. */
 static int ieq(const char *s, size_t n, const char *lit)
+{
+    if (strlen(lit) != n)
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if ((s[i] | 0x20) != lit[i])
+            return 0;
+    return 1;
+}
+
+/* The same for any bytes (a value). */
+static int ieq_any(const char *s, size_t n, const char *lit)
 {
     if (strlen(lit) != n)
         return 0;
@@ -84,6 +135,10 @@ static int ieq(const char *s, size_t n, const char *lit)
 static long pct_decode(char *s, size_t n)
 {
     size_t o = 0;
+    if (!memchr(s, '%', n)) { /* nearly every path */
+        s[n] = '\0';
+        return (long)n;
+    }
     for (size_t i = 0; i < n; i++) {
         int hi, lo;
         if (s[i] == '%' && i + 2 < n && (hi = hexval((unsigned char)s[i + 1])) >= 0 &&
@@ -106,6 +161,16 @@ static int fail(rld_h1_req *req, int status, const char *error)
 {
     req->error = error;
     return status;
+}
+
+/* A line refused before anything was written into it: a CR or a NUL in it is what is
+ * reported, whatever else is wrong (as if the line had been looked at for them first). Every
+ * line that parses has neither, since each of its bytes is checked for what it may be. */
+static int fail_line(rld_h1_req *req, const char *line, size_t n, int status, const char *error)
+{
+    if (memchr(line, '\r', n) || memchr(line, '\0', n))
+        return fail(req, 400, "headers: a stray CR or NUL byte");
+    return fail(req, status, error);
 }
 
 /* The query string s[0, n) into req->args, split and decoded in place. */
@@ -138,42 +203,44 @@ static int parse_query(rld_h1_req *req, char *s, size_t n)
     return 0;
 }
 
+/* The version at v[0, vl): sets req->minor, or fails. */
+static int parse_version(rld_h1_req *req, const char *line, size_t n, const char *v, size_t vl)
+{
+    if (vl == 8 && memcmp(v, "HTTP/1.", 7) == 0 && (v[7] == '0' || v[7] == '1')) {
+        req->minor = v[7] - '0';
+        return 0;
+    }
+    if (vl == 8 && memcmp(v, "HTTP/", 5) == 0 && v[5] >= '0' && v[5] <= '9' && v[6] == '.' &&
+        v[7] >= '0' && v[7] <= '9')
+        return fail_line(req, line, n, 505, "version: only HTTP/1.0 and HTTP/1.1 are served here");
+    return fail_line(req, line, n, 400, "request line: expected \"METHOD /path HTTP/1.1\"");
+}
+
 /* "METHOD SP target SP HTTP/1.x" in line[0, n), the line ending excluded. */
 static int parse_request_line(rld_h1_req *req, char *line, size_t n)
 {
-    size_t i = 0;
+    static const char expected[] = "request line: expected \"METHOD /path HTTP/1.1\"";
     if (n + 2 > RLD_H1_MAX_LINE)
-        return fail(req, 414, "request line: longer than 8192 bytes");
-    while (i < n && is_tchar((unsigned char)line[i]))
-        i++;
+        return fail_line(req, line, n, 414, "request line: longer than 8192 bytes");
+    size_t i = tchar_run(line, n);
     if (i == 0 || i == n || line[i] != ' ')
-        return fail(req, 400, "request line: expected \"METHOD /path HTTP/1.1\"");
-    line[i] = '\0';
-    req->method = line;
+        return fail_line(req, line, n, 400, expected);
     char *t = line + i + 1, *end = line + n;
     char *sp = memchr(t, ' ', (size_t)(end - t));
     if (!sp || sp == t)
-        return fail(req, 400, "request line: expected \"METHOD /path HTTP/1.1\"");
-    for (char *p = t; p < sp; p++)
-        if (is_ctl((unsigned char)*p))
-            return fail(req, 400, "request line: the target has a control character");
-    const char *v = sp + 1;
-    size_t vl = (size_t)(end - v);
-    if (vl == 8 && memcmp(v, "HTTP/1.", 7) == 0 && (v[7] == '0' || v[7] == '1'))
-        req->minor = v[7] - '0';
-    else if (vl == 8 && memcmp(v, "HTTP/", 5) == 0 && v[5] >= '0' && v[5] <= '9' && v[6] == '.' &&
-             v[7] >= '0' && v[7] <= '9')
-        return fail(req, 505, "version: only HTTP/1.0 and HTTP/1.1 are served here");
-    else
-        return fail(req, 400, "request line: expected \"METHOD /path HTTP/1.1\"");
+        return fail_line(req, line, n, 400, expected);
+    if (has_ctl(t, (size_t)(sp - t)) || memchr(t, '\t', (size_t)(sp - t)))
+        return fail_line(req, line, n, 400, "request line: the target has a control character");
+    int rc = parse_version(req, line, n, sp + 1, (size_t)(end - sp - 1));
+    if (rc)
+        return rc;
+    line[i] = '\0';
+    req->method = line;
     char *q = memchr(t, '?', (size_t)(sp - t));
     size_t pl = (size_t)((q ? q : sp) - t);
     req->nargs = 0;
-    if (q) {
-        int rc = parse_query(req, q + 1, (size_t)(sp - q - 1));
-        if (rc)
-            return rc;
-    }
+    if (q && (rc = parse_query(req, q + 1, (size_t)(sp - q - 1))) != 0)
+        return rc;
     if (pct_decode(t, pl) < 0)
         return fail(req, 400, "path: %00 is not allowed");
     req->path = t;
@@ -182,48 +249,74 @@ static int parse_request_line(rld_h1_req *req, char *line, size_t n)
 
 /* ---- header fields ---------------------------------------------------------------------- */
 
-/* Notes what the server itself reads of a field: framing, persistence, Expect, Authorization. */
+static int content_length(rld_h1_req *req, const char *v, size_t vl)
+{
+    int64_t n = 0;
+    if (vl == 0 || vl > 18)
+        return fail(req, 400, "Content-Length: must be a number of bytes");
+    for (size_t i = 0; i < vl; i++) {
+        if (v[i] < '0' || v[i] > '9')
+            return fail(req, 400, "Content-Length: must be a number of bytes");
+        n = n * 10 + (v[i] - '0');
+    }
+    if (req->content_length >= 0 && req->content_length != n)
+        return fail(req, 400, "Content-Length: given twice with different values");
+    req->content_length = n;
+    return 0;
+}
+
+/* The tokens of Connection: close, and keep-alive for HTTP/1.0. */
+static void connection(rld_h1_req *req, const char *v, size_t vl)
+{
+    for (size_t i = 0; i < vl;) {
+        size_t j = i;
+        while (j < vl && v[j] != ',')
+            j++;
+        size_t a = i, b = j;
+        while (a < b && (v[a] == ' ' || v[a] == '\t'))
+            a++;
+        while (b > a && (v[b - 1] == ' ' || v[b - 1] == '\t'))
+            b--;
+        if (ieq_any(v + a, b - a, "close"))
+            req->keep_alive = 0;
+        else if (ieq_any(v + a, b - a, "keep-alive") && req->minor == 0)
+            req->keep_alive = 1;
+        i = j + 1;
+    }
+}
+
+/* Notes what the server itself reads of a field: framing, persistence, Expect, Authorization.
+ * The name's length picks the one name it may be. */
 static int note_field(rld_h1_req *req, const rld_h1_field *f, int *host)
 {
     const char *v = f->value;
-    if (ieq(f->name, f->nl, "content-length")) {
-        int64_t n = 0;
-        if (f->vl == 0 || f->vl > 18)
-            return fail(req, 400, "Content-Length: must be a number of bytes");
-        for (size_t i = 0; i < f->vl; i++) {
-            if (v[i] < '0' || v[i] > '9')
-                return fail(req, 400, "Content-Length: must be a number of bytes");
-            n = n * 10 + (v[i] - '0');
-        }
-        if (req->content_length >= 0 && req->content_length != n)
-            return fail(req, 400, "Content-Length: given twice with different values");
-        req->content_length = n;
-    } else if (ieq(f->name, f->nl, "transfer-encoding")) {
-        if (!ieq(v, f->vl, "chunked") || req->chunked)
+    switch (f->nl) {
+    case 4:
+        *host |= ieq(f->name, 4, "host");
+        break;
+    case 6:
+        if (ieq(f->name, 6, "expect"))
+            req->expect_continue = ieq_any(v, f->vl, "100-continue");
+        break;
+    case 10:
+        if (ieq(f->name, 10, "connection"))
+            connection(req, v, f->vl);
+        break;
+    case 13:
+        if (ieq(f->name, 13, "authorization"))
+            req->authorization = v;
+        break;
+    case 14:
+        if (ieq(f->name, 14, "content-length"))
+            return content_length(req, v, f->vl);
+        break;
+    case 17:
+        if (!ieq(f->name, 17, "transfer-encoding"))
+            break;
+        if (!ieq_any(v, f->vl, "chunked") || req->chunked)
             return fail(req, 501, "Transfer-Encoding: only chunked is supported");
         req->chunked = 1;
-    } else if (ieq(f->name, f->nl, "connection")) {
-        for (size_t i = 0; i < f->vl;) {
-            size_t j = i;
-            while (j < f->vl && v[j] != ',')
-                j++;
-            size_t a = i, b = j;
-            while (a < b && (v[a] == ' ' || v[a] == '\t'))
-                a++;
-            while (b > a && (v[b - 1] == ' ' || v[b - 1] == '\t'))
-                b--;
-            if (ieq(v + a, b - a, "close"))
-                req->keep_alive = 0;
-            else if (ieq(v + a, b - a, "keep-alive") && req->minor == 0)
-                req->keep_alive = 1;
-            i = j + 1;
-        }
-    } else if (ieq(f->name, f->nl, "expect")) {
-        req->expect_continue = ieq(v, f->vl, "100-continue");
-    } else if (ieq(f->name, f->nl, "authorization")) {
-        req->authorization = v;
-    } else if (ieq(f->name, f->nl, "host")) {
-        *host = 1;
+        break;
     }
     return 0;
 }
@@ -231,24 +324,21 @@ static int note_field(rld_h1_req *req, const rld_h1_field *f, int *host)
 /* One "name: value" line[0, n), the line ending excluded, into req->h. */
 static int parse_field(rld_h1_req *req, char *line, size_t n, int *host)
 {
-    size_t i = 0;
     if (line[0] == ' ' || line[0] == '\t')
-        return fail(req, 400, "headers: a field folded over lines");
-    while (i < n && is_tchar((unsigned char)line[i]))
-        i++;
+        return fail_line(req, line, n, 400, "headers: a field folded over lines");
+    size_t i = tchar_run(line, n);
     if (i == 0 || i == n || line[i] != ':')
-        return fail(req, 400, "headers: expected \"Name: value\"");
+        return fail_line(req, line, n, 400, "headers: expected \"Name: value\"");
     if (req->nh == RLD_H1_MAX_HEADERS)
-        return fail(req, 431, "headers: more than 100 fields");
-    line[i] = '\0';
+        return fail_line(req, line, n, 431, "headers: more than 100 fields");
     size_t a = i + 1, b = n;
     while (a < b && (line[a] == ' ' || line[a] == '\t'))
         a++;
     while (b > a && (line[b - 1] == ' ' || line[b - 1] == '\t'))
         b--;
-    for (size_t k = a; k < b; k++)
-        if (is_ctl((unsigned char)line[k]) && line[k] != '\t')
-            return fail(req, 400, "headers: a value has a control character");
+    if (has_ctl(line + a, b - a))
+        return fail_line(req, line, n, 400, "headers: a value has a control character");
+    line[i] = '\0';
     line[b] = '\0';
     rld_h1_field *f = &req->h[req->nh++];
     *f = (rld_h1_field){line, line + a, i, b - a};
@@ -273,8 +363,6 @@ int rld_h1_parse_head(char *buf, size_t len, rld_h1_req *req)
         size_t end = (size_t)(lf - buf), n = end - i;
         if (n && buf[end - 1] == '\r')
             n--;
-        if (memchr(buf + i, '\r', n) || memchr(buf + i, '\0', n))
-            return fail(req, 400, "headers: a stray CR or NUL byte");
         if (first) {
             if ((rc = parse_request_line(req, buf + i, n)) != 0)
                 return rc;

@@ -215,7 +215,7 @@ void rld__acceptor_stop(rld_acceptor *a)
 
 /* ---- requests --------------------------------------------------------------------------- */
 
-void rld__req_begin(rld_http *h, rld_req *r)
+void rld__req_begin(rld_http *h, rld_req *r, rl_ns t0)
 {
     r->h = h;
     r->route = h->cfg.nroutes;
@@ -231,7 +231,7 @@ void rld__req_begin(rld_http *h, rld_req *r)
     r->note_by = NULL;
     r->status = 0;
     rld_buf_init(&r->out, r->out_inl, sizeof r->out_inl);
-    r->t0 = rld_mono_ns();
+    r->t0 = t0;
 }
 
 void rld__req_end(rld_req *r)

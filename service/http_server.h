@@ -107,8 +107,9 @@ void rld__acceptor_stop(rld_acceptor *a);
 unsigned rld__acceptor_drain(rld_acceptor *a, long (*in_flight)(const void *h), const void *h,
                              unsigned drain_ms);
 
-/* Starts a request on r (its storage reused): no route yet, empty body and output. */
-void rld__req_begin(rld_http *h, rld_req *r);
+/* Starts a request on r (its storage reused) at t0 (CLOCK_MONOTONIC: when its bytes were
+ * seen): no route yet, empty body and output. */
+void rld__req_begin(rld_http *h, rld_req *r, rl_ns t0);
 /* Frees what the request allocated (a grown body or output); r can be begun again. */
 void rld__req_end(rld_req *r);
 /* Routes method and url (url stays borrowed until the answer) and decides what the headers

@@ -516,7 +516,10 @@ static redisContext *open_sentinel(rld_pool *p, size_t i, rl_ns deadline, rl_err
 /* Asks the sentinels in turn, from the one that answered last, where the primary is. A
  * sentinel that still names the primary just found failed may not have heard of the failover
  * yet (they tell each other every 2 s): the others are asked too, and that answer is taken
- * only when none names another. */
+ * only when none names another. Each sentinel gets an equal share of the time left, so one
+ * that does not answer (stopped, or blocked writing its configuration to disk, as sentinels do
+ * at every step of a failover) costs its share rather than the whole call, and the next
+ * resolve starts with the one that answered. */
 static int resolve(rld_pool *p, rl_ns deadline, rl_err *err)
 {
     size_t n = p->addr.sentinel.n;
@@ -528,12 +531,14 @@ static int resolve(rld_pool *p, rl_ns deadline, rl_err *err)
     bad_port = p->bad_port;
     pthread_mutex_unlock(&p->mu);
     int rc = rl_errf(err, RL_ESTORE, "redis: no sentinel answered within the timeout");
-    for (size_t k = 0; k < n && rld_mono_ns() < deadline; k++) {
+    rl_ns now;
+    for (size_t k = 0; k < n && (now = rld_mono_ns()) < deadline; k++) {
         size_t i = (first + k) % n;
+        rl_ns until = now + (deadline - now) / (rl_ns)(n - k);
         char host[256];
         int port;
-        redisContext *c = open_sentinel(p, i, deadline, err);
-        if (!c || ask_master(p, c, deadline, host, sizeof host, &port, err) != RL_OK) {
+        redisContext *c = open_sentinel(p, i, until, err);
+        if (!c || ask_master(p, c, until, host, sizeof host, &port, err) != RL_OK) {
             if (c)
                 redisFree(c);
             continue;
@@ -576,15 +581,19 @@ static int check_primary(redisContext *c, rl_ns deadline, rl_err *err)
 }
 
 /* A connection to the primary: with sentinels, the one they name (asked when not known) once
- * ROLE confirms it. *gen is the generation of the address used. */
+ * ROLE confirms it. The sentinels get half the time left; when none answers in it, the primary
+ * they named last is tried all the same (ROLE still keeps replicas out), so that sentinels busy
+ * or unreachable never keep the pool from a primary that works. *gen is the generation of the
+ * address used. */
 static redisContext *open_primary(rld_pool *p, rl_ns deadline, unsigned *gen, rl_err *err)
 {
     int sentinel = p->addr.sentinel.n > 0;
     pthread_mutex_lock(&p->mu);
-    int known = p->resolved;
+    int known = p->resolved, named = p->host[0] != 0;
     *gen = p->gen;
     pthread_mutex_unlock(&p->mu);
-    if (sentinel && !known && resolve(p, deadline, err) != RL_OK)
+    rl_ns now = rld_mono_ns();
+    if (sentinel && !known && resolve(p, now + (deadline - now) / 2, err) != RL_OK && !named)
         return NULL;
     char host[256];
     pthread_mutex_lock(&p->mu);

@@ -5,6 +5,7 @@
  * bodies, HEAD, the 400/414/431/501/505 answers, clients that close early, and a client that
  * does not read its answers. Expected bytes are worked out by hand in the comments.
  */
+#define _GNU_SOURCE /* strptime, timegm */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -14,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "http1_parse.h"
@@ -356,6 +358,70 @@ START_TEST(chunked_request_bodies)
 }
 END_TEST
 
+/* The Date field's value in answer a ("Www, DD Mmm YYYY HH:MM:SS GMT", RFC 9110, 5.6.7),
+ * checked to be the time now within two seconds; copied into out (30 bytes). */
+static void date_of(const char *a, char *out)
+{
+    const char *d = strstr(a, "\r\nDate: ");
+    ck_assert_msg(d != NULL, "no Date: %s", a);
+    d += 8;
+    ck_assert_msg(strlen(d) > 29 && strncmp(d + 29, "\r\n", 2) == 0, "%s", a);
+    memcpy(out, d, 29);
+    out[29] = '\0';
+    struct tm tm = {0};
+    const char *end = strptime(out, "%a, %d %b %Y %H:%M:%S GMT", &tm);
+    ck_assert_msg(end && *end == '\0', "Date: %s", out);
+    long off = (long)(timegm(&tm) - time(NULL));
+    ck_assert_msg(off >= -2 && off <= 2, "Date: %s is %ld s away from now", out, off);
+}
+
+START_TEST(answer_heads_in_full)
+{
+    int fd = dial();
+    char date[30], want[512];
+    const char *h = "GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n";
+    send_all(fd, h, strlen(h));
+    const char *a = read_answer(fd);
+    date_of(a, date);
+    /* {"status":"ok"} is 15 bytes; Date comes last, then the blank line */
+    snprintf(want, sizeof want,
+             "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 15\r\n"
+             "Date: %s\r\n\r\n{\"status\":\"ok\"}", date);
+    ck_assert_str_eq(a, want);
+    /* a second later the field says so (it is rewritten when the second changes) */
+    char later[30];
+    usleep(1100000);
+    send_all(fd, h, strlen(h));
+    date_of(read_answer(fd), later);
+    ck_assert_str_ne(later, date);
+    /* a fresh user and team of the built-in configuration: free (20, 10/s: full again in
+     * 2 s) and team (1000, 500/s: 2 s) keep 19 and 999, the next whole unit in 0.1 and
+     * 0.002 s (t=1, rounded up); global is shared with the other tests, so its figures vary */
+    const char *acq = "POST /acquire HTTP/1.1\r\nHost: t\r\nContent-Length: 40\r\n\r\n"
+                      "{\"keys\": {\"user\": \"hd1\", \"team\": \"hd2\"}}";
+    send_all(fd, acq, strlen(acq));
+    a = read_answer(fd);
+    const char *head = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                       "RateLimit-Policy: \"user.free\";q=20;w=2, \"team.team\";q=1000;w=2, "
+                       "\"global.global\";q=100000;w=2\r\n"
+                       "RateLimit: \"user.free\";r=19;t=1, \"team.team\";r=999;t=1, "
+                       "\"global.global\";r=";
+    ck_assert_msg(strncmp(a, head, strlen(head)) == 0, "%s", a);
+    date_of(a, date);
+    const char *body = strstr(a, "\r\n\r\n");
+    const char *lead = "\r\n\r\n{\"allowed\":true,\"retry_after\":0,\"blocked_by\":null,\"limits\":["
+                       "{\"level\":\"user\",\"key\":\"hd1\",\"rule\":\"free\",\"limit\":20,"
+                       "\"remaining\":19,\"reset_after\":0.1},{\"level\":\"team\",\"key\":\"hd2\","
+                       "\"rule\":\"team\",\"limit\":1000,\"remaining\":999,\"reset_after\":0.002},"
+                       "{\"level\":\"global\",\"key\":\"*\",\"rule\":\"global\",\"limit\":100000,";
+    ck_assert_msg(body && strncmp(body, lead, strlen(lead)) == 0, "%s", a);
+    char cl[64];
+    snprintf(cl, sizeof cl, "\r\nContent-Length: %zu\r\nDate: ", strlen(body + 4));
+    ck_assert_msg(strstr(a, cl) != NULL, "%s", a);
+    close(fd);
+}
+END_TEST
+
 START_TEST(head_gets_no_body)
 {
     int fd = dial();
@@ -584,6 +650,7 @@ static Suite *http1_suite(void)
     tcase_add_test(tc, expect_100_continue);
     tcase_add_test(tc, chunked_request_bodies);
     tcase_add_test(tc, head_gets_no_body);
+    tcase_add_test(tc, answer_heads_in_full);
     tcase_add_loop_test(tc, bad_requests_answered_and_closed, 0,
                         sizeof refused / sizeof refused[0]);
     tcase_add_test(tc, heads_over_the_limits_answered);

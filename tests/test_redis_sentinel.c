@@ -357,6 +357,93 @@ START_TEST(switch_master_moves_the_pool_without_a_call)
 }
 END_TEST
 
+/* The port of the primary sentinel i names, 0 when it names none. */
+static int named_by(int i)
+{
+    redisReply *r = rt_redis_cmd(&grp.sent[i], "SENTINEL get-master-addr-by-name %s",
+                                 RT_MASTER_NAME);
+    int port = r->type == REDIS_REPLY_ARRAY && r->elements == 2 ? atoi(r->element[1]->str) : 0;
+    freeReplyObject(r);
+    return port;
+}
+
+/* Decides "user" every 20 ms until one is answered by Redis, for at most limit: how long it
+ * took, or -1. */
+static rl_ns until_through_redis(inst *in, rl_ns limit)
+{
+    rl_decision d;
+    rl_ns t0 = mono();
+    while (mono() - t0 < limit) {
+        decide(in, "user", "back", &d);
+        if (d.applied[0].fallback == RL_FALLBACK_NONE)
+            return mono() - t0;
+        usleep(20000);
+    }
+    return -1;
+}
+
+/* A sentinel that does not answer (stopped here; under load, one blocked writing its
+ * configuration to disk) is the one the store asked first, and the one it subscribed to: the
+ * primary is killed and the two others fail over. The store follows by asking those two: the
+ * stopped one costs each attempt a share of its time, and the next attempt starts after it.
+ * Bound: the sentinels' answer is taken at the first probe after the switch, at most 2 s (the
+ * longest backoff) later; without the shares every attempt waited for the stopped one. */
+START_TEST(a_stopped_sentinel_does_not_keep_the_store_from_a_failover)
+{
+    inst in;
+    rl_decision d;
+    inst_new(&in, levels, RT_MASTER_NAME);
+    decide(&in, "user", "warm", &d); /* sentinel 0 answered, so it is asked first */
+    ck_assert_int_eq(d.applied[0].fallback, RL_FALLBACK_NONE);
+    rt_redis_pause(&grp.sent[0]);
+    rt_redis_kill(&grp.data[0]);
+    rl_ns killed = mono();
+    while (named_by(1) != grp.data[1].port && mono() - killed < S(30)) {
+        decide(&in, "user", "gap", &d);
+        usleep(20000);
+    }
+    ck_assert_int_eq(named_by(1), grp.data[1].port);
+    rl_ns took = until_through_redis(&in, S(3));
+    fprintf(stderr, "a stopped sentinel: switched %.3f s after the kill, through Redis %.3f s "
+            "later\n", (double)(mono() - killed - took) / 1e9, (double)took / 1e9);
+    ck_assert_msg(took >= 0 && took <= S(2.5), "not through Redis within 2.5 s of the switch");
+    ck_assert_int_eq(primary_port(&in), grp.data[1].port);
+    rt_redis_resume(&grp.sent[0]);
+    inst_free(&in);
+}
+END_TEST
+
+/* No sentinel answers (all stopped) while the primary, paused for 300 ms, makes calls time
+ * out: the store asks the sentinels again, gets no answer, and tries the primary they named
+ * last, which ROLE confirms. Bound: probes after 0, 50, 100 and 200 ms of failures, so the
+ * first after the resume comes within 400 ms; without the fallback none got through while the
+ * sentinels were stopped. */
+START_TEST(stopped_sentinels_do_not_keep_the_store_from_its_primary)
+{
+    inst in;
+    rl_decision d;
+    inst_new(&in, levels, RT_MASTER_NAME);
+    decide(&in, "user", "warm", &d);
+    ck_assert_int_eq(d.applied[0].fallback, RL_FALLBACK_NONE);
+    for (int i = 0; i < RT_SENTINELS; i++)
+        rt_redis_pause(&grp.sent[i]);
+    rt_redis_pause(&grp.data[0]);
+    int fell = 0;
+    for (rl_ns t0 = mono(); mono() - t0 < S(0.3);) {
+        decide(&in, "user", "paused", &d);
+        fell += d.applied[0].fallback == RL_FALLBACK_OPEN;
+    }
+    ck_assert_int_gt(fell, 0);
+    rt_redis_resume(&grp.data[0]);
+    rl_ns took = until_through_redis(&in, S(2));
+    ck_assert_msg(took >= 0 && took <= S(1), "not through Redis within 1 s of the resume");
+    ck_assert_int_eq(primary_port(&in), grp.data[0].port);
+    for (int i = 0; i < RT_SENTINELS; i++)
+        rt_redis_resume(&grp.sent[i]);
+    inst_free(&in);
+}
+END_TEST
+
 /* Sentinels that know no such primary: the store is down and says why. */
 START_TEST(unknown_master_is_reported)
 {
@@ -384,6 +471,8 @@ Suite *redis_sentinel_suite(void)
     tcase_add_test(tc, never_answers_from_a_demoted_primary);
     tcase_add_test(tc, switch_master_moves_the_pool_without_a_call);
     tcase_add_test(tc, unknown_master_is_reported);
+    tcase_add_test(tc, a_stopped_sentinel_does_not_keep_the_store_from_a_failover);
+    tcase_add_test(tc, stopped_sentinels_do_not_keep_the_store_from_its_primary);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -261,10 +261,10 @@ START_TEST(fixed_point_text_matches_the_core)
                 val = -val;
         }
         rl_fmt_fp(a, sizeof a, val);
-        rld_fmt_fixed(b, val, 1000000, 6);
+        rld_fmt_fp(b, val);
         ck_assert_str_eq(a, b);
         rl_fmt_ns(a, sizeof a, val);
-        rld_fmt_fixed(b, val, 1000000000, 9);
+        rld_fmt_seconds(b, val);
         ck_assert_str_eq(a, b);
         snprintf(a, sizeof a, "%lld", (long long)val);
         b[rld_fmt_i64(b, val)] = '\0';
@@ -343,6 +343,109 @@ START_TEST(decision_body_and_headers)
     ck_assert_int_eq(rld_retry_after_seconds(1), 1);
     ck_assert_int_eq(rld_retry_after_seconds(S(2)), 2);
     ck_assert_int_eq(rld_retry_after_seconds(S(2) + 1), 3);
+    tu_free(lim);
+}
+END_TEST
+
+/* Renders d's body and both headers into the three strings (freed by the caller). */
+static void render_all(const rl_limiter *lim, const rl_decision *d, char **body, char **pol,
+                       char **st)
+{
+    char small[8]; /* inline storage too small for anything: every append grows the buffer */
+    rld_buf b, p, s;
+    rld_buf_init(&b, small, sizeof small);
+    rld_buf_init(&p, NULL, 0);
+    rld_buf_init(&s, NULL, 0);
+    rld_render_decision(&b, rl_limiter_config(lim), d);
+    ck_assert_uint_eq(rld_render_ratelimit(&p, &s, rl_limiter_config(lim), d), 3);
+    *body = rld_buf_steal(&b);
+    *pol = rld_buf_steal(&p);
+    *st = rld_buf_steal(&s);
+}
+
+/* Three rules: a token bucket, a gcra rule, and a concurrency rule (qu=, no w). */
+static rl_limiter *three_rules(void)
+{
+    return tu_limiter(
+        "{\"levels\": ["
+        "{\"name\": \"user\", \"rules\": [{\"type\": \"token_bucket\", \"name\": \"free\","
+        " \"capacity\": 10, \"per_second\": 4}]},"
+        "{\"name\": \"ip\", \"rules\": [{\"type\": \"gcra\", \"name\": \"smooth\","
+        " \"per_second\": 1000, \"burst\": 1000000}]},"
+        "{\"name\": \"slots\", \"rules\": [{\"type\": \"concurrency\", \"limit\": 2}]}]}");
+}
+
+/* The user's key has '"' and '\\', which JSON escapes. */
+#define THREE_KEYS "user=a\"b\\c,ip=1.2.3.4,slots=k"
+
+START_TEST(answer_of_three_rules_by_hand)
+{
+    rl_limiter *lim = three_rules();
+    rl_decision d;
+    char *body, *pol, *st, want[1024];
+    /* cost 3 at 0 s. user: 10 - 3 = 7 left; full again after 3 / 4 = 0.75 s; 10 refill in
+     * 2.5 s (w=3); one more whole unit (8) in 0.25 s (t=1). ip: gcra 1000/s, burst 1000000:
+     * 999997 left, back to full in 3 / 1000 = 0.003 s, 1000000 cells in 1000 s (w=1000),
+     * one more in 0.001 s (t=1). slots: one slot of 2 held (a request counts once), 1 left;
+     * slots come back on release only, so the rule reports no reset_after (0) and no window
+     * (no w), and t is its retry hint, 1 s. */
+    ck_assert(tu_acquire(lim, THREE_KEYS, 3, S(0), &d));
+    ck_assert(d.reservation[0]); /* a concurrency rule's slot is held by a reservation */
+    render_all(lim, &d, &body, &pol, &st);
+    snprintf(want, sizeof want,
+             "{\"allowed\":true,\"retry_after\":0,\"blocked_by\":null,\"reservation\":\"%s\","
+             "\"limits\":["
+             "{\"level\":\"user\",\"key\":\"a\\\"b\\\\c\",\"rule\":\"free\","
+             "\"limit\":10,\"remaining\":7,\"reset_after\":0.75},"
+             "{\"level\":\"ip\",\"key\":\"1.2.3.4\",\"rule\":\"smooth\","
+             "\"limit\":1000000,\"remaining\":999997,\"reset_after\":0.003},"
+             "{\"level\":\"slots\",\"key\":\"k\",\"rule\":\"concurrency(2)\","
+             "\"limit\":2,\"remaining\":1,\"reset_after\":0}]}",
+             d.reservation);
+    ck_assert_str_eq(body, want);
+    ck_assert_str_eq(pol, "\"user.free\";q=10;w=3, \"ip.smooth\";q=1000000;w=1000, "
+                          "\"slots.concurrency(2)\";q=2;qu=\"concurrent-requests\"");
+    ck_assert_str_eq(st, "\"user.free\";r=7;t=1, \"ip.smooth\";r=999997;t=1, "
+                         "\"slots.concurrency(2)\";r=1;t=1");
+    free(body);
+    free(pol);
+    free(st);
+    tu_free(lim);
+}
+END_TEST
+
+START_TEST(denial_with_an_odd_rule_name_by_hand)
+{
+    rl_limiter *lim = three_rules();
+    rl_decision d;
+    char *body, *pol, *st;
+    /* cost 3, then cost 8 at 0 s: user has 7, the 8th unit comes in 0.25 s: denied by user,
+     * nothing taken anywhere (no reservation), the balances of the first answer. The user
+     * rule is given a name the configuration would refuse, with '"', '\\' and UTF-8 (a
+     * plug-in's could be): JSON escapes the first two and keeps the UTF-8, the sf-string
+     * escapes them and writes '?' for each byte outside ASCII. */
+    ck_assert(tu_acquire(lim, THREE_KEYS, 3, S(0), &d));
+    ck_assert(!tu_acquire(lim, THREE_KEYS, 8, S(0), &d));
+    rl_rule odd = *d.applied[0].rule;
+    odd.name = "say \"hi\"\\\xc3\xa9";
+    d.applied[0].rule = &odd;
+    render_all(lim, &d, &body, &pol, &st);
+    ck_assert_str_eq(body,
+                     "{\"allowed\":false,\"retry_after\":0.25,"
+                     "\"blocked_by\":\"user: say \\\"hi\\\"\\\\\xc3\xa9\",\"limits\":["
+                     "{\"level\":\"user\",\"key\":\"a\\\"b\\\\c\",\"rule\":\"say \\\"hi\\\"\\\\"
+                     "\xc3\xa9\",\"limit\":10,\"remaining\":7,\"reset_after\":0.75},"
+                     "{\"level\":\"ip\",\"key\":\"1.2.3.4\",\"rule\":\"smooth\","
+                     "\"limit\":1000000,\"remaining\":999997,\"reset_after\":0.003},"
+                     "{\"level\":\"slots\",\"key\":\"k\",\"rule\":\"concurrency(2)\","
+                     "\"limit\":2,\"remaining\":1,\"reset_after\":0}]}");
+    ck_assert_str_eq(pol, "\"user.say \\\"hi\\\"\\\\??\";q=10;w=3, \"ip.smooth\";q=1000000;w=1000, "
+                          "\"slots.concurrency(2)\";q=2;qu=\"concurrent-requests\"");
+    ck_assert_str_eq(st, "\"user.say \\\"hi\\\"\\\\??\";r=7;t=1, \"ip.smooth\";r=999997;t=1, "
+                         "\"slots.concurrency(2)\";r=1;t=1");
+    free(body);
+    free(pol);
+    free(st);
     tu_free(lim);
 }
 END_TEST
@@ -448,6 +551,8 @@ static Suite *service_suite(void)
     tcase_add_test(tc, fixed_point_text_matches_the_core);
     tcase_add_test(tc, json_strings_round_trip);
     tcase_add_test(tc, decision_body_and_headers);
+    tcase_add_test(tc, answer_of_three_rules_by_hand);
+    tcase_add_test(tc, denial_with_an_odd_rule_name_by_hand);
     tcase_add_test(tc, metrics_codes_and_buckets);
     tcase_add_test(tc, openapi_lists_every_route);
     suite_add_tcase(s, tc);

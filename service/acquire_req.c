@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "acquire_req.h"
+#include "buf.h"
 #include "values.h"
 
 #define KNOWN "keys, cost, priority, reserve, dry_run, now"
@@ -56,6 +57,8 @@ typedef struct cur {
 
 static void skip_ws(cur *c)
 {
+    if (c->p < c->end && (unsigned char)*c->p > ' ')
+        return; /* most tokens follow the last one at once */
     while (c->p < c->end && (*c->p == ' ' || *c->p == '\n' || *c->p == '\r' || *c->p == '\t'))
         c->p++;
 }
@@ -81,13 +84,13 @@ static int fast_str(cur *c, const char **s, size_t *n)
     *s = in;
     for (; in < c->end; in++) {
         unsigned char ch = (unsigned char)*in;
-        if (ch == '"') {
-            *n = (size_t)(in - *s);
-            c->p = in + 1;
-            return 1;
-        }
-        if (ch < 0x20 || ch >= 0x80 || ch == '\\')
-            return 0;
+        if (rld_text_class[ch] == '.' || ch == 0x7f) /* what a JSON string holds as it is */
+            continue;
+        if (ch != '"')
+            return 0; /* an escape, a control character, or a byte outside ASCII */
+        *n = (size_t)(in - *s);
+        c->p = in + 1;
+        return 1;
     }
     return 0;
 }

@@ -103,10 +103,10 @@ void rld_app_tick(rld_app *app)
 /* ---- POST /acquire ---------------------------------------------------------------------- */
 
 
-/* Answers a decision with the output buffer as the body (ctype NULL: none): 200 or
- * deny_status, the RateLimit headers, and Retry-After on a denial with a finite wait. */
+/* Answers a decision, with its JSON body or (with_body 0) none: 200 or deny_status, the
+ * RateLimit headers, and Retry-After on a denial with a finite wait. */
 static void reply_decision(rld_req *r, const rl_config *cfg, const rl_decision *d,
-                           int deny_status, const char *ctype)
+                           int deny_status, int with_body)
 {
     char pbuf[1024], sbuf[1024], retry[24], by[256];
     rld_buf policy, state;
@@ -118,7 +118,7 @@ static void reply_decision(rld_req *r, const rl_config *cfg, const rl_decision *
     }
     rld_buf_init(&policy, pbuf, sizeof pbuf);
     rld_buf_init(&state, sbuf, sizeof sbuf);
-    if (rld_render_ratelimit(&policy, &state, cfg, d) > 0) {
+    if (rld_render_answer(with_body ? rld_req_out(r) : NULL, &policy, &state, cfg, d) > 0) {
         hs[nh++] = (rld_header){"RateLimit-Policy", rld_buf_cstr(&policy)};
         hs[nh++] = (rld_header){"RateLimit", rld_buf_cstr(&state)};
     }
@@ -127,7 +127,7 @@ static void reply_decision(rld_req *r, const rl_config *cfg, const rl_decision *
                  (long long)rld_retry_after_seconds(d->retry_after));
         hs[nh++] = (rld_header){"Retry-After", retry};
     }
-    rld_reply(r, d->allowed ? 200 : deny_status, ctype, hs, nh);
+    rld_reply(r, d->allowed ? 200 : deny_status, with_body ? "application/json" : NULL, hs, nh);
     rld_buf_reset(&policy);
     rld_buf_reset(&state);
 }
@@ -173,8 +173,7 @@ static void acquire_answer(rld_app *app, rld_req *r, acq *a, int rc)
     }
     const rl_config *cfg = rl_limiter_config(app->lim);
     rld_metrics_decision(app->metrics, &a->d, a->q.dry_run, a->req.cost);
-    rld_render_decision(rld_req_out(r), cfg, &a->d);
-    reply_decision(r, cfg, &a->d, 429, "application/json");
+    reply_decision(r, cfg, &a->d, 429, 1);
     rl_decision_done(&a->d);
     rld_acquire_req_clear(&a->q); /* the decision's keys may point into the request */
 }
@@ -252,7 +251,7 @@ static void h_check(void *ctx, rld_req *r)
         return;
     }
     rld_metrics_decision(app->metrics, &d, 0, req.cost);
-    reply_decision(r, c.cfg, &d, deny, NULL);
+    reply_decision(r, c.cfg, &d, deny, 0);
     rl_decision_done(&d);
 }
 

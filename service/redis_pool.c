@@ -450,21 +450,24 @@ static redisContext *open_conn(const char *host, int port, const char *user, con
 
 /* ---- Sentinel ------------------------------------------------------------------------------ */
 
-/* Makes host:port the primary. A change moves every connection there (a new generation) and,
- * while the link is down, lets the next call try it at once. */
-static void set_primary(rld_pool *p, const char *host, int port)
+/* Makes host:port the primary. A change moves every connection there (a new generation).
+ * While the link is down, a change, or the news of a switch (announced: +switch-master, which
+ * may name the primary a probe found already and failed on), lets the next call try it at once
+ * instead of waiting out the backoff. */
+static void set_primary(rld_pool *p, const char *host, int port, int announced)
 {
     pthread_mutex_lock(&p->mu);
-    if (strcmp(p->host, host) != 0 || p->port != port) {
+    int changed = strcmp(p->host, host) != 0 || p->port != port;
+    if (changed) {
         if (p->host[0])
             p->switches++;
         snprintf(p->host, sizeof p->host, "%s", host);
         p->port = port;
         p->gen++;
-        if (!p->up) {
-            p->backoff = 0;
-            p->retry_at = rld_mono_ns();
-        }
+    }
+    if ((changed || announced) && !p->up) {
+        p->backoff = 0;
+        p->retry_at = rld_mono_ns();
     }
     p->resolved = 1;
     pthread_mutex_unlock(&p->mu);
@@ -557,7 +560,7 @@ static int resolve(rld_pool *p, rl_ns deadline, rl_err *err)
     pthread_mutex_lock(&p->mu);
     p->next_sentinel = found_at;
     pthread_mutex_unlock(&p->mu);
-    set_primary(p, found, found_port);
+    set_primary(p, found, found_port, 0);
     return RL_OK;
 }
 
@@ -632,7 +635,7 @@ static void on_switch(void *arg, const char *msg)
     int op, np;
     if (sscanf(msg, "%127s %255s %d %255s %d", name, oh, &op, nh, &np) == 5 &&
         strcmp(name, p->addr.sentinel.master) == 0 && np > 0 && np < 65536)
-        set_primary(p, nh, np);
+        set_primary(p, nh, np, 1);
 }
 
 int rld_sub_read(redisContext *c, int wake_fd, int ms, void (*fn)(void *arg, const char *msg),
@@ -669,7 +672,7 @@ static int watch_once(rld_pool *p, redisContext *c)
     char host[256];
     int port = 0;
     if (ask_master(p, c, deadline, host, sizeof host, &port, NULL) == RL_OK)
-        set_primary(p, host, port);
+        set_primary(p, host, port, 0);
     const char *argv[2] = {"SUBSCRIBE", "+switch-master"};
     redisReply *r = send_argv(c, deadline, 2, argv, NULL);
     int ok = r && r->type == REDIS_REPLY_ARRAY, rc = 0;

@@ -24,6 +24,13 @@
  * RLD_STORE_UNAVAILABLE for a closed level whose store failed), NUL-terminated and truncated to
  * n bytes; returns its length. */
 size_t rld_render_blocked_by(char *buf, size_t n, const rl_config *cfg, const rl_decision *d);
+/* Appends d's body to body, the values of RateLimit-Policy to policy and of RateLimit to
+ * state, all three in one pass over its rules; body NULL: the headers alone, policy NULL
+ * (state too then): the body alone. Returns the number of header list members (0: send
+ * neither header). The parts of a rule's text that follow from its names, limit and window
+ * are kept per thread and written again only for a rule that differs in one of them. */
+size_t rld_render_answer(rld_buf *body, rld_buf *policy, rld_buf *state, const rl_config *cfg,
+                         const rl_decision *d);
 /* Appends {"allowed", "retry_after", "blocked_by", "reservation"?, "limits": [...]} for d. */
 void rld_render_decision(rld_buf *o, const rl_config *cfg, const rl_decision *d);
 /* Appends the values of RateLimit-Policy to policy and RateLimit to state; returns the number

@@ -62,7 +62,16 @@ static void sentinels_of(rld_redis_addr *a, const char *master)
     snprintf(s->master, sizeof s->master, "%s", master);
 }
 
+static void inst_new_at(inst *in, const char *levels, const rld_redis_addr *addr);
+
 static void inst_new(inst *in, const char *levels, const char *master)
+{
+    rld_redis_addr addr;
+    sentinels_of(&addr, master);
+    inst_new_at(in, levels, &addr);
+}
+
+static void inst_new_at(inst *in, const char *levels, const rld_redis_addr *addr)
 {
     char json[4096];
     snprintf(json, sizeof json, "{\"store\": {\"type\": \"redis\"}, \"levels\": [%s]}", levels);
@@ -72,9 +81,7 @@ static void inst_new(inst *in, const char *levels, const char *master)
     in->reg = rl_registry_new();
     int rc = rld_config_parse(json, strlen(json), in->reg, &set, &cfg, &err);
     ck_assert_msg(rc == RL_OK, "%s", err.msg);
-    rld_redis_addr addr;
-    sentinels_of(&addr, master);
-    rld_redis_options o = {.addr = &addr, .prefix = "se:", .timeout_ms = TIMEOUT_MS, .pool = 4};
+    rld_redis_options o = {.addr = addr, .prefix = "se:", .timeout_ms = TIMEOUT_MS, .pool = 4};
     rld_fallback_options f = {.fleet_size = 2};
     memcpy(f.mode, set.on_error, sizeof f.mode);
     rld_settings_clear(&set);
@@ -444,6 +451,72 @@ START_TEST(stopped_sentinels_do_not_keep_the_store_from_its_primary)
 }
 END_TEST
 
+/* How long until the pool's next probe, from the error of a call refused meanwhile (a PING of
+ * its own; it may be the probe itself, which then fails on the paused primary): -1 if none. */
+static long next_attempt_ms(inst *in)
+{
+    const char *ping[1] = {"PING"};
+    redisReply *r;
+    rl_err err = {{0}};
+    if (rld_pool_command(rld_redis_store_pool(in->redis), 1, ping, NULL, &r, &err) == RL_OK) {
+        freeReplyObject(r);
+        return -1;
+    }
+    const char *at = strstr(err.msg, "next attempt in ");
+    return at ? atol(at + strlen("next attempt in ")) : -1;
+}
+
+/* +switch-master is news even when it names the primary the store already tries: the next call
+ * tries it at once instead of waiting out the backoff. A plain Redis stands first in the
+ * store's list of sentinels: the store subscribes there, so that the test can publish the
+ * message, and asks the real sentinels (the plain one refuses SENTINEL). The primary is paused
+ * until the backoff is over 1 s, then resumed as the message names it: through Redis within
+ * 0.5 s, where waiting out the backoff takes more than 1 s. */
+START_TEST(switch_master_cuts_the_backoff_short)
+{
+    rt_redis fake;
+    memset(&fake, 0, sizeof fake);
+    rt_redis_start(&fake);
+    rld_redis_addr addr;
+    sentinels_of(&addr, RT_MASTER_NAME);
+    rld_sentinel *st = &addr.sentinel;
+    memmove(&st->host[1], &st->host[0], RT_SENTINELS * sizeof st->host[0]);
+    memmove(&st->port[1], &st->port[0], RT_SENTINELS * sizeof st->port[0]);
+    st->port[0] = fake.port;
+    st->n = RT_SENTINELS + 1;
+    inst in;
+    rl_decision d;
+    inst_new_at(&in, levels, &addr);
+    decide(&in, "user", "warm", &d);
+    ck_assert_int_eq(d.applied[0].fallback, RL_FALLBACK_NONE);
+    long subs = 0;
+    for (int i = 0; i < 500 && subs != 1; i++) {
+        redisReply *r = rt_redis_cmd(&fake, "PUBSUB NUMSUB +switch-master");
+        subs = r->elements == 2 ? r->element[1]->integer : 0;
+        freeReplyObject(r);
+        usleep(10000);
+    }
+    ck_assert_int_eq(subs, 1);
+    rt_redis_pause(&grp.data[0]);
+    long wait = -1;
+    for (rl_ns t0 = mono(); wait < 1000 && mono() - t0 < S(10); usleep(10000))
+        wait = next_attempt_ms(&in);
+    ck_assert_int_ge(wait, 1000);
+    rt_redis_resume(&grp.data[0]);
+    char msg[128];
+    snprintf(msg, sizeof msg, "%s 127.0.0.1 %d 127.0.0.1 %d", RT_MASTER_NAME, grp.data[0].port,
+             grp.data[0].port);
+    redisReply *r = rt_redis_cmd(&fake, "PUBLISH +switch-master %s", msg);
+    ck_assert_int_eq(r->integer, 1);
+    freeReplyObject(r);
+    rl_ns took = until_through_redis(&in, S(3));
+    ck_assert_msg(took >= 0 && took <= S(0.5), "through Redis %.3f s after the message (the "
+                  "backoff had %ld ms left)", (double)took / 1e9, wait);
+    inst_free(&in);
+    rt_redis_stop(&fake);
+}
+END_TEST
+
 /* Sentinels that know no such primary: the store is down and says why. */
 START_TEST(unknown_master_is_reported)
 {
@@ -473,6 +546,7 @@ Suite *redis_sentinel_suite(void)
     tcase_add_test(tc, unknown_master_is_reported);
     tcase_add_test(tc, a_stopped_sentinel_does_not_keep_the_store_from_a_failover);
     tcase_add_test(tc, stopped_sentinels_do_not_keep_the_store_from_its_primary);
+    tcase_add_test(tc, switch_master_cuts_the_backoff_short);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -450,6 +450,95 @@ START_TEST(denial_with_an_odd_rule_name_by_hand)
 }
 END_TEST
 
+/* One token bucket at level "user" with the name, capacity and rate given. */
+static rl_limiter *user_bucket(const char *rule, int capacity, int per_second)
+{
+    char cfg[512];
+    snprintf(cfg, sizeof cfg,
+             "{\"levels\": [{\"name\": \"user\", \"rules\": [{\"type\": \"token_bucket\","
+             " \"name\": \"%s\", \"capacity\": %d, \"per_second\": %d}]}]}",
+             rule, capacity, per_second);
+    return tu_limiter(cfg);
+}
+
+/* d rendered into the three strings (freed by the caller). */
+static void render_one(const rl_limiter *lim, const rl_decision *d, char **body, char **pol,
+                       char **st)
+{
+    rld_buf b, p, s;
+    rld_buf_init(&b, NULL, 0);
+    rld_buf_init(&p, NULL, 0);
+    rld_buf_init(&s, NULL, 0);
+    ck_assert_uint_eq(rld_render_answer(&b, &p, &s, rl_limiter_config(lim), d), 1);
+    *body = rld_buf_steal(&b);
+    *pol = rld_buf_steal(&p);
+    *st = rld_buf_steal(&s);
+}
+
+START_TEST(kept_text_follows_the_rule)
+{
+    /* cost 1 of 10 at 1/s: 9 left, 10 s to fill (w=10), the next unit in 1 s */
+    rl_limiter *lim = user_bucket("free", 10, 1);
+    rl_decision d;
+    char *body, *pol, *st;
+    ck_assert(tu_acquire(lim, "user=u", 1, S(0), &d));
+    rl_rule *rule = (rl_rule *)d.applied[0].rule; /* renamed in place: found at its place */
+    char *name = rule->name;
+    for (int step = 0; step < 4; step++) {
+        rl_rule_status *rs = (rl_rule_status *)rl_decision_status(&d, 0);
+        /* the same rule with another limit (a tier's), then another window, then another
+         * name: the text kept for it is not used for what differs */
+        if (step == 1)
+            rs->limit = 20 * RL_FP_ONE;
+        else if (step == 2)
+            rs->window = S(5);
+        else if (step == 3)
+            rule->name = "gold";
+        render_one(lim, &d, &body, &pol, &st);
+        static const char *const policies[] = {
+            "\"user.free\";q=10;w=10", "\"user.free\";q=20;w=10", "\"user.free\";q=20;w=5",
+            "\"user.gold\";q=20;w=5"};
+        ck_assert_str_eq(pol, policies[step]);
+        ck_assert_str_eq(st, step == 3 ? "\"user.gold\";r=9;t=1" : "\"user.free\";r=9;t=1");
+        ck_assert_ptr_nonnull(strstr(body, step == 0   ? "\"rule\":\"free\",\"limit\":10,"
+                                           : step < 3 ? "\"rule\":\"free\",\"limit\":20,"
+                                                      : "\"rule\":\"gold\",\"limit\":20,"));
+        free(body);
+        free(pol);
+        free(st);
+    }
+    rule->name = name;
+    tu_free(lim);
+}
+END_TEST
+
+START_TEST(long_names_written_each_time)
+{
+    /* a name longer than what is kept (48 bytes with its NUL: 60 here): the same text */
+    const char *rule = "a-rule-name-of-sixty-bytes-which-is-longer-than-what-is-kept";
+    ck_assert_uint_eq(strlen(rule), 60);
+    rl_limiter *lim = user_bucket(rule, 10, 1);
+    rl_decision d;
+    char *body, *pol, *st;
+    ck_assert(tu_acquire(lim, "user=u", 1, S(0), &d));
+    for (int again = 0; again < 2; again++) {
+        render_one(lim, &d, &body, &pol, &st);
+        ck_assert_str_eq(body, "{\"allowed\":true,\"retry_after\":0,\"blocked_by\":null,"
+                               "\"limits\":[{\"level\":\"user\",\"key\":\"u\",\"rule\":"
+                               "\"a-rule-name-of-sixty-bytes-which-is-longer-than-what-is-kept\","
+                               "\"limit\":10,\"remaining\":9,\"reset_after\":1}]}");
+        ck_assert_str_eq(pol, "\"user.a-rule-name-of-sixty-bytes-which-is-longer-than-what-is-"
+                              "kept\";q=10;w=10");
+        ck_assert_str_eq(st, "\"user.a-rule-name-of-sixty-bytes-which-is-longer-than-what-is-"
+                             "kept\";r=9;t=1");
+        free(body);
+        free(pol);
+        free(st);
+    }
+    tu_free(lim);
+}
+END_TEST
+
 START_TEST(metrics_codes_and_buckets)
 {
     static const char *const names[] = {"/a", "other"};
@@ -553,6 +642,8 @@ static Suite *service_suite(void)
     tcase_add_test(tc, decision_body_and_headers);
     tcase_add_test(tc, answer_of_three_rules_by_hand);
     tcase_add_test(tc, denial_with_an_odd_rule_name_by_hand);
+    tcase_add_test(tc, kept_text_follows_the_rule);
+    tcase_add_test(tc, long_names_written_each_time);
     tcase_add_test(tc, metrics_codes_and_buckets);
     tcase_add_test(tc, openapi_lists_every_route);
     suite_add_tcase(s, tc);

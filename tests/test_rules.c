@@ -43,6 +43,16 @@ static const rule_case cases[] = {
      "{\"type\": \"token_bucket\", \"capacity\": 5, \"per_second\": 5}",
      "k=x",
      {{0.1, 5, 0, 1, 0, 0}, {0.3, 1, 0, 1, 0, 0}, {0.3, 1, 0, 0, 0.2, 0}, END}},
+    {"token_bucket: refills past 64 bits (10^12/s for 0.25 s) and within them (10 ns later)",
+     "{\"type\": \"token_bucket\", \"capacity\": 1000000000000, \"per_second\": "
+     "1000000000000}",
+     "k=x",
+     {{0, 1e12, 0, 1, 0, 0},
+      /* 2.5e11 refilled, 1e11 taken */
+      {0.25, 1e11, 0, 1, 0, 1.5e11},
+      /* 1e4 more in 10 ns; 2e11 is 49999990000 short: 0.04999999 s at 1e12/s */
+      {0.25000001, 2e11, 1, 0, 0.04999999, 150000010000},
+      END}},
     {"token_bucket: waits round up to the nanosecond",
      "{\"type\": \"token_bucket\", \"capacity\": 1, \"per_second\": 3}",
      "k=x",

@@ -15,6 +15,8 @@
 #include "core.h"
 
 #define MAX_DESC (RL_MAX_LEVELS * 9)
+#define DESC_SLOTS 64
+#define DESC_SHARED 0xff
 #define QSTRIPES 16
 
 typedef struct qent {
@@ -58,6 +60,7 @@ struct rl_limiter {
     const char *desc[MAX_DESC]; /* descriptor names the levels use */
     size_t desclen[MAX_DESC];
     uint32_t deschead[MAX_DESC], desctail[MAX_DESC]; /* name_ends of each */
+    uint8_t descmap[DESC_SLOTS]; /* by desc_slot: index + 1, 0 for none, DESC_SHARED for two */
     lvinfo lv[RL_MAX_LEVELS];
     long nquotas; /* atomic: lets the hot path skip the quota lookup when none are set */
     qstripe q[QSTRIPES];
@@ -286,6 +289,12 @@ static inline void name_ends(const char *p, size_t n, uint32_t *head, uint32_t *
     }
 }
 
+/* Where a descriptor name of length n with those ends goes in descmap. */
+static inline size_t desc_slot(size_t n, uint32_t head, uint32_t tail)
+{
+    return (size_t)(((head ^ (tail * 0x85ebca77u) ^ (uint32_t)n) * 0x9e3779b1u) >> 26);
+}
+
 static size_t desc_index(rl_limiter *lim, const char *name)
 {
     size_t n = strlen(name);
@@ -295,6 +304,8 @@ static size_t desc_index(rl_limiter *lim, const char *name)
     lim->desc[lim->ndesc] = name;
     lim->desclen[lim->ndesc] = n;
     name_ends(name, n, &lim->deschead[lim->ndesc], &lim->desctail[lim->ndesc]);
+    uint8_t *e = &lim->descmap[desc_slot(n, lim->deschead[lim->ndesc], lim->desctail[lim->ndesc])];
+    *e = *e ? DESC_SHARED : (uint8_t)(lim->ndesc + 1);
     return lim->ndesc++;
 }
 
@@ -386,14 +397,24 @@ const rl_config *rl_limiter_config(const rl_limiter *lim)
 
 /* ---- decisions --------------------------------------------------------------------------- */
 
-/* The index of the descriptor named (name, n), or lim->ndesc when no level uses it. */
+static inline int desc_is(const rl_limiter *lim, size_t k, const char *name, size_t n,
+                          uint32_t head, uint32_t tail)
+{
+    return lim->desclen[k] == n && lim->deschead[k] == head && lim->desctail[k] == tail &&
+           ((n >= 4 && n <= 8) || memcmp(lim->desc[k], name, n) == 0);
+}
+
+/* The index of the descriptor named (name, n), or lim->ndesc when no level uses it: looked up
+ * in descmap, or among all when two names share its slot. */
 static inline size_t desc_find(const rl_limiter *lim, const char *name, size_t n)
 {
     uint32_t head, tail;
     name_ends(name, n, &head, &tail);
+    size_t e = lim->descmap[desc_slot(n, head, tail)];
+    if (e != DESC_SHARED)
+        return e && desc_is(lim, e - 1, name, n, head, tail) ? e - 1 : lim->ndesc;
     for (size_t k = 0; k < lim->ndesc; k++)
-        if (lim->desclen[k] == n && lim->deschead[k] == head && lim->desctail[k] == tail &&
-            ((n >= 4 && n <= 8) || memcmp(lim->desc[k], name, n) == 0))
+        if (desc_is(lim, k, name, n, head, tail))
             return k;
     return lim->ndesc;
 }

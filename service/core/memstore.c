@@ -638,8 +638,9 @@ static int ms_decide(void *cls, const rl_plan *plan, rl_decision *d, rl_err *err
 
 /* ---- one decision from the keys alone (decide_levels) -------------------------------------- */
 
-/* What a decision of levels keeps while it runs: per applied rule, its record's state (NULL:
- * none) and what it takes; the longest blocking wait so far. */
+/* What a decision of levels keeps while it runs: per applied rule, its record's state that
+ * it takes from when the request is allowed (NULL: none, or it takes nothing) and what it
+ * takes; the longest blocking wait so far. */
 typedef struct lrun {
     unsigned seen; /* SEEN_* */
     size_t n;      /* rules evaluated */
@@ -647,7 +648,6 @@ typedef struct lrun {
     int blocked;
     void *state[RL_MAX_APPLIED];
     rl_fp cost[RL_MAX_APPLIED];
-    uint8_t takes[RL_MAX_APPLIED];
 } lrun;
 
 /* Phase 1 for the rules of one level's key, its segment seg locked: as evaluate_one for the
@@ -692,9 +692,8 @@ levels_evaluate(const rl_levels *q, const rl_level_key *lk, rl__seg *seg, uint64
             x->blocked = (int)i;
         }
         x->seen |= seen;
-        x->state[i] = st;
+        x->state[i] = takes ? st : NULL;
         x->cost[i] = it.cost;
-        x->takes[i] = (uint8_t)takes;
         a->rule = r;
         a->key = key;
         a->keylen = klen;
@@ -734,7 +733,6 @@ levels_evaluate_plain(const rl_levels *q, const rl_level_key *lk, rl__seg *seg, 
         }
         x->state[i] = st;
         x->cost[i] = it.cost;
-        x->takes[i] = 1;
         a->rule = r;
         a->key = lk->key;
         a->keylen = lk->keylen;
@@ -799,7 +797,7 @@ static int ms_decide_levels(void *cls, const rl_levels *q, rl_decision *d)
     }
     for (size_t i = 0; takes && i < x.n; i++) {
         const rl_rule *r = d->applied[i].rule;
-        if (r->type->commit && x.takes[i] && x.state[i])
+        if (x.state[i] && r->type->commit)
             r->type->commit(r->params, x.state[i], &d->applied[i].status.ev, x.cost[i]);
     }
     if (x.seen & SEEN_IN_STATE)

@@ -29,25 +29,39 @@ typedef struct tb_state {
 
 _Static_assert(sizeof(tb_state) <= RL_STATE_INLINE, "token bucket state fits inline");
 
-/* Brings s forward to now; a now before s->last changes nothing. */
+/* refill's gain when (now - last) * rate + frac does not fit 64 bits (a long idle key). */
+static __attribute__((noinline)) void refill_wide(const tb_params *p, tb_state *s, rl_ns now)
+{
+    rl__u128 num = (rl__u128)(uint64_t)(now - s->last) * (uint64_t)p->rate + (uint64_t)s->frac;
+    uint64_t frac;
+    rl__u128 gain = rl__divmod(num, (uint64_t)RL_NS_PER_SEC, &frac);
+    if (gain >= (rl__u128)(uint64_t)s->used) {
+        s->used = 0;
+        s->frac = 0;
+    } else {
+        s->used -= (rl_fp)gain;
+        s->frac = (int64_t)frac;
+    }
+}
+
+/* Brings s forward to now; a now before s->last changes nothing. The refill of a key used
+ * moments ago fits 64 bits, whose division by a constant is a multiplication. */
 static inline void refill(const tb_params *p, tb_state *s, rl_ns now)
 {
+    uint64_t num;
     if (now <= s->last)
         return;
-    if (s->used > 0) {
-        rl__u128 num = (rl__u128)(uint64_t)(now - s->last) * (uint64_t)p->rate +
-                       (uint64_t)s->frac;
-        uint64_t frac;
-        rl__u128 gain = rl__divmod(num, (uint64_t)RL_NS_PER_SEC, &frac);
-        if (gain >= (rl__u128)(uint64_t)s->used) {
-            s->used = 0;
-            s->frac = 0;
-        } else {
-            s->used -= (rl_fp)gain;
-            s->frac = (int64_t)frac;
-        }
-    } else {
+    if (s->used <= 0) {
         s->frac = 0;
+    } else if (__builtin_mul_overflow((uint64_t)(now - s->last), (uint64_t)p->rate, &num) ||
+               __builtin_add_overflow(num, (uint64_t)s->frac, &num)) {
+        refill_wide(p, s, now);
+    } else if (num / (uint64_t)RL_NS_PER_SEC >= (uint64_t)s->used) {
+        s->used = 0;
+        s->frac = 0;
+    } else {
+        s->used -= (rl_fp)(num / (uint64_t)RL_NS_PER_SEC);
+        s->frac = (int64_t)(num % (uint64_t)RL_NS_PER_SEC);
     }
     s->last = now;
 }

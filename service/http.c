@@ -361,8 +361,7 @@ rld_http *rld__http_mhd_start(const rld_http_config *cfg, rl_err *err)
     }
     if ((m->acc.lfd = rld__http_listen(cfg, &m->base.port, err)) < 0)
         goto fail;
-    unsigned nd = cfg->threads < 1 ? 1 : cfg->threads > RLD_MAX_WORKERS ? RLD_MAX_WORKERS
-                                                                        : (unsigned)cfg->threads;
+    unsigned nd = rld__http_workers(cfg);
     for (; m->nd < nd; m->nd++)
         if (!(m->d[m->nd] = start_worker(m, &m->w[m->nd]))) {
             snprintf(err->msg, sizeof err->msg, "cannot start the HTTP workers");

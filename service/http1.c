@@ -773,8 +773,7 @@ rld_http *rld__http1_start(const rld_http_config *cfg, rl_err *err)
     if (rld__http_init(&h->base, cfg, &h1_ops, err) != 0 ||
         (h->acc.lfd = rld__http_listen(cfg, &h->base.port, err)) < 0)
         goto fail;
-    unsigned nw = cfg->threads < 1 ? 1 : cfg->threads > RLD_MAX_WORKERS ? RLD_MAX_WORKERS
-                                                                        : (unsigned)cfg->threads;
+    unsigned nw = rld__http_workers(cfg);
     for (; h->nw < nw; h->nw++)
         if (start_worker(h, &h->w[h->nw]) != 0) {
             snprintf(err->msg, sizeof err->msg, "cannot start the HTTP workers");

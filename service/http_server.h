@@ -79,6 +79,14 @@ rld_http *rld__http_mhd_start(const rld_http_config *cfg, rl_err *err);
  * err set. Sets *port to the port bound. */
 int rld__http_listen(const rld_http_config *cfg, int *port, rl_err *err);
 
+/* How many workers a server starts for cfg.threads: 1 to RLD_MAX_WORKERS. */
+static inline unsigned rld__http_workers(const rld_http_config *cfg)
+{
+    return cfg->threads < 1 ? 1u
+           : cfg->threads > RLD_MAX_WORKERS ? (unsigned)RLD_MAX_WORKERS
+                                            : (unsigned)cfg->threads;
+}
+
 /* The accepting thread: new connections go round-robin to the workers. A server whose workers
  * all accept from one socket lets a burst of new connections (a client opening its pool) go to
  * whichever worker wakes first: measured here, 64 connections opened at once often landed 50

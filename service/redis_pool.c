@@ -9,17 +9,15 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <unistd.h>
 
 #include "buf.h"
 #include "redis_pool.h"
 #include "redis_lua.h"
+#include "redis_watch.h"
 #include "settings.h"
 
 #define BACKOFF_MIN (50 * 1000000LL)
 #define BACKOFF_MAX (2000 * 1000000LL)
-#define WATCH_TIMEOUT_MS 1000 /* connecting to a sentinel and subscribing */
-#define WATCH_RETRY_MS 100    /* after a sentinel failed: the next one, 100 ms doubling to 1 s */
 
 typedef struct pcall pcall;
 
@@ -89,10 +87,7 @@ struct rld_pool {
     int bad_port;
     size_t next_sentinel; /* the one to ask first: the last that answered */
     uint64_t switches;
-    /* with sentinels: the thread following +switch-master, woken through wake[] to stop */
-    pthread_t watcher;
-    int watching;
-    int wake[2];
+    rld_watch *watch; /* with sentinels: the thread that follows them (redis_watch.h) */
 };
 
 static pthread_condattr_t mono_attr;
@@ -191,7 +186,7 @@ int rld_redis_parse_hostport(const char *s, const char *what, char *host, size_t
 
 /* ---- the pool ------------------------------------------------------------------------------ */
 
-static void *watch_loop(void *arg);
+static int start_watch(rld_pool *p, rl_err *err);
 
 int rld_pool_new(const rld_redis_addr *addr, int timeout_ms, int size, rld_pool **out, rl_err *err)
 {
@@ -224,12 +219,9 @@ int rld_pool_new(const rld_redis_addr *addr, int timeout_ms, int size, rld_pool 
         p->conns[i].tail = &p->conns[i].head;
     }
     pthread_once(&mono_once, mono_attr_init);
-    if (addr->sentinel.n > 0) {
-        if (pipe(p->wake) != 0 || pthread_create(&p->watcher, NULL, watch_loop, p) != 0) {
-            rld_pool_free(p);
-            return rl_errf(err, RL_ENOMEM, "store.sentinel: cannot start watching the sentinels");
-        }
-        p->watching = 1;
+    if (addr->sentinel.n > 0 && start_watch(p, err) != RL_OK) {
+        rld_pool_free(p);
+        return RL_ENOMEM;
     }
     *out = p;
     return RL_OK;
@@ -239,15 +231,7 @@ void rld_pool_free(rld_pool *p)
 {
     if (!p)
         return;
-    if (p->watching) {
-        ssize_t w = write(p->wake[1], "x", 1);
-        (void)w;
-        pthread_join(p->watcher, NULL);
-    }
-    if (p->wake[0] > 0) {
-        close(p->wake[0]);
-        close(p->wake[1]);
-    }
+    rld__watch_stop(p->watch);
     for (size_t i = 0; i < p->n; i++) {
         if (p->conns[i].c)
             redisFree(p->conns[i].c);
@@ -539,7 +523,7 @@ static int resolve(rld_pool *p, rl_ns deadline, rl_err *err)
         size_t i = (first + k) % n;
         rl_ns until = now + (deadline - now) / (rl_ns)(n - k);
         char host[256];
-        int port;
+        int port = 0;
         redisContext *c = open_sentinel(p, i, until, err);
         if (!c || ask_master(p, c, until, host, sizeof host, &port, err) != RL_OK) {
             if (c)
@@ -564,11 +548,14 @@ static int resolve(rld_pool *p, rl_ns deadline, rl_err *err)
     return RL_OK;
 }
 
-/* ROLE on a node the sentinels named: RL_OK when it is a primary. */
-static int check_primary(redisContext *c, rl_ns deadline, rl_err *err)
+/* ROLE on a node the sentinels named: RL_OK when it is a primary. *answered (when not NULL)
+ * says whether the node answered at all. */
+static int check_primary(redisContext *c, rl_ns deadline, int *answered, rl_err *err)
 {
     const char *argv[1] = {"ROLE"};
     redisReply *r = send_argv(c, deadline, 1, argv, NULL);
+    if (answered)
+        *answered = r != NULL;
     if (!r)
         return link_error(c, err);
     int ok = r->type == REDIS_REPLY_ARRAY && r->elements > 0 &&
@@ -606,7 +593,7 @@ static redisContext *open_primary(rld_pool *p, rl_ns deadline, unsigned *gen, rl
     pthread_mutex_unlock(&p->mu);
     redisContext *c =
         open_conn(host, port, p->addr.user, p->addr.pass, p->addr.db, deadline, err);
-    if (c && sentinel && check_primary(c, deadline, err) != RL_OK) {
+    if (c && sentinel && check_primary(c, deadline, NULL, err) != RL_OK) {
         redisFree(c);
         c = NULL;
         /* that sentinel has not heard of the failover yet: ask the next one first */
@@ -618,24 +605,6 @@ static redisContext *open_primary(rld_pool *p, rl_ns deadline, unsigned *gen, rl
         pthread_mutex_unlock(&p->mu);
     }
     return c;
-}
-
-/* Waits ms or until woken to stop (1). */
-static int watch_nap(rld_pool *p, int ms)
-{
-    struct pollfd w = {.fd = p->wake[0], .events = POLLIN};
-    return poll(&w, 1, ms) > 0;
-}
-
-/* A +switch-master message: "<master> <old ip> <old port> <new ip> <new port>". */
-static void on_switch(void *arg, const char *msg)
-{
-    rld_pool *p = arg;
-    char name[128], oh[256], nh[256];
-    int op, np;
-    if (sscanf(msg, "%127s %255s %d %255s %d", name, oh, &op, nh, &np) == 5 &&
-        strcmp(name, p->addr.sentinel.master) == 0 && np > 0 && np < 65536)
-        set_primary(p, nh, np, 1);
 }
 
 int rld_sub_read(redisContext *c, int wake_fd, int ms, void (*fn)(void *arg, const char *msg),
@@ -664,44 +633,43 @@ int rld_sub_read(redisContext *c, int wake_fd, int ms, void (*fn)(void *arg, con
     return c->err ? -1 : 0;
 }
 
-/* One subscription to +switch-master on c: returns when the connection fails (0) or the pool
- * is freed (1). The primary is asked first, for a failover missed while not subscribed. */
-static int watch_once(rld_pool *p, redisContext *c)
+/* ---- what the watcher (redis_watch.c) asks of the pool ----------------------------------- */
+
+static int watch_down(void *cls)
 {
-    rl_ns deadline = rld_mono_ns() + (rl_ns)WATCH_TIMEOUT_MS * 1000000;
-    char host[256];
-    int port = 0;
-    if (ask_master(p, c, deadline, host, sizeof host, &port, NULL) == RL_OK)
-        set_primary(p, host, port, 0);
-    const char *argv[2] = {"SUBSCRIBE", "+switch-master"};
-    redisReply *r = send_argv(c, deadline, 2, argv, NULL);
-    int ok = r && r->type == REDIS_REPLY_ARRAY, rc = 0;
-    if (r)
-        freeReplyObject(r);
-    while (ok && (rc = rld_sub_read(c, p->wake[0], -1, on_switch, p)) == 0)
-        ;
-    return rc == 1;
+    return !rld_pool_up(cls);
 }
 
-static void *watch_loop(void *arg)
+static void watch_current(void *cls, char *host, size_t cap, int *port)
 {
-    rld_pool *p = arg;
-    int backoff = WATCH_RETRY_MS;
-    for (size_t i = 0;; i = (i + 1) % p->addr.sentinel.n) {
-        redisContext *c =
-            open_sentinel(p, i, rld_mono_ns() + (rl_ns)WATCH_TIMEOUT_MS * 1000000, NULL);
-        if (c) {
-            int stopped = watch_once(p, c);
-            redisFree(c);
-            if (stopped)
-                break;
-            backoff = WATCH_RETRY_MS;
-        }
-        if (watch_nap(p, backoff))
-            break;
-        backoff = backoff * 2 > 1000 ? 1000 : backoff * 2;
-    }
-    return NULL;
+    rld_pool *p = cls;
+    pthread_mutex_lock(&p->mu);
+    snprintf(host, cap, "%s", p->host);
+    *port = p->port;
+    pthread_mutex_unlock(&p->mu);
+}
+
+static int watch_is_primary(void *cls, const char *host, int port, rl_ns deadline)
+{
+    rld_pool *p = cls;
+    rl_err e;
+    redisContext *c = open_conn(host, port, p->addr.user, p->addr.pass, p->addr.db, deadline, &e);
+    int answered = 0, rc = c ? check_primary(c, deadline, &answered, &e) : RL_ESTORE;
+    if (c)
+        redisFree(c);
+    return rc == RL_OK ? 1 : answered ? 0 : -1;
+}
+
+static void watch_follow(void *cls, const char *host, int port)
+{
+    set_primary(cls, host, port, 1);
+}
+
+static int start_watch(rld_pool *p, rl_err *err)
+{
+    rld_watch_ops ops = {.cls = p, .down = watch_down, .current = watch_current,
+                         .is_primary = watch_is_primary, .follow = watch_follow};
+    return rld__watch_start(&p->addr.sentinel, &ops, &p->watch, err);
 }
 
 void rld_pool_primary(rld_pool *p, char *buf, size_t len)

@@ -5,11 +5,12 @@
  *
  * Redis Sentinel. With sentinels in the address, the pool asks them for the current primary
  * (SENTINEL get-master-addr-by-name, the sentinels in turn), opens connections only to a node
- * whose ROLE says master, and follows a failover by itself: a thread subscribes to
- * +switch-master on one sentinel and moves every connection to the new primary at once; a call
- * that cannot reach the primary, or that a demoted primary answers READONLY, makes the next
- * connection ask the sentinels again, within half its time (each sentinel a share of it); when
- * none answers, the primary they named last is tried. Nothing is ever answered from a replica.
+ * whose ROLE says master, and follows a failover by itself: a thread (redis_watch.h) hears
+ * +switch-master from every sentinel, and asks them all every 200 ms while the link is down,
+ * and moves every connection to the new primary at once; a call that cannot reach the primary,
+ * or that a demoted primary answers READONLY, makes the next connection ask the sentinels
+ * again, within half its time (each sentinel a share of it); when none answers, the primary
+ * they named last is tried. Nothing is ever answered from a replica.
  *
  * Pipelining. Concurrent calls share the pool's connections (a redisContext is not thread-safe,
  * so one thread at a time does a connection's I/O). A call goes to the first connection nobody

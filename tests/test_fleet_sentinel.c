@@ -200,7 +200,7 @@ START_TEST(daemons_follow_a_sentinel_failover)
     sleep_ms(1000);
     double killed = mono_s();
     rt_redis_kill(&g.data[0]);
-    while (rt_sentinel_primary(&g) != g.data[1].port && mono_s() - killed < 30)
+    while (rt_sentinel_primary(&g) != g.data[1].port && mono_s() - killed < 60)
         sleep_ms(10);
     double switched = mono_s();
     ck_assert_int_eq(rt_sentinel_primary(&g), g.data[1].port);

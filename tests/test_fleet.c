@@ -282,8 +282,11 @@ START_TEST(two_instances_share_one_bucket)
      * the fleet can admit at most 2000 + 100 * elapsed, elapsed measured from the first
      * request's start to the last answer's end (wider than the decisions' span). Clients ask
      * far faster (thousands a second), so the burst is gone within about a second and every
-     * later token is taken within a request's time of appearing: at least 99% of it. About
-     * 2000 + 100 * 4 = 2400. */
+     * later token is taken within a request's time of appearing: nearly all of it. About
+     * 2000 + 100 * 4 = 2400; quiet runs admit 2400 against a bound of 2400.1 to 2401.1. The
+     * floor is 95% (120 tokens, 1.2 s of refill): room for a stall between the last decision
+     * and the last answer on a loaded machine, and still far above what a fleet admits when
+     * an instance takes twice its cost (about half). */
     double elapsed = last - first, bound = CAPACITY + RATE * elapsed;
     fprintf(stderr,
             "two_instances_share_one_bucket: %ld allowed (%ld + %ld), %ld denied in %.3f s; "
@@ -292,7 +295,7 @@ START_TEST(two_instances_share_one_bucket)
     ck_assert_int_eq(failed, 0);
     ck_assert_int_eq(other, 0);
     ck_assert_msg(allowed <= bound, "%ld allowed, more than %.1f", allowed, bound);
-    ck_assert_msg(allowed >= 0.99 * bound, "%ld allowed, less than 99%% of %.1f", allowed, bound);
+    ck_assert_msg(allowed >= 0.95 * bound, "%ld allowed, less than 95%% of %.1f", allowed, bound);
     ck_assert_msg(denied > allowed, "the clients did not ask faster than the refill");
     /* both instances decided, against the same bucket, and what they counted adds up (plus
      * the warm-up request of each of their clients) */
@@ -1090,9 +1093,12 @@ START_TEST(acquires_of_one_turn_share_one_redis_write)
     static const char req[] = "POST /acquire HTTP/1.1\r\nHost: x\r\nContent-Length: 23\r\n\r\n"
                               "{\"keys\": {\"user\": \"p\"}}";
     int fd[8];
-    for (int i = 0; i < 8; i++)
+    static const char health[] = "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n";
+    for (int i = 0; i < 8; i++) { /* accepted and watched by the worker: it answered on each */
         fd[i] = raw_connect(&s);
-    sleep_ms(200); /* accepted and watched by the worker */
+        ck_assert_int_eq(send(fd[i], health, sizeof health - 1, 0), (ssize_t)sizeof health - 1);
+        ck_assert_int_eq(raw_answer(fd[i]), 200);
+    }
     double c0 = metric(&s, "ratelimit_redis_calls_total");
     double w0 = metric(&s, "ratelimit_redis_writes_total");
     kill(s.pid, SIGSTOP);

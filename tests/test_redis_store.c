@@ -1935,7 +1935,10 @@ static void drain(void)
 START_TEST(two_instances_share_one_bucket)
 {
     /* capacity 400, 100/s: over the run no more than 400 + 100 x elapsed may pass, and since
-     * the clients ask far faster than that, at least 99% of it (400 of it at once). */
+     * the clients ask far faster than that, nearly all of it (400 of it at once). Tokens are
+     * lost only between the last decision and the end of the span (the clients' joins and
+     * the closing read of Redis's clock): 95% leaves 350 ms for that on a loaded machine, and
+     * still fails when either instance takes twice or refills at half the rate. */
     const char *json = "{\"levels\": [{\"name\": \"global\", \"rules\": [{\"type\": "
                        "\"token_bucket\", \"capacity\": 400, \"per_second\": 100}]}]}";
     rl_registry *reg = rl_registry_new();
@@ -1952,7 +1955,7 @@ START_TEST(two_instances_share_one_bucket)
                   "the clients did not outpace the bucket: %" PRIu64 " allowed, %" PRIu64 " denied",
                   allowed, denied);
     ck_assert_msg((double)allowed <= bound, "%" PRIu64 " allowed > %.1f", allowed, bound);
-    ck_assert_msg((double)allowed >= 0.99 * bound, "%" PRIu64 " allowed < 99%% of %.1f", allowed,
+    ck_assert_msg((double)allowed >= 0.95 * bound, "%" PRIu64 " allowed < 95%% of %.1f", allowed,
                   bound);
     rl_limiter_free(a);
     rl_limiter_free(b);

@@ -639,15 +639,13 @@ static int ms_decide(void *cls, const rl_plan *plan, rl_decision *d, rl_err *err
 /* ---- one decision from the keys alone (decide_levels) -------------------------------------- */
 
 /* What a decision of levels keeps while it runs: per applied rule, its record's state that
- * it takes from when the request is allowed (NULL: none, or it takes nothing) and what it
- * takes; the longest blocking wait so far. */
+ * it takes from when the request is allowed (NULL: none, or it takes nothing), what it takes
+ * and whether its wait decides. */
 typedef struct lrun {
     unsigned seen; /* SEEN_* */
-    size_t n;      /* rules evaluated */
-    rl_ns retry;
-    int blocked;
     void *state[RL_MAX_APPLIED];
     rl_fp cost[RL_MAX_APPLIED];
+    uint8_t blocks[RL_MAX_APPLIED]; /* the rule's wait decides (rl_item_blocks) */
 } lrun;
 
 /* Phase 1 for the rules of one level's key, its segment seg locked: as evaluate_one for the
@@ -656,7 +654,7 @@ typedef struct lrun {
  * written. */
 static inline __attribute__((always_inline)) void
 levels_evaluate(const rl_levels *q, const rl_level_key *lk, rl__seg *seg, uint64_t kh,
-                rl_decision *d, lrun *x)
+                size_t base, rl_decision *d, lrun *x)
 {
     const rl_rules *rs = lk->rules;
     const char *key = lk->key;
@@ -677,7 +675,7 @@ levels_evaluate(const rl_levels *q, const rl_level_key *lk, rl__seg *seg, uint64
             if (t->flags & RL_RULE_HOLDS)
                 seen |= SEEN_HOLDS;
         }
-        size_t i = x->n++;
+        size_t i = base + si;
         rl_applied *a = &d->applied[i];
         rl_ns wait = t->evaluate(r->params, st ? st : zero_state, key, klen, q->now, it.need,
                                  &a->status.ev);
@@ -687,13 +685,10 @@ levels_evaluate(const rl_levels *q, const rl_level_key *lk, rl__seg *seg, uint64
             seen &= ~(SEEN_MISSING | SEEN_HOLDS);
         if (wait != 0 && blocks)
             seen |= SEEN_BLOCKS;
-        if (wait > x->retry && blocks) {
-            x->retry = wait;
-            x->blocked = (int)i;
-        }
         x->seen |= seen;
         x->state[i] = takes ? st : NULL;
         x->cost[i] = it.cost;
+        x->blocks[i] = (uint8_t)blocks;
         a->rule = r;
         a->key = key;
         a->keylen = klen;
@@ -713,10 +708,10 @@ levels_evaluate(const rl_levels *q, const rl_level_key *lk, rl__seg *seg, uint64
  * and takes when the request is allowed, reports and is no shadow nor charge rule. */
 static inline __attribute__((always_inline)) void
 levels_evaluate_plain(const rl_levels *q, const rl_level_key *lk, rl__seg *seg, uint64_t kh,
-                      rl_decision *d, lrun *x)
+                      size_t base, rl_decision *d, lrun *x)
 {
     const rl_rule *r = lk->rules->v, *end = r + lk->rules->n;
-    size_t i = x->n;
+    size_t i = base;
     for (unsigned si = 0; r < end; r++, si++, i++) {
         const rl_rule_type *t = r->type;
         rl_plan_item it = rl_plan_item_of(r, 0, q->cost, q->priority);
@@ -727,12 +722,9 @@ levels_evaluate_plain(const rl_levels *q, const rl_level_key *lk, rl__seg *seg, 
         rl_ns wait = t->evaluate(r->params, st ? st : zero_state, lk->key, lk->keylen, q->now,
                                  it.need, &a->status.ev);
         x->seen |= (st ? 0 : SEEN_MISSING) | (wait != 0 ? SEEN_BLOCKS : 0);
-        if (wait > x->retry) {
-            x->retry = wait;
-            x->blocked = (int)i;
-        }
         x->state[i] = st;
         x->cost[i] = it.cost;
+        x->blocks[i] = 1;
         a->rule = r;
         a->key = lk->key;
         a->keylen = lk->keylen;
@@ -746,69 +738,105 @@ levels_evaluate_plain(const rl_levels *q, const rl_level_key *lk, rl__seg *seg, 
         a->charge = 0;
         a->status_lazy = 1;
     }
-    x->n = i;
 }
 
 /* Starts loading the records of q's keys in large segments (see ms_prefetch); fills the keys'
- * hashes and segments. */
-static inline void levels_locate(mem_store *ms, const rl_levels *q, uint64_t *kh, rl__seg **seg)
+ * hashes, segments and the index of each level's first rule. Returns the levels whose
+ * records were prefetched, as bits. */
+static inline unsigned levels_locate(mem_store *ms, const rl_levels *q, uint64_t *kh,
+                                     rl__seg **seg, size_t *base)
 {
-    for (size_t k = 0; k < q->n; k++) {
+    unsigned late = 0;
+    for (size_t k = 0, i = 0; k < q->n; k++) {
         const rl_level_key *lk = &q->lv[k];
         kh[k] = rl__hash(lk->key, lk->keylen, ms->seed);
         seg[k] = rl__table_seg(&ms->tables[lk->level], kh[k]);
+        base[k] = i;
+        i += lk->rules->n;
         if (__atomic_load_n(&seg[k]->cap, __ATOMIC_RELAXED) < PREFETCH_CAP)
             continue;
+        late |= 1u << k;
         for (size_t si = 0; si < lk->rules->n; si++)
             if (lk->rules->v[si].type->state_size)
                 rl__seg_prefetch(seg[k], rl__rec_hash(kh[k], (unsigned)si));
     }
+    return late;
 }
 
-/* ms_decide for the plan of q, when every rule that takes has its record and none holds:
- * segments locked level by level as lock_and_evaluate locks them (one key per level, levels
- * increasing). Otherwise declines before anything is taken. */
+/* The rules of level k of q evaluated into d (phase 1), its segment locked. */
+static inline __attribute__((always_inline)) void
+levels_evaluate_level(const rl_levels *q, size_t k, rl__seg *const *seg, const uint64_t *kh,
+                      const size_t *base, rl_decision *d, lrun *x)
+{
+    if (q->lv[k].plain)
+        levels_evaluate_plain(q, &q->lv[k], seg[k], kh[k], base[k], d, x);
+    else
+        levels_evaluate(q, &q->lv[k], seg[k], kh[k], base[k], d, x);
+}
+
+/* A denied decision's retry_after and blocking rule: the longest wait of a rule that
+ * decides, the first of equal ones. */
+static void levels_denied(rl_decision *d, size_t n, const lrun *x)
+{
+    rl_ns retry = 0;
+    int blocked = -1;
+    for (size_t i = 0; i < n; i++)
+        if (d->applied[i].wait > retry && x->blocks[i]) {
+            retry = d->applied[i].wait;
+            blocked = (int)i;
+        }
+    d->retry_after = retry;
+    d->blocked = blocked;
+}
+
+/* ms_decide for the plan of q, when every rule that takes has its record and none holds.
+ * Every level's segment is locked first, in level order (as lock_and_evaluate locks them: one
+ * key per level, levels increasing); then the levels whose records are in the cache are
+ * evaluated while those of the others, prefetched, are on their way (a per-user record of a
+ * large table: its cache miss overlaps with the rest of the decision instead of stalling it).
+ * Otherwise declines before anything is taken. */
 static int ms_decide_levels(void *cls, const rl_levels *q, rl_decision *d)
 {
     mem_store *ms = cls;
     uint64_t kh[RL_MAX_LEVELS];
     rl__seg *seg[RL_MAX_LEVELS];
+    size_t base[RL_MAX_LEVELS], n = q->nrules;
     lrun x;
     if (ms->max_keys && !(q->flags & RL_DRY_RUN) &&
-        __atomic_load_n(&ms->nkeys, __ATOMIC_RELAXED) + q->nrules > ms->max_keys)
+        __atomic_load_n(&ms->nkeys, __ATOMIC_RELAXED) + n > ms->max_keys)
         return RL_STORE_DECLINED; /* ms_decide makes room first */
-    levels_locate(ms, q, kh, seg);
+    unsigned late = levels_locate(ms, q, kh, seg, base);
     x.seen = 0;
-    x.n = 0;
-    x.retry = 0;
-    x.blocked = -1;
-    for (size_t k = 0; k < q->n; k++) {
+    for (size_t k = 0; k < q->n; k++)
         rl__spin_lock(&seg[k]->lock);
-        if (q->lv[k].plain)
-            levels_evaluate_plain(q, &q->lv[k], seg[k], kh[k], d, &x);
-        else
-            levels_evaluate(q, &q->lv[k], seg[k], kh[k], d, &x);
-    }
+    for (size_t k = 0; k < q->n; k++)
+        if (!(late & (1u << k)))
+            levels_evaluate_level(q, k, seg, kh, base, d, &x);
+    for (size_t k = 0; late && k < q->n; k++)
+        if (late & (1u << k))
+            levels_evaluate_level(q, k, seg, kh, base, d, &x);
     int takes = !(x.seen & SEEN_BLOCKS) && !(q->flags & RL_DRY_RUN);
     if (takes && (x.seen & (SEEN_MISSING | SEEN_HOLDS))) {
         for (size_t k = q->n; k-- > 0;)
             rl__spin_unlock(&seg[k]->lock);
         return RL_STORE_DECLINED;
     }
-    for (size_t i = 0; takes && i < x.n; i++) {
+    for (size_t i = 0; takes && i < n; i++) {
         const rl_rule *r = d->applied[i].rule;
         if (x.state[i] && r->type->commit)
             r->type->commit(r->params, x.state[i], &d->applied[i].status.ev, x.cost[i]);
     }
     if (x.seen & SEEN_IN_STATE)
-        report_in_state(d, x.n, q->now);
+        report_in_state(d, n, q->now);
     for (size_t k = q->n; k-- > 0;)
         rl__spin_unlock(&seg[k]->lock);
-    d->napplied = x.n;
+    d->napplied = n;
     d->now = q->now;
-    d->retry_after = x.retry;
-    d->blocked = x.blocked;
-    d->allowed = x.blocked < 0;
+    d->retry_after = 0;
+    d->blocked = -1;
+    if (x.seen & SEEN_BLOCKS)
+        levels_denied(d, n, &x);
+    d->allowed = d->blocked < 0;
     return RL_OK;
 }
 

@@ -331,7 +331,7 @@ START_TEST(local_mode_divides_by_live_instances)
     for (int i = 0; i < 3; i++)
         inst_new(&in[i], levels, 0);
     ticker_start(&tk, in, 3);
-    for (int i = 0; i < 50 && rld_fallback_fleet(in[0].top) != 3; i++)
+    for (int i = 0; i < 150 && rld_fallback_fleet(in[0].top) != 3; i++) /* 15 s at most */
         usleep(100000);
     ck_assert_uint_eq(rld_fallback_fleet(in[0].top), 3);
     rt_redis_kill(&srv);

@@ -633,6 +633,7 @@ END_TEST
 
 #define TIMEOUT_MS 100
 #define LOAD_CLIENTS 8
+#define FROZEN_MS 3000
 
 static const char *modes_rest =
     "\"threads\": 4, \"levels\": ["
@@ -727,10 +728,11 @@ START_TEST(redis_killed_under_load_and_back)
         ck_assert_int_eq(pthread_create(&t[i], NULL, load_run, &l[i]), 0);
     }
     /* frozen first (connections stay open, nothing answers: every call waits its timeout),
-     * then thawed, then killed */
+     * then thawed, then killed. Frozen for FROZEN_MS: a call that waited for Redis instead of
+     * its timeout would take about that long */
     sleep_ms(500);
     rt_redis_pause(&r);
-    sleep_ms(1000);
+    sleep_ms(FROZEN_MS);
     rt_redis_resume(&r);
     sleep_ms(700);
     rt_redis_kill(&r);
@@ -750,12 +752,14 @@ START_TEST(redis_killed_under_load_and_back)
             "redis_killed_under_load_and_back: %ld allowed, %ld denied, slowest answer %.3f s\n",
             ok, denied, slowest);
     /* every request answered, by Redis or by its levels' modes, none slower than the timeout
-     * and a generous margin (a correctness bound, not a benchmark) */
+     * and a generous margin (a correctness bound, not a benchmark): quietly twice the timeout
+     * (a call waits out another's for a connection), 1.3 s more on a loaded machine, half the
+     * time Redis was frozen */
     ck_assert_int_eq(failed, 0);
     ck_assert_int_eq(other, 0);
     ck_assert_int_gt(ok, 0);
     ck_assert_int_gt(denied, 0);
-    ck_assert_msg(slowest <= TIMEOUT_MS / 1000.0 + 1.0, "an answer took %.3f s", slowest);
+    ck_assert_msg(slowest <= FROZEN_MS / 2000.0, "an answer took %.3f s", slowest);
 
     /* Redis is down. /healthz: still 200, degraded */
     for (int i = 0; i < 2; i++) {

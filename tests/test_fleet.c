@@ -534,7 +534,7 @@ START_TEST(quotas_apply_to_the_fleet_and_outlive_it)
     ck_assert_int_eq(a.status, 200);
     ck_assert_str_eq(su_str(&a, "tier"), "gold");
     su_resp_free(&a);
-    su_resp b = wait_tier(&s[1], "bob", "gold", 2);
+    su_resp b = wait_tier(&s[1], "bob", "gold", 10);
     su_resp_free(&b);
     b = post(&s[1], "/acquire", "{\"keys\": {\"user\": \"bob\"}}");
     check_decision(&b, 200, NULL);
@@ -547,7 +547,7 @@ START_TEST(quotas_apply_to_the_fleet_and_outlive_it)
     b = su_req(&s[1], "PUT", "/quota/carol", carol_rules, NULL);
     ck_assert_int_eq(b.status, 200);
     su_resp_free(&b);
-    a = wait_tier(&s[0], "carol", NULL, 2);
+    a = wait_tier(&s[0], "carol", NULL, 10);
     ck_assert_double_eq(json_number_value(json_object_get(
                             json_array_get(json_object_get(a.json, "rules"), 0), "capacity")),
                         7);
@@ -586,7 +586,7 @@ START_TEST(quotas_apply_to_the_fleet_and_outlive_it)
     ck_assert_int_eq(a.status, 200);
     ck_assert_str_eq(su_str(&a, "tier"), "free");
     su_resp_free(&a);
-    b = wait_tier(&s[1], "dave", "free", 2);
+    b = wait_tier(&s[1], "dave", "free", 10);
     su_resp_free(&b);
     ck_assert_str_eq(stored(&r, "dave"), "{\"tier\":\"free\"}");
     /* bob deleted through B: gone from Redis, free on A; then gold again */
@@ -594,13 +594,13 @@ START_TEST(quotas_apply_to_the_fleet_and_outlive_it)
     ck_assert_int_eq(b.status, 200);
     ck_assert_str_eq(su_str(&b, "tier"), "free");
     su_resp_free(&b);
-    a = wait_tier(&s[0], "bob", "free", 2);
+    a = wait_tier(&s[0], "bob", "free", 10);
     su_resp_free(&a);
     ck_assert_str_eq(stored(&r, "bob"), "");
     b = su_req(&s[1], "PUT", "/quota/bob", "{\"tier\": \"gold\"}", NULL);
     ck_assert_int_eq(b.status, 200);
     su_resp_free(&b);
-    a = wait_tier(&s[0], "bob", "gold", 2);
+    a = wait_tier(&s[0], "bob", "gold", 10);
     su_resp_free(&a);
 
     /* both restart (Redis, without persistence, kept running): the quotas come from Redis at

@@ -226,6 +226,12 @@ static int ms_attach(void *cls, const rl_config *cfg, const rl_resolver *res, rl
     if (!ms->tables)
         return rl_errf(err, RL_ENOMEM, "out of memory");
     memset(ms->tables, 0, cfg->nlevels * sizeof(rl__table));
+    for (size_t l = 0; l < cfg->nlevels; l++) {
+        const char *k = cfg->levels[l].default_key;
+        ms->dkey[l] = k;
+        ms->dklen[l] = k ? strlen(k) : 0;
+        ms->dkhash[l] = k ? rl__hash(k, ms->dklen[l], ms->seed) : 0;
+    }
     return RL_OK;
 }
 
@@ -639,13 +645,16 @@ static int ms_decide(void *cls, const rl_plan *plan, rl_decision *d, rl_err *err
 /* ---- one decision from the keys alone (decide_levels) -------------------------------------- */
 
 /* What a decision of levels keeps while it runs: per applied rule, its record's state that
- * it takes from when the request is allowed (NULL: none, or it takes nothing), what it takes
- * and whether its wait decides. */
+ * it takes from when the request is allowed (NULL: none, or it takes nothing) and what it
+ * takes. Whether a rule's wait decides follows from its applied rule (levels_blocks). */
+typedef struct ltake {
+    void *state;
+    rl_fp cost;
+} ltake;
+
 typedef struct lrun {
     unsigned seen; /* SEEN_* */
-    void *state[RL_MAX_APPLIED];
-    rl_fp cost[RL_MAX_APPLIED];
-    uint8_t blocks[RL_MAX_APPLIED]; /* the rule's wait decides (rl_item_blocks) */
+    ltake take[RL_MAX_APPLIED];
 } lrun;
 
 /* Phase 1 for the rules of one level's key, its segment seg locked: as evaluate_one for the
@@ -666,10 +675,10 @@ levels_evaluate(const rl_levels *q, const rl_level_key *lk, rl__seg *seg, uint64
         unsigned seen = t->flags & RL_RULE_EVAL_IN_STATE ? SEEN_IN_STATE : 0;
         void *st = NULL;
         if (t->state_size) {
-            uint32_t idx = rl__seg_find(seg, rl__rec_hash(kh, (unsigned)si), (unsigned)si, key,
-                                        klen);
-            if (idx != RL__NONE && code_is(seg->r[idx].type, r))
-                st = rec_state(&seg->r[idx], t);
+            rl__rec *rec = rl__seg_lookup(seg, rl__rec_hash(kh, (unsigned)si), (unsigned)si,
+                                          key, klen);
+            if (rec && code_is(rec->type, r))
+                st = rec_state(rec, t);
             else
                 seen |= SEEN_MISSING;
             if (t->flags & RL_RULE_HOLDS)
@@ -686,9 +695,7 @@ levels_evaluate(const rl_levels *q, const rl_level_key *lk, rl__seg *seg, uint64
         if (wait != 0 && blocks)
             seen |= SEEN_BLOCKS;
         x->seen |= seen;
-        x->state[i] = takes ? st : NULL;
-        x->cost[i] = it.cost;
-        x->blocks[i] = (uint8_t)blocks;
+        x->take[i] = (ltake){takes ? st : NULL, it.cost};
         a->rule = r;
         a->key = key;
         a->keylen = klen;
@@ -705,30 +712,35 @@ levels_evaluate(const rl_levels *q, const rl_level_key *lk, rl__seg *seg, uint64
 }
 
 /* levels_evaluate for a list of plain rules (rl_level_key.plain): each blocks when it waits
- * and takes when the request is allowed, reports and is no shadow nor charge rule. */
+ * and takes when the request is allowed, reports and is no shadow nor charge rule. What the
+ * loop reads of q and lk is read once, before it, and what it finds is gathered in locals. */
 static inline __attribute__((always_inline)) void
 levels_evaluate_plain(const rl_levels *q, const rl_level_key *lk, rl__seg *seg, uint64_t kh,
                       size_t base, rl_decision *d, lrun *x)
 {
     const rl_rule *r = lk->rules->v, *end = r + lk->rules->n;
-    size_t i = base;
-    for (unsigned si = 0; r < end; r++, si++, i++) {
+    const char *key = lk->key;
+    uint32_t klen = lk->keylen;
+    uint16_t level = lk->level;
+    rl_fp cost = q->cost;
+    int64_t prio = q->priority;
+    rl_ns now = q->now;
+    rl_applied *a = &d->applied[base];
+    ltake *tk = &x->take[base];
+    unsigned seen = 0;
+    for (unsigned si = 0; r < end; r++, si++, a++, tk++) {
         const rl_rule_type *t = r->type;
-        rl_plan_item it = rl_plan_item_of(r, 0, q->cost, q->priority);
-        uint32_t idx = rl__seg_find(seg, rl__rec_hash(kh, si), si, lk->key, lk->keylen);
-        void *st = idx != RL__NONE && code_is(seg->r[idx].type, r) ? rec_state(&seg->r[idx], t)
-                                                                   : NULL;
-        rl_applied *a = &d->applied[i];
-        rl_ns wait = t->evaluate(r->params, st ? st : zero_state, lk->key, lk->keylen, q->now,
-                                 it.need, &a->status.ev);
-        x->seen |= (st ? 0 : SEEN_MISSING) | (wait != 0 ? SEEN_BLOCKS : 0);
-        x->state[i] = st;
-        x->cost[i] = it.cost;
-        x->blocks[i] = 1;
+        rl_plan_item it = rl_plan_item_of(r, 0, cost, prio);
+        rl__rec *rec = rl__seg_lookup(seg, rl__rec_hash(kh, si), si, key, klen);
+        void *st = rec && code_is(rec->type, r) ? rec_state(rec, t) : NULL;
+        rl_ns wait = t->evaluate(r->params, st ? st : zero_state, key, klen, now, it.need,
+                                 &a->status.ev);
+        seen |= (st ? 0 : SEEN_MISSING) | (wait != 0 ? SEEN_BLOCKS : 0);
+        *tk = (ltake){st, it.cost};
         a->rule = r;
-        a->key = lk->key;
-        a->keylen = lk->keylen;
-        a->level = lk->level;
+        a->key = key;
+        a->keylen = klen;
+        a->level = level;
         a->slot = (uint16_t)si;
         a->wait = wait;
         a->has_status = 1;
@@ -738,6 +750,7 @@ levels_evaluate_plain(const rl_levels *q, const rl_level_key *lk, rl__seg *seg, 
         a->charge = 0;
         a->status_lazy = 1;
     }
+    x->seen |= seen;
 }
 
 /* Starts loading the records of q's keys in large segments (see ms_prefetch); fills the keys'
@@ -749,7 +762,9 @@ static inline unsigned levels_locate(mem_store *ms, const rl_levels *q, uint64_t
     unsigned late = 0;
     for (size_t k = 0, i = 0; k < q->n; k++) {
         const rl_level_key *lk = &q->lv[k];
-        kh[k] = rl__hash(lk->key, lk->keylen, ms->seed);
+        kh[k] = lk->key == ms->dkey[lk->level] && lk->keylen == ms->dklen[lk->level]
+                    ? ms->dkhash[lk->level]
+                    : rl__hash(lk->key, lk->keylen, ms->seed);
         seg[k] = rl__table_seg(&ms->tables[lk->level], kh[k]);
         base[k] = i;
         i += lk->rules->n;
@@ -774,14 +789,23 @@ levels_evaluate_level(const rl_levels *q, size_t k, rl__seg *const *seg, const u
         levels_evaluate(q, &q->lv[k], seg[k], kh[k], base[k], d, x);
 }
 
+/* Whether the wait of applied rule a, which takes cost, decides: as rl_item_blocks for the
+ * item it was evaluated as (its shadow and charge are the item's mode). */
+static inline int levels_blocks(const rl_applied *a, rl_fp cost, unsigned flags)
+{
+    if (a->shadow)
+        return 0;
+    return !a->charge || (flags & RL_DRY_RUN) || cost == 0;
+}
+
 /* A denied decision's retry_after and blocking rule: the longest wait of a rule that
  * decides, the first of equal ones. */
-static void levels_denied(rl_decision *d, size_t n, const lrun *x)
+static void levels_denied(rl_decision *d, size_t n, const lrun *x, unsigned flags)
 {
     rl_ns retry = 0;
     int blocked = -1;
     for (size_t i = 0; i < n; i++)
-        if (d->applied[i].wait > retry && x->blocks[i]) {
+        if (d->applied[i].wait > retry && levels_blocks(&d->applied[i], x->take[i].cost, flags)) {
             retry = d->applied[i].wait;
             blocked = (int)i;
         }
@@ -823,8 +847,9 @@ static int ms_decide_levels(void *cls, const rl_levels *q, rl_decision *d)
     }
     for (size_t i = 0; takes && i < n; i++) {
         const rl_rule *r = d->applied[i].rule;
-        if (x.state[i] && r->type->commit)
-            r->type->commit(r->params, x.state[i], &d->applied[i].status.ev, x.cost[i]);
+        if (x.take[i].state && r->type->commit)
+            r->type->commit(r->params, x.take[i].state, &d->applied[i].status.ev,
+                            x.take[i].cost);
     }
     if (x.seen & SEEN_IN_STATE)
         report_in_state(d, n, q->now);
@@ -835,7 +860,7 @@ static int ms_decide_levels(void *cls, const rl_levels *q, rl_decision *d)
     d->retry_after = 0;
     d->blocked = -1;
     if (x.seen & SEEN_BLOCKS)
-        levels_denied(d, n, &x);
+        levels_denied(d, n, &x, q->flags);
     d->allowed = d->blocked < 0;
     return RL_OK;
 }

@@ -814,11 +814,12 @@ static void levels_denied(rl_decision *d, size_t n, const lrun *x, unsigned flag
 }
 
 /* ms_decide for the plan of q, when every rule that takes has its record and none holds.
- * Every level's segment is locked first, in level order (as lock_and_evaluate locks them: one
- * key per level, levels increasing); then the levels whose records are in the cache are
- * evaluated while those of the others, prefetched, are on their way (a per-user record of a
- * large table: its cache miss overlaps with the rest of the decision instead of stalling it).
- * Otherwise declines before anything is taken. */
+ * Segments are locked in level order (as lock_and_evaluate locks them: one key per level,
+ * levels increasing), a level whose records are in the cache evaluated as soon as its segment
+ * is locked (the last level's lock, that of a global key, is held the shortest); the levels
+ * whose records were prefetched are evaluated after all others, while they are on their way
+ * (a per-user record of a large table: its cache miss overlaps with the rest of the decision
+ * instead of stalling it). Otherwise declines before anything is taken. */
 static int ms_decide_levels(void *cls, const rl_levels *q, rl_decision *d)
 {
     mem_store *ms = cls;
@@ -831,11 +832,11 @@ static int ms_decide_levels(void *cls, const rl_levels *q, rl_decision *d)
         return RL_STORE_DECLINED; /* ms_decide makes room first */
     unsigned late = levels_locate(ms, q, kh, seg, base);
     x.seen = 0;
-    for (size_t k = 0; k < q->n; k++)
+    for (size_t k = 0; k < q->n; k++) {
         rl__spin_lock(&seg[k]->lock);
-    for (size_t k = 0; k < q->n; k++)
         if (!(late & (1u << k)))
             levels_evaluate_level(q, k, seg, kh, base, d, &x);
+    }
     for (size_t k = 0; late && k < q->n; k++)
         if (late & (1u << k))
             levels_evaluate_level(q, k, seg, kh, base, d, &x);

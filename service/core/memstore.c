@@ -711,45 +711,55 @@ levels_evaluate(const rl_levels *q, const rl_level_key *lk, rl__seg *seg, uint64
     }
 }
 
+/* Phase 1 for plain rule r at position si of a level's list, of key at kh in seg (locked),
+ * into a and tk; returns the SEEN_* bits it adds. */
+static inline __attribute__((always_inline)) unsigned
+plain_evaluate(const rl_rule *r, unsigned si, rl__seg *seg, uint64_t kh, const char *key,
+               uint32_t klen, uint16_t level, rl_fp cost, int64_t prio, rl_ns now, rl_applied *a,
+               ltake *tk)
+{
+    const rl_rule_type *t = r->type;
+    rl_plan_item it = rl_plan_item_of(r, 0, cost, prio);
+    rl__rec *rec = rl__seg_lookup(seg, rl__rec_hash(kh, si), si, key, klen);
+    void *st = rec && code_is(rec->type, r) ? rec_state(rec, t) : NULL;
+    rl_ns wait = t->evaluate(r->params, st ? st : zero_state, key, klen, now, it.need,
+                             &a->status.ev);
+    *tk = (ltake){st, it.cost};
+    a->rule = r;
+    a->key = key;
+    a->keylen = klen;
+    a->level = level;
+    a->slot = (uint16_t)si;
+    a->wait = wait;
+    a->has_status = 1;
+    a->fallback = RL_FALLBACK_NONE;
+    a->shadow = 0;
+    a->shadow_denied = 0;
+    a->charge = 0;
+    a->status_lazy = 1;
+    return (st ? 0 : SEEN_MISSING) | (wait != 0 ? SEEN_BLOCKS : 0);
+}
+
 /* levels_evaluate for a list of plain rules (rl_level_key.plain): each blocks when it waits
  * and takes when the request is allowed, reports and is no shadow nor charge rule. What the
- * loop reads of q and lk is read once, before it, and what it finds is gathered in locals. */
+ * rules need of q and lk is read once; a list of one rule (the common case) has no loop. */
 static inline __attribute__((always_inline)) void
 levels_evaluate_plain(const rl_levels *q, const rl_level_key *lk, rl__seg *seg, uint64_t kh,
                       size_t base, rl_decision *d, lrun *x)
 {
-    const rl_rule *r = lk->rules->v, *end = r + lk->rules->n;
-    const char *key = lk->key;
-    uint32_t klen = lk->keylen;
-    uint16_t level = lk->level;
-    rl_fp cost = q->cost;
-    int64_t prio = q->priority;
-    rl_ns now = q->now;
+    const rl_rule *r = lk->rules->v;
+    size_t n = lk->rules->n;
     rl_applied *a = &d->applied[base];
     ltake *tk = &x->take[base];
     unsigned seen = 0;
-    for (unsigned si = 0; r < end; r++, si++, a++, tk++) {
-        const rl_rule_type *t = r->type;
-        rl_plan_item it = rl_plan_item_of(r, 0, cost, prio);
-        rl__rec *rec = rl__seg_lookup(seg, rl__rec_hash(kh, si), si, key, klen);
-        void *st = rec && code_is(rec->type, r) ? rec_state(rec, t) : NULL;
-        rl_ns wait = t->evaluate(r->params, st ? st : zero_state, key, klen, now, it.need,
-                                 &a->status.ev);
-        seen |= (st ? 0 : SEEN_MISSING) | (wait != 0 ? SEEN_BLOCKS : 0);
-        *tk = (ltake){st, it.cost};
-        a->rule = r;
-        a->key = key;
-        a->keylen = klen;
-        a->level = level;
-        a->slot = (uint16_t)si;
-        a->wait = wait;
-        a->has_status = 1;
-        a->fallback = RL_FALLBACK_NONE;
-        a->shadow = 0;
-        a->shadow_denied = 0;
-        a->charge = 0;
-        a->status_lazy = 1;
+    if (n == 1) {
+        x->seen |= plain_evaluate(r, 0, seg, kh, lk->key, lk->keylen, lk->level, q->cost,
+                                  q->priority, q->now, a, tk);
+        return;
     }
+    for (unsigned si = 0; si < n; si++)
+        seen |= plain_evaluate(r + si, si, seg, kh, lk->key, lk->keylen, lk->level, q->cost,
+                               q->priority, q->now, a + si, tk + si);
     x->seen |= seen;
 }
 

@@ -35,7 +35,8 @@ typedef struct qstripe {
 
 /* What a decision needs of a level, worked out once when the limiter is made. */
 typedef struct lvinfo {
-    const rl_rules *rules; /* the level's own list; NULL when resolved per key (tiered, keyed) */
+    const rl_rules *rules; /* the level's own list; NULL when resolved per key (tiered, keyed)
+                              or when it is empty */
     const char *dkey;      /* the default key, or NULL */
     uint32_t dklen;
     uint8_t shadow;        /* the level makes every rule a shadow rule */
@@ -327,7 +328,7 @@ int rl_limiter_new(rl_config *cfg, rl_store *store, rl_limiter **out, rl_err *er
     for (size_t i = 0; i < cfg->nlevels; i++) {
         const rl_level *l = &cfg->levels[i];
         lvinfo *v = &lim->lv[i];
-        v->rules = l->tiered || l->key_rules ? NULL : l->rules;
+        v->rules = l->tiered || l->key_rules || !l->rules || !l->rules->n ? NULL : l->rules;
         v->dkey = l->default_key;
         v->dklen = l->default_key ? (uint32_t)strlen(l->default_key) : 0;
         v->shadow = l->shadow != 0;
@@ -601,21 +602,25 @@ resolve_levels(rl_limiter *lim, const rl_request *req, rl_decision *d, rl_levels
     if ((rc = read_descriptors(lim, req, val, vlen, err)) != RL_OK)
         return rc;
     for (size_t li = 0, nl = lim->cfg->nlevels; li < nl; li++) {
+        const lvinfo *v = &lim->lv[li];
         const char *key;
-        long klen = make_key(&lim->lv[li], val, vlen, d, &key);
+        long klen = make_key(v, val, vlen, d, &key);
         if (klen <= 0) {
             if (klen < 0)
                 return rl_errf(err, RL_EINVAL, "keys: the composed keys are too long");
             continue;
         }
-        const rl_rules *rs = key_rules(lim, li, key, (size_t)klen, d);
-        if (!rs || !rs->n)
-            continue;
+        const rl_rules *rs = v->rules; /* a level's own list is never empty */
+        int plain = v->plain;
+        if (!rs) {
+            rs = key_rules(lim, li, key, (size_t)klen, d);
+            if (!rs || !rs->n)
+                continue;
+            plain = !v->shadow && rl_rules_plain(rs);
+        }
         if ((nrules += rs->n) > RL_MAX_APPLIED)
             return rl_errf(err, RL_EINVAL, "keys: more than %d rules would apply",
                            RL_MAX_APPLIED);
-        const lvinfo *v = &lim->lv[li];
-        int plain = v->rules ? v->plain : !v->shadow && rl_rules_plain(rs);
         q->lv[n++] = (rl_level_key){rs, key, (uint32_t)klen, (uint16_t)li, v->shadow,
                                     (uint8_t)plain};
     }

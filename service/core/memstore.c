@@ -715,16 +715,23 @@ levels_evaluate(const rl_levels *q, const rl_level_key *lk, rl__seg *seg, uint64
  * into a and tk; returns the SEEN_* bits it adds. */
 static inline __attribute__((always_inline)) unsigned
 plain_evaluate(const rl_rule *r, unsigned si, rl__seg *seg, uint64_t kh, const char *key,
-               uint32_t klen, uint16_t level, rl_fp cost, int64_t prio, rl_ns now, rl_applied *a,
-               ltake *tk)
+               uint32_t klen, uint16_t level, int simple, rl_fp cost, int64_t prio, rl_ns now,
+               rl_applied *a, ltake *tk)
 {
     const rl_rule_type *t = r->type;
-    rl_plan_item it = rl_plan_item_of(r, 0, cost, prio);
+    rl_fp need = cost, take = cost; /* a simple level's rules (RL_LEVEL_SIMPLE) */
+    if (!simple) {
+        rl_plan_item it = rl_plan_item_of(r, 0, cost, prio);
+        need = it.need;
+        take = it.cost;
+    }
     rl__rec *rec = rl__seg_lookup(seg, rl__rec_hash(kh, si), si, key, klen);
-    void *st = rec && code_is(rec->type, r) ? rec_state(rec, t) : NULL;
-    rl_ns wait = t->evaluate(r->params, st ? st : zero_state, key, klen, now, it.need,
+    void *st = !rec || !code_is(rec->type, r) ? NULL
+               : simple                       ? (void *)rec->st.w
+                                              : rec_state(rec, t);
+    rl_ns wait = t->evaluate(r->params, st ? st : zero_state, key, klen, now, need,
                              &a->status.ev);
-    *tk = (ltake){st, it.cost};
+    *tk = (ltake){st, take};
     a->rule = r;
     a->key = key;
     a->keylen = klen;
@@ -752,14 +759,15 @@ levels_evaluate_plain(const rl_levels *q, const rl_level_key *lk, rl__seg *seg, 
     rl_applied *a = &d->applied[base];
     ltake *tk = &x->take[base];
     unsigned seen = 0;
+    int simple = lk->plain == RL_LEVEL_SIMPLE;
     if (n == 1) {
-        x->seen |= plain_evaluate(r, 0, seg, kh, lk->key, lk->keylen, lk->level, q->cost,
-                                  q->priority, q->now, a, tk);
+        x->seen |= plain_evaluate(r, 0, seg, kh, lk->key, lk->keylen, lk->level, simple,
+                                  q->cost, q->priority, q->now, a, tk);
         return;
     }
     for (unsigned si = 0; si < n; si++)
-        seen |= plain_evaluate(r + si, si, seg, kh, lk->key, lk->keylen, lk->level, q->cost,
-                               q->priority, q->now, a + si, tk + si);
+        seen |= plain_evaluate(r + si, si, seg, kh, lk->key, lk->keylen, lk->level, simple,
+                               q->cost, q->priority, q->now, a + si, tk + si);
     x->seen |= seen;
 }
 

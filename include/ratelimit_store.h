@@ -84,7 +84,9 @@ typedef struct rl_level_key {
     uint32_t keylen;
     uint16_t level;
     uint8_t shadow; /* the level makes every rule a shadow rule */
-    uint8_t plain;  /* rl_rules_plain(rules) and not shadow */
+    uint8_t plain;  /* rl_rules_plain(rules) and not shadow; RL_LEVEL_SIMPLE when also every
+                       rule takes the request's cost as it is (unit "cost", no reserved share)
+                       and keeps its state in RL_STATE_INLINE bytes */
 } rl_level_key;
 
 /* Whether every rule of rs is plain: neither shadow nor charge, of a type that has state,
@@ -102,6 +104,8 @@ static inline int rl_rules_plain(const rl_rules *rs)
     }
     return 1;
 }
+
+#define RL_LEVEL_SIMPLE 2 /* rl_level_key.plain: see there */
 
 typedef struct rl_levels {
     size_t n;

@@ -324,6 +324,26 @@ redisReply *rt_redis_cmd(const rt_redis *r, const char *fmt, ...)
     return rep;
 }
 
+redisReply *rt_redis_read(const rt_redis *r, const char *fmt, ...)
+{
+    char why[128] = "";
+    for (int i = 0; i < 250; i++) {
+        if (i)
+            sleep_ms(20);
+        redisContext *c = rt_redis_connect(r);
+        va_list ap;
+        va_start(ap, fmt);
+        redisReply *rep = redisvCommand(c, fmt, ap);
+        va_end(ap);
+        snprintf(why, sizeof why, "%s", c->errstr);
+        redisFree(c);
+        if (rep)
+            return rep;
+    }
+    ck_abort_msg("redis command failed for 5 s: %s", why);
+    return NULL;
+}
+
 /* ---- groups -------------------------------------------------------------------------------- */
 
 /* A command on a new connection to port (1 s timeout); NULL when it cannot connect or the

@@ -49,6 +49,10 @@ redisContext *rt_redis_connect(const rt_redis *r);
 /* Runs a command (redisCommand format) on a new connection and returns its reply (free with
  * freeReplyObject); fails the test on a connection error. */
 redisReply *rt_redis_cmd(const rt_redis *r, const char *fmt, ...);
+/* The same for a command that may run twice (a read): asked again on a new connection when the
+ * server closed one before answering (Sentinel kills the normal clients of every node it
+ * reconfigures in a failover), for 5 s at most. */
+redisReply *rt_redis_read(const rt_redis *r, const char *fmt, ...);
 
 /* ---- Sentinel: one primary, one replica, three sentinels ---------------------------------- */
 

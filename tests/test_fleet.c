@@ -10,12 +10,14 @@
  */
 #include <arpa/inet.h>
 #include <dirent.h>
+#include <linux/sockios.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -534,7 +536,7 @@ START_TEST(quotas_apply_to_the_fleet_and_outlive_it)
     ck_assert_int_eq(a.status, 200);
     ck_assert_str_eq(su_str(&a, "tier"), "gold");
     su_resp_free(&a);
-    su_resp b = wait_tier(&s[1], "bob", "gold", 2);
+    su_resp b = wait_tier(&s[1], "bob", "gold", 10);
     su_resp_free(&b);
     b = post(&s[1], "/acquire", "{\"keys\": {\"user\": \"bob\"}}");
     check_decision(&b, 200, NULL);
@@ -547,7 +549,7 @@ START_TEST(quotas_apply_to_the_fleet_and_outlive_it)
     b = su_req(&s[1], "PUT", "/quota/carol", carol_rules, NULL);
     ck_assert_int_eq(b.status, 200);
     su_resp_free(&b);
-    a = wait_tier(&s[0], "carol", NULL, 2);
+    a = wait_tier(&s[0], "carol", NULL, 10);
     ck_assert_double_eq(json_number_value(json_object_get(
                             json_array_get(json_object_get(a.json, "rules"), 0), "capacity")),
                         7);
@@ -586,7 +588,7 @@ START_TEST(quotas_apply_to_the_fleet_and_outlive_it)
     ck_assert_int_eq(a.status, 200);
     ck_assert_str_eq(su_str(&a, "tier"), "free");
     su_resp_free(&a);
-    b = wait_tier(&s[1], "dave", "free", 2);
+    b = wait_tier(&s[1], "dave", "free", 10);
     su_resp_free(&b);
     ck_assert_str_eq(stored(&r, "dave"), "{\"tier\":\"free\"}");
     /* bob deleted through B: gone from Redis, free on A; then gold again */
@@ -594,13 +596,13 @@ START_TEST(quotas_apply_to_the_fleet_and_outlive_it)
     ck_assert_int_eq(b.status, 200);
     ck_assert_str_eq(su_str(&b, "tier"), "free");
     su_resp_free(&b);
-    a = wait_tier(&s[0], "bob", "free", 2);
+    a = wait_tier(&s[0], "bob", "free", 10);
     su_resp_free(&a);
     ck_assert_str_eq(stored(&r, "bob"), "");
     b = su_req(&s[1], "PUT", "/quota/bob", "{\"tier\": \"gold\"}", NULL);
     ck_assert_int_eq(b.status, 200);
     su_resp_free(&b);
-    a = wait_tier(&s[0], "bob", "gold", 2);
+    a = wait_tier(&s[0], "bob", "gold", 10);
     su_resp_free(&a);
 
     /* both restart (Redis, without persistence, kept running): the quotas come from Redis at
@@ -633,6 +635,7 @@ END_TEST
 
 #define TIMEOUT_MS 100
 #define LOAD_CLIENTS 8
+#define FROZEN_MS 3000
 
 static const char *modes_rest =
     "\"threads\": 4, \"levels\": ["
@@ -727,10 +730,11 @@ START_TEST(redis_killed_under_load_and_back)
         ck_assert_int_eq(pthread_create(&t[i], NULL, load_run, &l[i]), 0);
     }
     /* frozen first (connections stay open, nothing answers: every call waits its timeout),
-     * then thawed, then killed */
+     * then thawed, then killed. Frozen for FROZEN_MS: a call that waited for Redis instead of
+     * its timeout would take about that long */
     sleep_ms(500);
     rt_redis_pause(&r);
-    sleep_ms(1000);
+    sleep_ms(FROZEN_MS);
     rt_redis_resume(&r);
     sleep_ms(700);
     rt_redis_kill(&r);
@@ -750,12 +754,14 @@ START_TEST(redis_killed_under_load_and_back)
             "redis_killed_under_load_and_back: %ld allowed, %ld denied, slowest answer %.3f s\n",
             ok, denied, slowest);
     /* every request answered, by Redis or by its levels' modes, none slower than the timeout
-     * and a generous margin (a correctness bound, not a benchmark) */
+     * and a generous margin (a correctness bound, not a benchmark): quietly twice the timeout
+     * (a call waits out another's for a connection), 1.3 s more on a loaded machine, half the
+     * time Redis was frozen */
     ck_assert_int_eq(failed, 0);
     ck_assert_int_eq(other, 0);
     ck_assert_int_gt(ok, 0);
     ck_assert_int_gt(denied, 0);
-    ck_assert_msg(slowest <= TIMEOUT_MS / 1000.0 + 1.0, "an answer took %.3f s", slowest);
+    ck_assert_msg(slowest <= FROZEN_MS / 2000.0, "an answer took %.3f s", slowest);
 
     /* Redis is down. /healthz: still 200, degraded */
     for (int i = 0; i < 2; i++) {
@@ -1042,6 +1048,23 @@ static void wait_stopped(pid_t pid)
     ck_abort_msg("ratelimitd did not stop");
 }
 
+/* Waits until the n connections' bytes sent are all acknowledged by the daemon's kernel, that
+ * is in its receive queues (on a loaded machine loopback's delivery may wait for ksoftirqd). */
+static void wait_delivered(const int *fd, int n)
+{
+    for (int tries = 0; tries < 10000; tries++, sleep_ms(1)) {
+        int left = 0;
+        for (int i = 0; i < n; i++) {
+            int q = 0;
+            ck_assert_int_eq(ioctl(fd[i], SIOCOUTQ, &q), 0);
+            left += q;
+        }
+        if (!left)
+            return;
+    }
+    ck_abort_msg("requests not delivered to the stopped daemon within 10 s");
+}
+
 /* A connection to the daemon. */
 static int raw_connect(const su_server *s)
 {
@@ -1071,10 +1094,10 @@ static int raw_answer(int fd)
 }
 
 /* Eight POST /acquire on eight connections reach a worker in one turn of its loop (the
- * daemon is stopped while they are sent): it decides them in one batch, whose eight scripts go
- * to Redis in one write, so calls - writes grows by at least 7 (a call of the daemon's own,
- * such as a heartbeat, adds a write per call or joins the batch's). A bucket of 5 lets five
- * of them through and denies three. */
+ * daemon is stopped while they are sent, until its kernel holds them all): it decides them in
+ * one batch, whose eight scripts go to Redis in one write, so calls - writes grows by at least
+ * 7 (a call of the daemon's own, such as a heartbeat, adds a write per call or joins the
+ * batch's). A bucket of 5 lets five of them through and denies three. */
 START_TEST(acquires_of_one_turn_share_one_redis_write)
 {
     rt_redis r;
@@ -1105,7 +1128,7 @@ START_TEST(acquires_of_one_turn_share_one_redis_write)
     wait_stopped(s.pid);
     for (int i = 0; i < 8; i++)
         ck_assert_int_eq(send(fd[i], req, sizeof req - 1, 0), (ssize_t)sizeof req - 1);
-    sleep_ms(50);
+    wait_delivered(fd, 8);
     kill(s.pid, SIGCONT);
     int ok = 0, denied = 0;
     for (int i = 0; i < 8; i++) {

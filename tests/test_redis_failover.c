@@ -217,6 +217,15 @@ static void check_modes(inst *in, const char *team_key)
     ck_assert_int_eq(tu_status(&d, 1)->remaining, FP(5));
 }
 
+/* Polls until the store has seen Redis go (the load's calls fail at once when it was killed,
+ * after their timeout when it froze); fails after 10 s. */
+static void wait_down(inst *in)
+{
+    for (int i = 0; i < 1000 && up(in); i++)
+        usleep(10000);
+    ck_assert_msg(!up(in), "the store still up 10 s after Redis went");
+}
+
 /* Polls until the store is up again and decides through Redis; fails after 15 s. */
 static void wait_back(inst *in)
 {
@@ -249,16 +258,14 @@ START_TEST(redis_killed_and_restarted_under_load)
 
     /* killed: connections are reset, reconnecting is refused */
     rt_redis_kill(&srv);
-    usleep(300000);
-    ck_assert(!up(&in));
+    wait_down(&in);
     check_modes(&in, "team=solo1");
     rt_redis_restart(&srv);
     wait_back(&in);
 
     /* frozen: connections stay open but nothing answers, so every call times out */
     rt_redis_pause(&srv);
-    usleep(500000);
-    ck_assert(!up(&in));
+    wait_down(&in);
     check_modes(&in, "team=solo2");
     rt_redis_resume(&srv);
     wait_back(&in);

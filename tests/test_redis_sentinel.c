@@ -289,7 +289,7 @@ END_TEST
 /* calls of EVALSHA a node has served (INFO commandstats), -1 when it has served none */
 static long evalsha_calls(const rt_redis *r)
 {
-    redisReply *rep = rt_redis_cmd(r, "INFO commandstats");
+    redisReply *rep = rt_redis_read(r, "INFO commandstats");
     const char *p = strstr(rep->str, "cmdstat_evalsha:calls=");
     long n = p ? atol(p + strlen("cmdstat_evalsha:calls=")) : -1;
     freeReplyObject(rep);
@@ -313,7 +313,7 @@ START_TEST(never_answers_from_a_demoted_primary)
     freeReplyObject(r);
     /* until the old primary says it is a replica, calls may still reach it (15 s at most) */
     for (int i = 0; i < 750; i++) {
-        r = rt_redis_cmd(&grp.data[0], "ROLE");
+        r = rt_redis_read(&grp.data[0], "ROLE"); /* reconfigured meanwhile */
         int replica = strcmp(r->element[0]->str, "slave") == 0;
         freeReplyObject(r);
         if (replica)

@@ -1937,8 +1937,9 @@ START_TEST(two_instances_share_one_bucket)
     /* capacity 400, 100/s: over the run no more than 400 + 100 x elapsed may pass, and since
      * the clients ask far faster than that, nearly all of it (400 of it at once). Tokens are
      * lost only between the last decision and the end of the span (the clients' joins and
-     * the closing read of Redis's clock): 95% leaves 350 ms for that on a loaded machine, and
-     * still fails when either instance takes twice or refills at half the rate. */
+     * the closing read of Redis's clock) and between its opening read and the drain: 90%
+     * leaves 700 ms for those on a loaded machine, and still fails when either instance takes
+     * twice (about 50%) or refills at half the rate (about 79%). */
     const char *json = "{\"levels\": [{\"name\": \"global\", \"rules\": [{\"type\": "
                        "\"token_bucket\", \"capacity\": 400, \"per_second\": 100}]}]}";
     rl_registry *reg = rl_registry_new();
@@ -1955,7 +1956,7 @@ START_TEST(two_instances_share_one_bucket)
                   "the clients did not outpace the bucket: %" PRIu64 " allowed, %" PRIu64 " denied",
                   allowed, denied);
     ck_assert_msg((double)allowed <= bound, "%" PRIu64 " allowed > %.1f", allowed, bound);
-    ck_assert_msg((double)allowed >= 0.95 * bound, "%" PRIu64 " allowed < 95%% of %.1f", allowed,
+    ck_assert_msg((double)allowed >= 0.9 * bound, "%" PRIu64 " allowed < 90%% of %.1f", allowed,
                   bound);
     rl_limiter_free(a);
     rl_limiter_free(b);

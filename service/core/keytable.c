@@ -70,7 +70,8 @@ static void array_free(rl__rec *r, uint32_t cap)
 uint32_t rl__seg_find_long(const rl__seg *s, uint32_t h, unsigned slot, const char *key,
                            size_t klen)
 {
-    return rl__seg_find_in(s, h, slot, key, klen, 0);
+    const rl__rec *p = rl__seg_lookup_in(s, h, slot, key, klen, 0);
+    return p ? (uint32_t)(p - s->r) : RL__NONE;
 }
 
 /* Places e (moved in, not copied) into r of capacity cap; returns where e itself landed.

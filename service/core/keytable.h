@@ -135,43 +135,54 @@ _Static_assert(offsetof(rl__rec, hash) == 0 && offsetof(rl__rec, klen) == 4 &&
 /* The probe loop compares a record's first word (hash, length and slot; little-endian) as
  * one (an empty slot is all zeros and a key at least one byte long, so an empty slot never
  * matches); only a record that matches them compares its key. It stops after the segment's
- * furthest distance from home, which no record passes: a probe then costs a load, a compare
- * and a step. Made twice, for keys held inline and for longer ones, so that the first calls
+ * furthest distance from home, which no record passes: a probe costs a load, a compare and
+ * a step of a pointer (no index to wrap and scale). Made twice, for keys held inline and for longer ones, so that the first calls
  * nothing and saves no registers. */
-static inline __attribute__((always_inline)) uint32_t
-rl__seg_find_in(const rl__seg *s, uint32_t h, unsigned slot, const char *key, size_t klen,
-                int inline_key)
+static inline __attribute__((always_inline)) rl__rec *
+rl__seg_lookup_in(const rl__seg *s, uint32_t h, unsigned slot, const char *key, size_t klen,
+                  int inline_key)
 {
     uint32_t cap = s->cap;
     if (!cap)
-        return RL__NONE;
-    const rl__rec *r = s->r;
+        return NULL;
+    rl__rec *r = s->r;
     uint64_t want = (uint64_t)h | (uint64_t)klen << 32 | (uint64_t)slot << 56;
-    uint32_t i = rl__home(h, cap), left = s->far;
-    for (;;) {
-        uint64_t head = rl__read64((const unsigned char *)&r[i]);
+    rl__rec *p = r + rl__home(h, cap), *end = r + cap;
+    for (uint32_t left = s->far;;) {
+        uint64_t head = rl__read64((const unsigned char *)p);
         if ((head & ~RL__HEAD_TYPE) == want &&
-            (inline_key ? rl__inline_key_equal(&r[i], key, klen)
-                        : memcmp(r[i].key.out, key, klen) == 0))
-            return i;
+            (inline_key ? rl__inline_key_equal(p, key, klen)
+                        : memcmp(p->key.out, key, klen) == 0))
+            return p;
         if (left-- == 0)
-            return RL__NONE;
-        i = i + 1 == cap ? 0 : i + 1;
+            return NULL;
+        if (++p == end)
+            p = r;
     }
 }
 
-/* rl__seg_find for a key longer than RL__KEY_INLINE. */
+/* rl__seg_find for a key longer than RL__KEY_INLINE (out of line). */
 uint32_t rl__seg_find_long(const rl__seg *s, uint32_t h, unsigned slot, const char *key,
                            size_t klen);
 
-/* The index of the record of (slot, key) with record hash h, or RL__NONE. Inline: every
- * decision looks up a record per rule. */
-static inline uint32_t rl__seg_find(const rl__seg *s, uint32_t h, unsigned slot, const char *key,
-                                    size_t klen)
+/* The record of (slot, key) with record hash h, or NULL. Inline: every decision looks up a
+ * record per rule. */
+static inline __attribute__((always_inline)) rl__rec *
+rl__seg_lookup(const rl__seg *s, uint32_t h, unsigned slot, const char *key, size_t klen)
 {
-    if (klen > RL__KEY_INLINE)
-        return rl__seg_find_long(s, h, slot, key, klen);
-    return rl__seg_find_in(s, h, slot, key, klen, 1);
+    if (klen > RL__KEY_INLINE) {
+        uint32_t i = rl__seg_find_long(s, h, slot, key, klen);
+        return i == RL__NONE ? NULL : &s->r[i];
+    }
+    return rl__seg_lookup_in(s, h, slot, key, klen, 1);
+}
+
+/* The index of the record of (slot, key) with record hash h, or RL__NONE. */
+static inline __attribute__((always_inline)) uint32_t
+rl__seg_find(const rl__seg *s, uint32_t h, unsigned slot, const char *key, size_t klen)
+{
+    const rl__rec *p = rl__seg_lookup(s, h, slot, key, klen);
+    return p ? (uint32_t)(p - s->r) : RL__NONE;
 }
 /* Inserts a record with a zero state (ext_size > 0: a zeroed external state of that size) for
  * a key not in the segment. Returns its index, or RL__NONE when out of memory (nothing

@@ -35,11 +35,12 @@ typedef struct qstripe {
 
 /* What a decision needs of a level, worked out once when the limiter is made. */
 typedef struct lvinfo {
-    const rl_rules *rules; /* the level's own list; NULL when resolved per key (tiered, keyed) */
+    const rl_rules *rules; /* the level's own list; NULL when resolved per key (tiered, keyed)
+                              or when it is empty */
     const char *dkey;      /* the default key, or NULL */
     uint32_t dklen;
     uint8_t shadow;        /* the level makes every rule a shadow rule */
-    uint8_t plain;         /* rules is plain (rl_rules_plain) and the level not shadow */
+    uint8_t plain;         /* rl_level_key.plain of rules (plain_of) */
     uint8_t nparts;        /* descriptors the key is made of */
     uint8_t part[8];       /* their indices into desc */
 } lvinfo;
@@ -278,6 +279,19 @@ static const rl_rule *rule_at(void *ctx, size_t level, size_t slot, const char *
 
 /* ---- creation ---------------------------------------------------------------------------- */
 
+/* rl_level_key.plain of the list rs on a level (shadow: the level's own option). */
+static uint8_t plain_of(const rl_rules *rs, int shadow)
+{
+    if (shadow || !rl_rules_plain(rs))
+        return 0;
+    for (size_t i = 0; i < rs->n; i++) {
+        const rl_rule *r = &rs->v[i];
+        if (r->unit != RL_UNIT_COST || r->reserved > 0 || r->type->state_size > RL_STATE_INLINE)
+            return 1;
+    }
+    return RL_LEVEL_SIMPLE;
+}
+
 /* The first and the last four bytes of a name of at least four bytes (0 for shorter ones):
  * two names of one length up to eight bytes are equal when these are. */
 static inline void name_ends(const char *p, size_t n, uint32_t *head, uint32_t *tail)
@@ -327,11 +341,11 @@ int rl_limiter_new(rl_config *cfg, rl_store *store, rl_limiter **out, rl_err *er
     for (size_t i = 0; i < cfg->nlevels; i++) {
         const rl_level *l = &cfg->levels[i];
         lvinfo *v = &lim->lv[i];
-        v->rules = l->tiered || l->key_rules ? NULL : l->rules;
+        v->rules = l->tiered || l->key_rules || !l->rules || !l->rules->n ? NULL : l->rules;
         v->dkey = l->default_key;
         v->dklen = l->default_key ? (uint32_t)strlen(l->default_key) : 0;
         v->shadow = l->shadow != 0;
-        v->plain = v->rules && !v->shadow && rl_rules_plain(v->rules);
+        v->plain = v->rules ? plain_of(v->rules, v->shadow) : 0;
         if (l->ncompose == 0) {
             v->nparts = 1;
             v->part[0] = (uint8_t)desc_index(lim, l->name);
@@ -601,21 +615,25 @@ resolve_levels(rl_limiter *lim, const rl_request *req, rl_decision *d, rl_levels
     if ((rc = read_descriptors(lim, req, val, vlen, err)) != RL_OK)
         return rc;
     for (size_t li = 0, nl = lim->cfg->nlevels; li < nl; li++) {
+        const lvinfo *v = &lim->lv[li];
         const char *key;
-        long klen = make_key(&lim->lv[li], val, vlen, d, &key);
+        long klen = make_key(v, val, vlen, d, &key);
         if (klen <= 0) {
             if (klen < 0)
                 return rl_errf(err, RL_EINVAL, "keys: the composed keys are too long");
             continue;
         }
-        const rl_rules *rs = key_rules(lim, li, key, (size_t)klen, d);
-        if (!rs || !rs->n)
-            continue;
+        const rl_rules *rs = v->rules; /* a level's own list is never empty */
+        int plain = v->plain;
+        if (!rs) {
+            rs = key_rules(lim, li, key, (size_t)klen, d);
+            if (!rs || !rs->n)
+                continue;
+            plain = plain_of(rs, v->shadow);
+        }
         if ((nrules += rs->n) > RL_MAX_APPLIED)
             return rl_errf(err, RL_EINVAL, "keys: more than %d rules would apply",
                            RL_MAX_APPLIED);
-        const lvinfo *v = &lim->lv[li];
-        int plain = v->rules ? v->plain : !v->shadow && rl_rules_plain(rs);
         q->lv[n++] = (rl_level_key){rs, key, (uint32_t)klen, (uint16_t)li, v->shadow,
                                     (uint8_t)plain};
     }

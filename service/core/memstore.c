@@ -226,6 +226,12 @@ static int ms_attach(void *cls, const rl_config *cfg, const rl_resolver *res, rl
     if (!ms->tables)
         return rl_errf(err, RL_ENOMEM, "out of memory");
     memset(ms->tables, 0, cfg->nlevels * sizeof(rl__table));
+    for (size_t l = 0; l < cfg->nlevels; l++) {
+        const char *k = cfg->levels[l].default_key;
+        ms->dkey[l] = k;
+        ms->dklen[l] = k ? strlen(k) : 0;
+        ms->dkhash[l] = k ? rl__hash(k, ms->dklen[l], ms->seed) : 0;
+    }
     return RL_OK;
 }
 
@@ -639,13 +645,16 @@ static int ms_decide(void *cls, const rl_plan *plan, rl_decision *d, rl_err *err
 /* ---- one decision from the keys alone (decide_levels) -------------------------------------- */
 
 /* What a decision of levels keeps while it runs: per applied rule, its record's state that
- * it takes from when the request is allowed (NULL: none, or it takes nothing), what it takes
- * and whether its wait decides. */
+ * it takes from when the request is allowed (NULL: none, or it takes nothing) and what it
+ * takes. Whether a rule's wait decides follows from its applied rule (levels_blocks). */
+typedef struct ltake {
+    void *state;
+    rl_fp cost;
+} ltake;
+
 typedef struct lrun {
     unsigned seen; /* SEEN_* */
-    void *state[RL_MAX_APPLIED];
-    rl_fp cost[RL_MAX_APPLIED];
-    uint8_t blocks[RL_MAX_APPLIED]; /* the rule's wait decides (rl_item_blocks) */
+    ltake take[RL_MAX_APPLIED];
 } lrun;
 
 /* Phase 1 for the rules of one level's key, its segment seg locked: as evaluate_one for the
@@ -666,10 +675,10 @@ levels_evaluate(const rl_levels *q, const rl_level_key *lk, rl__seg *seg, uint64
         unsigned seen = t->flags & RL_RULE_EVAL_IN_STATE ? SEEN_IN_STATE : 0;
         void *st = NULL;
         if (t->state_size) {
-            uint32_t idx = rl__seg_find(seg, rl__rec_hash(kh, (unsigned)si), (unsigned)si, key,
-                                        klen);
-            if (idx != RL__NONE && code_is(seg->r[idx].type, r))
-                st = rec_state(&seg->r[idx], t);
+            rl__rec *rec = rl__seg_lookup(seg, rl__rec_hash(kh, (unsigned)si), (unsigned)si,
+                                          key, klen);
+            if (rec && code_is(rec->type, r))
+                st = rec_state(rec, t);
             else
                 seen |= SEEN_MISSING;
             if (t->flags & RL_RULE_HOLDS)
@@ -686,9 +695,7 @@ levels_evaluate(const rl_levels *q, const rl_level_key *lk, rl__seg *seg, uint64
         if (wait != 0 && blocks)
             seen |= SEEN_BLOCKS;
         x->seen |= seen;
-        x->state[i] = takes ? st : NULL;
-        x->cost[i] = it.cost;
-        x->blocks[i] = (uint8_t)blocks;
+        x->take[i] = (ltake){takes ? st : NULL, it.cost};
         a->rule = r;
         a->key = key;
         a->keylen = klen;
@@ -704,40 +711,64 @@ levels_evaluate(const rl_levels *q, const rl_level_key *lk, rl__seg *seg, uint64
     }
 }
 
+/* Phase 1 for plain rule r at position si of a level's list, of key at kh in seg (locked),
+ * into a and tk; returns the SEEN_* bits it adds. */
+static inline __attribute__((always_inline)) unsigned
+plain_evaluate(const rl_rule *r, unsigned si, rl__seg *seg, uint64_t kh, const char *key,
+               uint32_t klen, uint16_t level, int simple, rl_fp cost, int64_t prio, rl_ns now,
+               rl_applied *a, ltake *tk)
+{
+    const rl_rule_type *t = r->type;
+    rl_fp need = cost, take = cost; /* a simple level's rules (RL_LEVEL_SIMPLE) */
+    if (!simple) {
+        rl_plan_item it = rl_plan_item_of(r, 0, cost, prio);
+        need = it.need;
+        take = it.cost;
+    }
+    rl__rec *rec = rl__seg_lookup(seg, rl__rec_hash(kh, si), si, key, klen);
+    void *st = !rec || !code_is(rec->type, r) ? NULL
+               : simple                       ? (void *)rec->st.w
+                                              : rec_state(rec, t);
+    rl_ns wait = t->evaluate(r->params, st ? st : zero_state, key, klen, now, need,
+                             &a->status.ev);
+    *tk = (ltake){st, take};
+    a->rule = r;
+    a->key = key;
+    a->keylen = klen;
+    a->level = level;
+    a->slot = (uint16_t)si;
+    a->wait = wait;
+    a->has_status = 1;
+    a->fallback = RL_FALLBACK_NONE;
+    a->shadow = 0;
+    a->shadow_denied = 0;
+    a->charge = 0;
+    a->status_lazy = 1;
+    return (st ? 0 : SEEN_MISSING) | (wait != 0 ? SEEN_BLOCKS : 0);
+}
+
 /* levels_evaluate for a list of plain rules (rl_level_key.plain): each blocks when it waits
- * and takes when the request is allowed, reports and is no shadow nor charge rule. */
+ * and takes when the request is allowed, reports and is no shadow nor charge rule. What the
+ * rules need of q and lk is read once; a list of one rule (the common case) has no loop. */
 static inline __attribute__((always_inline)) void
 levels_evaluate_plain(const rl_levels *q, const rl_level_key *lk, rl__seg *seg, uint64_t kh,
                       size_t base, rl_decision *d, lrun *x)
 {
-    const rl_rule *r = lk->rules->v, *end = r + lk->rules->n;
-    size_t i = base;
-    for (unsigned si = 0; r < end; r++, si++, i++) {
-        const rl_rule_type *t = r->type;
-        rl_plan_item it = rl_plan_item_of(r, 0, q->cost, q->priority);
-        uint32_t idx = rl__seg_find(seg, rl__rec_hash(kh, si), si, lk->key, lk->keylen);
-        void *st = idx != RL__NONE && code_is(seg->r[idx].type, r) ? rec_state(&seg->r[idx], t)
-                                                                   : NULL;
-        rl_applied *a = &d->applied[i];
-        rl_ns wait = t->evaluate(r->params, st ? st : zero_state, lk->key, lk->keylen, q->now,
-                                 it.need, &a->status.ev);
-        x->seen |= (st ? 0 : SEEN_MISSING) | (wait != 0 ? SEEN_BLOCKS : 0);
-        x->state[i] = st;
-        x->cost[i] = it.cost;
-        x->blocks[i] = 1;
-        a->rule = r;
-        a->key = lk->key;
-        a->keylen = lk->keylen;
-        a->level = lk->level;
-        a->slot = (uint16_t)si;
-        a->wait = wait;
-        a->has_status = 1;
-        a->fallback = RL_FALLBACK_NONE;
-        a->shadow = 0;
-        a->shadow_denied = 0;
-        a->charge = 0;
-        a->status_lazy = 1;
+    const rl_rule *r = lk->rules->v;
+    size_t n = lk->rules->n;
+    rl_applied *a = &d->applied[base];
+    ltake *tk = &x->take[base];
+    unsigned seen = 0;
+    int simple = lk->plain == RL_LEVEL_SIMPLE;
+    if (n == 1) {
+        x->seen |= plain_evaluate(r, 0, seg, kh, lk->key, lk->keylen, lk->level, simple,
+                                  q->cost, q->priority, q->now, a, tk);
+        return;
     }
+    for (unsigned si = 0; si < n; si++)
+        seen |= plain_evaluate(r + si, si, seg, kh, lk->key, lk->keylen, lk->level, simple,
+                               q->cost, q->priority, q->now, a + si, tk + si);
+    x->seen |= seen;
 }
 
 /* Starts loading the records of q's keys in large segments (see ms_prefetch); fills the keys'
@@ -749,7 +780,9 @@ static inline unsigned levels_locate(mem_store *ms, const rl_levels *q, uint64_t
     unsigned late = 0;
     for (size_t k = 0, i = 0; k < q->n; k++) {
         const rl_level_key *lk = &q->lv[k];
-        kh[k] = rl__hash(lk->key, lk->keylen, ms->seed);
+        kh[k] = lk->key == ms->dkey[lk->level] && lk->keylen == ms->dklen[lk->level]
+                    ? ms->dkhash[lk->level]
+                    : rl__hash(lk->key, lk->keylen, ms->seed);
         seg[k] = rl__table_seg(&ms->tables[lk->level], kh[k]);
         base[k] = i;
         i += lk->rules->n;
@@ -774,14 +807,23 @@ levels_evaluate_level(const rl_levels *q, size_t k, rl__seg *const *seg, const u
         levels_evaluate(q, &q->lv[k], seg[k], kh[k], base[k], d, x);
 }
 
+/* Whether the wait of applied rule a, which takes cost, decides: as rl_item_blocks for the
+ * item it was evaluated as (its shadow and charge are the item's mode). */
+static inline int levels_blocks(const rl_applied *a, rl_fp cost, unsigned flags)
+{
+    if (a->shadow)
+        return 0;
+    return !a->charge || (flags & RL_DRY_RUN) || cost == 0;
+}
+
 /* A denied decision's retry_after and blocking rule: the longest wait of a rule that
  * decides, the first of equal ones. */
-static void levels_denied(rl_decision *d, size_t n, const lrun *x)
+static void levels_denied(rl_decision *d, size_t n, const lrun *x, unsigned flags)
 {
     rl_ns retry = 0;
     int blocked = -1;
     for (size_t i = 0; i < n; i++)
-        if (d->applied[i].wait > retry && x->blocks[i]) {
+        if (d->applied[i].wait > retry && levels_blocks(&d->applied[i], x->take[i].cost, flags)) {
             retry = d->applied[i].wait;
             blocked = (int)i;
         }
@@ -790,11 +832,12 @@ static void levels_denied(rl_decision *d, size_t n, const lrun *x)
 }
 
 /* ms_decide for the plan of q, when every rule that takes has its record and none holds.
- * Every level's segment is locked first, in level order (as lock_and_evaluate locks them: one
- * key per level, levels increasing); then the levels whose records are in the cache are
- * evaluated while those of the others, prefetched, are on their way (a per-user record of a
- * large table: its cache miss overlaps with the rest of the decision instead of stalling it).
- * Otherwise declines before anything is taken. */
+ * Segments are locked in level order (as lock_and_evaluate locks them: one key per level,
+ * levels increasing), a level whose records are in the cache evaluated as soon as its segment
+ * is locked (the last level's lock, that of a global key, is held the shortest); the levels
+ * whose records were prefetched are evaluated after all others, while they are on their way
+ * (a per-user record of a large table: its cache miss overlaps with the rest of the decision
+ * instead of stalling it). Otherwise declines before anything is taken. */
 static int ms_decide_levels(void *cls, const rl_levels *q, rl_decision *d)
 {
     mem_store *ms = cls;
@@ -807,11 +850,11 @@ static int ms_decide_levels(void *cls, const rl_levels *q, rl_decision *d)
         return RL_STORE_DECLINED; /* ms_decide makes room first */
     unsigned late = levels_locate(ms, q, kh, seg, base);
     x.seen = 0;
-    for (size_t k = 0; k < q->n; k++)
+    for (size_t k = 0; k < q->n; k++) {
         rl__spin_lock(&seg[k]->lock);
-    for (size_t k = 0; k < q->n; k++)
         if (!(late & (1u << k)))
             levels_evaluate_level(q, k, seg, kh, base, d, &x);
+    }
     for (size_t k = 0; late && k < q->n; k++)
         if (late & (1u << k))
             levels_evaluate_level(q, k, seg, kh, base, d, &x);
@@ -823,8 +866,9 @@ static int ms_decide_levels(void *cls, const rl_levels *q, rl_decision *d)
     }
     for (size_t i = 0; takes && i < n; i++) {
         const rl_rule *r = d->applied[i].rule;
-        if (x.state[i] && r->type->commit)
-            r->type->commit(r->params, x.state[i], &d->applied[i].status.ev, x.cost[i]);
+        if (x.take[i].state && r->type->commit)
+            r->type->commit(r->params, x.take[i].state, &d->applied[i].status.ev,
+                            x.take[i].cost);
     }
     if (x.seen & SEEN_IN_STATE)
         report_in_state(d, n, q->now);
@@ -835,7 +879,7 @@ static int ms_decide_levels(void *cls, const rl_levels *q, rl_decision *d)
     d->retry_after = 0;
     d->blocked = -1;
     if (x.seen & SEEN_BLOCKS)
-        levels_denied(d, n, &x);
+        levels_denied(d, n, &x, q->flags);
     d->allowed = d->blocked < 0;
     return RL_OK;
 }

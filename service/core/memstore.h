@@ -39,6 +39,11 @@ typedef struct mem_store {
     const rl_resolver *res;
     uint64_t seed;
     rl__table *tables;
+    /* each level's default key and its hash (NULL for none): a decision that falls back to
+     * it hashes nothing */
+    const char *dkey[RL_MAX_LEVELS];
+    size_t dklen[RL_MAX_LEVELS];
+    uint64_t dkhash[RL_MAX_LEVELS];
     /* reservations */
     pthread_mutex_t rmu;
     resv **rbucket;

@@ -29,19 +29,24 @@ typedef struct tb_state {
 
 _Static_assert(sizeof(tb_state) <= RL_STATE_INLINE, "token bucket state fits inline");
 
-/* refill's gain when (now - last) * rate + frac does not fit 64 bits (a long idle key). */
-static __attribute__((noinline)) void refill_wide(const tb_params *p, tb_state *s, rl_ns now)
+/* What a refill leaves: used and frac (two words, returned in registers). */
+typedef struct tb_left {
+    rl_fp used;
+    int64_t frac;
+} tb_left;
+
+/* refill's result when elapsed * rate + frac does not fit 64 bits (a long idle key). Takes
+ * and returns values, not the state's address, so that a caller's state can stay in
+ * registers. */
+static __attribute__((noinline)) tb_left refill_wide(const tb_params *p, rl_fp used, int64_t frac,
+                                                     rl_ns elapsed)
 {
-    rl__u128 num = (rl__u128)(uint64_t)(now - s->last) * (uint64_t)p->rate + (uint64_t)s->frac;
-    uint64_t frac;
-    rl__u128 gain = rl__divmod(num, (uint64_t)RL_NS_PER_SEC, &frac);
-    if (gain >= (rl__u128)(uint64_t)s->used) {
-        s->used = 0;
-        s->frac = 0;
-    } else {
-        s->used -= (rl_fp)gain;
-        s->frac = (int64_t)frac;
-    }
+    rl__u128 num = (rl__u128)(uint64_t)elapsed * (uint64_t)p->rate + (uint64_t)frac;
+    uint64_t rem;
+    rl__u128 gain = rl__divmod(num, (uint64_t)RL_NS_PER_SEC, &rem);
+    if (gain >= (rl__u128)(uint64_t)used)
+        return (tb_left){0, 0};
+    return (tb_left){used - (rl_fp)gain, (int64_t)rem};
 }
 
 /* Brings s forward to now; a now before s->last changes nothing. The refill of a key used
@@ -55,7 +60,9 @@ static inline void refill(const tb_params *p, tb_state *s, rl_ns now)
         s->frac = 0;
     } else if (__builtin_mul_overflow((uint64_t)(now - s->last), (uint64_t)p->rate, &num) ||
                __builtin_add_overflow(num, (uint64_t)s->frac, &num)) {
-        refill_wide(p, s, now);
+        tb_left l = refill_wide(p, s->used, s->frac, now - s->last);
+        s->used = l.used;
+        s->frac = l.frac;
     } else if (num / (uint64_t)RL_NS_PER_SEC >= (uint64_t)s->used) {
         s->used = 0;
         s->frac = 0;
@@ -92,15 +99,52 @@ static inline rl_ns wait_for(const tb_params *p, const tb_state *s, rl_ns now, r
     return dt == 0 ? 0 : rl__add_sat(s->last - now, dt);
 }
 
+/* tb_evaluate of any state: its whole refill. Out of line, so that tb_evaluate's common case
+ * needs no stack frame. */
+static __attribute__((noinline)) rl_ns evaluate_any(const tb_params *p, const tb_state *st,
+                                                    rl_ns now, rl_fp cost, tb_ev *e)
+{
+    tb_state s = *st;
+    refill(p, &s, now);
+    e->s = s;
+    return wait_for(p, &s, now, cost);
+}
+
+/* tb_evaluate's wait when the cost does not fit the state in e. */
+static __attribute__((noinline)) rl_ns evaluate_wait(const tb_params *p, const tb_ev *e,
+                                                     rl_ns now, rl_fp cost)
+{
+    return wait_for(p, &e->s, now, cost);
+}
+
+/* The common case inline: a key used moments ago (a refill that fits 64 bits) whose bucket
+ * holds the cost; anything else goes to evaluate_any or evaluate_wait, which give the same
+ * answer by the general path. */
 static rl_ns tb_evaluate(const void *pp, const void *st, const char *key, size_t keylen,
                          rl_ns now, rl_fp cost, rl_eval *ev)
 {
+    const tb_params *p = pp;
+    tb_ev *e = (tb_ev *)(void *)ev;
     tb_state s = *(const tb_state *)st; /* a local: no store through ev aliases the params */
+    uint64_t num;
     (void)key;
     (void)keylen;
-    refill(pp, &s, now);
-    ((tb_ev *)(void *)ev)->s = s;
-    return wait_for(pp, &s, now, cost);
+    if (now <= s.last || s.used <= 0 ||
+        __builtin_mul_overflow((uint64_t)(now - s.last), (uint64_t)p->rate, &num) ||
+        __builtin_add_overflow(num, (uint64_t)s.frac, &num))
+        return evaluate_any(p, st, now, cost, e);
+    if (num / (uint64_t)RL_NS_PER_SEC >= (uint64_t)s.used) {
+        s.used = 0;
+        s.frac = 0;
+    } else {
+        s.used -= (rl_fp)(num / (uint64_t)RL_NS_PER_SEC);
+        s.frac = (int64_t)(num % (uint64_t)RL_NS_PER_SEC);
+    }
+    s.last = now;
+    e->s = s;
+    if (cost <= p->capacity && s.used <= p->capacity - cost)
+        return 0;
+    return evaluate_wait(p, e, now, cost);
 }
 
 static void tb_commit(const void *pp, void *st, rl_eval *ev, rl_fp cost)

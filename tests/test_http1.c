@@ -7,6 +7,7 @@
  */
 #define _GNU_SOURCE /* strptime, timegm */
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -631,6 +632,44 @@ START_TEST(a_client_that_does_not_read)
 }
 END_TEST
 
+/* Policy (field 41 of /proc/<pid>/task/<tid>/stat) of each of the daemon's threads: its HTTP
+ * workers run as SCHED_BATCH (3), the main thread as SCHED_OTHER (0). */
+START_TEST(workers_run_as_batch_threads)
+{
+    char path[320], line[1024];
+    int batch = 0, threads = 0, main_policy = -1;
+    snprintf(path, sizeof path, "/proc/%d/task", (int)srv.pid);
+    DIR *d = opendir(path);
+    ck_assert_ptr_nonnull(d);
+    for (struct dirent *e; (e = readdir(d)) != NULL;) {
+        if (e->d_name[0] == '.')
+            continue;
+        int tid = atoi(e->d_name);
+        snprintf(path, sizeof path, "/proc/%d/task/%d/stat", (int)srv.pid, tid);
+        FILE *f = fopen(path, "r");
+        if (!f)
+            continue; /* a thread that ended meanwhile */
+        char *got = fgets(line, sizeof line, f);
+        fclose(f);
+        ck_assert_ptr_nonnull(got);
+        char *p = strrchr(line, ')'); /* fields counted after the command's parenthesis */
+        ck_assert_ptr_nonnull(p);
+        int field = 2, policy = -1;
+        for (char *t = strtok(p + 1, " "); t; t = strtok(NULL, " "))
+            if (++field == 41)
+                policy = atoi(t);
+        threads++;
+        batch += policy == 3;
+        if (tid == srv.pid)
+            main_policy = policy;
+    }
+    closedir(d);
+    ck_assert_int_gt(threads, 1);
+    ck_assert_int_eq(main_policy, 0);
+    ck_assert_int_ge(batch, 1);
+}
+END_TEST
+
 static Suite *http1_suite(void)
 {
     Suite *s = suite_create("http1");
@@ -657,6 +696,7 @@ static Suite *http1_suite(void)
     tcase_add_test(tc, names_any_case_and_decoded_arguments);
     tcase_add_test(tc, clients_that_leave_early);
     tcase_add_test(tc, a_client_that_does_not_read);
+    tcase_add_test(tc, workers_run_as_batch_threads);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -647,9 +647,7 @@ static void close_idle(worker *w)
 static void worker_sched(void)
 {
     struct sched_param sp = {0};
-    if (pthread_setschedparam(pthread_self(), SCHED_BATCH, &sp) != 0) {
-        /* not allowed here: the default policy serves as well */
-    }
+    (void)pthread_setschedparam(pthread_self(), SCHED_BATCH, &sp); /* refused: SCHED_OTHER */
 }
 
 static void *worker_main(void *arg)

@@ -67,11 +67,10 @@ static void array_free(rl__rec *r, uint32_t cap)
         munmap(r, (bytes + page - 1) / page * page);
 }
 
-uint32_t rl__seg_find_long(const rl__seg *s, uint32_t h, unsigned slot, const char *key,
-                           size_t klen)
+rl__rec *rl__seg_lookup_long(const rl__seg *s, uint32_t h, unsigned slot, const char *key,
+                             size_t klen)
 {
-    const rl__rec *p = rl__seg_lookup_in(s, h, slot, key, klen, 0);
-    return p ? (uint32_t)(p - s->r) : RL__NONE;
+    return rl__seg_lookup_in(s, h, slot, key, klen, 0);
 }
 
 /* Places e (moved in, not copied) into r of capacity cap; returns where e itself landed.

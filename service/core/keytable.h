@@ -136,8 +136,8 @@ _Static_assert(offsetof(rl__rec, hash) == 0 && offsetof(rl__rec, klen) == 4 &&
  * one (an empty slot is all zeros and a key at least one byte long, so an empty slot never
  * matches); only a record that matches them compares its key. It stops after the segment's
  * furthest distance from home, which no record passes: a probe costs a load, a compare and
- * a step of a pointer (no index to wrap and scale). Made twice, for keys held inline and for longer ones, so that the first calls
- * nothing and saves no registers. */
+ * a step of a pointer (no index to wrap and scale). Made twice, for keys held inline and for
+ * longer ones, so that the first calls nothing and saves no registers. */
 static inline __attribute__((always_inline)) rl__rec *
 rl__seg_lookup_in(const rl__seg *s, uint32_t h, unsigned slot, const char *key, size_t klen,
                   int inline_key)
@@ -161,19 +161,17 @@ rl__seg_lookup_in(const rl__seg *s, uint32_t h, unsigned slot, const char *key, 
     }
 }
 
-/* rl__seg_find for a key longer than RL__KEY_INLINE (out of line). */
-uint32_t rl__seg_find_long(const rl__seg *s, uint32_t h, unsigned slot, const char *key,
-                           size_t klen);
+/* rl__seg_lookup for a key longer than RL__KEY_INLINE (out of line). */
+rl__rec *rl__seg_lookup_long(const rl__seg *s, uint32_t h, unsigned slot, const char *key,
+                             size_t klen);
 
 /* The record of (slot, key) with record hash h, or NULL. Inline: every decision looks up a
  * record per rule. */
 static inline __attribute__((always_inline)) rl__rec *
 rl__seg_lookup(const rl__seg *s, uint32_t h, unsigned slot, const char *key, size_t klen)
 {
-    if (klen > RL__KEY_INLINE) {
-        uint32_t i = rl__seg_find_long(s, h, slot, key, klen);
-        return i == RL__NONE ? NULL : &s->r[i];
-    }
+    if (klen > RL__KEY_INLINE)
+        return rl__seg_lookup_long(s, h, slot, key, klen);
     return rl__seg_lookup_in(s, h, slot, key, klen, 1);
 }
 

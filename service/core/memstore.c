@@ -657,6 +657,25 @@ typedef struct lrun {
     ltake take[RL_MAX_APPLIED];
 } lrun;
 
+/* An applied rule as a decision of levels writes it (phase 1). */
+static inline __attribute__((always_inline)) void
+applied_set(rl_applied *a, const rl_rule *r, const char *key, uint32_t klen, uint16_t level,
+            unsigned si, rl_ns wait, int has_status, int shadow, int charge)
+{
+    a->rule = r;
+    a->key = key;
+    a->keylen = klen;
+    a->level = level;
+    a->slot = (uint16_t)si;
+    a->wait = wait;
+    a->has_status = has_status;
+    a->fallback = RL_FALLBACK_NONE;
+    a->shadow = (uint8_t)shadow;
+    a->shadow_denied = (uint8_t)(shadow && wait != 0);
+    a->charge = (uint8_t)charge;
+    a->status_lazy = (uint8_t)has_status;
+}
+
 /* Phase 1 for the rules of one level's key, its segment seg locked: as evaluate_one for the
  * items plan_rules would make of them, the applied rules written as plan_rules and
  * evaluate_one write them. Every value is read before the applied rule's byte fields are
@@ -696,18 +715,8 @@ levels_evaluate(const rl_levels *q, const rl_level_key *lk, rl__seg *seg, uint64
             seen |= SEEN_BLOCKS;
         x->seen |= seen;
         x->take[i] = (ltake){takes ? st : NULL, it.cost};
-        a->rule = r;
-        a->key = key;
-        a->keylen = klen;
-        a->level = lk->level;
-        a->slot = (uint16_t)si;
-        a->wait = wait;
-        a->has_status = has_status;
-        a->fallback = RL_FALLBACK_NONE;
-        a->shadow = (uint8_t)shadow;
-        a->shadow_denied = (uint8_t)(shadow && wait != 0);
-        a->charge = (uint8_t)((it.mode & RL_ITEM_CHARGE) != 0);
-        a->status_lazy = (uint8_t)has_status;
+        applied_set(a, r, key, klen, lk->level, (unsigned)si, wait, has_status, shadow,
+                    (it.mode & RL_ITEM_CHARGE) != 0);
     }
 }
 
@@ -732,18 +741,7 @@ plain_evaluate(const rl_rule *r, unsigned si, rl__seg *seg, uint64_t kh, const c
     rl_ns wait = t->evaluate(r->params, st ? st : zero_state, key, klen, now, need,
                              &a->status.ev);
     *tk = (ltake){st, take};
-    a->rule = r;
-    a->key = key;
-    a->keylen = klen;
-    a->level = level;
-    a->slot = (uint16_t)si;
-    a->wait = wait;
-    a->has_status = 1;
-    a->fallback = RL_FALLBACK_NONE;
-    a->shadow = 0;
-    a->shadow_denied = 0;
-    a->charge = 0;
-    a->status_lazy = 1;
+    applied_set(a, r, key, klen, level, si, wait, 1, 0, 0);
     return (st ? 0 : SEEN_MISSING) | (wait != 0 ? SEEN_BLOCKS : 0);
 }
 
@@ -811,9 +809,9 @@ levels_evaluate_level(const rl_levels *q, size_t k, rl__seg *const *seg, const u
  * item it was evaluated as (its shadow and charge are the item's mode). */
 static inline int levels_blocks(const rl_applied *a, rl_fp cost, unsigned flags)
 {
-    if (a->shadow)
-        return 0;
-    return !a->charge || (flags & RL_DRY_RUN) || cost == 0;
+    rl_plan_item it = {.mode = (a->shadow ? RL_ITEM_SHADOW : 0) | (a->charge ? RL_ITEM_CHARGE : 0),
+                       .cost = cost};
+    return rl_item_blocks(&it, flags);
 }
 
 /* A denied decision's retry_after and blocking rule: the longest wait of a rule that

@@ -49,6 +49,20 @@ static __attribute__((noinline)) tb_left refill_wide(const tb_params *p, rl_fp u
     return (tb_left){used - (rl_fp)gain, (int64_t)rem};
 }
 
+/* s refilled by num / RL_NS_PER_SEC tokens, num fitting 64 bits (a key used moments ago):
+ * the division by a constant is a multiplication. */
+static inline void refill_by(tb_state *s, uint64_t num)
+{
+    uint64_t gain = num / (uint64_t)RL_NS_PER_SEC;
+    if (gain >= (uint64_t)s->used) {
+        s->used = 0;
+        s->frac = 0;
+    } else {
+        s->used -= (rl_fp)gain;
+        s->frac = (int64_t)(num % (uint64_t)RL_NS_PER_SEC);
+    }
+}
+
 /* Brings s forward to now; a now before s->last changes nothing. The refill of a key used
  * moments ago fits 64 bits, whose division by a constant is a multiplication. */
 static inline void refill(const tb_params *p, tb_state *s, rl_ns now)
@@ -63,12 +77,8 @@ static inline void refill(const tb_params *p, tb_state *s, rl_ns now)
         tb_left l = refill_wide(p, s->used, s->frac, now - s->last);
         s->used = l.used;
         s->frac = l.frac;
-    } else if (num / (uint64_t)RL_NS_PER_SEC >= (uint64_t)s->used) {
-        s->used = 0;
-        s->frac = 0;
     } else {
-        s->used -= (rl_fp)(num / (uint64_t)RL_NS_PER_SEC);
-        s->frac = (int64_t)(num % (uint64_t)RL_NS_PER_SEC);
+        refill_by(s, num);
     }
     s->last = now;
 }
@@ -133,13 +143,7 @@ static rl_ns tb_evaluate(const void *pp, const void *st, const char *key, size_t
         __builtin_mul_overflow((uint64_t)(now - s.last), (uint64_t)p->rate, &num) ||
         __builtin_add_overflow(num, (uint64_t)s.frac, &num))
         return evaluate_any(p, st, now, cost, e);
-    if (num / (uint64_t)RL_NS_PER_SEC >= (uint64_t)s.used) {
-        s.used = 0;
-        s.frac = 0;
-    } else {
-        s.used -= (rl_fp)(num / (uint64_t)RL_NS_PER_SEC);
-        s.frac = (int64_t)(num % (uint64_t)RL_NS_PER_SEC);
-    }
+    refill_by(&s, num);
     s.last = now;
     e->s = s;
     if (cost <= p->capacity && s.used <= p->capacity - cost)

@@ -3,7 +3,7 @@
 #   make            build build/ratelimitd, build/ratelimit-replay (and the core library build/librl.a)
 #   make run        build and start the service on config/default.json (127.0.0.1:8080)
 #   make test       build and run the unit and integration tests
-#   make settings-doc  rewrite README.md's settings tables from service/settings.c
+#   make settings-doc  rewrite README.md's settings tables from service/config/settings.c
 #   make bench      optimised build and the benchmarks (not part of make test)
 #   make deps       install the Debian packages the build, tests and benchmarks need (as root)
 #   make SANITIZE=address,undefined test     tests under sanitizers
@@ -66,7 +66,9 @@ $(BUILD)/librl.a: $(CORE_OBJ)
 	$(Q)rm -f $@ && ar rcs $@ $^
 
 # ---- the service ------------------------------------------------------------------------
-SVC_LIB_SRC := $(filter-out service/main.c service/replay.c,$(wildcard service/*.c))
+# The wings of the daemon (service/<wing>/*.c); service/main.c is the composition root.
+WINGS       := app net config http grpc redis
+SVC_LIB_SRC := $(foreach w,$(WINGS),$(wildcard service/$(w)/*.c))
 SVC_LIB_OBJ := $(SVC_LIB_SRC:%.c=$(BUILD)/%.o)
 SVC_CFLAGS  := $(call pc_cflags,$(PKG_SVC))
 SVC_LIBS    := $(call pc_libs,$(PKG_SVC)) -ldl -lm
@@ -123,7 +125,7 @@ $(BUILD)/gen/redis_scripts.c: $(wildcard service/redis/*.lua) $(LUA_RULES) $(LUA
 	@mkdir -p $(dir $@)
 	$(call say,GEN,$@)
 	$(Q){ echo '/* generated from service/redis, service/core/rules by the Makefile: do not edit */'; \
-	  echo '#include <stddef.h>'; echo '#include "redis_scripts.h"'; \
+	  echo '#include <stddef.h>'; echo '#include "redis/scripts.h"'; \
 	  $(call lua_array,rld_lua_lib,service/redis/lib.lua) \
 	  for f in $(LUA_RULES); do n=$$(basename $$f .lua); \
 	    $(call lua_array,rld_lua_port_$$n,$$f) done; \
@@ -225,8 +227,8 @@ $(BUILD)/fuzz/lf_%: $(BUILD)/fuzz/%.o $(BUILD)/fuzz/fuzzutil.o $(SVC_LIB_OBJ) $(
 build-libfuzzer: $(FUZZ_LIBFUZZER)
 
 # ---- the README's settings tables ------------------------------------------------------
-# Made from the table in service/settings.c; test_config fails while README.md differs.
-$(BUILD)/tools/settings_doc: tools/settings_doc.c $(BUILD)/service/settings.o $(BUILD)/librl.a
+# Made from the table in service/config/settings.c; test_config fails while README.md differs.
+$(BUILD)/tools/settings_doc: tools/settings_doc.c $(BUILD)/service/config/settings.o $(BUILD)/librl.a
 	@mkdir -p $(dir $@)
 	$(call say,LD,$@)
 	$(Q)$(CC) $(BASE_CPPFLAGS) -Iservice $(ALL_CFLAGS) $^ -o $@ $(LDFLAGS_ALL) -lm
@@ -243,8 +245,8 @@ $(BUILD)/bench/bench_core.o: bench/bench_core.c
 	$(call say,CC,$<)
 	$(Q)$(CC) $(BASE_CPPFLAGS) -Iservice $(SVC_CFLAGS) $(ALL_CFLAGS) -c $< -o $@
 
-$(BUILD)/bench/bench_core: $(BUILD)/bench/bench_core.o $(BUILD)/service/config_json.o \
-                           $(BUILD)/service/settings.o \
+$(BUILD)/bench/bench_core: $(BUILD)/bench/bench_core.o $(BUILD)/service/config/config.o \
+                           $(BUILD)/service/config/settings.o $(BUILD)/service/app/file.o \
                            $(BUILD)/librl.a
 	$(call say,LD,$@)
 	$(Q)$(CC) $^ -o $@ $(LDFLAGS_ALL) $(SVC_LIBS)
@@ -255,7 +257,7 @@ $(BUILD)/bench/lua_scripts.o: bench/lua_scripts.c | $(BUILD)/gen/redis_args.h
 	$(call say,CC,$<)
 	$(Q)$(CC) $(BASE_CPPFLAGS) $(GEN_CPPFLAGS) -Iservice $(SVC_CFLAGS) $(ALL_CFLAGS) -c $< -o $@
 
-$(BUILD)/bench/lua_scripts: $(BUILD)/bench/lua_scripts.o $(BUILD)/service/redis_lua.o \
+$(BUILD)/bench/lua_scripts: $(BUILD)/bench/lua_scripts.o $(BUILD)/service/redis/lua.o \
                             $(BUILD)/gen/redis_scripts.o
 	$(call say,LD,$@)
 	$(Q)$(CC) $^ -o $@ $(LDFLAGS_ALL)
@@ -282,7 +284,7 @@ soak: deps-quiet
 # The public targets first install what is missing, then build in a second make, so that
 # pkg-config is asked after the packages are there.
 .PHONY: grpc-check
-.PHONY: all run test check-core deps deps-quiet install clean format bench build-all build-test \
+.PHONY: all run test check-core check-layers deps deps-quiet install clean format bench build-all build-test \
         build-bench settings-doc api-check container-deps container-test fuzz \
         build-libfuzzer soak
 .DEFAULT_GOAL := all
@@ -293,7 +295,13 @@ all: deps-quiet
 build-all: $(BUILD)/ratelimitd $(BUILD)/ratelimit-replay
 
 # The replay and what-if tool: traces through the same core and store stack as the daemon.
-$(BUILD)/ratelimit-replay: $(BUILD)/service/replay.o $(SVC_LIB_OBJ) $(BUILD)/librl.a
+REPLAY_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(wildcard tools/replay/*.c))
+$(BUILD)/tools/replay/%.o: tools/replay/%.c | $(PB_H) $(BUILD)/gen/redis_args.h
+	@mkdir -p $(dir $@)
+	$(call say,CC,$<)
+	$(Q)$(CC) $(BASE_CPPFLAGS) -Iservice $(SVC_CFLAGS) $(ALL_CFLAGS) -c $< -o $@
+
+$(BUILD)/ratelimit-replay: $(REPLAY_OBJ) $(SVC_LIB_OBJ) $(BUILD)/librl.a
 	$(call say,LD,$@)
 	$(Q)$(CC) $^ -o $@ $(LDFLAGS_ALL) $(SVC_LIBS)
 
@@ -380,7 +388,7 @@ $(SVC_LIB_OBJ) $(BUILD)/service/main.o $(TEST_SRC:tests/%.c=$(BUILD)/tests/%.o):
 MULTIARCH := $(shell $(CC) -print-multiarch 2>/dev/null)
 # Files of the service that may name rule types: rls_yaml.c translates envoyproxy/ratelimit's
 # configuration, whose algorithm names map onto rule types.
-NAMES_ALLOWED := service/rls_yaml.c
+NAMES_ALLOWED := service/grpc/rls_yaml.c
 check-core:
 	@rm -rf $(BUILD)/sysinc && mkdir -p $(BUILD)/sysinc
 	@for e in /usr/include/*; do case $${e##*/} in \
@@ -394,18 +402,26 @@ check-core:
 	@names=$$(sed -n 's/.*\.name = "\([a-z_]*\)".*/\1/p' service/core/rules/*.c | paste -sd'|'); \
 	tags=$$(sed -n 's/.*\.tag = "\([a-z0-9_]*\)".*/\1/p' service/core/rules/*.c | paste -sd'|'); \
 	if grep -nwE "$$names" $(filter-out service/core/rules/%,$(CORE_SRC)) service/core/*.h \
-	    $(filter-out $(NAMES_ALLOWED),$(wildcard service/*.c)); then \
+	    $(filter-out $(NAMES_ALLOWED),$(SVC_LIB_SRC) service/main.c); then \
 	    echo "check-core: a rule type is named outside its own files (above)"; exit 1; fi; \
-	if grep -nE "[\"']($$tags)[\"'|]" $(filter-out $(NAMES_ALLOWED),$(wildcard service/*.c)) \
-	    service/*.h service/redis/*.lua; then \
+	if grep -nE "[\"']($$tags)[\"'|]" $(filter-out $(NAMES_ALLOWED),$(SVC_LIB_SRC) service/main.c) \
+	    $(wildcard service/*/*.h) service/redis/*.lua; then \
 	    echo "check-core: a rule type's Redis tag is named outside its own files (above)"; \
 	    exit 1; fi; \
 	echo "check-core: no rule type ($$names) nor its Redis tag ($$tags) is named outside" \
 	    "service/core/rules/"
-	@if grep -n CLOCK_REALTIME $(filter-out service/main.c service/log.c service/http1.c,$(wildcard service/*.c)); then \
+	@if grep -n CLOCK_REALTIME $(filter-out service/app/log.c service/http/http1.c,$(SVC_LIB_SRC)); then \
 	    echo "check-core: the wall clock is read outside service/main.c (above)"; exit 1; fi; \
-	echo "check-core: only service/main.c reads the wall clock for decisions (log.c for log" \
-	    "lines, http1.c for the Date header)"
+	echo "check-core: only service/main.c reads the wall clock for decisions (app/log.c for" \
+	    "log lines, http/http1.c for the Date header)"
+
+# The layering of the daemon's wings (tools/check_layers.sh): the tree must follow it, and
+# tests/layers/, which breaks each rule once, must fail with exactly its 7 violations.
+check-layers:
+	$(Q)tools/check_layers.sh .
+	$(Q)n=$$(tools/check_layers.sh tests/layers 2>&1 | grep -c '^service/' || true); \
+	if [ "$$n" != 7 ]; then echo "check-layers: the broken tree gave $$n violations, not 7"; \
+	    exit 1; fi; echo "check-layers: the broken tree tests/layers fails with its 7 violations"
 
 # Debian packages the build, the tests and the benchmarks use.
 DEB_PKGS := gcc libc6-dev make pkg-config libjansson-dev libmicrohttpd-dev check libsubunit-dev \
@@ -468,7 +484,7 @@ install: $(BUILD)/ratelimitd
 	install -D -m 0644 include/ratelimit_store.h $(DESTDIR)$(PREFIX)/include/ratelimit_store.h
 
 format:
-	clang-format -i include/*.h service/*.[ch] service/core/*.[ch] service/core/rules/*.c tests/*.[ch] tests/plugins/*.c
+	clang-format -i include/*.h service/*.[ch] service/*/*.[ch] tools/replay/*.[ch] service/core/rules/*.c tests/*.[ch] tests/plugins/*.c
 
 clean:
 	rm -rf $(BUILD)

@@ -26,7 +26,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "config_json.h"
+#include "config/config.h"
 #include "ratelimit.h"
 
 static const char *config =

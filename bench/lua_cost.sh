@@ -7,7 +7,7 @@
 # script as the store builds it (build/bench/lua_scripts prints it: lib.lua, the rule types'
 # ports, decide.lua), replays one EVALSHA per case with redis-benchmark (keys spread over 100,000
 # values with __rand_int__, Redis's own clock, the arguments in the order service/redis/args.def
-# gives, as service/redis_store.c writes them), and prints
+# gives, as service/redis/store.c writes them), and prints
 # Redis's usec_per_call of EVALSHA for each case from INFO commandstats, plus used_memory per
 # state key. Also the cost of the library alone (the lib + "return 1"). Each case runs with
 # EVALSHA, then (on Redis 7) as FCALL of the same scripts loaded as a Functions library, as the

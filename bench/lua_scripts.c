@@ -11,8 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "redis_lua.h"
-#include "redis_scripts.h"
+#include "redis/lua.h"
+#include "redis/scripts.h"
 
 int main(int argc, char **argv)
 {

@@ -354,7 +354,7 @@ const rl_config *rl_limiter_config(const rl_limiter *lim);
  * rl_decision_done. Errors, which change no state: RL_EINVAL for a bad request ("keys.usr:
  * unknown descriptor", "keys.user: must not be empty"), RL_ESTORE when the store failed.
  * Amounts and times are the caller's to convert and check where they enter (the daemon does
- * it once per edge, service/values.h): cost in 1..RL_FP_MAX, now >= 0. A cost out of range is
+ * it once per edge, service/app/values.h): cost in 1..RL_FP_MAX, now >= 0. A cost out of range is
  * still refused with RL_EINVAL, as a guard that keeps the arithmetic inside int64, not as the
  * place where users learn the range. */
 int rl_acquire(rl_limiter *lim, const rl_request *req, rl_decision *d, rl_err *err);

@@ -14,17 +14,18 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "api.h"
-#include "clock.h"
-#include "config_json.h"
-#include "fleet.h"
-#include "grpc_api.h"
-#include "http.h"
-#include "log.h"
-#include "redis_pool.h"
-#include "redis_store.h"
-#include "tokens.h"
-#include "rls_yaml_grpc.h"
+#include "app/app.h"
+#include "app/clock.h"
+#include "app/file.h"
+#include "config/config.h"
+#include "redis/redis.h"
+#include "grpc/grpc_api.h"
+#include "http/http.h"
+#include "app/log.h"
+#include "redis/pool.h"
+#include "redis/store.h"
+#include "app/auth.h"
+#include "grpc/rls_yaml_grpc.h"
 
 /* config/default.json, embedded by the Makefile. */
 extern const char rld_default_config[];

@@ -17,7 +17,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "config_json.h"
+#include "app/file.h"
+#include "config/config.h"
 #include "srvutil.h"
 
 const char *su_binary(void)

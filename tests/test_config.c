@@ -7,7 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "redis_store.h"
+#include "app/file.h"
+#include "redis/store.h"
 #include "testutil.h"
 
 #define TB "{\"type\": \"token_bucket\", \"capacity\": 10, \"per_second\": 1}"

@@ -19,7 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "http1_parse.h"
+#include "http/http1_parse.h"
 #include "srvutil.h"
 
 /* ---- the parser ---------------------------------------------------------------------------- */

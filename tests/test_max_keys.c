@@ -7,7 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "config_json.h"
+#include "config/config.h"
 #include "ratelimit_store.h"
 #include "testutil.h"
 

@@ -1,5 +1,5 @@
 /*
- * test_redis_cluster.c - the Redis Cluster routing module (service/redis_cluster.c): CRC16 and
+ * test_redis_cluster.c - the Redis Cluster routing module (service/redis/cluster.c): CRC16 and
  * hash tags against known values and against CLUSTER KEYSLOT of a real cluster (three primaries
  * with a replica each, tests/redis_server.h); every key sent to the node that serves its slot;
  * a slot migrated by hand (CLUSTER SETSLOT ... MIGRATING / IMPORTING, MIGRATE, SETSLOT NODE)
@@ -13,7 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "redis_cluster.h"
+#include "redis/cluster.h"
 #include "redis_server.h"
 #include "testutil.h"
 

@@ -11,9 +11,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "fallback_store.h"
+#include "redis/fallback.h"
 #include "redis_server.h"
-#include "redis_store.h"
+#include "redis/store.h"
 #include "testutil.h"
 
 #define TIMEOUT_MS 100

@@ -1,5 +1,5 @@
 /*
- * test_redis_pool.c - the pool's shared connections (service/redis_pool.c) against a real
+ * test_redis_pool.c - the pool's shared connections (service/redis/pool.c) against a real
  * redis-server: more threads than connections, each call answered with its own reply while
  * calls are written in batches; a script cache flushed under load (NOSCRIPT in a batch);
  * Redis frozen and killed with calls owed, which fail within their deadline, and the pool
@@ -12,7 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "redis_pool.h"
+#include "redis/pool.h"
 #include "redis_server.h"
 #include "testutil.h"
 

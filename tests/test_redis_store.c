@@ -15,12 +15,12 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "fallback_store.h"
-#include "redis_quota.h"
-#include "redis_lua.h"
-#include "redis_scripts.h"
+#include "redis/fallback.h"
+#include "redis/quota_sync.h"
+#include "redis/lua.h"
+#include "redis/scripts.h"
 #include "redis_server.h"
-#include "redis_store.h"
+#include "redis/store.h"
 #include "testutil.h"
 
 static rt_redis srv;

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "rls.h"
+#include "grpc/rls.h"
 #include "testutil.h"
 
 /* user: 3 per minute (fixed windows from 0); ip: a bucket of 20 refilled at 10/s (full from

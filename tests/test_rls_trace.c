@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "redis_server.h"
-#include "redis_store.h"
+#include "redis/store.h"
 #include "testutil.h"
 #include "yamlutil.h"
 

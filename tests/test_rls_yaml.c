@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "buf.h"
+#include "app/buf.h"
 #include "testutil.h"
 #include "yamlutil.h"
 

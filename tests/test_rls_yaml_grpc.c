@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "rls_yaml_grpc.h"
+#include "grpc/rls_yaml_grpc.h"
 #include "testutil.h"
 #include "yamlutil.h"
 

@@ -8,13 +8,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "acquire_req.h"
-#include "api.h"
-#include "buf.h"
-#include "metrics.h"
-#include "render.h"
+#include "app/acquire_req.h"
+#include "app/app.h"
+#include "app/buf.h"
+#include "app/metrics.h"
+#include "app/render.h"
 #include "testutil.h"
-#include "values.h"
+#include "app/values.h"
 
 /* ---- the two parsers agree ---------------------------------------------------------------- */
 

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fallback_store.h"
+#include "redis/fallback.h"
 #include "ratelimit_store.h"
 #include "testutil.h"
 

@@ -8,8 +8,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "config_yaml.h"
-#include "rls_yaml.h"
+#include "grpc/yaml_reader.h"
+#include "grpc/rls_yaml.h"
 #include "testutil.h"
 #include "yamlutil.h"
 

@@ -7,7 +7,7 @@
 
 #include <check.h>
 
-#include "config_json.h"
+#include "config/config.h"
 #include "ratelimit.h"
 
 /* Seconds (a decimal literal) to nanoseconds, exactly for the values tests use. */

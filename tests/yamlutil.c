@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "config_json.h"
+#include "config/config.h"
 #include "yamlutil.h"
 
 void yt_open(yt *t, const char *yaml, rl_store *store)

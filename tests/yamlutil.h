@@ -6,7 +6,7 @@
 #define RL_YAMLUTIL_H
 
 #include "ratelimit.h"
-#include "rls_yaml.h"
+#include "grpc/rls_yaml.h"
 
 typedef struct yt {
     rl_registry *reg;

@@ -1,13 +1,13 @@
 /*
  * settings_doc.c - rewrites the settings tables of a Markdown file (README.md by default) from
- * the settings table (service/settings.c): make settings-doc. test_config fails while README.md
+ * the settings table (service/config/settings.c): make settings-doc. test_config fails while README.md
  * differs from what this writes.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "settings.h"
+#include "app/settings.h"
 
 static char *slurp(const char *path)
 {

@@ -6,7 +6,7 @@
  */
 #include <string.h>
 
-#include "acquire_req.h"
+#include "app/acquire_req.h"
 #include "fuzz.h"
 
 static const char config[] =

@@ -6,7 +6,7 @@
  */
 #include <string.h>
 
-#include "acquire_req.h"
+#include "app/acquire_req.h"
 #include "fuzz.h"
 
 static int same_str(const char *a, size_t al, const char *b, size_t bl)

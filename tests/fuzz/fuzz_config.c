@@ -7,7 +7,7 @@
 #define _GNU_SOURCE /* memmem */
 #include <string.h>
 
-#include "config_json.h"
+#include "config/config.h"
 #include "fuzz.h"
 
 static void decide(rl_config *cfg)

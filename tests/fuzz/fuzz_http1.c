@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "fuzz.h"
-#include "http1_parse.h"
+#include "http/http1_parse.h"
 
 static int inside(const char *p, const char *buf, size_t len)
 {

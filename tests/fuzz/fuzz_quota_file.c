@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "fuzz.h"
-#include "quotas.h"
+#include "app/quotas.h"
 
 static const char config[] =
     "{\"levels\": [{\"name\": \"user\", \"tiered\": true}],"

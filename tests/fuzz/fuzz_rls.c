@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "fuzz.h"
-#include "rls.h"
+#include "grpc/rls.h"
 
 static const char config[] =
     "{\"domain\": \"edge\", \"levels\": ["

@@ -7,9 +7,9 @@
  */
 #include <string.h>
 
-#include "api.h"
+#include "app/app.h"
 #include "fuzz.h"
-#include "quotas.h"
+#include "app/quotas.h"
 
 static int matches(const rld_route *rt, const char *url)
 {

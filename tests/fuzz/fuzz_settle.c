@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "fuzz.h"
-#include "settle_req.h"
+#include "app/settle_req.h"
 
 static const char config[] =
     "{\"levels\": [{\"name\": \"user\", \"rules\": [{\"type\": \"token_bucket\","

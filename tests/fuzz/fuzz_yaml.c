@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "fuzz.h"
-#include "rls_yaml.h"
+#include "grpc/rls_yaml.h"
 
 static void ask_all(rld_yrls *y, rl_limiter *lim, const rld_ydomain *dom)
 {

@@ -4,7 +4,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "config_json.h"
+#include "config/config.h"
 #include "fuzz.h"
 
 char *fz_copy(const uint8_t *data, size_t size)

@@ -1,0 +1,121 @@
+/*
+ * reload.c - rld_app_reload (api.h): the configuration file read again while serving.
+ *
+ * Everything that can fail happens before the swap, on a limiter nobody uses yet: the file,
+ * the limiter over a new memory store, the quota file. The state moves over while the gate
+ * is held for writing (no request in flight), as a snapshot (what a restart would keep is
+ * kept), and the limiters are swapped there; the old one is freed after the gate opens.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "app.h"
+#include "log.h"
+#include "ratelimit_store.h"
+
+/* What a reload swaps: a limiter with its quota file and its GET /rules text. */
+typedef struct generation {
+    rl_limiter *lim;
+    rld_quotas quotas;
+    char *rules_json;
+} generation;
+
+/* Builds the new generation from the file; nothing in force changes. */
+static int prepare(rld_app *app, generation *g, rl_err *err)
+{
+    rld_settings ns;
+    rl_config *cfg;
+    memset(g, 0, sizeof *g);
+    if (!app->config_path)
+        return rl_errf(err, RL_EINVAL, "reload: the daemon runs on the built-in configuration; "
+                                       "start it with --config to reload one");
+    if (app->yrls)
+        return rl_errf(err, RL_EINVAL, "reload: a configuration with envoyproxy/ratelimit's "
+                                       "YAML is applied at the next start");
+    int rc = rld_config_load(app->config_path, app->reg, &ns, &cfg, err);
+    if (rc != RL_OK)
+        return rc;
+    if (app->fleet || ns.store != RLD_STORE_MEMORY) {
+        rl_config_free(cfg);
+        rld_settings_clear(&ns);
+        return rl_errf(err, RL_EINVAL, "store: a reload keeps the memory store; a restart "
+                                       "applies a configuration with the Redis store");
+    }
+    rl_store *st = rl_memory_store_new_bounded((uint64_t)ns.max_keys);
+    rc = st ? rl_limiter_new(cfg, st, &g->lim, err) : rl_errf(err, RL_ENOMEM, "out of memory");
+    if (!st)
+        rl_config_free(cfg);
+    if (rc == RL_OK)
+        rc = rld_quotas_open(&g->quotas, app->set->quota_file, g->lim, app->reg, err);
+    if (rc == RL_OK && !app->set->quota_file) /* no file to read them back from */
+        rc = rld_quotas_carry(&g->quotas, &app->quotas, g->lim, app->reg, err);
+    json_t *rules = rc == RL_OK ? rld_config_to_json(rl_limiter_config(g->lim), app->set) : NULL;
+    g->rules_json = rules ? json_dumps(rules, RLD_JSON_FLAGS) : NULL;
+    json_decref(rules);
+    if (rc == RL_OK && !g->rules_json)
+        rc = rl_errf(err, RL_ENOMEM, "out of memory");
+    rld_settings_clear(&ns);
+    return rc;
+}
+
+static void drop(generation *g)
+{
+    if (g->quotas.overrides)
+        rld_quotas_close(&g->quotas);
+    rl_limiter_free(g->lim);
+    free(g->rules_json);
+}
+
+/* The state of app's limiter into g's, through a snapshot in a temporary file. */
+static int carry_state(rld_app *app, generation *g, rl_err *err)
+{
+    char path[] = "/tmp/ratelimitd-reload-XXXXXX";
+    int fd = mkstemp(path);
+    if (fd < 0)
+        return rl_errf(err, RL_EIO, "reload: no temporary file: %s", strerror(errno));
+    close(fd);
+    int rc = rl_limiter_save(app->lim, path, err);
+    if (rc == RL_OK)
+        rc = rl_limiter_load(g->lim, path, rld_app_time(app, 0, 0), NULL, err);
+    unlink(path);
+    return rc;
+}
+
+int rld_app_reload(rld_app *app, rl_err *err)
+{
+    generation g;
+    int rc = prepare(app, &g, err);
+    if (rc == RL_OK) {
+        pthread_rwlock_wrlock(&app->gate);
+        rc = carry_state(app, &g, err);
+        if (rc == RL_OK) {
+            /* the quota file's contents change hands; each keeps its own mutex */
+            rl_limiter *lim = app->lim;
+            json_t *overrides = app->quotas.overrides;
+            char *rules = app->rules_json;
+            app->lim = g.lim;
+            app->rls.lim = g.lim;
+            rld_metrics_levels_changed(app->metrics, rl_limiter_config(lim),
+                                       rl_limiter_config(g.lim));
+            app->quotas.overrides = g.quotas.overrides;
+            app->rules_json = g.rules_json;
+            app->rules_len = strlen(g.rules_json);
+            g.lim = lim;
+            g.quotas.overrides = overrides;
+            g.rules_json = rules;
+        }
+        pthread_rwlock_unlock(&app->gate);
+    }
+    drop(&g);
+    rld_metrics_reload(app->metrics, rc == RL_OK);
+    if (rc == RL_OK)
+        rld_log("configuration reloaded from %s (levels, tiers, quotas, reservation_ttl and "
+                "max_keys; other settings apply at the next start)",
+                app->config_path);
+    else
+        rld_log("error: reload refused, the configuration in force stays: %s", err->msg);
+    return rc;
+}

@@ -1,0 +1,61 @@
+/*
+ * redis.h - the daemon over the Redis store ("store": {"type": "redis", ...}): the store stack
+ * opened from the settings, the tier quotas kept in Redis for the whole fleet, and what
+ * /healthz and /metrics say about the store.
+ *
+ * Quotas. With Redis the hash P"quotas" is the fleet's source of truth (redis_quota.h):
+ * PUT and DELETE /quota/<user> write it (and announce the change), and every instance, the
+ * one that took the request included, applies what Redis holds; quota_file is not used. A
+ * change Redis cannot take is refused (RL_ESTORE, 503) and changes nothing.
+ *
+ * Life: rld_fleet_open before rl_limiter_new (which takes the store), rld_fleet_start once
+ * the limiter exists, rld_fleet_free before rl_limiter_free.
+ */
+#ifndef RLD_FLEET_H
+#define RLD_FLEET_H
+
+#include <stddef.h>
+
+#include "app/buf.h"
+#include "app/settings.h"
+#include "ratelimit.h"
+#include "ratelimit_store.h"
+
+typedef struct rld_fleet rld_fleet;
+
+/* Opens the Redis store stack for set (rld_redis_store_open: the Redis store inside the
+ * fallback store that follows each level's on_store_error). *store is for rl_limiter_new,
+ * which takes it; *out borrows it and is usable once the limiter owns it. Nothing connects
+ * yet. RL_EINVAL for a bad URL or option, RL_ENOMEM; nothing is returned then. */
+int rld_fleet_open(const rld_settings *set, int manual_clock, rl_store **store, rld_fleet **out,
+                   rl_err *err);
+/* Brings lim's quotas in line with Redis now and starts following changes. A Redis that cannot
+ * be reached is not an error: it is logged, and the follower synchronises in full as soon as
+ * Redis answers. RL_ENOMEM (or RL_EIO) when the follower cannot start. */
+int rld_fleet_start(rld_fleet *f, rl_limiter *lim, rl_err *err);
+/* Stops the follower and frees f; call before freeing the limiter. NULL is ok. */
+void rld_fleet_free(rld_fleet *f);
+
+/* Where the store is, for the start line: "redis store 127.0.0.1:6379/0, prefix \"rl:\""
+ * (never the password). */
+void rld_fleet_describe(const rld_fleet *f, char *buf, size_t len);
+
+/* PUT /quota/<user>: checks the body (rld_quota_body_parse, and that the store can hold its
+ * rules), stores it in Redis and has it in force here before returning. RL_EINVAL naming the
+ * field, RL_ESTORE when Redis cannot take it; nothing changes then. */
+int rld_fleet_quota_put(rld_fleet *f, rl_registry *reg, const char *user, const char *body,
+                        size_t len, rl_err *err);
+/* DELETE /quota/<user>: returns user to the default tier for the whole fleet (removes the
+ * stored quota, or stores the default tier when the configuration gives user a quota of its
+ * own). RL_ESTORE when Redis cannot take it. */
+int rld_fleet_quota_delete(rld_fleet *f, const char *user, rl_err *err);
+
+/* Appends the /healthz body: {"status": "ok" | "degraded", "store": "redis", "store_up",
+ * "store_errors", "peers", "fleet_size", "last_error"}. Returns 1 while Redis answers, 0 when
+ * the service runs on its fallbacks ("degraded"). */
+int rld_fleet_health(rld_fleet *f, rld_buf *out);
+/* Appends the store's metric families (ratelimit_store_up, ratelimit_store_errors_total,
+ * ratelimit_store_fallback_total{level,mode}, ratelimit_store_peers) in the text format. */
+void rld_fleet_metrics(rld_fleet *f, rld_buf *out);
+
+#endif

@@ -1,0 +1,2 @@
+#include "ratelimit.h"
+#include "redis/redis.h" /* bad: app sees only the core */

@@ -1,0 +1,5 @@
+#include "app/app.h"
+#include "http/http.h"
+#include "grpc/grpc.h"
+#include "redis/redis.h"
+#include "net/loop.h"

@@ -1,33 +1,24 @@
 /*
  * grpc.c - see grpc.h.
  *
- * Each worker owns an epoll instance, the connections it accepted and their nghttp2 sessions;
- * nothing is shared between workers but the listening socket (EPOLLEXCLUSIVE, so one worker
- * wakes per connection) and the stop flag. A call is answered on the worker that read it, as
- * soon as its last frame arrives, inside nghttp2's frame callback.
+ * HTTP/2 on net.h: net accepts, hands each connection to a worker in turn and runs the
+ * worker's loop, the cap, the idle timeout and the drain; each worker holds the nghttp2
+ * sessions of its connections. A call is answered on the worker that read it, as soon as its
+ * last frame arrives, inside nghttp2's frame callback.
  */
-#define _GNU_SOURCE /* accept4 */
-#include <arpa/inet.h>
 #include <errno.h>
-#include <fcntl.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <nghttp2/nghttp2.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
-#include <sys/eventfd.h>
 #include <sys/socket.h>
-#include <time.h>
-#include <unistd.h>
 
 #include "app/clock.h"
 #include "grpc.h"
-#include "app/log.h"
+#include "net/net.h"
 
-#define MAX_WORKERS 64
 #define MAX_STREAMS 1024 /* SETTINGS_MAX_CONCURRENT_STREAMS */
 #define OUT_BUF 16384
 #define ARENA_LIMIT (4u << 20) /* the memory one call may use, the unpacked message included */
@@ -64,41 +55,31 @@ typedef struct stream {
 } stream;
 
 struct conn {
-    int fd;
+    rld_net_conn base; /* first: net.h's part; its last is when bytes were last read */
     worker *w;
     nghttp2_session *s;
-    conn *prev, *next;
-    int out_armed;
     unsigned nstreams; /* open */
     stream *streams;   /* the open ones: nghttp2_session_del frees its own without on_close */
-    rl_ns last;        /* CLOCK_MONOTONIC: accepted, or bytes last read */
     size_t outlen, outoff;
     const uint8_t *pend; /* the rest of nghttp2's last chunk that did not fit in out */
     size_t pend_len;
     uint8_t out[OUT_BUF];
 };
 
+/* gRPC's part of a net worker. */
 struct worker {
+    rld_net_worker *nw;
     rld_grpc *g;
-    int ep, ev; /* epoll, eventfd for the stop */
-    pthread_t thread;
-    conn *conns;
-    unsigned nconns;
     stream *waiting; /* streams with a deadline not answered yet */
-    rl_ns idle_check; /* CLOCK_MONOTONIC: when idle connections are looked for next */
-    int goaway_sent;
     rld_arena arena;
 };
 
 struct rld_grpc {
     rld_grpc_config cfg;
-    int lfd, port;
-    int stopping;      /* atomic */
-    rl_ns drain_until; /* atomic, CLOCK_MONOTONIC */
-    unsigned left;     /* atomic: streams open when a worker gave up */
-    unsigned open;     /* atomic: connections open, over all workers */
-    int nworkers;
-    worker w[MAX_WORKERS];
+    rld_net *net;
+    int giving_up;  /* the drain is over: connections closed now count their streams */
+    unsigned left;  /* atomic: streams open when the drain gave up */
+    worker w[RLD_NET_MAX_WORKERS];
 };
 
 /* ---- small pieces ----------------------------------------------------------------------- */
@@ -473,17 +454,8 @@ static void callbacks_init(void)
 
 /* ---- connections ------------------------------------------------------------------------ */
 
-static void conn_arm(conn *c, int out)
-{
-    if (c->out_armed == out)
-        return;
-    struct epoll_event ev = {.events = EPOLLIN | (out ? EPOLLOUT : 0u), .data.ptr = c};
-    epoll_ctl(c->w->ep, EPOLL_CTL_MOD, c->fd, &ev);
-    c->out_armed = out;
-}
-
-/* Writes what nghttp2 has to send, gathering frames into one buffer. -1 when the connection
- * is broken. */
+/* Writes what nghttp2 has to send, gathering frames into one buffer; what the socket does not
+ * take waits for its next event. -1 when the connection is broken. */
 static int conn_flush(conn *c)
 {
     for (;;) {
@@ -503,41 +475,33 @@ static int conn_flush(conn *c)
             c->pend_len -= k;
         }
         if (c->outoff == c->outlen)
-            break;
-        ssize_t w = send(c->fd, c->out + c->outoff, c->outlen - c->outoff, MSG_NOSIGNAL);
+            return 0;
+        ssize_t w = send(c->base.fd, c->out + c->outoff, c->outlen - c->outoff, MSG_NOSIGNAL);
         if (w < 0) {
             if (errno == EINTR)
                 continue;
-            if (errno == EAGAIN || errno == EWOULDBLOCK) {
-                conn_arm(c, 1);
-                return 0;
-            }
-            return -1;
+            return errno == EAGAIN || errno == EWOULDBLOCK ? 0 : -1;
         }
         c->outoff += (size_t)w;
         if (c->outoff == c->outlen)
             c->outoff = c->outlen = 0;
     }
-    conn_arm(c, 0);
-    return 0;
 }
 
 static void conn_close(conn *c)
 {
-    worker *w = c->w;
-    epoll_ctl(w->ep, EPOLL_CTL_DEL, c->fd, NULL);
-    close(c->fd);
+    rld_net_close(&c->base); /* grpc_on_close frees c */
+}
+
+static void grpc_on_close(rld_net_conn *nc)
+{
+    conn *c = (conn *)nc;
+    rld_grpc *g = c->w->g;
+    if (c->nstreams && __atomic_load_n(&g->giving_up, __ATOMIC_ACQUIRE))
+        __atomic_add_fetch(&g->left, c->nstreams, __ATOMIC_RELAXED);
     while (c->streams) /* a stalled call, say: the session frees its side only */
         stream_free(c, c->streams);
     nghttp2_session_del(c->s);
-    if (c->prev)
-        c->prev->next = c->next;
-    else
-        w->conns = c->next;
-    if (c->next)
-        c->next->prev = c->prev;
-    w->nconns--;
-    __atomic_sub_fetch(&w->g->open, 1, __ATOMIC_RELAXED);
     free(c);
 }
 
@@ -555,11 +519,15 @@ static void conn_settle(conn *c)
         conn_close(c);
 }
 
-static void conn_read(conn *c)
+/* Reads what there is (up to a short read; to the end once the peer hung up, so that its
+ * close is seen), then writes the answers. */
+static void grpc_on_event(rld_net_conn *nc, unsigned events)
 {
+    conn *c = (conn *)nc;
     uint8_t buf[16384];
-    for (;;) {
-        ssize_t n = recv(c->fd, buf, sizeof buf, 0);
+    int hup = (events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)) != 0;
+    while (events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) {
+        ssize_t n = recv(c->base.fd, buf, sizeof buf, 0);
         if (n < 0 && errno == EINTR)
             continue;
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
@@ -568,53 +536,38 @@ static void conn_read(conn *c)
             conn_close(c);
             return;
         }
-        c->last = rld_mono_ns();
-        if ((size_t)n < sizeof buf)
+        c->base.last = c->w->nw->now;
+        if ((size_t)n < sizeof buf && !hup)
             break;
     }
-    conn_settle(c);
+    conn_settle(c); /* may close c */
 }
 
-static void conn_new(worker *w, int fd)
+/* On the accepting thread: the session, with the server's SETTINGS queued (sent on the
+ * connection's first event). */
+static rld_net_conn *grpc_open(rld_net_worker *nw, int fd, const struct sockaddr *sa,
+                               socklen_t sl)
 {
-    int one = 1;
     conn *c = calloc(1, sizeof *c);
     nghttp2_settings_entry iv[] = {{NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, MAX_STREAMS}};
+    (void)fd, (void)sa, (void)sl;
     if (!c || nghttp2_session_server_new2(&c->s, callbacks, c, options) != 0) {
         free(c);
-        close(fd);
-        return;
+        return NULL;
     }
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    c->fd = fd;
-    c->w = w;
-    c->last = rld_mono_ns();
-    struct epoll_event ev = {.events = EPOLLIN, .data.ptr = c};
-    if (epoll_ctl(w->ep, EPOLL_CTL_ADD, fd, &ev) != 0) {
-        nghttp2_session_del(c->s);
-        free(c);
-        close(fd);
-        return;
-    }
-    c->next = w->conns;
-    if (w->conns)
-        w->conns->prev = c;
-    w->conns = c;
-    w->nconns++;
-    __atomic_add_fetch(&w->g->open, 1, __ATOMIC_RELAXED);
+    c->w = nw->proto;
     nghttp2_submit_settings(c->s, NGHTTP2_FLAG_NONE, iv, 1);
-    if (w->goaway_sent)
-        conn_goaway(c);
-    conn_settle(c);
+    return &c->base;
 }
 
 /* A connection past max_connections: the server's preface (an empty SETTINGS) and a GOAWAY
- * with ENHANCE_YOUR_CALM that says why, written at once, then closed. */
-static void refuse(int fd, unsigned max)
+ * with ENHANCE_YOUR_CALM that says why, written at once (net closes it then). */
+static void grpc_refuse(void *ctx, int fd)
 {
+    const rld_grpc *gs = ctx;
     uint8_t f[9 + 9 + 8 + 96] = {0, 0, 0, 0x4}; /* SETTINGS, empty, stream 0 */
     int n = snprintf((char *)f + 26, 96, "connections: %u open, the most max_connections allows",
-                     max);
+                     gs->cfg.max_connections);
     size_t len = 8 + (size_t)n;
     uint8_t *g = f + 9;
     g[0] = (uint8_t)(len >> 16), g[1] = (uint8_t)(len >> 8), g[2] = (uint8_t)len;
@@ -623,49 +576,30 @@ static void refuse(int fd, unsigned max)
     if (send(fd, f, 9 + 9 + len, MSG_NOSIGNAL | MSG_DONTWAIT) < 0) {
         /* the client learns it from the closed connection alone */
     }
-    close(fd);
 }
 
-static void accept_all(worker *w)
+/* Quiet for idle_timeout_ms (idle, or a call whose body stalls): a GOAWAY before net closes. */
+static void grpc_on_idle(rld_net_conn *nc)
 {
-    unsigned max = w->g->cfg.max_connections;
-    for (;;) {
-        int fd = accept4(w->g->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-        if (fd < 0)
-            return;
-        if (max && __atomic_load_n(&w->g->open, __ATOMIC_RELAXED) >= max)
-            refuse(fd, max);
-        else
-            conn_new(w, fd);
-    }
+    conn *c = (conn *)nc;
+    conn_goaway(c);
+    conn_flush(c);
 }
 
-/* Closes, after a GOAWAY, the connections that sent nothing for idle_timeout_ms: idle ones,
- * and those whose call stalls (a body that does not come); looks at most every 100 ms. */
-static void close_idle(worker *w, rl_ns now)
+/* The server stops: a GOAWAY; the streams already opened finish, then the session closes. */
+static void grpc_on_stop(rld_net_conn *nc)
 {
-    rl_ns idle = (rl_ns)w->g->cfg.idle_timeout_ms * 1000000;
-    if (!idle || now < w->idle_check)
-        return;
-    w->idle_check = now + 100000000;
-    for (conn *c = w->conns, *nx; c; c = nx) {
-        nx = c->next;
-        if (now - c->last >= idle) {
-            conn_goaway(c);
-            conn_flush(c);
-            conn_close(c);
-        }
-    }
+    conn *c = (conn *)nc;
+    conn_goaway(c);
+    conn_settle(c); /* may close c */
 }
 
 /* Answers DEADLINE_EXCEEDED to the calls whose deadline passed; returns the milliseconds until
  * the next deadline (-1: none). */
-static int expire(worker *w)
+static int grpc_on_turn(rld_net_worker *nw)
 {
-    rl_ns now = rld_mono_ns(), next = INT64_MAX;
-    close_idle(w, now);
-    if (w->g->cfg.idle_timeout_ms && w->nconns)
-        next = w->idle_check;
+    worker *w = nw->proto;
+    rl_ns now = nw->now, next = INT64_MAX;
     for (stream *st = w->waiting, *nx; st; st = nx) {
         nx = st->wnext;
         if (st->deadline <= now) {
@@ -685,96 +619,28 @@ static int expire(worker *w)
     return ms > 1000 ? 1000 : (int)ms;
 }
 
-static void begin_stop(worker *w)
-{
-    epoll_ctl(w->ep, EPOLL_CTL_DEL, w->g->lfd, NULL);
-    w->goaway_sent = 1;
-    for (conn *c = w->conns, *nx; c; c = nx) {
-        nx = c->next;
-        conn_goaway(c);
-        conn_settle(c);
-    }
-}
-
-static void *worker_main(void *arg)
-{
-    worker *w = arg;
-    rld_grpc *g = w->g;
-    struct epoll_event evs[64];
-    rld_arena_init(&w->arena, ARENA_LIMIT);
-    for (;;) {
-        int stopping = __atomic_load_n(&g->stopping, __ATOMIC_ACQUIRE);
-        if (stopping && !w->goaway_sent)
-            begin_stop(w);
-        if (stopping &&
-            (w->nconns == 0 || rld_mono_ns() >= __atomic_load_n(&g->drain_until, __ATOMIC_ACQUIRE)))
-            break;
-        int timeout = expire(w);
-        if (stopping && (timeout < 0 || timeout > 50))
-            timeout = 50;
-        int n = epoll_wait(w->ep, evs, 64, timeout);
-        for (int i = 0; i < n; i++) {
-            void *p = evs[i].data.ptr;
-            if (p == &g->lfd) {
-                accept_all(w);
-            } else if (p == w) {
-                uint64_t v;
-                if (read(w->ev, &v, sizeof v) < 0)
-                    continue;
-            } else {
-                conn *c = p;
-                if (evs[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR))
-                    conn_read(c); /* may close c */
-                else if (evs[i].events & EPOLLOUT)
-                    conn_settle(c);
-            }
-        }
-    }
-    unsigned open = 0;
-    while (w->conns) {
-        open += w->conns->nstreams;
-        conn_close(w->conns);
-    }
-    if (open)
-        __atomic_add_fetch(&g->left, open, __ATOMIC_RELAXED);
-    rld_arena_reset(&w->arena);
-    return NULL;
-}
+static const rld_net_ops grpc_net_ops = {.open = grpc_open,
+                                         .on_event = grpc_on_event,
+                                         .on_turn = grpc_on_turn,
+                                         .on_idle = grpc_on_idle,
+                                         .on_stop = grpc_on_stop,
+                                         .on_close = grpc_on_close,
+                                         .refuse = grpc_refuse};
 
 /* ---- the server ------------------------------------------------------------------------- */
 
-static int listen_on(const char *address, int port, int *bound, rl_err *err)
+/* Stops the workers and frees g; returns the streams still open then. */
+static unsigned grpc_free(rld_grpc *g)
 {
-    struct sockaddr_storage ss;
-    socklen_t sl;
-    memset(&ss, 0, sizeof ss);
-    struct sockaddr_in *a4 = (struct sockaddr_in *)&ss;
-    struct sockaddr_in6 *a6 = (struct sockaddr_in6 *)&ss;
-    if (inet_pton(AF_INET, address, &a4->sin_addr) == 1) {
-        a4->sin_family = AF_INET;
-        a4->sin_port = htons((uint16_t)port);
-        sl = sizeof *a4;
-    } else if (inet_pton(AF_INET6, address, &a6->sin6_addr) == 1) {
-        a6->sin6_family = AF_INET6;
-        a6->sin6_port = htons((uint16_t)port);
-        sl = sizeof *a6;
-    } else {
-        return rl_errf(err, RL_EINVAL, "grpc.listen: %s is not an IP address", address);
+    if (g->net) {
+        __atomic_store_n(&g->giving_up, 1, __ATOMIC_RELEASE);
+        rld_net_free(g->net); /* closes what is left, counting its streams */
     }
-    int one = 1, fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd < 0)
-        return rl_errf(err, RL_EIO, "grpc: socket: %s", strerror(errno));
-    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    if (bind(fd, (struct sockaddr *)&ss, sl) != 0 || listen(fd, 1024) != 0) {
-        int e = errno;
-        close(fd);
-        return rl_errf(err, RL_EIO, "grpc.listen: cannot listen on %s port %d: %s", address, port,
-                       strerror(e));
-    }
-    sl = sizeof ss;
-    getsockname(fd, (struct sockaddr *)&ss, &sl);
-    *bound = ntohs(ss.ss_family == AF_INET ? a4->sin_port : a6->sin6_port);
-    return fd;
+    for (unsigned i = 0; i < RLD_NET_MAX_WORKERS; i++)
+        rld_arena_reset(&g->w[i].arena);
+    unsigned left = __atomic_load_n(&g->left, __ATOMIC_RELAXED);
+    free(g);
+    return left;
 }
 
 rld_grpc *rld_grpc_start(const rld_grpc_config *cfg, rl_err *err)
@@ -792,33 +658,29 @@ rld_grpc *rld_grpc_start(const rld_grpc_config *cfg, rl_err *err)
     g->cfg = *cfg;
     if (!g->cfg.max_message)
         g->cfg.max_message = RLD_GRPC_MAX_MESSAGE;
-    g->nworkers = cfg->threads < 1 ? 1 : cfg->threads > MAX_WORKERS ? MAX_WORKERS : cfg->threads;
-    if ((g->lfd = listen_on(cfg->address, cfg->port, &g->port, err)) < 0) {
-        free(g);
+    rld_net_config nc = {.address = cfg->address,
+                         .port = cfg->port,
+                         .workers = cfg->threads < 1 ? 1u : (unsigned)cfg->threads,
+                         .max_connections = cfg->max_connections,
+                         .idle_ms = cfg->idle_timeout_ms,
+                         .drain_connections = 1,
+                         .setting = "grpc.listen",
+                         .ops = &grpc_net_ops,
+                         .ctx = g};
+    for (unsigned i = 0; i < RLD_NET_MAX_WORKERS; i++)
+        rld_arena_init(&g->w[i].arena, ARENA_LIMIT);
+    if (!(g->net = rld_net_new(&nc, err))) {
+        grpc_free(g);
         return NULL;
     }
-    int started = 0;
-    for (; started < g->nworkers; started++) {
-        worker *w = &g->w[started];
+    for (unsigned i = 0; i < rld_net_workers(g->net); i++) {
+        worker *w = &g->w[i];
+        w->nw = rld_net_worker_at(g->net, i);
+        w->nw->proto = w;
         w->g = g;
-        w->ep = epoll_create1(EPOLL_CLOEXEC);
-        w->ev = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-        struct epoll_event le = {.events = EPOLLIN | EPOLLEXCLUSIVE, .data.ptr = &g->lfd};
-        struct epoll_event ee = {.events = EPOLLIN, .data.ptr = w};
-        if (w->ep < 0 || w->ev < 0 || epoll_ctl(w->ep, EPOLL_CTL_ADD, g->lfd, &le) != 0 ||
-            epoll_ctl(w->ep, EPOLL_CTL_ADD, w->ev, &ee) != 0 ||
-            pthread_create(&w->thread, NULL, worker_main, w) != 0) {
-            if (w->ep >= 0)
-                close(w->ep);
-            if (w->ev >= 0)
-                close(w->ev);
-            break;
-        }
     }
-    if (started < g->nworkers) {
-        g->nworkers = started;
-        rld_grpc_stop(g, 0);
-        rl_errf(err, RL_EIO, "grpc: cannot start the worker threads");
+    if (rld_net_run(g->net, err) != 0) {
+        grpc_free(g);
         return NULL;
     }
     return g;
@@ -826,25 +688,11 @@ rld_grpc *rld_grpc_start(const rld_grpc_config *cfg, rl_err *err)
 
 int rld_grpc_port(const rld_grpc *g)
 {
-    return g->port;
+    return rld_net_port(g->net);
 }
 
 unsigned rld_grpc_stop(rld_grpc *g, unsigned drain_ms)
 {
-    __atomic_store_n(&g->drain_until, rld_mono_ns() + (rl_ns)drain_ms * 1000000, __ATOMIC_RELEASE);
-    __atomic_store_n(&g->stopping, 1, __ATOMIC_RELEASE);
-    for (int i = 0; i < g->nworkers; i++) {
-        uint64_t one = 1;
-        if (write(g->w[i].ev, &one, sizeof one) < 0)
-            rld_log("error: grpc: cannot wake a worker: %s", strerror(errno));
-    }
-    for (int i = 0; i < g->nworkers; i++) {
-        pthread_join(g->w[i].thread, NULL);
-        close(g->w[i].ep);
-        close(g->w[i].ev);
-    }
-    close(g->lfd);
-    unsigned left = __atomic_load_n(&g->left, __ATOMIC_RELAXED);
-    free(g);
-    return left;
+    rld_net_drain(g->net, drain_ms);
+    return grpc_free(g);
 }

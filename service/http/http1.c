@@ -1,8 +1,8 @@
 /*
- * http1.c - the plain HTTP server behind http.h: HTTP/1.1 on an epoll loop per worker.
+ * http1.c - the plain HTTP server behind http.h: HTTP/1.1 on net.h's workers.
  *
- * The accepting thread (http_server.h) hands each new connection to a worker in turn, through
- * the worker's queue and its eventfd; from then on the worker alone touches it. A connection
+ * net.h accepts, hands each new connection to a worker in turn and runs the worker's loop, its
+ * timeouts and the drain; this file parses and answers. A connection
  * reads into one buffer, parses each request's head there in place (http1_parse.h), runs the
  * handler as soon as the body is in, and appends the answer to its output, which goes out with
  * one send for everything one read brought (pipelined requests are answered in order). While
@@ -10,23 +10,18 @@
  * is read from it. A request stays its connection's current one until it is answered, so an
  * answer given later (from another thread, through the worker's queue) fits the same path.
  */
-#define _GNU_SOURCE /* accept4 */
 #include <errno.h>
-#include <sched.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
-#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <time.h>
-#include <unistd.h>
 
-#include "app/clock.h"
 #include "http1_parse.h"
+#include "net/net.h"
 #include "server.h"
-#include "app/log.h"
 
 #define IN_CAP (RLD_H1_MAX_HEAD + 4096) /* a head at its limit leaves room to read a body */
 #define OUT_INLINE 8192
@@ -40,9 +35,8 @@ enum { S_HEAD, S_BODY, S_CHUNKED, S_LINGER, S_READY };
 typedef struct worker worker;
 
 typedef struct conn {
-    int fd;
+    rld_net_conn base; /* first: net.h's part */
     worker *w;
-    struct conn *prev, *next; /* the worker's connections */
     int state;
     int readable;     /* the socket may hold bytes not read yet */
     int keep;         /* the current request lets the connection stay open */
@@ -51,7 +45,6 @@ typedef struct conn {
     int peer_eof;     /* the client will send nothing more */
     unsigned pending; /* requests begun whose answers are not all written (in flight) */
     unsigned queued;  /* of them, those answered: their answers are in wb */
-    rl_ns last;       /* CLOCK_MONOTONIC: accepted, or bytes last moved */
     size_t in_len, in_off;
     size_t scan; /* rld_h1_head_end's resume point */
     size_t hold; /* the current request's head ends here: the buffer keeps it till answered */
@@ -67,16 +60,10 @@ typedef struct conn {
     char in[IN_CAP];
 } conn;
 
+/* HTTP's part of a net worker; its busy work is the requests in flight. */
 struct worker {
-    _Alignas(64) struct h1_http *h;
-    long active; /* atomic (written here only): requests in flight on this worker */
-    int ep, ev;  /* epoll; eventfd: new connections, or stop */
-    pthread_t thread;
-    conn *conns;
-    pthread_mutex_t mu;
-    conn *incoming; /* handed over by the acceptor, not yet watched (under mu) */
-    rl_ns now;      /* CLOCK_MONOTONIC at the last wake-up */
-    rl_ns idle_check;
+    _Alignas(64) rld_net_worker *nw; /* a cache line of its own: no sharing between workers */
+    struct h1_http *h;
     conn *ready[RLD_MANY_MAX]; /* complete requests of one row with a many handler, not yet run */
     size_t nready;
     time_t date_at; /* the second date is written for */
@@ -86,10 +73,8 @@ struct worker {
 
 typedef struct h1_http {
     rld_http base;
-    rld_acceptor acc;
-    int quit; /* atomic: workers close everything and return */
-    unsigned nw;
-    worker w[RLD_MAX_WORKERS];
+    rld_net *net;
+    worker w[RLD_NET_MAX_WORKERS];
 } h1_http;
 
 static conn *conn_of(const rld_req *r)
@@ -99,7 +84,7 @@ static conn *conn_of(const rld_req *r)
 
 static void active_add(worker *w, long n)
 {
-    __atomic_store_n(&w->active, w->active + n, __ATOMIC_RELEASE);
+    rld_net_busy_add(w->nw, n);
 }
 
 /* ---- answers ------------------------------------------------------------------------------ */
@@ -262,7 +247,8 @@ static const struct sockaddr *h1_client(const rld_req *r)
 
 static void request_begin(conn *c)
 {
-    rld__req_begin(&c->w->h->base, &c->req, c->w->now); /* the loop's wake-up: no clock call */
+    /* the loop's wake-up: no clock call */
+    rld__req_begin(&c->w->h->base, &c->req, c->w->nw->now);
     c->pending++;
     active_add(c->w, 1);
 }
@@ -419,20 +405,16 @@ static int conn_process(conn *c)
 
 static void conn_close(conn *c)
 {
-    worker *w = c->w;
+    rld_net_close(&c->base); /* h1_on_close frees c */
+}
+
+static void h1_on_close(rld_net_conn *nc)
+{
+    conn *c = (conn *)nc;
     if (c->state != S_HEAD && c->state != S_LINGER)
         rld__req_end(&c->req); /* a request whose body never came */
-    active_add(w, -(long)c->pending);
-    epoll_ctl(w->ep, EPOLL_CTL_DEL, c->fd, NULL);
-    close(c->fd);
+    active_add(c->w, -(long)c->pending);
     rld_buf_reset(&c->wb);
-    if (c->prev)
-        c->prev->next = c->next;
-    else
-        w->conns = c->next;
-    if (c->next)
-        c->next->prev = c->prev;
-    __atomic_sub_fetch(&w->h->base.open, 1, __ATOMIC_RELAXED);
     free(c);
 }
 
@@ -441,13 +423,13 @@ static void conn_close(conn *c)
 static int conn_flush(conn *c)
 {
     while (c->woff < c->wb.len) {
-        ssize_t n = send(c->fd, c->wb.p + c->woff, c->wb.len - c->woff, MSG_NOSIGNAL);
+        ssize_t n = send(c->base.fd, c->wb.p + c->woff, c->wb.len - c->woff, MSG_NOSIGNAL);
         if (n < 0 && errno == EINTR)
             continue;
         if (n < 0)
             return errno == EAGAIN || errno == EWOULDBLOCK ? 0 : -1;
         c->woff += (size_t)n;
-        c->last = c->w->now;
+        c->base.last = c->w->nw->now;
     }
     if (c->wb.oom)
         return -1;
@@ -464,7 +446,7 @@ static int conn_flush(conn *c)
 static void linger_read(conn *c)
 {
     for (;;) {
-        ssize_t n = recv(c->fd, c->in, IN_CAP, 0);
+        ssize_t n = recv(c->base.fd, c->in, IN_CAP, 0);
         if (n < 0 && errno == EINTR)
             continue;
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
@@ -473,7 +455,7 @@ static void linger_read(conn *c)
             conn_close(c);
             return;
         }
-        c->last = c->w->now;
+        c->base.last = c->w->nw->now;
     }
 }
 
@@ -482,14 +464,15 @@ static void linger_read(conn *c)
  * loses the answer. */
 static void conn_linger(conn *c)
 {
-    if (c->peer_eof || shutdown(c->fd, SHUT_WR) != 0) {
+    if (c->peer_eof || shutdown(c->base.fd, SHUT_WR) != 0) {
         conn_close(c);
         return;
     }
     if (c->state != S_HEAD)
         rld__req_end(&c->req);
     c->state = S_LINGER;
-    c->last = c->w->now;
+    c->base.last = c->w->nw->now;
+    c->base.timeout = LINGER_NS;
     linger_read(c); /* may close c */
 }
 
@@ -513,7 +496,7 @@ static int conn_read(conn *c)
     size_t room = IN_CAP - c->in_len;
     ssize_t n;
     do
-        n = recv(c->fd, c->in + c->in_len, room, 0);
+        n = recv(c->base.fd, c->in + c->in_len, room, 0);
     while (n < 0 && errno == EINTR);
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
         c->readable = 0;
@@ -525,7 +508,7 @@ static int conn_read(conn *c)
         c->peer_eof = 1;
     if ((size_t)n < room)
         c->readable = 0;
-    c->last = c->w->now;
+    c->base.last = c->w->nw->now;
     c->in_len += (size_t)n;
     return 0;
 }
@@ -559,8 +542,9 @@ static void conn_run(conn *c)
     }
 }
 
-static void conn_event(conn *c, unsigned events)
+static void h1_on_event(rld_net_conn *nc, unsigned events)
 {
+    conn *c = (conn *)nc;
     if (events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR))
         c->readable = 1;
     if (c->state == S_LINGER)
@@ -571,10 +555,16 @@ static void conn_event(conn *c, unsigned events)
 
 /* ---- workers ------------------------------------------------------------------------------ */
 
+static void h1_on_wake(rld_net_worker *nw)
+{
+    date_refresh(nw->proto);
+}
+
 /* Runs the batch of complete requests, then each of their connections on (reading what
  * follows, writing the answers); requests completed meanwhile form the next batch. */
-static void run_ready(worker *w)
+static int h1_on_turn(rld_net_worker *nw)
 {
+    worker *w = nw->proto;
     while (w->nready) {
         conn *cs[RLD_MANY_MAX];
         rld_req *rs[RLD_MANY_MAX];
@@ -589,106 +579,19 @@ static void run_ready(worker *w)
         for (size_t i = 0; i < n; i++)
             conn_run(cs[i]); /* may close it */
     }
+    return -1;
 }
 
-/* Watches the connections the acceptor handed over. */
-static void take_incoming(worker *w)
+/* On the accepting thread: the connection's memory is made off the worker. */
+static rld_net_conn *h1_open(rld_net_worker *nw, int fd, const struct sockaddr *sa,
+                             socklen_t sl)
 {
-    uint64_t v;
-    if (read(w->ev, &v, sizeof v) < 0) {
-        /* nothing new: a wake-up for the stop */
-    }
-    pthread_mutex_lock(&w->mu);
-    conn *list = w->incoming;
-    w->incoming = NULL;
-    pthread_mutex_unlock(&w->mu);
-    for (conn *c = list, *nx; c; c = nx) {
-        nx = c->next;
-        struct epoll_event ev = {.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET,
-                                 .data.ptr = c};
-        c->last = w->now;
-        if (epoll_ctl(w->ep, EPOLL_CTL_ADD, c->fd, &ev) != 0) {
-            close(c->fd);
-            __atomic_sub_fetch(&w->h->base.open, 1, __ATOMIC_RELAXED);
-            free(c);
-            continue;
-        }
-        c->prev = NULL;
-        c->next = w->conns;
-        if (w->conns)
-            w->conns->prev = c;
-        w->conns = c;
-    }
-}
-
-/* Closes connections that moved no byte for connection_timeout (idle, stalled in a request,
- * or not reading their answers) and lingering ones past LINGER_NS; looks four times a
- * second. */
-static void close_idle(worker *w)
-{
-    const rld_http_config *cfg = &w->h->base.cfg;
-    rl_ns idle = (rl_ns)(cfg->connection_timeout ? cfg->connection_timeout : 30) * RL_NS_PER_SEC;
-    if (w->now < w->idle_check)
-        return;
-    w->idle_check = w->now + RL_NS_PER_SEC / 4;
-    for (conn *c = w->conns, *nx; c; c = nx) {
-        nx = c->next;
-        rl_ns limit = c->state == S_LINGER && idle > LINGER_NS ? LINGER_NS : idle;
-        if (w->now - c->last >= limit)
-            conn_close(c);
-    }
-}
-
-/* A worker is scheduled as a batch thread (SCHED_BATCH, same nice level): its wake-up on a
- * client's bytes does not preempt the thread that sent them, so the client goes on sending and
- * the worker, when it runs, finds more requests ready for one epoll_wait. Under the HTTP
- * benchmark's load this halves the worker's context switches a request. A refusal is harmless:
- * the worker then runs as a normal thread. */
-static void worker_sched(void)
-{
-    struct sched_param sp = {0};
-    (void)pthread_setschedparam(pthread_self(), SCHED_BATCH, &sp); /* refused: SCHED_OTHER */
-}
-
-static void *worker_main(void *arg)
-{
-    worker *w = arg;
-    h1_http *h = w->h;
-    struct epoll_event evs[64];
-    worker_sched();
-    while (!__atomic_load_n(&h->quit, __ATOMIC_ACQUIRE)) {
-        int n = epoll_wait(w->ep, evs, 64, w->conns ? 250 : -1);
-        w->now = rld_mono_ns();
-        date_refresh(w);
-        for (int i = 0; i < n; i++) {
-            if (evs[i].data.ptr == w)
-                take_incoming(w);
-            else
-                conn_event(evs[i].data.ptr, evs[i].events);
-        }
-        run_ready(w);
-        close_idle(w);
-    }
-    while (w->conns)
-        conn_close(w->conns);
-    take_incoming(w); /* handed over during the stop */
-    while (w->conns)
-        conn_close(w->conns);
-    return NULL;
-}
-
-/* The acceptor's hand-over: the connection's memory is made here, off the worker. */
-static int hand(void *ctx, unsigned i, int fd, const struct sockaddr *sa, socklen_t sl)
-{
-    h1_http *h = ctx;
-    worker *w = &h->w[i];
     conn *c = malloc(sizeof *c);
-    if (!c) {
-        close(fd);
-        return -1;
-    }
-    c->fd = fd;
-    c->w = w;
+    (void)fd;
+    if (!c)
+        return NULL;
+    c->w = nw->proto;
+    c->base.timeout = 0;
     c->state = S_HEAD;
     c->close_after = c->peer_eof = 0;
     c->readable = 1;
@@ -701,42 +604,22 @@ static int hand(void *ctx, unsigned i, int fd, const struct sockaddr *sa, sockle
     rld_buf_init(&c->wb, c->wb_inl, sizeof c->wb_inl);
     memset(&c->peer, 0, sizeof c->peer);
     memcpy(&c->peer, sa, sl < sizeof c->peer ? sl : sizeof c->peer);
-    pthread_mutex_lock(&w->mu);
-    int was_empty = w->incoming == NULL;
-    c->next = w->incoming;
-    w->incoming = c;
-    pthread_mutex_unlock(&w->mu);
-    uint64_t one = 1;
-    if (was_empty && write(w->ev, &one, sizeof one) < 0)
-        rld_log("error: cannot wake an HTTP worker: %s", strerror(errno));
-    return 0;
+    return &c->base;
 }
+
+static const rld_net_ops h1_net_ops = {.open = h1_open,
+                                       .on_event = h1_on_event,
+                                       .on_wake = h1_on_wake,
+                                       .on_turn = h1_on_turn,
+                                       .on_close = h1_on_close,
+                                       .refuse = rld__http_refuse};
 
 /* ---- the server ------------------------------------------------------------------------- */
 
-static long in_flight(const void *arg)
-{
-    const h1_http *h = arg;
-    long n = 0;
-    for (unsigned i = 0; i < h->nw; i++)
-        n += __atomic_load_n(&h->w[i].active, __ATOMIC_ACQUIRE);
-    return n;
-}
-
-/* Stops the workers that run (after the acceptor) and frees h. */
 static void teardown(h1_http *h)
 {
-    rld__acceptor_stop(&h->acc);
-    __atomic_store_n(&h->quit, 1, __ATOMIC_RELEASE);
-    for (unsigned i = 0; i < h->nw; i++) {
-        uint64_t one = 1;
-        if (write(h->w[i].ev, &one, sizeof one) < 0)
-            rld_log("error: cannot wake an HTTP worker: %s", strerror(errno));
-        pthread_join(h->w[i].thread, NULL);
-        close(h->w[i].ep);
-        close(h->w[i].ev);
-        pthread_mutex_destroy(&h->w[i].mu);
-    }
+    if (h->net)
+        rld_net_free(h->net);
     rld__http_fini(&h->base);
     free(h);
 }
@@ -744,36 +627,13 @@ static void teardown(h1_http *h)
 static unsigned h1_stop(rld_http *base, unsigned drain_ms)
 {
     h1_http *h = (h1_http *)base;
-    unsigned left = rld__acceptor_drain(&h->acc, in_flight, h, drain_ms);
+    long left = rld_net_drain(h->net, drain_ms);
     teardown(h);
-    return left;
+    return (unsigned)left;
 }
 
 static const rld_http_ops h1_ops = {h1_each_header, h1_query,  h1_prepare,
                                     h1_commit,      h1_client, h1_stop};
-
-static int start_worker(h1_http *h, worker *w)
-{
-    w->h = h;
-    date_refresh(w);
-    w->ep = epoll_create1(EPOLL_CLOEXEC);
-    w->ev = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    struct epoll_event ee = {.events = EPOLLIN, .data.ptr = w};
-    if (w->ep < 0 || w->ev < 0 || epoll_ctl(w->ep, EPOLL_CTL_ADD, w->ev, &ee) != 0 ||
-        pthread_mutex_init(&w->mu, NULL) != 0)
-        goto fail;
-    if (pthread_create(&w->thread, NULL, worker_main, w) != 0) {
-        pthread_mutex_destroy(&w->mu);
-        goto fail;
-    }
-    return 0;
-fail:
-    if (w->ep >= 0)
-        close(w->ep);
-    if (w->ev >= 0)
-        close(w->ev);
-    return -1;
-}
 
 rld_http *rld__http1_start(const rld_http_config *cfg, rl_err *err)
 {
@@ -782,18 +642,29 @@ rld_http *rld__http1_start(const rld_http_config *cfg, rl_err *err)
         snprintf(err->msg, sizeof err->msg, "out of memory");
         return NULL;
     }
-    h->acc = (rld_acceptor){.h = &h->base, .lfd = -1, .wake = {-1, -1}, .hand = hand, .ctx = h};
-    if (rld__http_init(&h->base, cfg, &h1_ops, err) != 0 ||
-        (h->acc.lfd = rld__http_listen(cfg, &h->base.port, err)) < 0)
+    if (rld__http_init(&h->base, cfg, &h1_ops, err) != 0)
         goto fail;
-    unsigned nw = rld__http_workers(cfg);
-    for (; h->nw < nw; h->nw++)
-        if (start_worker(h, &h->w[h->nw]) != 0) {
-            snprintf(err->msg, sizeof err->msg, "cannot start the HTTP workers");
-            goto fail;
-        }
-    h->acc.n = h->nw;
-    if (rld__acceptor_start(&h->acc, err) != 0)
+    rld_net_config nc = {.address = cfg->address,
+                         .port = cfg->port,
+                         .workers = rld__http_workers(cfg),
+                         .max_connections = cfg->max_connections,
+                         .idle_ms = (cfg->connection_timeout ? cfg->connection_timeout : 30) *
+                                    1000u,
+                         .batch = 1,
+                         .setting = "listen.address",
+                         .ops = &h1_net_ops,
+                         .ctx = &h->base};
+    if (!(h->net = rld_net_new(&nc, err)))
+        goto fail;
+    h->base.port = rld_net_port(h->net);
+    for (unsigned i = 0; i < rld_net_workers(h->net); i++) {
+        worker *w = &h->w[i];
+        w->nw = rld_net_worker_at(h->net, i);
+        w->nw->proto = w;
+        w->h = h;
+        date_refresh(w);
+    }
+    if (rld_net_run(h->net, err) != 0)
         goto fail;
     return &h->base;
 fail:

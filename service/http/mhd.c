@@ -1,28 +1,18 @@
 /*
  * mhd.c - the HTTPS server behind http.h: libmicrohttpd, one single-threaded epoll daemon
- * per worker, fed new connections round-robin by an accepting thread. Plain HTTP is served by
- * http1.c.
+ * per worker, fed new connections round-robin by net.h's accepting thread (which also owns
+ * the listening socket and the cap). Plain HTTP is served by http1.c.
  */
-#define _GNU_SOURCE /* accept4, pipe2 */
-#include <arpa/inet.h>
-#include <errno.h>
-#include <fcntl.h>
 #include <microhttpd.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <poll.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <sys/socket.h>
-#include <time.h>
-#include <unistd.h>
 
 #include "app/clock.h"
-#include "server.h"
 #include "app/log.h"
+#include "net/net.h"
+#include "server.h"
 
 /* libmicrohttpd's memory pool per connection: the request line and headers must fit in it,
  * along with the response's headers. libmicrohttpd zeroes the whole pool between two requests
@@ -48,19 +38,20 @@ typedef struct conn_ctx {
 } conn_ctx;
 
 /* A worker: one libmicrohttpd daemon with its one thread. Its callbacks get the worker, so that
- * the count of requests in flight is kept per worker, on a cache line of its own (one counter
- * for all made the workers pass its line back and forth twice a request). */
+ * the count of requests in flight (net's busy work, the drain waits for it) is kept per worker,
+ * on a cache line of its own (one counter for all made the workers pass its line back and forth
+ * twice a request). */
 typedef struct worker {
-    _Alignas(64) struct mhd_http *h;
-    long active; /* atomic: requests between their first call and their completion */
+    struct mhd_http *h;
+    rld_net_worker *nw;
 } worker;
 
 typedef struct mhd_http {
     rld_http base;
-    struct MHD_Daemon *d[RLD_MAX_WORKERS];
-    worker w[RLD_MAX_WORKERS];
+    rld_net *net;
+    struct MHD_Daemon *d[RLD_NET_MAX_WORKERS];
+    worker w[RLD_NET_MAX_WORKERS];
     unsigned nd;
-    rld_acceptor acc;
 } mhd_http;
 
 /* ---- requests --------------------------------------------------------------------------- */
@@ -84,7 +75,7 @@ static mreq *req_begin(worker *w, struct MHD_Connection *c)
     q->c = c;
     q->resp = NULL;
     q->queued = MHD_NO;
-    __atomic_add_fetch(&w->active, 1, __ATOMIC_RELAXED);
+    rld_net_busy_add(w->nw, 1);
     return q;
 }
 
@@ -248,7 +239,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     *con_cls = NULL;
     req_end(q);
     /* release: the request's memory is done with before the drain sees the count fall */
-    __atomic_sub_fetch(&w->active, 1, __ATOMIC_RELEASE);
+    rld_net_busy_add(w->nw, -1);
 }
 
 static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
@@ -270,7 +261,7 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_con
         else
             free(cc);
         *socket_context = NULL;
-        __atomic_sub_fetch(&w->h->base.open, 1, __ATOMIC_RELAXED);
+        rld_net_closed(w->h->net);
     }
 }
 
@@ -293,32 +284,25 @@ static int hand(void *ctx, unsigned i, int fd, const struct sockaddr *sa, sockle
     return MHD_add_connection(m->d[i], fd, sa, sl) == MHD_YES ? 0 : -1;
 }
 
-/* Stops and frees the workers, the acceptor, the socket and m. */
+/* Stops the accepting thread and the workers, and frees m. */
 static void teardown(mhd_http *m)
 {
-    rld__acceptor_stop(&m->acc);
+    if (m->net)
+        rld_net_drain(m->net, 0); /* no more hand-overs */
     for (unsigned i = 0; i < m->nd; i++)
-        MHD_stop_daemon(m->d[i]);
+        MHD_stop_daemon(m->d[i]); /* its closes count down on net */
+    if (m->net)
+        rld_net_free(m->net);
     rld__http_fini(&m->base);
     free(m);
-}
-
-/* Requests in flight, over all workers. */
-static long in_flight(const void *arg)
-{
-    const mhd_http *m = arg;
-    long n = 0;
-    for (unsigned i = 0; i < m->nd; i++)
-        n += __atomic_load_n(&m->w[i].active, __ATOMIC_ACQUIRE);
-    return n;
 }
 
 static unsigned mhd_stop(rld_http *h, unsigned drain_ms)
 {
     mhd_http *m = (mhd_http *)h;
-    unsigned left = rld__acceptor_drain(&m->acc, in_flight, m, drain_ms);
+    long left = rld_net_drain(m->net, drain_ms);
     teardown(m);
-    return left;
+    return (unsigned)left;
 }
 
 static const rld_http_ops mhd_ops = {mhd_each_header, mhd_query, mhd_prepare,
@@ -344,6 +328,8 @@ static struct MHD_Daemon *start_worker(mhd_http *m, worker *w)
         MHD_OPTION_END);
 }
 
+static const rld_net_ops mhd_net_ops = {.refuse = rld__http_refuse, .hand = hand};
+
 rld_http *rld__http_mhd_start(const rld_http_config *cfg, rl_err *err)
 {
     mhd_http *m = calloc(1, sizeof *m);
@@ -351,7 +337,6 @@ rld_http *rld__http_mhd_start(const rld_http_config *cfg, rl_err *err)
         snprintf(err->msg, sizeof err->msg, "out of memory");
         return NULL;
     }
-    m->acc = (rld_acceptor){.h = &m->base, .lfd = -1, .wake = {-1, -1}, .hand = hand, .ctx = m};
     if (rld__http_init(&m->base, cfg, &mhd_ops, err) != 0)
         goto fail;
     if ((cfg->tls_cert_pem || cfg->tls_key_pem) &&
@@ -359,16 +344,26 @@ rld_http *rld__http_mhd_start(const rld_http_config *cfg, rl_err *err)
         snprintf(err->msg, sizeof err->msg, "tls: this libmicrohttpd was built without TLS");
         goto fail;
     }
-    if ((m->acc.lfd = rld__http_listen(cfg, &m->base.port, err)) < 0)
+    /* libmicrohttpd keeps its own timeouts: net's idle_ms stays 0 */
+    rld_net_config nc = {.address = cfg->address,
+                         .port = cfg->port,
+                         .workers = rld__http_workers(cfg),
+                         .max_connections = cfg->max_connections,
+                         .setting = "listen.address",
+                         .ops = &mhd_net_ops,
+                         .ctx = m};
+    if (!(m->net = rld_net_new(&nc, err)))
         goto fail;
-    unsigned nd = rld__http_workers(cfg);
-    for (; m->nd < nd; m->nd++)
+    m->base.port = rld_net_port(m->net);
+    unsigned nd = rld_net_workers(m->net);
+    for (; m->nd < nd; m->nd++) {
+        m->w[m->nd].nw = rld_net_worker_at(m->net, m->nd);
         if (!(m->d[m->nd] = start_worker(m, &m->w[m->nd]))) {
             snprintf(err->msg, sizeof err->msg, "cannot start the HTTP workers");
             goto fail;
         }
-    m->acc.n = m->nd;
-    if (rld__acceptor_start(&m->acc, err) != 0)
+    }
+    if (rld_net_run(m->net, err) != 0)
         goto fail;
     return &m->base;
 fail:

@@ -1,19 +1,12 @@
 /*
  * server.c - see server.h and http.h.
  */
-#define _GNU_SOURCE /* accept4, pipe2 */
 #include <arpa/inet.h>
-#include <errno.h>
-#include <fcntl.h>
 #include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-#include <unistd.h>
 
 #include "app/clock.h"
 #include "server.h"
@@ -64,50 +57,11 @@ unsigned rld_http_stop(rld_http *h, unsigned drain_ms)
     return h->ops->stop(h, drain_ms);
 }
 
-int rld__http_listen(const rld_http_config *cfg, int *port, rl_err *err)
-{
-    struct sockaddr_storage ss;
-    struct sockaddr_in *a4 = (struct sockaddr_in *)&ss;
-    struct sockaddr_in6 *a6 = (struct sockaddr_in6 *)&ss;
-    socklen_t sl;
-    memset(&ss, 0, sizeof ss);
-    if (inet_pton(AF_INET, cfg->address, &a4->sin_addr) == 1) {
-        a4->sin_family = AF_INET;
-        a4->sin_port = htons((uint16_t)cfg->port);
-        sl = sizeof *a4;
-    } else if (inet_pton(AF_INET6, cfg->address, &a6->sin6_addr) == 1) {
-        a6->sin6_family = AF_INET6;
-        a6->sin6_port = htons((uint16_t)cfg->port);
-        sl = sizeof *a6;
-    } else {
-        snprintf(err->msg, sizeof err->msg, "listen.address: \"%.64s\" is not an IP address",
-                 cfg->address);
-        return -1;
-    }
-    int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0), one = 1;
-    if (fd < 0) {
-        snprintf(err->msg, sizeof err->msg, "socket: %s", strerror(errno));
-        return -1;
-    }
-    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    if (ss.ss_family == AF_INET6)
-        setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one);
-    if (bind(fd, (struct sockaddr *)&ss, sl) != 0 || listen(fd, 1024) != 0) {
-        snprintf(err->msg, sizeof err->msg, "cannot listen on %s port %d (in use?)",
-                 cfg->address, cfg->port);
-        close(fd);
-        return -1;
-    }
-    sl = sizeof ss;
-    if (getsockname(fd, (struct sockaddr *)&ss, &sl) == 0)
-        *port = ntohs(ss.ss_family == AF_INET6 ? a6->sin6_port : a4->sin_port);
-    return fd;
-}
-
 /* A client learns at once that the server is full rather than waiting in a queue. The socket
  * is new, so the short answer fits its buffer. */
-static void refuse(const rld_http *h, int fd)
+void rld__http_refuse(void *http, int fd)
 {
+    const rld_http *h = http;
     char body[128], msg[384];
     int nb = snprintf(body, sizeof body,
                       "{\"error\":\"connections: %u open, the most max_connections allows\"}",
@@ -119,98 +73,6 @@ static void refuse(const rld_http *h, int fd)
     if (send(fd, msg, (size_t)n, MSG_NOSIGNAL) < 0) {
         /* the client is gone already */
     }
-    close(fd);
-}
-
-static void accept_ready(rld_acceptor *a, unsigned *next)
-{
-    rld_http *h = a->h;
-    for (;;) {
-        struct sockaddr_storage ss;
-        socklen_t sl = sizeof ss;
-        int fd = accept4(a->lfd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
-        if (fd < 0) {
-            if (errno == EINTR || errno == ECONNABORTED)
-                continue;
-            if (errno != EAGAIN && errno != EWOULDBLOCK) {
-                /* out of descriptors or memory: let connections finish, then retry */
-                const struct timespec pause = {0, 10000000};
-                rld_log("error: accept: %s", strerror(errno));
-                nanosleep(&pause, NULL);
-            }
-            return;
-        }
-        int one = 1;
-        if (h->cfg.max_connections &&
-            __atomic_load_n(&h->open, __ATOMIC_RELAXED) >= (long)h->cfg.max_connections) {
-            refuse(h, fd);
-            continue;
-        }
-        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-        __atomic_add_fetch(&h->open, 1, __ATOMIC_RELAXED);
-        if (a->hand(a->ctx, *next, fd, (struct sockaddr *)&ss, sl) != 0) {
-            __atomic_sub_fetch(&h->open, 1, __ATOMIC_RELAXED);
-            rld_log("error: a new connection could not be taken: %s", strerror(errno));
-        }
-        *next = *next + 1 == a->n ? 0 : *next + 1;
-    }
-}
-
-static void *accept_loop(void *arg)
-{
-    rld_acceptor *a = arg;
-    struct pollfd pf[2] = {{a->lfd, POLLIN, 0}, {a->wake[0], POLLIN, 0}};
-    unsigned next = 0;
-    for (;;) {
-        if (poll(pf, 2, -1) < 0) {
-            if (errno == EINTR)
-                continue;
-            rld_log("error: poll on the listening socket: %s", strerror(errno));
-            return NULL;
-        }
-        if (pf[1].revents)
-            return NULL; /* stopped */
-        accept_ready(a, &next);
-    }
-}
-
-int rld__acceptor_start(rld_acceptor *a, rl_err *err)
-{
-    if (pipe2(a->wake, O_CLOEXEC) != 0 || pthread_create(&a->thread, NULL, accept_loop, a)) {
-        snprintf(err->msg, sizeof err->msg, "cannot start the accepting thread");
-        return -1;
-    }
-    a->running = 1;
-    return 0;
-}
-
-unsigned rld__acceptor_drain(rld_acceptor *a, long (*in_flight)(const void *h), const void *h,
-                             unsigned drain_ms)
-{
-    rld__acceptor_stop(a); /* no new connections */
-    const struct timespec step = {0, 5000000};
-    for (unsigned waited = 0; in_flight(h) > 0 && waited < drain_ms; waited += 5)
-        nanosleep(&step, NULL);
-    return (unsigned)in_flight(h);
-}
-
-void rld__acceptor_stop(rld_acceptor *a)
-{
-    if (a->running) {
-        char c = 1;
-        while (write(a->wake[1], &c, 1) < 0 && errno == EINTR)
-            ;
-        pthread_join(a->thread, NULL);
-        a->running = 0;
-    }
-    if (a->lfd >= 0)
-        close(a->lfd);
-    a->lfd = -1;
-    if (a->wake[0] >= 0) {
-        close(a->wake[0]);
-        close(a->wake[1]);
-    }
-    a->wake[0] = a->wake[1] = -1;
 }
 
 /* ---- requests --------------------------------------------------------------------------- */

@@ -2,10 +2,10 @@
  * server.h - what the two HTTP servers behind http.h share: the request every handler
  * sees, the server's common part, and the steps of a request that do not depend on how bytes
  * travel (routing, tokens, the body's cap, the early answers, the bookkeeping of an answer, the
- * access line, the refusal past max_connections).
+ * access line).
  *
- * Plain HTTP is served by http1.c (its own epoll loop per worker); HTTPS by http.c
- * (libmicrohttpd). A server embeds rld_http as its first member and rld_req in its own
+ * Plain HTTP is served by http1.c (on net.h's epoll loop per worker); HTTPS by mhd.c
+ * (libmicrohttpd on net.h's listening socket, accepting thread and cap). A server embeds rld_http as its first member and rld_req in its own
  * per-connection state, and supplies the few operations that touch the connection.
  */
 #ifndef RLD_HTTP_SERVER_H
@@ -43,7 +43,6 @@ struct rld_http {
     char *token[3]; /* admin, acquire and metrics tokens (copies), NULL when not needed */
     int port;
     int stopping; /* atomic */
-    long open;    /* atomic: connections accepted and not yet closed */
 };
 
 struct rld_req {
@@ -75,10 +74,6 @@ void rld__http_fini(rld_http *h);
 rld_http *rld__http1_start(const rld_http_config *cfg, rl_err *err);
 rld_http *rld__http_mhd_start(const rld_http_config *cfg, rl_err *err);
 
-/* Binds and listens on cfg's address and port (non-blocking); returns the socket or -1 with
- * err set. Sets *port to the port bound. */
-int rld__http_listen(const rld_http_config *cfg, int *port, rl_err *err);
-
 /* How many workers a server starts for cfg.threads: 1 to RLD_MAX_WORKERS. */
 static inline unsigned rld__http_workers(const rld_http_config *cfg)
 {
@@ -87,33 +82,8 @@ static inline unsigned rld__http_workers(const rld_http_config *cfg)
                                             : (unsigned)cfg->threads;
 }
 
-/* The accepting thread: new connections go round-robin to the workers. A server whose workers
- * all accept from one socket lets a burst of new connections (a client opening its pool) go to
- * whichever worker wakes first: measured here, 64 connections opened at once often landed 50
- * or more on one of two workers, which then did nearly all the work. Past max_connections a
- * connection is answered 503 and closed at once. */
-typedef struct rld_acceptor {
-    rld_http *h;
-    int lfd;     /* the listening socket (rld__http_listen), -1 once closed */
-    int wake[2]; /* a pipe: a byte in it stops the thread */
-    unsigned n;  /* workers */
-    /* Hands fd (non-blocking, counted in h->open) to worker i. 0, or -1 when it could not be
-     * taken (hand closed it, the count is given back by the acceptor). */
-    int (*hand)(void *ctx, unsigned i, int fd, const struct sockaddr *sa, socklen_t sl);
-    void *ctx;
-    pthread_t thread;
-    int running;
-} rld_acceptor;
-
-/* Starts the thread over a->lfd (h, n, hand and ctx set). -1 with err set. */
-int rld__acceptor_start(rld_acceptor *a, rl_err *err);
-/* Stops the thread and closes the socket; safe to call again, or before a start (lfd -1 and
- * wake -1 then). */
-void rld__acceptor_stop(rld_acceptor *a);
-/* A server's stop before its teardown: stops a, then waits up to drain_ms (looking every 5 ms)
- * for in_flight(h) to reach 0; returns the requests still in flight then. */
-unsigned rld__acceptor_drain(rld_acceptor *a, long (*in_flight)(const void *h), const void *h,
-                             unsigned drain_ms);
+/* net.h's refusal past max_connections (http is the rld_http): 503 with a JSON error. */
+void rld__http_refuse(void *http, int fd);
 
 /* Starts a request on r (its storage reused) at t0 (CLOCK_MONOTONIC: when its bytes were
  * seen): no route yet, empty body and output. */

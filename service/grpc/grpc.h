@@ -1,8 +1,9 @@
 /*
  * grpc.h - a gRPC server for unary methods: HTTP/2 over cleartext with prior knowledge (what
- * Envoy speaks to a cluster with http2_protocol_options), libnghttp2 sessions fed from our own
- * non-blocking socket loop (one epoll per worker thread, all workers accepting on one
- * listening socket), many concurrent streams per connection, nghttp2's flow control.
+ * Envoy speaks to a cluster with http2_protocol_options), libnghttp2 sessions fed from the
+ * connection layer's loop (net/net.h: one epoll per worker thread, new connections handed
+ * round-robin by one accepting thread, the same as HTTP's), many concurrent streams per
+ * connection, nghttp2's flow control.
  *
  * gRPC as its HTTP/2 protocol document says: a request is POST with content-type
  * application/grpc, its body one length-prefixed message (1 byte compressed flag, 4 bytes

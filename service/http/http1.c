@@ -2,10 +2,10 @@
  * http1.c - the plain HTTP server behind http.h: HTTP/1.1 on net.h's workers.
  *
  * net.h accepts, hands each new connection to a worker in turn and runs the worker's loop, its
- * timeouts and the drain; this file parses and answers. A connection
- * reads into one buffer, parses each request's head there in place (http1_parse.h), runs the
- * handler as soon as the body is in, and appends the answer to its output, which goes out with
- * one send for everything one read brought (pipelined requests are answered in order). While
+ * timeouts and the drain; this file parses and answers. A connection reads into one buffer,
+ * parses each request's head there in place (http1_parse.h), runs the handler as soon as the
+ * body is in, and appends the answer to its output, which goes out with one send for
+ * everything one read brought (pipelined requests are answered in order). While
  * more than OUT_HIGH bytes of answers wait for a client that does not read them, nothing more
  * is read from it. A request stays its connection's current one until it is answered, so an
  * answer given later (from another thread, through the worker's queue) fits the same path.
@@ -28,9 +28,8 @@
 #define OUT_HIGH 65536            /* answers waiting to be read: past it, stop reading */
 #define LINGER_NS (2 * RL_NS_PER_SEC) /* reading what a closed request still sends, at most */
 
-/* S_READY: the request is complete and waits in its worker's batch (run_ready). */
+/* S_READY: the request is complete and waits in its worker's batch (h1_on_turn). */
 enum { S_HEAD, S_BODY, S_CHUNKED, S_LINGER, S_READY };
-
 
 typedef struct worker worker;
 

@@ -590,7 +590,6 @@ static rld_net_conn *h1_open(rld_net_worker *nw, int fd, const struct sockaddr *
     if (!c)
         return NULL;
     c->w = nw->proto;
-    c->base.timeout = 0;
     c->state = S_HEAD;
     c->close_after = c->peer_eof = 0;
     c->readable = 1;

@@ -582,8 +582,7 @@ static int h1_on_turn(rld_net_worker *nw)
 }
 
 /* On the accepting thread: the connection's memory is made off the worker. */
-static rld_net_conn *h1_open(rld_net_worker *nw, int fd, const struct sockaddr *sa,
-                             socklen_t sl)
+static rld_net_conn *h1_open(rld_net_worker *nw, int fd, const struct sockaddr *sa, socklen_t sl)
 {
     conn *c = malloc(sizeof *c);
     (void)fd;
@@ -642,12 +641,12 @@ rld_http *rld__http1_start(const rld_http_config *cfg, rl_err *err)
     }
     if (rld__http_init(&h->base, cfg, &h1_ops, err) != 0)
         goto fail;
+    unsigned idle_s = cfg->connection_timeout ? cfg->connection_timeout : 30;
     rld_net_config nc = {.address = cfg->address,
                          .port = cfg->port,
                          .workers = rld__http_workers(cfg),
                          .max_connections = cfg->max_connections,
-                         .idle_ms = (cfg->connection_timeout ? cfg->connection_timeout : 30) *
-                                    1000u,
+                         .idle_ms = idle_s * 1000u,
                          .batch = 1,
                          .setting = "listen.address",
                          .ops = &h1_net_ops,

@@ -5,8 +5,9 @@
  * access line).
  *
  * Plain HTTP is served by http1.c (on net.h's epoll loop per worker); HTTPS by mhd.c
- * (libmicrohttpd on net.h's listening socket, accepting thread and cap). A server embeds rld_http as its first member and rld_req in its own
- * per-connection state, and supplies the few operations that touch the connection.
+ * (libmicrohttpd on net.h's listening socket, accepting thread and cap). A server embeds
+ * rld_http as its first member and rld_req in its own per-connection state, and supplies the
+ * few operations that touch the connection.
  */
 #ifndef RLD_HTTP_SERVER_H
 #define RLD_HTTP_SERVER_H

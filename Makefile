@@ -3,7 +3,8 @@
 #   make            build build/ratelimitd, build/ratelimit-replay (and the core library build/librl.a)
 #   make run        build and start the service on config/default.json (127.0.0.1:8080)
 #   make test       build and run the unit and integration tests
-#   make settings-doc  rewrite README.md's settings tables from service/config/settings.c
+#   make settings-doc  rewrite docs/configuration.md's settings tables from service/config/settings.c
+#   make docs-check    run the curl examples of README.md and docs/api.md against a fresh daemon
 #   make bench      optimised build and the benchmarks (not part of make test)
 #   make deps       install the Debian packages the build, tests and benchmarks need (as root)
 #   make SANITIZE=address,undefined test     tests under sanitizers
@@ -226,8 +227,8 @@ $(BUILD)/fuzz/lf_%: $(BUILD)/fuzz/%.o $(BUILD)/fuzz/fuzzutil.o $(SVC_LIB_OBJ) $(
 
 build-libfuzzer: $(FUZZ_LIBFUZZER)
 
-# ---- the README's settings tables ------------------------------------------------------
-# Made from the table in service/config/settings.c; test_config fails while README.md differs.
+# ---- the settings tables of docs/configuration.md --------------------------------------
+# Made from the table in service/config/settings.c; test_config fails while the page differs.
 $(BUILD)/tools/settings_doc: tools/settings_doc.c $(BUILD)/service/config/settings.o $(BUILD)/librl.a
 	@mkdir -p $(dir $@)
 	$(call say,LD,$@)
@@ -285,7 +286,7 @@ soak: deps-quiet
 # pkg-config is asked after the packages are there.
 .PHONY: grpc-check
 .PHONY: all run test check-core check-layers deps deps-quiet install clean format bench build-all build-test \
-        build-bench settings-doc api-check container-deps container-test fuzz \
+        build-bench settings-doc api-check docs-check container-deps container-test fuzz \
         build-libfuzzer soak
 .DEFAULT_GOAL := all
 
@@ -318,6 +319,7 @@ test: deps-quiet
 	    $(TEST_ENV) $(BUILD)/fuzz/$$f $(FUZZ_CORPUS)/$$f; \
 	done
 	@$(MAKE) --no-print-directory api-check
+	@$(MAKE) --no-print-directory docs-check
 	@$(MAKE) --no-print-directory grpc-check
 	@echo "all tests passed"
 
@@ -374,7 +376,13 @@ fuzz: deps-quiet
 
 settings-doc: deps-quiet
 	@$(MAKE) --no-print-directory $(BUILD)/tools/settings_doc
-	$(BUILD)/tools/settings_doc README.md
+	$(BUILD)/tools/settings_doc docs/configuration.md
+
+# The curl examples of README.md and docs/api.md, each run against a fresh daemon and its answer
+# compared with the page (tests/docs/docs.test.js; node's own test runner, no npm package).
+docs-check: $(BUILD)/ratelimitd
+	@echo "== tests/docs (node --test: the examples of README.md and docs/api.md)"
+	$(Q)cd tests/docs && $(TEST_ENV) RL_BUILD=$(abspath $(BUILD)) node --test
 
 # Test objects are kept (not removed as intermediates), so a second make rebuilds nothing.
 .SECONDARY: $(TEST_HELP_OBJ) $(TEST_SRC:tests/%.c=$(BUILD)/tests/%.o) $(PB_C) $(PB_H)

@@ -226,7 +226,7 @@ END_TEST
 
 START_TEST(defaults_from_the_table)
 {
-    /* the defaults the README's tables list, for a configuration that sets none of them */
+    /* the defaults the settings tables list, for a configuration that sets none of them */
     const char *json = "{\"store\": \"redis\", \"levels\": [{\"name\": \"user\", "
                        "\"rules\": [" TB "]}]}";
     rl_registry *reg = rl_registry_new();
@@ -266,18 +266,18 @@ START_TEST(defaults_from_the_table)
 }
 END_TEST
 
-START_TEST(readme_tables_follow_the_table)
+START_TEST(doc_tables_follow_the_table)
 {
-    /* README.md's settings tables are generated (make settings-doc): they must not drift */
-    char *text = rld_read_file("README.md", NULL);
-    ck_assert_msg(text, "README.md: run from the repository's top");
+    /* docs/configuration.md's settings tables are generated (make settings-doc): no drift */
+    char *text = rld_read_file("docs/configuration.md", NULL);
+    ck_assert_msg(text, "docs/configuration.md: run from the repository's top");
     ck_assert_ptr_nonnull(strstr(text, "<!-- settings: root -->\n| member |"));
     ck_assert_ptr_nonnull(strstr(text, "| `fleet_size` | whole number, 1 to 100000 |"));
     rl_err err;
     char *made = rld_settings_doc_update(text, &err);
     ck_assert_msg(made, "%s", err.msg);
     ck_assert_msg(strcmp(made, text) == 0,
-                  "README.md differs from the settings table: run make settings-doc");
+                  "docs/configuration.md differs from the settings table: run make settings-doc");
     free(made);
     free(text);
     /* a marker naming no table, or without its end, is an error rather than skipped */
@@ -362,7 +362,7 @@ Suite *config_suite(void)
     tcase_add_loop_test(tc, bad_config_names_the_field, 0, (int)(sizeof bad / sizeof bad[0]));
     tcase_add_test(tc, settings_and_defaults);
     tcase_add_test(tc, defaults_from_the_table);
-    tcase_add_test(tc, readme_tables_follow_the_table);
+    tcase_add_test(tc, doc_tables_follow_the_table);
     tcase_add_test(tc, rules_written_back);
     tcase_add_test(tc, shipped_configs_load);
     suite_add_tcase(s, tc);

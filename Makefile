@@ -3,7 +3,7 @@
 #   make            build build/ratelimitd, build/ratelimit-replay (and the core library build/librl.a)
 #   make run        build and start the service on config/default.json (127.0.0.1:8080)
 #   make test       build and run the unit and integration tests
-#   make settings-doc  rewrite docs/configuration.md's settings tables from service/config/settings.c
+#   make settings-doc  rewrite docs/configuration.md's settings tables from the settings table
 #   make docs-check    run the curl examples of README.md and docs/api.md against a fresh daemon
 #   make bench      optimised build and the benchmarks (not part of make test)
 #   make deps       install the Debian packages the build, tests and benchmarks need (as root)

@@ -578,7 +578,7 @@ static void resolve(rld_yrls *y, const rld_ydomain *dom, const rld_yreq *req, si
     const rld_ydescreq *d = &req->desc[i];
     const rld_ydesc **path = p->path[i];
     st->code = RLD_YCODE_OK;
-    st->hits = d->has_hits ? d->hits : req->hits_addend ? req->hits_addend : 1;
+    st->hits = d->has_hits ? d->hits : rld_request_hits(req->hits_addend);
     st->name = "";
     p->rules[i] = NULL;
     for (size_t j = 0; j < d->nentries; j++)
@@ -722,7 +722,7 @@ static int add_native(const rl_config *cfg, const rld_yreq *req, const rld_ystat
     for (size_t li = 0; li < cfg->nlevels; li++) {
         const rl_level *l = &cfg->levels[li];
         size_t n, from = 0;
-        uint64_t hits = req->hits_addend ? req->hits_addend : 1;
+        uint64_t hits = rld_request_hits(req->hits_addend);
         int rc;
         if (li == p->level)
             continue;

@@ -4,8 +4,8 @@
 #   bench/lua_cost.sh [N]        (N calls per case, default 50000)
 #
 # Starts a redis-server of its own on a free loopback port (no persistence), loads the decision
-# script as the store builds it (build/bench/lua_scripts prints it: lib.lua, the rule types'
-# ports, decide.lua), replays one EVALSHA per case with redis-benchmark (keys spread over 100,000
+# script as the store builds it (build/bench/lua_scripts prints it: bigint.lua, lib.lua, the rule
+# types' ports, decide.lua), replays one EVALSHA per case with redis-benchmark (keys spread over 100,000
 # values with __rand_int__, Redis's own clock, the arguments in the order service/redis/args.def
 # gives, as service/redis/store.c writes them), and prints
 # Redis's usec_per_call of EVALSHA for each case from INFO commandstats, plus used_memory per

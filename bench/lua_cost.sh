@@ -5,13 +5,13 @@
 #
 # Starts a redis-server of its own on a free loopback port (no persistence), loads the decision
 # script as the store builds it (build/bench/lua_scripts prints it: bigint.lua, lib.lua, the rule
-# types' ports, decide.lua), replays one EVALSHA per case with redis-benchmark (keys spread over 100,000
-# values with __rand_int__, Redis's own clock, the arguments in the order service/redis/args.def
-# gives, as service/redis/store.c writes them), and prints
-# Redis's usec_per_call of EVALSHA for each case from INFO commandstats, plus used_memory per
-# state key. Also the cost of the library alone (the lib + "return 1"). Each case runs with
-# EVALSHA, then (on Redis 7) as FCALL of the same scripts loaded as a Functions library, as the
-# store calls them there. Asserts nothing.
+# types' ports, decide.lua), replays one EVALSHA per case with redis-benchmark (keys spread over
+# 100,000 values with __rand_int__, Redis's own clock, the arguments in the order
+# service/redis/args.def gives, as service/redis/store.c writes them), and prints Redis's
+# usec_per_call of EVALSHA for each case from INFO commandstats, plus used_memory per state key.
+# Also the cost of the library alone (the lib + "return 1"). Each case runs with EVALSHA, then (on
+# Redis 7) as FCALL of the same scripts loaded as a Functions library, as the store calls them
+# there. Asserts nothing.
 #
 # Cases: tb3 is the decision of `make bench` (user, team and global token buckets, the global
 # key shared by every call); the others decide three rules of one type on three keys that are
@@ -81,7 +81,8 @@ declare -A HEAD=([now]='' [dry]=0 [cost]=1000000 [reservation_ttl]=60000000000 [
 declare -A ITEM=([tag]='' [key]='' [need]=1000000 [cost]=1000000 [wait]='' [record]='')
 # a field args.def gained that this script does not know would shift every argument after it
 for f in "${HEAD_FIELDS[@]}"; do
-    [ -v "HEAD[$f]" ] || { echo "lua_cost: args.def's decide field $f is not set here" >&2; exit 1; }
+    [ -v "HEAD[$f]" ] ||
+        { echo "lua_cost: args.def's decide field $f is not set here" >&2; exit 1; }
 done
 for f in "${ITEM_FIELDS[@]}"; do
     [ -v "ITEM[$f]" ] ||

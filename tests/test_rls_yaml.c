@@ -517,10 +517,11 @@ START_TEST(algorithms_from_the_registry)
     ck_assert_ptr_null(rl_rule_type_per_unit(&old));
 
     /* bucket2 counts 60 a minute as the token bucket does (native_algorithms) */
-    const char *yaml = "domain: n\n"
-                       "descriptors:\n"
-                       "  - key: k\n"
-                       "    rate_limit: {unit: minute, requests_per_unit: 60, algorithm: bucket2}\n";
+    const char *yaml =
+        "domain: n\n"
+        "descriptors:\n"
+        "  - key: k\n"
+        "    rate_limit: {unit: minute, requests_per_unit: 60, algorithm: bucket2}\n";
     yt t = {.reg = reg};
     rl_config *cfg;
     rl_err err = {{0}};

@@ -97,8 +97,7 @@ int rld_yrls_upstream_headers(const rld_yrls *y, const char *names[3])
 /* The rule type a limit names in its algorithm (NULL: the first registered type whose windows
  * are aligned as upstream's, envoyproxy/ratelimit's own algorithm): one that takes a limit of n
  * per unit (rl_rule_per_unit); NULL when there is none, with err naming those there are. */
-static const rl_rule_type *per_unit_type(const rl_registry *reg, const char *algorithm,
-                                         rl_err *err)
+static const rl_rule_type *per_unit_type(const rl_registry *reg, const char *algorithm, rl_err *err)
 {
     char names[512];
     size_t used = 0;

@@ -98,9 +98,10 @@ $(BUILD)/service/%.o: service/%.c | $(PB_H)
 	$(Q)$(CC) $(BASE_CPPFLAGS) $(GEN_CPPFLAGS) -Iservice $(SVC_CFLAGS) $(ALL_CFLAGS) -c $< -o $@
 
 # The Redis store's Lua scripts, embedded as C arrays (an array, not a string literal: ISO C
-# only promises string literals of 4095 bytes). rld_lua_lib is lib.lua, rld_lua_ports each rule
-# type's port (service/core/rules/*.lua); each script's body is its Lua offsets (from args.def)
-# and its own file. redis_lua.c puts them together, with the plug-ins' ports after the built-in
+# only promises string literals of 4095 bytes). rld_lua_lib is bigint.lua then lib.lua, one
+# chunk (lib.lua uses bigint.lua's locals); rld_lua_ports each rule type's port
+# (service/core/rules/*.lua); each script's body is its Lua offsets (from args.def) and its own
+# file. service/redis/lua.c puts them together, with the plug-ins' ports after the built-in
 # ones, as plain scripts and as one Redis Functions library.
 LUA_WITH_LIB := decide settle release due undo
 LUA_PLAIN    := heartbeat quota
@@ -127,7 +128,7 @@ $(BUILD)/gen/redis_scripts.c: $(wildcard service/redis/*.lua) $(LUA_RULES) $(LUA
 	$(call say,GEN,$@)
 	$(Q){ echo '/* generated from service/redis, service/core/rules by the Makefile: do not edit */'; \
 	  echo '#include <stddef.h>'; echo '#include "redis/scripts.h"'; \
-	  $(call lua_array,rld_lua_lib,service/redis/lib.lua) \
+	  $(call lua_array,rld_lua_lib,service/redis/bigint.lua service/redis/lib.lua) \
 	  for f in $(LUA_RULES); do n=$$(basename $$f .lua); \
 	    $(call lua_array,rld_lua_port_$$n,$$f) done; \
 	  echo 'const rld_lua_port rld_lua_ports[] = {'; \
@@ -394,9 +395,9 @@ $(SVC_LIB_OBJ) $(BUILD)/service/main.o $(TEST_SRC:tests/%.c=$(BUILD)/tests/%.o):
 # The core must compile with nothing but include/ and the C library on its include path: a
 # copy of the system include directory without the HTTP, JSON, Redis and test libraries.
 MULTIARCH := $(shell $(CC) -print-multiarch 2>/dev/null)
-# Files of the service that may name rule types: rls_yaml.c translates envoyproxy/ratelimit's
-# configuration, whose algorithm names map onto rule types.
-NAMES_ALLOWED := service/grpc/rls_yaml.c
+# Files of the service that may name rule types: none (the YAML mapping asks the registry which
+# types take a limit of n per unit: rl_rule_per_unit, declared by each type in its own file).
+NAMES_ALLOWED :=
 check-core:
 	@rm -rf $(BUILD)/sysinc && mkdir -p $(BUILD)/sysinc
 	@for e in /usr/include/*; do case $${e##*/} in \

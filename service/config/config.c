@@ -400,6 +400,9 @@ static int read_strings(const rld_setting *r, const json_t *v, const char *path,
     el.kind = RLD_SET_STRING;
     if (!json_is_array(v))
         return bad_value(r, path, err);
+    /* a list given empty is not NULL, so that its reader can tell it from one not given */
+    if (!*list && !(*list = calloc(1, sizeof **list)))
+        return rl_errf(err, RL_ENOMEM, "out of memory");
     for (size_t i = 0; i < json_array_size(v); i++) {
         char epath[300], *s = NULL;
         int rc;

@@ -401,12 +401,8 @@ Suite *config_suite(void)
     tcase_add_loop_test(tc, bad_config_names_the_field, 0, (int)(sizeof bad / sizeof bad[0]));
     tcase_add_test(tc, settings_and_defaults);
     tcase_add_test(tc, defaults_from_the_table);
-<<<<<<< HEAD
     tcase_add_test(tc, doc_tables_follow_the_table);
-=======
     tcase_add_test(tc, an_empty_cluster_is_refused);
-    tcase_add_test(tc, readme_tables_follow_the_table);
->>>>>>> seams
     tcase_add_test(tc, rules_written_back);
     tcase_add_test(tc, shipped_configs_load);
     suite_add_tcase(s, tc);

@@ -25,10 +25,9 @@ static void tick_to(rld_app *app, rl_ns t)
     pthread_mutex_unlock(&app->tick_mu);
 }
 
-/* The time of a request: the clock, or with --manual-clock its "now" (checked where it was
- * read) or the last one seen. A manual time that moves forward ticks first, so that reservations
- * expire exactly when a test says. */
-static rl_ns request_time(rld_app *app, int has_now, rl_ns now)
+/* A manual time that moves forward ticks first, so that reservations expire exactly when a
+ * test says. */
+rl_ns rld_app_time(rld_app *app, int has_now, rl_ns now)
 {
     if (!app->manual_clock)
         return app->clock();
@@ -41,15 +40,10 @@ static rl_ns request_time(rld_app *app, int has_now, rl_ns now)
     return t;
 }
 
-rl_ns rld_app_time(rld_app *app, int has_now, rl_ns now)
-{
-    return request_time(app, has_now, now);
-}
-
 void rld_app_tick(rld_app *app)
 {
     pthread_rwlock_rdlock(&app->gate);
-    tick_to(app, request_time(app, 0, 0));
+    tick_to(app, rld_app_time(app, 0, 0));
     pthread_rwlock_unlock(&app->gate);
 }
 
@@ -64,7 +58,7 @@ static void load_state(rld_app *app)
         return;
     if (rld_make_parent_dir(path) != 0)
         rld_log("error: state_file %s: cannot create its directory: %s", path, strerror(errno));
-    if (rl_limiter_load(app->lim, path, request_time(app, 0, 0), &loaded, &err) == RL_OK) {
+    if (rl_limiter_load(app->lim, path, rld_app_time(app, 0, 0), &loaded, &err) == RL_OK) {
         if (loaded)
             rld_log("state: loaded %zu key states and reservations from %s", loaded, path);
         return;

@@ -70,14 +70,14 @@ static void fixture_close(fixture *fx)
     unlink(fx->path);
 }
 
-/* ---- parts ---------------------------------------------------------------------------------- */
+/* ---- parts ----------------------------------------------------------------------------------- */
 
 typedef struct fake_part {
     const char *name;
-    char *log;        /* shared by the parts of a test: what each was asked, in order */
-    rl_limiter *lim;  /* the limiter of the last reload */
+    char *log;       /* shared by the parts of a test: what each was asked, in order */
+    rl_limiter *lim; /* the limiter of the last reload */
     int stopped;
-    int refuse;       /* reload_check refuses */
+    int refuse; /* reload_check refuses */
 } fake_part;
 
 static void note(fake_part *p, const char *what)
@@ -190,15 +190,15 @@ START_TEST(parts_are_bounded)
 }
 END_TEST
 
-/* ---- a store ---------------------------------------------------------------------------------- */
+/* ---- a store --------------------------------------------------------------------------------- */
 
 typedef struct fake_store {
     char asked[128];
     int up;
 } fake_store;
 
-static int store_put(void *self, rl_registry *reg, const char *user, const char *body,
-                     size_t len, rl_err *err)
+static int store_put(void *self, rl_registry *reg, const char *user, const char *body, size_t len,
+                     rl_err *err)
 {
     (void)reg;
     (void)err;

@@ -46,8 +46,8 @@ typedef struct rld_app_store_ops {
     /* PUT /quota/<user>: checks body (rld_quota_body_parse), stores it for the whole fleet and
      * has it in force in this instance before returning. RL_EINVAL naming the field, RL_ESTORE
      * when the store cannot take it; nothing changes then. */
-    int (*quota_put)(void *self, rl_registry *reg, const char *user, const char *body,
-                     size_t len, rl_err *err);
+    int (*quota_put)(void *self, rl_registry *reg, const char *user, const char *body, size_t len,
+                     rl_err *err);
     /* DELETE /quota/<user>: returns user to the default tier for the whole fleet. RL_EINVAL
      * for a bad user or no tiered level, RL_ESTORE when the store cannot take it. */
     int (*quota_delete)(void *self, const char *user, rl_err *err);
@@ -62,7 +62,7 @@ typedef struct rld_app_store_ops {
 
 typedef struct rld_app_store {
     const rld_app_store_ops *ops; /* NULL: no shared store (the memory store) */
-    void *self;               /* borrowed: outlives the app */
+    void *self;                   /* borrowed: outlives the app */
 } rld_app_store;
 
 #endif

@@ -249,7 +249,7 @@ $(BUILD)/bench/bench_core.o: bench/bench_core.c
 
 $(BUILD)/bench/bench_core: $(BUILD)/bench/bench_core.o $(BUILD)/service/config/config.o \
                            $(BUILD)/service/config/settings.o $(BUILD)/service/app/file.o \
-                           $(BUILD)/librl.a
+                           $(BUILD)/service/app/rules_json.o $(BUILD)/librl.a
 	$(call say,LD,$@)
 	$(Q)$(CC) $^ -o $@ $(LDFLAGS_ALL) $(SVC_LIBS)
 
@@ -312,7 +312,7 @@ run: deps-quiet
 	$(BUILD)/ratelimitd --config config/default.json
 
 test: deps-quiet
-	@$(MAKE) --no-print-directory check-core build-test
+	@$(MAKE) --no-print-directory check-core check-layers build-test
 	@set -e; for t in $(TEST_BIN); do \
 	    echo "== $$t"; $(TEST_ENV) $$t; \
 	done

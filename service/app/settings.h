@@ -4,7 +4,7 @@
  *
  * Each member of the configuration file is a row of a table (rld_setting): its name, kind,
  * offsetof its field in rld_settings, bounds, default and help. The JSON loader
- * (config_json.c) reads and checks every value from its row, the "unknown field (known: ...)"
+ * (config/config.c) reads and checks every value from its row, the "unknown field (known: ...)"
  * message lists the rows, the defaults are set from the rows, and the README's settings tables
  * are generated from them (make settings-doc; test_config fails when README.md differs).
  * Tables: rld_settings_root (the top level), rld_settings_listen and rld_settings_store (the
@@ -54,7 +54,7 @@ typedef struct rld_settings {
     int max_keys;          /* key states the memory store holds at most; 0: no bound */
     int connection_timeout; /* seconds a connection may stay idle */
     char *admin_token;     /* NULL: admin endpoints are open */
-    char *admin_token_file;   /* where admin_token is read from (tokens.h) */
+    char *admin_token_file;   /* where admin_token is read from (auth.h) */
     char *acquire_token;      /* NULL: the decision endpoints are open */
     char *acquire_token_file;
     char *metrics_token;      /* NULL: /metrics and /healthz are open */

@@ -3,7 +3,8 @@
 #   make            build build/ratelimitd, build/ratelimit-replay (and the core library build/librl.a)
 #   make run        build and start the service on config/default.json (127.0.0.1:8080)
 #   make test       build and run the unit and integration tests
-#   make settings-doc  rewrite README.md's settings tables from service/config/settings.c
+#   make settings-doc  rewrite docs/configuration.md's settings tables from the settings table
+#   make docs-check    run the curl examples of README.md and docs/api.md against a fresh daemon
 #   make bench      optimised build and the benchmarks (not part of make test)
 #   make deps       install the Debian packages the build, tests and benchmarks need (as root)
 #   make SANITIZE=address,undefined test     tests under sanitizers
@@ -97,9 +98,10 @@ $(BUILD)/service/%.o: service/%.c | $(PB_H)
 	$(Q)$(CC) $(BASE_CPPFLAGS) $(GEN_CPPFLAGS) -Iservice $(SVC_CFLAGS) $(ALL_CFLAGS) -c $< -o $@
 
 # The Redis store's Lua scripts, embedded as C arrays (an array, not a string literal: ISO C
-# only promises string literals of 4095 bytes). rld_lua_lib is lib.lua, rld_lua_ports each rule
-# type's port (service/core/rules/*.lua); each script's body is its Lua offsets (from args.def)
-# and its own file. redis_lua.c puts them together, with the plug-ins' ports after the built-in
+# only promises string literals of 4095 bytes). rld_lua_lib is bigint.lua then lib.lua, one
+# chunk (lib.lua uses bigint.lua's locals); rld_lua_ports each rule type's port
+# (service/core/rules/*.lua); each script's body is its Lua offsets (from args.def) and its own
+# file. service/redis/lua.c puts them together, with the plug-ins' ports after the built-in
 # ones, as plain scripts and as one Redis Functions library.
 LUA_WITH_LIB := decide settle release due undo
 LUA_PLAIN    := heartbeat quota
@@ -126,7 +128,7 @@ $(BUILD)/gen/redis_scripts.c: $(wildcard service/redis/*.lua) $(LUA_RULES) $(LUA
 	$(call say,GEN,$@)
 	$(Q){ echo '/* generated from service/redis, service/core/rules by the Makefile: do not edit */'; \
 	  echo '#include <stddef.h>'; echo '#include "redis/scripts.h"'; \
-	  $(call lua_array,rld_lua_lib,service/redis/lib.lua) \
+	  $(call lua_array,rld_lua_lib,service/redis/bigint.lua service/redis/lib.lua) \
 	  for f in $(LUA_RULES); do n=$$(basename $$f .lua); \
 	    $(call lua_array,rld_lua_port_$$n,$$f) done; \
 	  echo 'const rld_lua_port rld_lua_ports[] = {'; \
@@ -226,8 +228,8 @@ $(BUILD)/fuzz/lf_%: $(BUILD)/fuzz/%.o $(BUILD)/fuzz/fuzzutil.o $(SVC_LIB_OBJ) $(
 
 build-libfuzzer: $(FUZZ_LIBFUZZER)
 
-# ---- the README's settings tables ------------------------------------------------------
-# Made from the table in service/config/settings.c; test_config fails while README.md differs.
+# ---- the settings tables of docs/configuration.md --------------------------------------
+# Made from the table in service/config/settings.c; test_config fails while the page differs.
 $(BUILD)/tools/settings_doc: tools/settings_doc.c $(BUILD)/service/config/settings.o $(BUILD)/librl.a
 	@mkdir -p $(dir $@)
 	$(call say,LD,$@)
@@ -247,7 +249,7 @@ $(BUILD)/bench/bench_core.o: bench/bench_core.c
 
 $(BUILD)/bench/bench_core: $(BUILD)/bench/bench_core.o $(BUILD)/service/config/config.o \
                            $(BUILD)/service/config/settings.o $(BUILD)/service/app/file.o \
-                           $(BUILD)/librl.a
+                           $(BUILD)/service/app/rules_json.o $(BUILD)/librl.a
 	$(call say,LD,$@)
 	$(Q)$(CC) $^ -o $@ $(LDFLAGS_ALL) $(SVC_LIBS)
 
@@ -285,7 +287,7 @@ soak: deps-quiet
 # pkg-config is asked after the packages are there.
 .PHONY: grpc-check
 .PHONY: all run test check-core check-layers deps deps-quiet install clean format bench build-all build-test \
-        build-bench settings-doc api-check container-deps container-test fuzz \
+        build-bench settings-doc api-check docs-check container-deps container-test fuzz \
         build-libfuzzer soak
 .DEFAULT_GOAL := all
 
@@ -310,7 +312,7 @@ run: deps-quiet
 	$(BUILD)/ratelimitd --config config/default.json
 
 test: deps-quiet
-	@$(MAKE) --no-print-directory check-core build-test
+	@$(MAKE) --no-print-directory check-core check-layers build-test
 	@set -e; for t in $(TEST_BIN); do \
 	    echo "== $$t"; $(TEST_ENV) $$t; \
 	done
@@ -318,6 +320,7 @@ test: deps-quiet
 	    $(TEST_ENV) $(BUILD)/fuzz/$$f $(FUZZ_CORPUS)/$$f; \
 	done
 	@$(MAKE) --no-print-directory api-check
+	@$(MAKE) --no-print-directory docs-check
 	@$(MAKE) --no-print-directory grpc-check
 	@echo "all tests passed"
 
@@ -374,7 +377,13 @@ fuzz: deps-quiet
 
 settings-doc: deps-quiet
 	@$(MAKE) --no-print-directory $(BUILD)/tools/settings_doc
-	$(BUILD)/tools/settings_doc README.md
+	$(BUILD)/tools/settings_doc docs/configuration.md
+
+# The curl examples of README.md and docs/api.md, each run against a fresh daemon and its answer
+# compared with the page (tests/docs/docs.test.js; node's own test runner, no npm package).
+docs-check: $(BUILD)/ratelimitd
+	@echo "== tests/docs (node --test: the examples of README.md and docs/api.md)"
+	$(Q)cd tests/docs && $(TEST_ENV) RL_BUILD=$(abspath $(BUILD)) node --test
 
 # Test objects are kept (not removed as intermediates), so a second make rebuilds nothing.
 .SECONDARY: $(TEST_HELP_OBJ) $(TEST_SRC:tests/%.c=$(BUILD)/tests/%.o) $(PB_C) $(PB_H)
@@ -386,9 +395,9 @@ $(SVC_LIB_OBJ) $(BUILD)/service/main.o $(TEST_SRC:tests/%.c=$(BUILD)/tests/%.o):
 # The core must compile with nothing but include/ and the C library on its include path: a
 # copy of the system include directory without the HTTP, JSON, Redis and test libraries.
 MULTIARCH := $(shell $(CC) -print-multiarch 2>/dev/null)
-# Files of the service that may name rule types: rls_yaml.c translates envoyproxy/ratelimit's
-# configuration, whose algorithm names map onto rule types.
-NAMES_ALLOWED := service/grpc/rls_yaml.c
+# Files of the service that may name rule types: none (the YAML mapping asks the registry which
+# types take a limit of n per unit: rl_rule_per_unit, declared by each type in its own file).
+NAMES_ALLOWED :=
 check-core:
 	@rm -rf $(BUILD)/sysinc && mkdir -p $(BUILD)/sysinc
 	@for e in /usr/include/*; do case $${e##*/} in \

@@ -4,19 +4,20 @@
 #   bench/lua_cost.sh [N]        (N calls per case, default 50000)
 #
 # Starts a redis-server of its own on a free loopback port (no persistence), loads the decision
-# script as the store builds it (build/bench/lua_scripts prints it: lib.lua, the rule types'
-# ports, decide.lua), replays one EVALSHA per case with redis-benchmark (keys spread over 100,000
-# values with __rand_int__, Redis's own clock, the arguments in the order service/redis/args.def
-# gives, as service/redis/store.c writes them), and prints
-# Redis's usec_per_call of EVALSHA for each case from INFO commandstats, plus used_memory per
-# state key. Also the cost of the library alone (the lib + "return 1"). Each case runs with
-# EVALSHA, then (on Redis 7) as FCALL of the same scripts loaded as a Functions library, as the
-# store calls them there. Asserts nothing.
+# script as the store builds it (build/bench/lua_scripts prints it: bigint.lua, lib.lua, the rule
+# types' ports, decide.lua), replays one EVALSHA per case with redis-benchmark (keys spread over
+# 100,000 values with __rand_int__, Redis's own clock, the arguments in the order
+# service/redis/args.def gives, as service/redis/store.c writes them), and prints Redis's
+# usec_per_call of EVALSHA for each case from INFO commandstats, plus used_memory per state key.
+# Also the cost of the library alone (the lib + "return 1"). Each case runs with EVALSHA, then (on
+# Redis 7) as FCALL of the same scripts loaded as a Functions library, as the store calls them
+# there. Asserts nothing.
 #
 # Cases: tb3 is the decision of `make bench` (user, team and global token buckets, the global
 # key shared by every call); the others decide three rules of one type on three keys that are
 # each spread over 100,000 values.
 set -eu
+shopt -s inherit_errexit # a failing call inside $(...) stops the script
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/.." && pwd)
 N=${1:-50000}
@@ -72,21 +73,36 @@ fields() {
 mapfile -t HEAD_FIELDS < <(fields decide)
 mapfile -t ITEM_FIELDS < <(fields decide_item)
 
+# Every field's value as service/redis/store.c's build_decide and ab_decide_item write it, by
+# name: a decision on Redis's clock, not dry, no reservation, every item blocking and taking,
+# nothing kept for undo (not a cluster). items, tag and key are filled in per call.
+declare -A HEAD=([now]='' [dry]=0 [cost]=1000000 [reservation_ttl]=60000000000 [floor_ms]=0
+    [hold_ms]=120000 [id]='' [reserve]=0 [modes]='' [keep]=0 [items]='')
+declare -A ITEM=([tag]='' [key]='' [need]=1000000 [cost]=1000000 [wait]='' [record]='')
+# a field args.def gained that this script does not know would shift every argument after it
+for f in "${HEAD_FIELDS[@]}"; do
+    [ -v "HEAD[$f]" ] ||
+        { echo "lua_cost: args.def's decide field $f is not set here" >&2; exit 1; }
+done
+for f in "${ITEM_FIELDS[@]}"; do
+    [ -v "ITEM[$f]" ] ||
+        { echo "lua_cost: args.def's decide_item field $f is not set here" >&2; exit 1; }
+done
+
 # one item: tag, key index, p1, p2 (the rule's parameters in fixed point / ns, in its port's
 # order), cost 1
 item() {
-    local -A v=([tag]=$1 [key]=$2 [need]=1000000 [cost]=1000000 [wait]='' [record]='')
     local f
-    for f in "${ITEM_FIELDS[@]}"; do printf '%s\n' "${v[$f]}"; done
+    ITEM[tag]=$1 ITEM[key]=$2
+    for f in "${ITEM_FIELDS[@]}"; do printf '%s\n' "${ITEM[$f]}"; done
     printf '%s\n' "$3" "$4"
 }
 
-# a decision's arguments before its items
+# a decision's arguments before its items (for $1 items)
 decide_head() {
-    local -A v=([now]='' [dry]=0 [cost]=1000000 [reservation_ttl]=60000000000 [floor_ms]=0
-                [hold_ms]=120000 [id]='' [reserve]=0 [modes]='' [items]=$1)
     local f
-    for f in "${HEAD_FIELDS[@]}"; do printf '%s\n' "${v[$f]}"; done
+    HEAD[items]=$1
+    for f in "${HEAD_FIELDS[@]}"; do printf '%s\n' "${HEAD[$f]}"; done
 }
 
 decide() { # keys... -- items (as from item, one state key each): "EVALSHA µs FCALL µs"
@@ -94,13 +110,21 @@ decide() { # keys... -- items (as from item, one state key each): "EVALSHA µs F
     while [ "$1" != -- ]; do keys+=("$1"); shift; done
     shift
     mapfile -t tail < <(decide_head "${#keys[@]}"; for a in "$@"; do printf '%s\n' "$a"; done)
+    local e f=
     cli flushall >/dev/null
-    printf 'evalsha %s' "$(run EVALSHA "$SHA" "${#keys[@]}" "${keys[@]}" "${tail[@]}")"
+    e=$(run EVALSHA "$SHA" "${#keys[@]}" "${keys[@]}" "${tail[@]}")
     if [ -n "$FN" ]; then
         cli flushall >/dev/null
-        printf ' fcall %s' "$(run FCALL "$FN" "${#keys[@]}" "${keys[@]}" "${tail[@]}")"
+        f=" fcall $(run FCALL "$FN" "${#keys[@]}" "${keys[@]}" "${tail[@]}")"
     fi
-    echo
+    echo "evalsha $e$f"
+}
+
+show() { # name command...: "name: " and what the command printed; stops when it failed
+    local name=$1 out
+    shift
+    out=$("$@")
+    echo "$name: $out"
 }
 
 three() { # tag p1 p2 p1 p2 p1 p2: three rules of one type on three spread keys
@@ -109,23 +133,23 @@ three() { # tag p1 p2 p1 p2 p1 p2: three rules of one type on three spread keys
     decide "b:$tag:a:__rand_int__" "b:$tag:b:__rand_int__" "b:$tag:c:__rand_int__" -- "${items[@]}"
 }
 
-echo "lib_only_usec_per_call: $(run EVALSHA "$LIBSHA" 0)"
+show lib_only_usec_per_call run EVALSHA "$LIBSHA" 0
 mapfile -t items < <(item tb 1 100000000 100000000; item tb 2 10000000000 10000000000
     item tb 3 1000000000000 10000000000000)
-echo "tb3_usec_per_call: $(decide 'rl:user:0:user-__rand_int__' 'rl:team:0:team-__rand_int__' \
-    'rl:global:0:*' -- "${items[@]}")"
-echo "token_bucket_x3_usec_per_call: $(three tb 100000000 100000000 10000000000 10000000000 \
-    1000000000 1000000000)"
-echo "gcra_x3_usec_per_call: $(three gcra 100000000 100000000 10000000000 10000000000 \
-    1000000000 1000000000)"
-echo "fixed_window_x3_usec_per_call: $(three fw 100000000 1000000000 10000000000 60000000000 \
-    1000000000 3600000000000)"
-echo "sliding_window_counter_x3_usec_per_call: $(three swc 100000000 1000000000 \
-    10000000000 60000000000 1000000000 3600000000000)"
-echo "sliding_window_x3_usec_per_call: $(three sw 100000000 1000000000 10000000000 \
-    60000000000 1000000000 3600000000000)"
-echo "concurrency_x3_usec_per_call: $(three cc 100000000 1000000000 10000000000 1000000000 \
-    1000000000 1000000000)"
+show tb3_usec_per_call decide 'rl:user:0:user-__rand_int__' 'rl:team:0:team-__rand_int__' \
+    'rl:global:0:*' -- "${items[@]}"
+show token_bucket_x3_usec_per_call three tb 100000000 100000000 10000000000 10000000000 \
+    1000000000 1000000000
+show gcra_x3_usec_per_call three gcra 100000000 100000000 10000000000 10000000000 \
+    1000000000 1000000000
+show fixed_window_x3_usec_per_call three fw 100000000 1000000000 10000000000 60000000000 \
+    1000000000 3600000000000
+show sliding_window_counter_x3_usec_per_call three swc 100000000 1000000000 \
+    10000000000 60000000000 1000000000 3600000000000
+show sliding_window_x3_usec_per_call three sw 100000000 1000000000 10000000000 \
+    60000000000 1000000000 3600000000000
+show concurrency_x3_usec_per_call three cc 100000000 1000000000 10000000000 1000000000 \
+    1000000000 1000000000
 
 # used_memory per state key: one token bucket key per user, 100,000 users, partly empty
 cli flushall >/dev/null

@@ -5,7 +5,7 @@
  *   lua_scripts decide|settle|release|due    the script's text (SCRIPT LOAD)
  *   lua_scripts library                      the Functions library's text (FUNCTION LOAD)
  *   lua_scripts fname                        the library's name of the decision function
- *   lua_scripts lib                          the lib alone (lib.lua and the rule types' ports)
+ *   lua_scripts lib                          the lib alone (bigint.lua, lib.lua, the ports)
  */
 #include <stdio.h>
 #include <stdlib.h>

@@ -48,8 +48,8 @@ extern "C" {
 
 /* Version of this interface; a plug-in is handed the version the host implements. A type
  * declares the version it was written against in api_version: 1 (wait, take, status), 2
- * (evaluate, commit, report, and the Redis port) or 3 (state_valid). */
-#define RL_RULE_API_VERSION 3
+ * (evaluate, commit, report, and the Redis port), 3 (state_valid) or 4 (per_unit). */
+#define RL_RULE_API_VERSION 4
 
 typedef int64_t rl_ns; /* nanoseconds */
 typedef int64_t rl_fp; /* fixed point amount, RL_FP_ONE units per token/request/slot */
@@ -142,6 +142,23 @@ typedef struct rl_rule_redis {
                       * are built into the store (service/core/rules/<type>.lua) */
 } rl_rule_redis;
 
+/* How a rule type takes a limit stated as n per unit of time (envoyproxy/ratelimit's
+ * requests_per_unit and unit, in its YAML configuration, whose algorithm names the type): the
+ * parameters that get n, the unit's length and n per unit as a rate. A type without it cannot
+ * be given such a limit.
+ *
+ *     {.amount = "limit", .window = "window"}  10 per minute -> limit 10, window 60
+ *     {.amount = "capacity", .rate = "per_second"}          -> capacity 10, per_second 1/6 */
+typedef struct rl_rule_per_unit {
+    const char *amount; /* gets n: one of the type's RL_PARAM_AMOUNT parameters */
+    const char *window; /* gets the unit in seconds (RL_PARAM_DURATION); NULL: none */
+    const char *rate;   /* gets n per unit, per second (RL_PARAM_RATE); NULL: none */
+    /* 1 when the windows start at every multiple of the unit since time 0, as
+     * envoyproxy/ratelimit counts: a limit's reset is then the end of the window of now, and
+     * the first such type registered is what a limit without an algorithm is counted by. */
+    int aligned;
+} rl_rule_per_unit;
+
 /* Flags of a rule type. */
 #define RL_RULE_UNIT_REQUESTS 0x1u /* default unit is "requests" (one per request) */
 #define RL_RULE_HOLDS 0x2u         /* a take holds something until release (concurrency) */
@@ -226,13 +243,22 @@ typedef struct rl_rule_type {
      * snapshot as damaged. It need not check the state against the rule's limit (a state
      * above a shrunk limit is valid, and the store drops it alone). NULL: no check. */
     int (*state_valid)(const void *params, const void *state);
+
+    /* ---- version 4 (read only from a type that declares 4 or later) ---- */
+
+    /* How the type takes a limit of n per unit; NULL when it takes none. */
+    const rl_rule_per_unit *per_unit;
 } rl_rule_type;
 
 /* Adds a rule type to the registry. The type struct must outlive the registry. Returns 0, or
  * -1 when the name (or the Redis port's tag) is taken, the registry is full, the API version is
  * newer than the host's or the type is malformed (a Redis port naming a parameter the type does
- * not have, or one of RL_PARAM_STRINGS, or a tag not of [a-z0-9_], 1 to 32 characters). */
+ * not have, or one of RL_PARAM_STRINGS, or a tag not of [a-z0-9_], 1 to 32 characters; a
+ * per_unit naming a parameter the type does not have, or one of another kind). */
 int rl_register_rule_type(rl_registry *reg, const rl_rule_type *type);
+
+/* The type's per_unit when it declares version 4 or later and has one, else NULL. */
+const rl_rule_per_unit *rl_rule_type_per_unit(const rl_rule_type *type);
 
 /* Looks key up in a loaded string list. Returns 1 when present, 0 otherwise. */
 int rl_strings_find(const rl_strings *s, const char *key, size_t keylen);

@@ -1,5 +1,7 @@
 /*
- * main.c - ratelimitd: flags, configuration, the limiter, the HTTP server, signals.
+ * main.c - ratelimitd: flags, configuration, the limiter, the app and what it is attached to
+ * (the store, the HTTP and gRPC servers, the YAML matcher), signals. The composition root:
+ * the only file that knows every wing.
  *
  * Only this file reads the real clock for the limiter's housekeeping thread and picks what
  * runs; everything else takes its inputs as arguments.
@@ -15,17 +17,17 @@
 #include <unistd.h>
 
 #include "app/app.h"
+#include "app/auth.h"
 #include "app/clock.h"
 #include "app/file.h"
-#include "config/config.h"
-#include "redis/redis.h"
-#include "grpc/grpc_api.h"
-#include "http/http.h"
 #include "app/log.h"
-#include "redis/pool.h"
-#include "redis/store.h"
-#include "app/auth.h"
+#include "config/config.h"
+#include "grpc/grpc_api.h"
 #include "grpc/rls_yaml_grpc.h"
+#include "http/http.h"
+#include "redis/pool.h"
+#include "redis/redis.h"
+#include "redis/store.h"
 
 /* config/default.json, embedded by the Makefile. */
 extern const char rld_default_config[];
@@ -211,7 +213,7 @@ static int check_config(const char *path)
     int rc = reg ? load_config(path, reg, &set, &cfg, &yrls, &err) : RL_ENOMEM;
     char *cert = NULL, *key = NULL;
     if (rc == RL_OK)
-        rc = rld_tokens_resolve(&set, &err);
+        rc = rld_auth_resolve(&set, &err);
     if (rc == RL_OK)
         rc = read_tls(&set, &cert, &key, &err);
     free(cert);
@@ -259,7 +261,8 @@ static rl_ns real_clock(void)
 static void *housekeeping(void *arg)
 {
     housekeeper *hk = arg;
-    int interval = hk->app->set->state_file && !hk->app->fleet ? hk->app->set->state_interval : 0;
+    int interval =
+        hk->app->set->state_file && !hk->app->store.ops ? hk->app->set->state_interval : 0;
     rl_ns next_save = rld_mono_ns() + interval * RL_NS_PER_SEC;
     pthread_mutex_lock(&hk->mu);
     while (!hk->stop) {
@@ -314,7 +317,7 @@ static int grpc_wanted(const opts *o, const rld_settings *set)
 
 /* Starts the gRPC server when it is wanted and prints the second line of stdout. Returns 0
  * (*out NULL when none is wanted) or -1 (logged). */
-static int grpc_start(const opts *o, const rld_settings *set, rld_app *app, int threads,
+static int grpc_start(const opts *o, const rld_settings *set, rld_grpc_api *api, int threads,
                       rld_grpc **out)
 {
     char addr[64];
@@ -336,7 +339,7 @@ static int grpc_start(const opts *o, const rld_settings *set, rld_app *app, int 
                           .observe = rld_grpc_observe,
                           .methods = rld_grpc_methods,
                           .nmethods = rld_grpc_nmethods,
-                          .app = app};
+                          .app = api};
     if (!(*out = rld_grpc_start(&gc, &err))) {
         rld_log("error: %s", err.msg);
         return -1;
@@ -373,11 +376,14 @@ typedef struct daemon_parts {
     char *tls_cert, *tls_key; /* PEM text of "tls" */
     rld_yrls *yrls;           /* with a YAML configuration */
     rld_fleet *fleet;         /* with the Redis store */
+    rld_app_store store;      /* the fleet as the app's store; ops NULL without it */
     rl_limiter *lim;
     rld_app app;
     int app_ready;
+    rld_grpc_api grpc_api; /* the gRPC methods' app, when gRPC is wanted */
     char store_name[400];
     rld_http_config hc;
+    rld_http *http;
     housekeeper hk;
     rld_grpc *grpc;
 } daemon_parts;
@@ -413,7 +419,7 @@ static int open_settings(daemon_parts *dp, rl_config **cfg)
     }
     dp->set_loaded = 1;
     rld_log_configure(dp->set.log_level, dp->set.log_format);
-    if ((rc = rld_tokens_resolve(&dp->set, &err)) != RL_OK ||
+    if ((rc = rld_auth_resolve(&dp->set, &err)) != RL_OK ||
         (rc = read_tls(&dp->set, &dp->tls_cert, &dp->tls_key, &err)) != RL_OK) {
         rld_log("error: configuration %s: %s", dp->source, err.msg);
         rl_config_free(*cfg);
@@ -437,7 +443,8 @@ static int open_limiter(daemon_parts *dp, rl_config *cfg)
             rl_config_free(cfg);
             return 1;
         }
-        rld_fleet_describe(dp->fleet, dp->store_name, sizeof dp->store_name);
+        dp->store = (rld_app_store){&rld_fleet_store_ops, dp->fleet};
+        dp->store.ops->describe(dp->store.self, dp->store_name, sizeof dp->store_name);
         if (set->quota_file || set->state_file)
             rld_log("note: %s%s%s not used with the Redis store, which keeps quotas and state "
                     "for the whole fleet",
@@ -461,22 +468,43 @@ static int open_limiter(daemon_parts *dp, rl_config *cfg)
     return 0;
 }
 
-/* The application the handlers serve, over the limiter. 0, or 1 (logged). */
+/* The application the protocols serve, over the limiter, with the store and the parts that
+ * follow its reloads attached: the YAML matcher, and the gRPC methods when gRPC is wanted
+ * (before /metrics can be asked: their series are read without a lock). 0, or 1 (logged). */
 static int open_app(daemon_parts *dp)
 {
+    const char *endpoints[RLD_APP_MAX_ENDPOINTS];
     rl_err err = {{0}};
-    if (rld_app_init(&dp->app, dp->reg, dp->lim, &dp->set, dp->fleet,
-                     dp->o->manual_clock ? NULL : real_clock, &err) != RL_OK) {
+    for (size_t i = 0; i < rld_nroutes && i < RLD_APP_MAX_ENDPOINTS; i++)
+        endpoints[i] = rld_routes[i].endpoint;
+    rld_app_config c = {.reg = dp->reg,
+                        .lim = dp->lim,
+                        .set = &dp->set,
+                        .clock = dp->o->manual_clock ? NULL : real_clock,
+                        .store = dp->fleet ? &dp->store : NULL,
+                        .endpoints = endpoints,
+                        .nendpoints = rld_nroutes,
+                        .config_path = dp->o->config,
+                        .load = rld_config_load};
+    if (rld_app_init(&dp->app, &c, &err) != RL_OK) {
         rld_log("error: %s", err.msg);
         return 1;
     }
     dp->app_ready = 1;
-    dp->app.config_path = dp->o->config;
-    dp->app.yrls = dp->yrls;
     upstream_env(dp->yrls);
-    if (dp->yrls) { /* ShouldRateLimit is decided by the YAML configuration's matcher */
-        dp->app.rls.decide = rld_yrls_decide_rls;
-        dp->app.rls.cls = dp->yrls;
+    if (dp->yrls && rld_app_attach(&dp->app, &rld_yrls_part_ops, dp->yrls) != RL_OK) {
+        rld_log("error: the app holds no more parts");
+        return 1;
+    }
+    if (grpc_wanted(dp->o, &dp->set)) {
+        if (rld_grpc_api_init(&dp->grpc_api, &dp->app, &err) != RL_OK) {
+            rld_log("error: %s", err.msg);
+            return 1;
+        }
+        if (dp->yrls) { /* ShouldRateLimit is decided by the YAML configuration's matcher */
+            dp->grpc_api.rls.decide = rld_yrls_decide_rls;
+            dp->grpc_api.rls.cls = dp->yrls;
+        }
     }
     return 0;
 }
@@ -512,24 +540,21 @@ static int start_serving(daemon_parts *dp)
                                .gate = &dp->app.gate,
                                .on_done = rld_app_on_done,
                                .access_log = set->log_access};
-    /* before /metrics can be asked: its gRPC series are read without a lock */
-    if (grpc_wanted(dp->o, set))
-        rld_grpc_metrics_init(&dp->app);
-    if (!(dp->app.http = rld_http_start(&dp->hc, &err))) {
+    if (!(dp->http = rld_http_start(&dp->hc, &err))) {
         rld_log("error: %s", err.msg);
         return 1;
     }
     if (housekeeper_start(&dp->hk, &dp->app) != 0) {
         rld_log("error: cannot start the housekeeping thread");
-        rld_http_stop(dp->app.http, 0);
+        rld_http_stop(dp->http, 0);
         return 1;
     }
-    int port = rld_http_port(dp->app.http), v6 = strchr(set->address, ':') != NULL;
+    int port = rld_http_port(dp->http), v6 = strchr(set->address, ':') != NULL;
     printf("listening on %s%s%s:%d\n", v6 ? "[" : "", set->address, v6 ? "]" : "", port);
     fflush(stdout);
-    if (grpc_start(dp->o, set, &dp->app, dp->hc.threads, &dp->grpc) != 0) {
+    if (grpc_start(dp->o, set, &dp->grpc_api, dp->hc.threads, &dp->grpc) != 0) {
         housekeeper_stop(&dp->hk);
-        rld_http_stop(dp->app.http, 0);
+        rld_http_stop(dp->http, 0);
         return 1;
     }
     rld_log("started: listening on %s%s%s:%d, %d threads, %s, %s clock, configuration %s",
@@ -553,11 +578,11 @@ static void serve_until_stopped(daemon_parts *dp, sigset_t *sigs)
     }
     rld_log("stopping on %s: no new connections, finishing requests in flight",
             sig == SIGTERM ? "SIGTERM" : "SIGINT");
-    __atomic_store_n(&dp->app.grpc_stopping, 1, __ATOMIC_RELEASE);
+    rld_app_stopping(&dp->app);
     unsigned gleft = dp->grpc ? rld_grpc_stop(dp->grpc, DRAIN_MS) : 0;
     if (gleft)
         rld_log("error: %u gRPC calls were still open after %d ms and were cut", gleft, DRAIN_MS);
-    unsigned left = rld_http_stop(dp->app.http, DRAIN_MS);
+    unsigned left = rld_http_stop(dp->http, DRAIN_MS);
     housekeeper_stop(&dp->hk);
     if (left)
         rld_log("error: %u requests were still in flight after %d ms and were cut", left,

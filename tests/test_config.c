@@ -226,7 +226,7 @@ END_TEST
 
 START_TEST(defaults_from_the_table)
 {
-    /* the defaults the README's tables list, for a configuration that sets none of them */
+    /* the defaults the settings tables list, for a configuration that sets none of them */
     const char *json = "{\"store\": \"redis\", \"levels\": [{\"name\": \"user\", "
                        "\"rules\": [" TB "]}]}";
     rl_registry *reg = rl_registry_new();
@@ -266,18 +266,57 @@ START_TEST(defaults_from_the_table)
 }
 END_TEST
 
-START_TEST(readme_tables_follow_the_table)
+START_TEST(an_empty_cluster_is_refused)
 {
-    /* README.md's settings tables are generated (make settings-doc): they must not drift */
-    char *text = rld_read_file("README.md", NULL);
-    ck_assert_msg(text, "README.md: run from the repository's top");
+    /* "cluster": [] is a list given empty, not a list left out: the store refuses it rather
+     * than run on the default URL's one node; a list of one node is a cluster */
+    static const struct {
+        const char *store, *msg;
+    } cases[] = {
+        {"{\"type\": \"redis\", \"cluster\": []}", "store.cluster: must list 1 to 64 nodes"},
+        {"{\"type\": \"redis\", \"cluster\": [], \"password\": \"p\"}",
+         "store.cluster: must list 1 to 64 nodes"},
+        {"{\"type\": \"redis\", \"cluster\": [\"127.0.0.1:7000\"]}", NULL},
+        {"{\"type\": \"redis\"}", NULL},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char json[512];
+        snprintf(json, sizeof json,
+                 "{\"store\": %s, \"levels\": [{\"name\": \"user\", \"rules\": [" TB "]}]}",
+                 cases[i].store);
+        rl_registry *reg = rl_registry_new();
+        rld_settings set;
+        rl_config *cfg;
+        rl_err err = {0};
+        rld_redis_addr addr;
+        ck_assert_int_eq(rld_config_parse(json, strlen(json), reg, &set, &cfg, &err), RL_OK);
+        int rc = rld_redis_store_addr(&set, &addr, &err);
+        if (cases[i].msg) {
+            ck_assert_msg(rc == RL_EINVAL, "case %zu: %d", i, rc);
+            ck_assert_str_eq(err.msg, cases[i].msg);
+        } else {
+            ck_assert_msg(rc == RL_OK, "case %zu: %s", i, err.msg);
+            ck_assert_int_eq(addr.port, i == 2 ? 7000 : 6379);
+        }
+        rld_settings_clear(&set);
+        rl_config_free(cfg);
+        rl_registry_free(reg);
+    }
+}
+END_TEST
+
+START_TEST(doc_tables_follow_the_table)
+{
+    /* docs/configuration.md's settings tables are generated (make settings-doc): no drift */
+    char *text = rld_read_file("docs/configuration.md", NULL);
+    ck_assert_msg(text, "docs/configuration.md: run from the repository's top");
     ck_assert_ptr_nonnull(strstr(text, "<!-- settings: root -->\n| member |"));
     ck_assert_ptr_nonnull(strstr(text, "| `fleet_size` | whole number, 1 to 100000 |"));
     rl_err err;
     char *made = rld_settings_doc_update(text, &err);
     ck_assert_msg(made, "%s", err.msg);
     ck_assert_msg(strcmp(made, text) == 0,
-                  "README.md differs from the settings table: run make settings-doc");
+                  "docs/configuration.md differs from the settings table: run make settings-doc");
     free(made);
     free(text);
     /* a marker naming no table, or without its end, is an error rather than skipped */
@@ -362,7 +401,8 @@ Suite *config_suite(void)
     tcase_add_loop_test(tc, bad_config_names_the_field, 0, (int)(sizeof bad / sizeof bad[0]));
     tcase_add_test(tc, settings_and_defaults);
     tcase_add_test(tc, defaults_from_the_table);
-    tcase_add_test(tc, readme_tables_follow_the_table);
+    tcase_add_test(tc, doc_tables_follow_the_table);
+    tcase_add_test(tc, an_empty_cluster_is_refused);
     tcase_add_test(tc, rules_written_back);
     tcase_add_test(tc, shipped_configs_load);
     suite_add_tcase(s, tc);

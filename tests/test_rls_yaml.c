@@ -486,6 +486,75 @@ START_TEST(native_algorithms)
 }
 END_TEST
 
+/* The mapping asks the registry: a type registered here that declares how it takes n per unit
+ * (a token bucket under another name) is an algorithm too; one that declares it wrongly is
+ * refused, and one of an API before per_unit is no algorithm. */
+static const rl_rule_per_unit bucket_per_unit = {.amount = "capacity", .rate = "per_second"};
+static const rl_rule_per_unit rate_as_amount = {.amount = "per_second"};
+static const rl_rule_per_unit capacity_as_window = {.amount = "capacity", .window = "capacity"};
+static const rl_rule_per_unit unknown_param = {.amount = "most"};
+
+START_TEST(algorithms_from_the_registry)
+{
+    rl_registry *reg = rl_registry_new();
+    rl_rule_type bucket = *rl_registry_at(reg, 0), bad[3], old;
+    const rl_rule_per_unit *wrong[3] = {&rate_as_amount, &capacity_as_window, &unknown_param};
+    ck_assert_ptr_nonnull(rl_rule_type_per_unit(&bucket));
+    bucket.name = "bucket2";
+    bucket.redis = NULL; /* its tag is the original's */
+    bucket.per_unit = &bucket_per_unit;
+    for (int i = 0; i < 3; i++) {
+        bad[i] = bucket;
+        bad[i].name = "bad";
+        bad[i].per_unit = wrong[i];
+        ck_assert_int_eq(rl_register_rule_type(reg, &bad[i]), -1);
+    }
+    old = bucket;
+    old.name = "old3";
+    old.api_version = 3; /* per_unit is not read */
+    ck_assert_int_eq(rl_register_rule_type(reg, &bucket), 0);
+    ck_assert_int_eq(rl_register_rule_type(reg, &old), 0);
+    ck_assert_ptr_null(rl_rule_type_per_unit(&old));
+
+    /* bucket2 counts 60 a minute as the token bucket does (native_algorithms) */
+    const char *yaml =
+        "domain: n\n"
+        "descriptors:\n"
+        "  - key: k\n"
+        "    rate_limit: {unit: minute, requests_per_unit: 60, algorithm: bucket2}\n";
+    yt t = {.reg = reg};
+    rl_config *cfg;
+    rl_err err = {{0}};
+    rld_yconf *c = rld_yconf_new();
+    ck_assert_int_eq(rld_yaml_parse(c, "test.yaml", yaml, strlen(yaml), &err), RL_OK);
+    ck_assert_msg(rld_yrls_new(c, reg, &t.y, &cfg, &err) == RL_OK, "%s", err.msg);
+    ck_assert_int_eq(rl_limiter_new(cfg, NULL, &t.lim, &err), RL_OK);
+    ck_assert_int_eq(yt_ask(&t, "n", 30, 60, "k=a"), OK);
+    ck_assert_uint_eq(t.st[0].remaining, 0);
+    ck_assert_str_eq(t.st[0].rule->type->name, "bucket2");
+    ck_assert_int_eq(yt_ask(&t, "n", 30, 0, "k=a"), OVER);
+    ck_assert_int_eq(yt_ask(&t, "n", 35, 5, "k=a"), OK);
+    /* not aligned: the reset is the bucket's own, empty and refilled at 1/s in 60 s (an
+     * aligned window's would end at the minute's end, in 25 s) */
+    ck_assert_int_eq(t.st[0].reset, 60 * RL_NS_PER_SEC);
+
+    /* old3 is no algorithm; the message lists those there are, in registry order */
+    yaml = "domain: n\n"
+           "descriptors:\n"
+           "  - key: k\n"
+           "    rate_limit: {unit: minute, requests_per_unit: 60, algorithm: old3}\n";
+    rld_yrls *y2;
+    rl_config *cfg2;
+    c = rld_yconf_new();
+    ck_assert_int_eq(rld_yaml_parse(c, "test.yaml", yaml, strlen(yaml), &err), RL_OK);
+    ck_assert_int_eq(rld_yrls_new(c, reg, &y2, &cfg2, &err), RL_EINVAL);
+    ck_assert_str_eq(err.msg, "test.yaml: descriptors[0].rate_limit: algorithm: 'old3' is not "
+                              "one of token_bucket, sliding_window, sliding_window_counter, "
+                              "fixed_window, gcra, bucket2");
+    yt_close(&t);
+}
+END_TEST
+
 START_TEST(charge_after_the_fact)
 {
     /* an AI gateway's token limit: a check (hits 0) before the model call, the real count
@@ -827,6 +896,7 @@ static Suite *rls_yaml_suite(void)
     tcase_add_test(tc, example11_share_threshold);
     tcase_add_test(tc, every_unit);
     tcase_add_test(tc, native_algorithms);
+    tcase_add_test(tc, algorithms_from_the_registry);
     suite_add_tcase(s, tc);
     tc = tcase_create("request");
     tcase_add_test(tc, unknown_domain_limits_nothing);

@@ -9,12 +9,12 @@
 #include <string.h>
 
 #include "app/acquire_req.h"
-#include "app/app.h"
 #include "app/buf.h"
 #include "app/metrics.h"
 #include "app/render.h"
 #include "testutil.h"
 #include "app/values.h"
+#include "http/http.h"
 
 /* ---- the two parsers agree ---------------------------------------------------------------- */
 

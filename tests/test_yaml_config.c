@@ -146,8 +146,8 @@ static const struct {
      "bad.yaml: descriptors[0]: share_threshold can only be used with wildcard values "
      "(containing '*'), but found key 'a_b'"},
     {"domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, algorithm: leaky}\n",
-     "bad.yaml: descriptors[0].rate_limit: algorithm: 'leaky' is not one of fixed_window, "
-     "sliding_window, sliding_window_counter, token_bucket, gcra"},
+     "bad.yaml: descriptors[0].rate_limit: algorithm: 'leaky' is not one of token_bucket, "
+     "sliding_window, sliding_window_counter, fixed_window, gcra"},
     {"domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: year, requests_per_unit: 1, "
      "algorithm: token_bucket}\n",
      "bad.yaml: descriptors[0].rate_limit: per_second: must be a positive number no larger "

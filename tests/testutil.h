@@ -7,6 +7,7 @@
 
 #include <check.h>
 
+#include "app/rules_json.h"
 #include "config/config.h"
 #include "ratelimit.h"
 

@@ -1,7 +1,7 @@
 /*
- * settings_doc.c - rewrites the settings tables of a Markdown file (README.md by default) from
- * the settings table (service/config/settings.c): make settings-doc. test_config fails while README.md
- * differs from what this writes.
+ * settings_doc.c - rewrites the settings tables of a Markdown file (docs/configuration.md by
+ * default) from the settings table (service/config/settings.c): make settings-doc. test_config
+ * fails while docs/configuration.md differs from what this writes.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,7 +28,7 @@ static char *slurp(const char *path)
 
 int main(int argc, char **argv)
 {
-    const char *path = argc > 1 ? argv[1] : "README.md";
+    const char *path = argc > 1 ? argv[1] : "docs/configuration.md";
     char tmp[4096];
     rl_err err;
     char *text = slurp(path), *out = text ? rld_settings_doc_update(text, &err) : NULL;

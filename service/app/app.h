@@ -1,26 +1,46 @@
 /*
- * app.h - the endpoints of ratelimitd (the route table and its handlers) and the state they
- * share: the limiter, the clock, the quotas and the metrics.
+ * app.h - the application every protocol serves: the limiter and the state around it (the
+ * clock, the quotas, the metrics, the configuration text of GET /rules), its lifecycle (start,
+ * housekeeping, snapshots, reload, stop) and what a request asks of it beyond the core.
  *
- *   POST /acquire   decide a request                 POST /refund   settle a reservation
- *   POST /release   give back a reservation's slots  GET  /rules    the configuration
- *   GET|PUT|DELETE /quota/<user>  a user's quota     GET  /metrics  Prometheus text
- *   GET  /healthz   readiness                        GET  /check    /acquire from headers
- *
- * api/openapi.yaml is the contract; the handlers stay thin: parse, call the core, answer.
+ * It knows no protocol and no store. main.c attaches them: a shared store (parts.h's
+ * rld_app_store, the Redis fleet) when the limiter runs on one, and parts (parts.h's
+ * rld_part_ops: the gRPC service, the YAML matcher) that a reload reaches through one table.
+ * The HTTP endpoints (http/http.h's rld_routes) and the gRPC methods (grpc/grpc_api.h) are
+ * thin layers over it: parse, call the core or the app, answer.
  */
-#ifndef RLD_API_H
-#define RLD_API_H
+#ifndef RLD_APP_H
+#define RLD_APP_H
 
 #include <pthread.h>
 
-#include "config/config.h"
-#include "redis/redis.h"
-#include "http/http.h"
+#include "buf.h"
 #include "metrics.h"
+#include "parts.h"
 #include "quotas.h"
 #include "ratelimit.h"
-#include "grpc/rls.h"
+#include "settings.h"
+
+/* Reads a configuration file into *set and *cfg, as config/config.h's rld_config_load does:
+ * on success the caller owns both; on failure nothing is returned and err says why. */
+typedef int (*rld_app_load_fn)(const char *path, rl_registry *reg, rld_settings *set,
+                               rl_config **cfg, rl_err *err);
+
+/* The most endpoints the metrics count by name (an unknown path is one more, "other"). */
+#define RLD_APP_MAX_ENDPOINTS 15
+
+/* What rld_app_init builds the app from; everything is borrowed and outlives the app. */
+typedef struct rld_app_config {
+    rl_registry *reg;
+    rl_limiter *lim;
+    const rld_settings *set;
+    rl_ns (*clock)(void);        /* the real clock; NULL: the manual clock ("now" in requests) */
+    const rld_app_store *store;  /* the fleet's store; NULL: none (the memory store) */
+    const char *const *endpoints; /* the metrics labels of the HTTP routes, by route index */
+    size_t nendpoints;            /* at most RLD_APP_MAX_ENDPOINTS */
+    const char *config_path;      /* what a reload reads; NULL: the built-in configuration */
+    rld_app_load_fn load;         /* reads config_path; NULL: reloads are refused */
+} rld_app_config;
 
 typedef struct rld_app {
     rl_registry *reg;        /* borrowed */
@@ -32,42 +52,43 @@ typedef struct rld_app {
     rl_ns ticked;            /* atomic, written under tick_mu: the latest time ticked */
     pthread_mutex_t tick_mu; /* rl_limiter_tick is called by one thread at a time */
     rld_metrics *metrics;
-    rld_quotas quotas;       /* the quota file (memory store) */
-    rld_fleet *fleet;        /* borrowed; NULL with the memory store */
-    char *rules_json; /* GET /rules, fixed for the configuration's life */
+    rld_quotas quotas;       /* the quota file (without a store) */
+    rld_app_store store;     /* store.ops NULL: no shared store */
+    char *rules_json;        /* GET /rules, fixed for the configuration's life */
     size_t rules_len;
-    rld_http *http; /* set once serving */
-    /* Requests hold it for reading (rld_http_config.gate), a reload for writing: a request
-     * sees the configuration before a reload or after it, never a mix. */
+    /* Requests hold it for reading (every protocol), a reload for writing: a request sees the
+     * configuration before a reload or after it, never a mix. */
     pthread_rwlock_t gate;
-    const char *config_path; /* what a reload reads; NULL: the built-in configuration */
-    rld_rls rls;    /* ShouldRateLimit over gRPC */
-    int grpc_stopping; /* atomic: the gRPC server is stopping (Health answers NOT_SERVING) */
-    struct rld_yrls *yrls; /* borrowed: the YAML configuration's matcher, NULL without one */
+    const char *config_path;
+    rld_app_load_fn load;
+    rld_part parts[RLD_APP_MAX_PARTS];
+    size_t nparts;
+    const char *endpoints[RLD_APP_MAX_ENDPOINTS + 1]; /* the metrics labels, "other" last */
 } rld_app;
 
-/* The route table, for rld_http_config and for tests that hold the OpenAPI document to it. */
-extern const rld_route rld_routes[];
-extern const size_t rld_nroutes;
-
-/* Sets up the app over a limiter: metrics, the cached configuration, the quota file (read
- * and applied now) and the state file's snapshot (loaded now; one that cannot be read is
- * moved aside to <state_file>.corrupt, logged, and the service starts without it). With a
- * fleet (the Redis store; NULL for the memory store) neither file is used: Redis keeps the
- * quotas and the state, and /quota, /healthz and /metrics go through the fleet. clock is the
- * real clock (ns since the epoch), which only main.c reads; NULL runs on the manual clock
- * ("now" in requests). On failure returns an error with err set and app needs no freeing. */
-int rld_app_init(rld_app *app, rl_registry *reg, rl_limiter *lim, const rld_settings *set,
-                 rld_fleet *fleet, rl_ns (*clock)(void), rl_err *err);
+/* Sets up the app from c: metrics, the cached configuration, the quota file (read and applied
+ * now) and the state file's snapshot (loaded now; one that cannot be read is moved aside to
+ * <state_file>.corrupt, logged, and the service starts without it). With a store neither file
+ * is used: the store keeps the quotas and the state, and /quota, /healthz and /metrics go
+ * through it. clock is the real clock (ns since the epoch), which only main.c reads. On
+ * failure returns an error with err set and app needs no freeing. */
+int rld_app_init(rld_app *app, const rld_app_config *c, rl_err *err);
+/* Attaches a part (ops and self borrowed, both outliving the app) to be told of reloads and
+ * stops and asked for metrics, in the order attached. RL_EFULL past RLD_APP_MAX_PARTS. Before
+ * serving: the list is read without a lock. */
+int rld_app_attach(rld_app *app, const rld_part_ops *ops, void *self);
 /* Reads config_path again and puts its limiter configuration in force (levels, tiers, quotas,
  * reservation_ttl, max_keys; the other settings wait for a restart): a new limiter over a new
  * memory store, the quota file applied to it, and the state carried over as a snapshot would
  * carry it (matched by level name, rule position and type), swapped in while no request is in
- * flight. On failure (a bad file, the Redis store) the configuration in force stays, err says
- * why, and it is logged; both outcomes are counted. Not from a request holding the gate. */
+ * flight, and every part told. On failure (a bad file, a store, a part that cannot follow) the
+ * configuration in force stays, err says why, and it is logged; both outcomes are counted.
+ * Not from a request holding the gate. */
 int rld_app_reload(rld_app *app, rl_err *err);
-/* Frees what rld_app_init made (not the limiter, registry or settings; app->lim may be another
- * limiter than the one given after a reload: the caller frees app->lim). */
+/* Tells every part that the daemon is stopping. */
+void rld_app_stopping(rld_app *app);
+/* Frees what rld_app_init made (not the limiter, registry, settings, store or parts; app->lim
+ * may be another limiter than the one given after a reload: the caller frees app->lim). */
 void rld_app_free(rld_app *app);
 /* Housekeeping, about ten times a second: rl_limiter_tick at the current time (the last
  * "now" seen with the manual clock). */
@@ -79,7 +100,24 @@ int rld_app_save_state(rld_app *app);
  * where it was read, values.h) or the last time seen. A manual time that moves forward ticks
  * the limiter first. */
 rl_ns rld_app_time(rld_app *app, int has_now, rl_ns now);
-/* The http layer's on_done: counts the request in the metrics. */
+/* The HTTP layer's on_done: counts the request of route (nendpoints: an unknown path) in the
+ * metrics. */
 void rld_app_on_done(void *app, size_t route, int status, rl_ns duration);
+
+/* ---- what requests ask of the app ------------------------------------------------------ */
+
+/* Sets user's quota from a PUT /quota body: through the store when one is attached, else in
+ * the limiter and the quota file (quotas.h). RL_EINVAL naming the field, RL_ESTORE or RL_EIO
+ * when it cannot be kept; nothing changes then. Called holding the gate for reading. */
+int rld_app_quota_put(rld_app *app, const char *user, const char *body, size_t len,
+                      rl_err *err);
+/* Returns user to the default tier (DELETE /quota), the same way. */
+int rld_app_quota_delete(rld_app *app, const char *user, rl_err *err);
+/* Appends the /healthz body of the store and returns 1 while it answers, 0 while the levels
+ * run on their fallbacks; -1 with nothing appended when no store is attached. */
+int rld_app_store_health(rld_app *app, rld_buf *out);
+/* Appends every metric family in the Prometheus text format: the app's, the store's and each
+ * part's. */
+void rld_app_metrics(rld_app *app, rld_buf *out);
 
 #endif

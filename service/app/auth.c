@@ -74,7 +74,7 @@ static int resolve_one(const token_source *s, char **value, const char *file, rl
     return RL_OK;
 }
 
-int rld_tokens_resolve(rld_settings *set, rl_err *err)
+int rld_auth_resolve(rld_settings *set, rl_err *err)
 {
     for (size_t i = 0; i < sizeof sources / sizeof sources[0]; i++) {
         const token_source *s = &sources[i];
@@ -87,7 +87,7 @@ int rld_tokens_resolve(rld_settings *set, rl_err *err)
     return RL_OK;
 }
 
-int rld_token_matches(const char *want, const char *authorization)
+int rld_auth_matches(const char *want, const char *authorization)
 {
     if (!want)
         return 1;

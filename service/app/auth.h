@@ -5,8 +5,8 @@
  * configuration names (X_token_file: the whole file, one trailing newline dropped) or the
  * environment (RATELIMITD_X_TOKEN), in that order; unset means the endpoints are open.
  */
-#ifndef RLD_TOKENS_H
-#define RLD_TOKENS_H
+#ifndef RLD_AUTH_H
+#define RLD_AUTH_H
 
 #include "ratelimit.h"
 #include "settings.h"
@@ -16,11 +16,11 @@
  * ASCII characters, no spaces). RL_EINVAL with err naming the setting ("acquire_token_file:
  * secret.txt: No such file or directory", "admin_token: give admin_token or admin_token_file,
  * not both"); set may then hold some of the tokens (the caller gives up on it). */
-int rld_tokens_resolve(rld_settings *set, rl_err *err);
+int rld_auth_resolve(rld_settings *set, rl_err *err);
 
 /* 1 when want is NULL (no token needed) or authorization (an Authorization header's value,
  * NULL when absent) is "Bearer <want>", the scheme in any case; 0 otherwise. The time taken
  * depends on the lengths only, never on how much of the token matched. */
-int rld_token_matches(const char *want, const char *authorization);
+int rld_auth_matches(const char *want, const char *authorization);
 
 #endif

@@ -11,9 +11,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "config/config.h"
 #include "file.h"
 #include "quotas.h"
+#include "rules_json.h"
 
 
 const char *rld_user_problem(const char *user)

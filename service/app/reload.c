@@ -1,10 +1,11 @@
 /*
- * reload.c - rld_app_reload (api.h): the configuration file read again while serving.
+ * reload.c - rld_app_reload (app.h): the configuration file read again while serving.
  *
  * Everything that can fail happens before the swap, on a limiter nobody uses yet: the file,
  * the limiter over a new memory store, the quota file. The state moves over while the gate
  * is held for writing (no request in flight), as a snapshot (what a restart would keep is
- * kept), and the limiters are swapped there; the old one is freed after the gate opens.
+ * kept), and the limiters are swapped there, every attached part told of the new one
+ * (parts.h); the old one is freed after the gate opens.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -15,6 +16,7 @@
 #include "app.h"
 #include "log.h"
 #include "ratelimit_store.h"
+#include "rules_json.h"
 
 /* What a reload swaps: a limiter with its quota file and its GET /rules text. */
 typedef struct generation {
@@ -28,17 +30,19 @@ static int prepare(rld_app *app, generation *g, rl_err *err)
 {
     rld_settings ns;
     rl_config *cfg;
+    int rc;
     memset(g, 0, sizeof *g);
-    if (!app->config_path)
+    if (!app->config_path || !app->load)
         return rl_errf(err, RL_EINVAL, "reload: the daemon runs on the built-in configuration; "
                                        "start it with --config to reload one");
-    if (app->yrls)
-        return rl_errf(err, RL_EINVAL, "reload: a configuration with envoyproxy/ratelimit's "
-                                       "YAML is applied at the next start");
-    int rc = rld_config_load(app->config_path, app->reg, &ns, &cfg, err);
-    if (rc != RL_OK)
+    for (size_t i = 0; i < app->nparts; i++) {
+        const rld_part *p = &app->parts[i];
+        if (p->ops->reload_check && (rc = p->ops->reload_check(p->self, err)) != RL_OK)
+            return rc;
+    }
+    if ((rc = app->load(app->config_path, app->reg, &ns, &cfg, err)) != RL_OK)
         return rc;
-    if (app->fleet || ns.store != RLD_STORE_MEMORY) {
+    if (app->store.ops || ns.store != RLD_STORE_MEMORY) {
         rl_config_free(cfg);
         rld_settings_clear(&ns);
         return rl_errf(err, RL_EINVAL, "store: a reload keeps the memory store; a restart "
@@ -97,7 +101,9 @@ int rld_app_reload(rld_app *app, rl_err *err)
             json_t *overrides = app->quotas.overrides;
             char *rules = app->rules_json;
             app->lim = g.lim;
-            app->rls.lim = g.lim;
+            for (size_t i = 0; i < app->nparts; i++)
+                if (app->parts[i].ops->reload)
+                    app->parts[i].ops->reload(app->parts[i].self, g.lim);
             rld_metrics_levels_changed(app->metrics, rl_limiter_config(lim),
                                        rl_limiter_config(g.lim));
             app->quotas.overrides = g.quotas.overrides;

@@ -4,9 +4,10 @@
  *
  * Each member of the configuration file is a row of a table (rld_setting): its name, kind,
  * offsetof its field in rld_settings, bounds, default and help. The JSON loader
- * (config_json.c) reads and checks every value from its row, the "unknown field (known: ...)"
- * message lists the rows, the defaults are set from the rows, and the README's settings tables
- * are generated from them (make settings-doc; test_config fails when README.md differs).
+ * (config/config.c) reads and checks every value from its row, the "unknown field (known: ...)"
+ * message lists the rows, the defaults are set from the rows, and the settings tables of
+ * docs/configuration.md are generated from them (make settings-doc; test_config fails when
+ * the page differs).
  * Tables: rld_settings_root (the top level), rld_settings_listen and rld_settings_store (the
  * "listen" and "store" objects) and rld_settings_level (each member of "levels").
  *
@@ -16,7 +17,7 @@
  *   2. a row in the table of settings.c where it belongs, e.g. at the end of root_rows:
  *        {.name = "max_connections", .kind = RLD_SET_INT, .offset = OFF(max_connections),
  *         .min = 1, .max = 1000000, .def = 1024, .help = "connections served at once"},
- *   3. make settings-doc (rewrites README.md's tables from the rows).
+ *   3. make settings-doc (rewrites docs/configuration.md's tables from the rows).
  * A value that needs more than its bounds (a URL scheme, say) names a check function in its
  * row. A new nested object is a new table plus a row {.kind = RLD_SET_OBJECT, .sub = &table};
  * its rows' offsets are still into rld_settings. Rows of rld_settings_level hold one value per
@@ -54,7 +55,7 @@ typedef struct rld_settings {
     int max_keys;          /* key states the memory store holds at most; 0: no bound */
     int connection_timeout; /* seconds a connection may stay idle */
     char *admin_token;     /* NULL: admin endpoints are open */
-    char *admin_token_file;   /* where admin_token is read from (tokens.h) */
+    char *admin_token_file;   /* where admin_token is read from (auth.h) */
     char *acquire_token;      /* NULL: the decision endpoints are open */
     char *acquire_token_file;
     char *metrics_token;      /* NULL: /metrics and /healthz are open */
@@ -125,13 +126,13 @@ typedef struct rld_setting {
     /* RLD_SET_STRING: NULL when s is acceptable, else why not ("must start with redis://").
      * May be NULL. */
     const char *(*check)(const char *s);
-    const char *doc_value;   /* what the README shows as the value; NULL: made from the kind */
+    const char *doc_value;   /* what docs/configuration.md shows as the value; NULL: made from the kind */
     const char *doc_default; /* what it shows as the default; NULL: made from def, def_str */
-    const char *help;        /* Markdown, one line: the README's "meaning" column */
+    const char *help;        /* Markdown, one line: the docs' "meaning" column */
 } rld_setting;
 
 struct rld_setting_table {
-    const char *name; /* "root", "listen", "store", "level": names the README's table */
+    const char *name; /* "root", "listen", "store", "level": names the docs' table */
     const rld_setting *rows;
     size_t nrows;
     /* When not NULL, a string value stands for an object with only this member

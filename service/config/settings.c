@@ -1,5 +1,5 @@
 /*
- * settings.c - the table of the daemon's settings, their defaults, and the README tables made
+ * settings.c - the table of the daemon's settings, their defaults, and the docs' tables made
  * from it. How to add a setting: settings.h.
  */
 #include <stdio.h>
@@ -144,7 +144,7 @@ static const rld_setting store_rows[] = {
              "spares Redis about a fifth of each decision (the library is set up once, not on "
              "every call) but leaves the library in Redis's data set; where Redis refuses "
              "Functions the store goes back to `EVALSHA` by itself. See "
-             "[docs/redis.md](docs/redis.md)"},
+             "[redis.md](redis.md)"},
     {.name = "sentinel",
      .kind = RLD_SET_OBJECT,
      .sub = &rld_settings_sentinel,
@@ -164,7 +164,7 @@ static const rld_setting store_rows[] = {
              "map from. Each (level, key)'s states share a slot; a request whose levels lie in "
              "several slots is decided by one script per slot in level order, what earlier ones "
              "took given back when a later one denies. See "
-             "[docs/redis.md](docs/redis.md#redis-cluster)"},
+             "[redis.md](redis.md#redis-cluster)"},
     {.name = "username",
      .kind = RLD_SET_STRING,
      .offset = OFF(redis_username),
@@ -242,7 +242,7 @@ static const rld_setting log_rows[] = {
      .def = 0,
      .help = "one line per request: method, path (without the query), status, duration, client "
              "address, and for a denial the rule that blocked it and its key; never a header or "
-             "a token. See [Access logs](#access-logs)"},
+             "a token. See [Access logs](operations.md#access-logs)"},
 };
 
 static const rld_setting tls_rows[] = {
@@ -271,7 +271,7 @@ static const rld_setting grpc_rows[] = {
      .doc_value = "`\"ADDRESS:PORT\"`",
      .help = "serve Envoy's rate limit service over gRPC here (`\"127.0.0.1:8081\"`, "
              "`\"[::1]:8081\"`; port 0 takes a free one); `--grpc-port` overrides the port. See "
-             "[Behind Envoy](#behind-envoy)"},
+             "[Behind Envoy](envoy.md#behind-envoy)"},
     {.name = "ratelimit_headers",
      .kind = RLD_SET_BOOL,
      .offset = OFF(grpc_ratelimit_headers),
@@ -323,7 +323,7 @@ static const rld_setting level_rows[] = {
      .offset = OFF(on_error),
      .choices = on_error_modes,
      .help = "with the Redis store: what the level does while Redis fails, see "
-             "[below](#what-each-on_store_error-mode-does)"},
+             "[redis.md](redis.md#what-each-on_store_error-mode-does)"},
     {.name = "shards",
      .kind = RLD_SET_INT,
      .offset = OFF(shards),
@@ -331,7 +331,7 @@ static const rld_setting level_rows[] = {
      .max = 1024,
      .def = 1,
      .help = "with the Redis store: split each key's state into this many keys, see "
-             "[below](#shards-a-hot-global-key)"},
+             "[redis.md](redis.md#shards-a-hot-global-key)"},
 };
 
 static const rld_setting root_rows[] = {
@@ -388,7 +388,7 @@ static const rld_setting root_rows[] = {
      .doc_value = "`\"memory\"`, `\"redis\"` or an object",
      .def_str = "memory",
      .help = "where the state lives: see [Several instances on one "
-             "Redis](#several-instances-on-one-redis)"},
+             "Redis](redis.md#several-instances-on-one-redis)"},
     {.name = "admin_token",
      .kind = RLD_SET_STRING,
      .offset = OFF(admin_token),
@@ -503,7 +503,7 @@ static const rld_setting root_rows[] = {
      .max = 4096,
      .help = "envoyproxy/ratelimit's YAML configuration instead of `levels`: a `.yaml` or `.yml` "
              "file or a directory of them, relative to the working directory (see [Coming from "
-             "envoyproxy/ratelimit](#coming-from-envoyproxyratelimit))"},
+             "envoyproxy/ratelimit](envoy.md#coming-from-envoyproxyratelimit))"},
     {.name = "tiers",
      .kind = RLD_SET_CONFIG,
      .doc_value = "object",

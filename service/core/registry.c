@@ -107,10 +107,30 @@ static int tag_taken(const rl_registry *reg, const rl_rule_type *t)
     return 0;
 }
 
+const rl_rule_per_unit *rl_rule_type_per_unit(const rl_rule_type *t)
+{
+    return t->api_version >= 4 ? t->per_unit : NULL;
+}
+
+/* Whether name is NULL (when it may be) or one of t's parameters of kind k. */
+static int param_is(const rl_rule_type *t, const char *name, rl_param_kind k, int may_be_null)
+{
+    if (!name)
+        return may_be_null;
+    for (size_t i = 0; i < t->nparams; i++)
+        if (strcmp(t->params[i].name, name) == 0)
+            return t->params[i].kind == k;
+    return 0;
+}
+
 static int v2_wellformed(const rl_rule_type *t)
 {
+    const rl_rule_per_unit *pu = rl_rule_type_per_unit(t);
     return t->evaluate && t->eval_size <= RL_EVAL_MAX && (t->state_size == 0 || t->commit) &&
-           (!t->redis || redis_is_wellformed(t, t->redis));
+           (!t->redis || redis_is_wellformed(t, t->redis)) &&
+           (!pu || (param_is(t, pu->amount, RL_PARAM_AMOUNT, 0) &&
+                    param_is(t, pu->window, RL_PARAM_DURATION, 1) &&
+                    param_is(t, pu->rate, RL_PARAM_RATE, 1)));
 }
 
 int rl_register_rule_type(rl_registry *reg, const rl_rule_type *type)

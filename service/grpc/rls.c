@@ -8,6 +8,7 @@
 #include "yaml_reader.h"
 #include "app/render.h"
 #include "rls.h"
+#include "rls_yaml.h"
 #include "app/values.h"
 
 /* Most entries one request may carry (all descriptors together). */
@@ -201,7 +202,7 @@ static int level_of_descriptor(const rl_level *l, const rld_rls_request *req, si
  * must all agree; *dry when that is 0 (check only). */
 static rld_grpc_code request_cost(const rld_rls_request *req, rl_fp *cost, int *dry, rl_err *err)
 {
-    uint64_t hits = req->hits_addend ? req->hits_addend : 1;
+    uint64_t hits = rld_request_hits(req->hits_addend);
     int set = 0;
     for (size_t i = 0; i < req->n_descriptors; i++) {
         const Google__Protobuf__UInt64Value *h = req->descriptors[i]->hits_addend;

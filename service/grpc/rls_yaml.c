@@ -94,27 +94,29 @@ int rld_yrls_upstream_headers(const rld_yrls *y, const char *names[3])
 
 /* ---- rules from limits --------------------------------------------------------------------- */
 
-/* How a rule type takes a limit of n per unit: the parameters it is given (NULL: not set). */
-typedef struct algo {
-    const char *type;
-    const char *amount; /* n */
-    const char *window; /* the unit in seconds */
-    const char *rate;   /* n per unit, per second */
-} algo;
-
-static const algo algos[] = {
-    {"fixed_window", "limit", "window", NULL},
-    {"sliding_window", "limit", "window", NULL},
-    {"sliding_window_counter", "limit", "window", NULL},
-    {"token_bucket", "capacity", NULL, "per_second"},
-    {"gcra", "burst", NULL, "per_second"},
-};
-
-static const algo *algo_named(const char *name)
+/* The rule type a limit names in its algorithm (NULL: the first registered type whose windows
+ * are aligned as upstream's, envoyproxy/ratelimit's own algorithm): one that takes a limit of n
+ * per unit (rl_rule_per_unit); NULL when there is none, with err naming those there are. */
+static const rl_rule_type *per_unit_type(const rl_registry *reg, const char *algorithm, rl_err *err)
 {
-    for (size_t i = 0; i < sizeof algos / sizeof algos[0]; i++)
-        if (strcmp(algos[i].type, name) == 0)
-            return &algos[i];
+    char names[512];
+    size_t used = 0;
+    names[0] = '\0';
+    for (size_t i = 0; i < rl_registry_count(reg); i++) {
+        const rl_rule_type *t = rl_registry_at(reg, i);
+        const rl_rule_per_unit *pu = rl_rule_type_per_unit(t);
+        if (!pu)
+            continue;
+        if (algorithm ? strcmp(t->name, algorithm) == 0 : pu->aligned)
+            return t;
+        if (used < sizeof names)
+            used += (size_t)snprintf(names + used, sizeof names - used, "%s%s", used ? ", " : "",
+                                     t->name);
+    }
+    if (!algorithm)
+        rl_errf(err, RL_EINVAL, "algorithm: no rule type counts in aligned windows");
+    else
+        rl_errf(err, RL_EINVAL, "algorithm: '%s' is not one of %s", algorithm, names);
     return NULL;
 }
 
@@ -128,32 +130,30 @@ static void rule_name(char *out, size_t len, const char *composite)
     out[n] = '\0';
 }
 
-/* One rule of n per unit with the given algorithm; a limit of 0 denies every hit (a fixed
- * window that holds one millionth of a hit: any whole hit is too large for it). */
+/* One rule of n per unit with the given algorithm; a limit of 0 denies every hit (the default
+ * type holding one millionth of a hit: any whole hit is too large for it). */
 static int make_rules(rl_registry *reg, const char *algorithm, uint32_t n, int unit,
                       const char *name, rl_rules **out, rl_err *err)
 {
-    const algo *al = algo_named(algorithm ? algorithm : "fixed_window");
+    const rl_rule_type *t = per_unit_type(reg, algorithm, err);
     int64_t secs = rld_unit_seconds(unit);
     rl_rules *rs;
     rl_rule *r;
     int rc;
-    if (!al)
-        return rl_errf(err, RL_EINVAL,
-                       "algorithm: '%s' is not one of fixed_window, sliding_window, "
-                       "sliding_window_counter, token_bucket, gcra",
-                       algorithm);
+    if (t && n == 0)
+        t = per_unit_type(reg, NULL, err);
+    if (!t)
+        return RL_EINVAL;
+    const rl_rule_per_unit *pu = rl_rule_type_per_unit(t);
     if (!(rs = rl_rules_new(1)))
         return rl_errf(err, RL_ENOMEM, "out of memory");
-    if (n == 0)
-        al = algo_named("fixed_window");
     r = &rs->v[0];
     double amount = n ? (double)n : 1e-6;
-    if ((rc = rl_rule_init(r, reg, al->type, err)) == RL_OK &&
-        (rc = rl_rule_set_number(r, al->amount, amount, err)) == RL_OK && al->window)
-        rc = rl_rule_set_number(r, al->window, (double)secs, err);
-    if (rc == RL_OK && al->rate)
-        rc = rl_rule_set_number(r, al->rate, amount / (double)secs, err);
+    if ((rc = rl_rule_init(r, reg, t->name, err)) == RL_OK &&
+        (rc = rl_rule_set_number(r, pu->amount, amount, err)) == RL_OK && pu->window)
+        rc = rl_rule_set_number(r, pu->window, (double)secs, err);
+    if (rc == RL_OK && pu->rate)
+        rc = rl_rule_set_number(r, pu->rate, amount / (double)secs, err);
     if (rc == RL_OK)
         rc = rl_rule_set_unit(r, "cost", err);
     if (rc == RL_OK && name)
@@ -578,7 +578,7 @@ static void resolve(rld_yrls *y, const rld_ydomain *dom, const rld_yreq *req, si
     const rld_ydescreq *d = &req->desc[i];
     const rld_ydesc **path = p->path[i];
     st->code = RLD_YCODE_OK;
-    st->hits = d->has_hits ? d->hits : req->hits_addend ? req->hits_addend : 1;
+    st->hits = d->has_hits ? d->hits : rld_request_hits(req->hits_addend);
     st->name = "";
     p->rules[i] = NULL;
     for (size_t j = 0; j < d->nentries; j++)
@@ -722,7 +722,7 @@ static int add_native(const rl_config *cfg, const rld_yreq *req, const rld_ystat
     for (size_t li = 0; li < cfg->nlevels; li++) {
         const rl_level *l = &cfg->levels[li];
         size_t n, from = 0;
-        uint64_t hits = req->hits_addend ? req->hits_addend : 1;
+        uint64_t hits = rld_request_hits(req->hits_addend);
         int rc;
         if (li == p->level)
             continue;
@@ -802,7 +802,8 @@ static void status_from(rld_ystatus *st, const rl_applied *a, const rl_rule_stat
     st->remaining = over || left <= 0 ? 0 : left > UINT32_MAX ? UINT32_MAX : (uint32_t)left;
     st->has_reset = 1;
     /* upstream's arithmetic on whole seconds: the window of now ends in secs - now % secs */
-    if (strcmp(a->rule->type->name, "fixed_window") == 0 && secs > 0)
+    const rl_rule_per_unit *pu = rl_rule_type_per_unit(a->rule->type);
+    if (pu && pu->aligned && secs > 0)
         st->reset = (secs - (now / RL_NS_PER_SEC) % secs) * RL_NS_PER_SEC;
     else
         st->reset = (rs->reset_after + RL_NS_PER_SEC - 1) / RL_NS_PER_SEC * RL_NS_PER_SEC;

@@ -80,9 +80,17 @@ typedef struct rld_yreq {
     size_t domain_len;
     const rld_ydescreq *desc;
     size_t ndesc;
-    uint32_t hits_addend; /* 0 means 1 */
+    uint32_t hits_addend; /* 0 means 1: rld_request_hits */
     rl_ns now;
 } rld_yreq;
+
+/* What a request counts by envoyproxy/ratelimit's rule: its hits_addend, and 1 when that is 0
+ * (a descriptor's own hits_addend replaces it, and there 0 counts nothing: a check). The one
+ * statement of the rule, for the YAML and the native mappings alike. */
+static inline uint64_t rld_request_hits(uint64_t hits_addend)
+{
+    return hits_addend ? hits_addend : 1;
+}
 
 typedef enum rld_ycode {
     RLD_YCODE_UNKNOWN = 0,

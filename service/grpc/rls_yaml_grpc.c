@@ -205,3 +205,20 @@ rld_grpc_code rld_yrls_decide_rls(const rld_rls *rls, const rld_rls_request *req
         return rl_errf(err, RLD_GRPC_RESOURCE_EXHAUSTED, "out of memory");
     return RLD_GRPC_OK;
 }
+
+/* ---- the part the app reloads ------------------------------------------------------------ */
+
+static int part_reload_check(void *self, rl_err *err)
+{
+    (void)self;
+    return rl_errf(err, RL_EINVAL, "reload: a configuration with envoyproxy/ratelimit's "
+                                   "YAML is applied at the next start");
+}
+
+static void part_metrics(void *self, rld_buf *out)
+{
+    rld_yrls_metrics(self, out);
+}
+
+const rld_part_ops rld_yrls_part_ops = {
+    .name = "yaml configuration", .reload_check = part_reload_check, .metrics = part_metrics};

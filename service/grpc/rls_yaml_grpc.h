@@ -1,10 +1,12 @@
 /*
  * rls_yaml_grpc.h - the YAML configuration's matcher behind ShouldRateLimit: the protobuf
- * request in, the protobuf response out (rls.h's rld_rls_decide_fn).
+ * request in, the protobuf response out (rls.h's rld_rls_decide_fn); and the matcher as a part
+ * of the app (app/parts.h).
  */
 #ifndef RLD_RLS_YAML_GRPC_H
 #define RLD_RLS_YAML_GRPC_H
 
+#include "app/parts.h"
 #include "rls.h"
 #include "rls_yaml.h"
 
@@ -16,5 +18,10 @@
  * store failed, RESOURCE_EXHAUSTED when the arena is full. */
 rld_grpc_code rld_yrls_decide_rls(const rld_rls *rls, const rld_rls_request *req, rl_ns now,
                                   rld_rls_response *resp, rld_arena *a, rl_err *err);
+
+/* The matcher (self an rld_yrls) as a part of the app: a reload is refused (a YAML
+ * configuration is applied at the next start), and /metrics gets its families
+ * (rld_yrls_metrics). */
+extern const rld_part_ops rld_yrls_part_ops;
 
 #endif

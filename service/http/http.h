@@ -62,6 +62,11 @@ typedef struct rld_route {
  * matches (*route is n); 405 when the route has no such method (*m is NULL). */
 int rld_route_find(const rld_route *routes, size_t n, const char *url, const char *method,
                    size_t *route, const char **tail, const rld_method **m);
+/* ratelimitd's endpoints (api.c), whose handlers take an rld_app (app/app.h) as their app:
+ * for rld_http_config, the app's metrics labels and the tests that hold api/openapi.yaml to
+ * them. */
+extern const rld_route rld_routes[];
+extern const size_t rld_nroutes;
 
 typedef struct rld_http_config {
     const char *address; /* IPv4 or IPv6 literal */

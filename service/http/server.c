@@ -135,7 +135,7 @@ static int authorized(const rld_http *h, unsigned flags, const char *authorizati
                        : flags & RLD_ACQUIRE ? h->token[1]
                        : flags & RLD_METRICS ? h->token[2]
                                              : NULL;
-    return rld_token_matches(want, authorization);
+    return rld_auth_matches(want, authorization);
 }
 
 void rld__req_route(rld_req *r, const char *method, const char *url,

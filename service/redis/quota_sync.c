@@ -10,7 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "config/config.h"
+#include "app/rules_json.h"
 #include "quota_sync.h"
 #include "store.h"
 

@@ -90,8 +90,9 @@ void rld_fleet_free(rld_fleet *f)
     free(f);
 }
 
-void rld_fleet_describe(const rld_fleet *f, char *buf, size_t len)
+static void describe(const void *self, char *buf, size_t len)
 {
+    const rld_fleet *f = self;
     int v6 = strchr(f->addr.host, ':') != NULL;
     if (f->ncluster) {
         snprintf(buf, len, "redis cluster via %zu seed nodes (first %s%s%s:%d), prefix \"%s\"",
@@ -133,9 +134,10 @@ static int refresh(rld_fleet *f, const char *user, json_t *written, rl_err *err)
     return rc;
 }
 
-int rld_fleet_quota_put(rld_fleet *f, rl_registry *reg, const char *user, const char *body,
-                        size_t len, rl_err *err)
+static int quota_put(void *self, rl_registry *reg, const char *user, const char *body,
+                     size_t len, rl_err *err)
 {
+    rld_fleet *f = self;
     rld_quota_body b;
     int rc = rld_quota_body_parse(f->lim, reg, user, body, len, &b, err);
     if (rc != RL_OK)
@@ -152,8 +154,9 @@ int rld_fleet_quota_put(rld_fleet *f, rl_registry *reg, const char *user, const 
     return rc;
 }
 
-int rld_fleet_quota_delete(rld_fleet *f, const char *user, rl_err *err)
+static int quota_delete(void *self, const char *user, rl_err *err)
 {
+    rld_fleet *f = self;
     const rl_config *cfg = rl_limiter_config(f->lim);
     const char *why = rld_user_problem(user);
     int in_config = 0, rc;
@@ -175,8 +178,9 @@ int rld_fleet_quota_delete(rld_fleet *f, const char *user, rl_err *err)
 
 /* ---- health and metrics -------------------------------------------------------------------- */
 
-int rld_fleet_health(rld_fleet *f, rld_buf *o)
+static int health(void *self, rld_buf *o)
 {
+    rld_fleet *f = self;
     rld_redis_health h;
     rld_redis_store_health(f->redis, &h);
     rld_buf_puts(o, h.up ? "{\"status\":\"ok\"" : "{\"status\":\"degraded\"");
@@ -197,8 +201,9 @@ static void family(rld_buf *o, const char *name, const char *type, const char *h
     rld_buf_printf(o, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
-void rld_fleet_metrics(rld_fleet *f, rld_buf *o)
+static void metrics(void *self, rld_buf *o)
 {
+    rld_fleet *f = self;
     const rl_config *cfg = rl_limiter_config(f->lim);
     rld_redis_health h;
     rld_redis_store_health(f->redis, &h);
@@ -230,3 +235,11 @@ void rld_fleet_metrics(rld_fleet *f, rld_buf *o)
            "requests come together.");
     rld_buf_printf(o, "ratelimit_redis_writes_total %llu\n", (unsigned long long)h.writes);
 }
+
+const rld_app_store_ops rld_fleet_store_ops = {
+    .quota_put = quota_put,
+    .quota_delete = quota_delete,
+    .health = health,
+    .metrics = metrics,
+    .describe = describe,
+};

@@ -3,7 +3,7 @@
  * opened from the settings, the tier quotas kept in Redis for the whole fleet, and what
  * /healthz and /metrics say about the store.
  *
- * Quotas. With Redis the hash P"quotas" is the fleet's source of truth (redis_quota.h):
+ * Quotas. With Redis the hash P"quotas" is the fleet's source of truth (quota_sync.h):
  * PUT and DELETE /quota/<user> write it (and announce the change), and every instance, the
  * one that took the request included, applies what Redis holds; quota_file is not used. A
  * change Redis cannot take is refused (RL_ESTORE, 503) and changes nothing.
@@ -17,6 +17,7 @@
 #include <stddef.h>
 
 #include "app/buf.h"
+#include "app/parts.h"
 #include "app/settings.h"
 #include "ratelimit.h"
 #include "ratelimit_store.h"
@@ -36,26 +37,20 @@ int rld_fleet_start(rld_fleet *f, rl_limiter *lim, rl_err *err);
 /* Stops the follower and frees f; call before freeing the limiter. NULL is ok. */
 void rld_fleet_free(rld_fleet *f);
 
-/* Where the store is, for the start line: "redis store 127.0.0.1:6379/0, prefix \"rl:\""
- * (never the password). */
-void rld_fleet_describe(const rld_fleet *f, char *buf, size_t len);
-
-/* PUT /quota/<user>: checks the body (rld_quota_body_parse, and that the store can hold its
- * rules), stores it in Redis and has it in force here before returning. RL_EINVAL naming the
- * field, RL_ESTORE when Redis cannot take it; nothing changes then. */
-int rld_fleet_quota_put(rld_fleet *f, rl_registry *reg, const char *user, const char *body,
-                        size_t len, rl_err *err);
-/* DELETE /quota/<user>: returns user to the default tier for the whole fleet (removes the
- * stored quota, or stores the default tier when the configuration gives user a quota of its
- * own). RL_ESTORE when Redis cannot take it. */
-int rld_fleet_quota_delete(rld_fleet *f, const char *user, rl_err *err);
-
-/* Appends the /healthz body: {"status": "ok" | "degraded", "store": "redis", "store_up",
- * "store_errors", "peers", "fleet_size", "last_error"}. Returns 1 while Redis answers, 0 when
- * the service runs on its fallbacks ("degraded"). */
-int rld_fleet_health(rld_fleet *f, rld_buf *out);
-/* Appends the store's metric families (ratelimit_store_up, ratelimit_store_errors_total,
- * ratelimit_store_fallback_total{level,mode}, ratelimit_store_peers) in the text format. */
-void rld_fleet_metrics(rld_fleet *f, rld_buf *out);
+/* The fleet as the app's store (app/parts.h), self an rld_fleet usable once rld_fleet_start
+ * has run:
+ *   quota_put     PUT /quota/<user>: checks the body (rld_quota_body_parse, and that the
+ *                 Redis store can hold its rules), stores it in Redis and has it in force here
+ *                 before returning
+ *   quota_delete  DELETE /quota/<user>: removes the stored quota, or stores the default tier
+ *                 when the configuration gives user a quota of its own
+ *   health        the /healthz body: {"status": "ok" | "degraded", "store": "redis",
+ *                 "store_up", "store_errors", "peers", "fleet_size", "last_error"}
+ *   metrics       ratelimit_store_up, ratelimit_store_errors_total,
+ *                 ratelimit_store_fallback_total{level,mode}, ratelimit_store_peers,
+ *                 ratelimit_redis_calls_total, ratelimit_redis_writes_total
+ *   describe      "redis store 127.0.0.1:6379/0, prefix \"rl:\"" (never the password); usable
+ *                 from rld_fleet_open on */
+extern const rld_app_store_ops rld_fleet_store_ops;
 
 #endif

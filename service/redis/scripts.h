@@ -5,7 +5,7 @@
 #ifndef RLD_REDIS_SCRIPTS_H
 #define RLD_REDIS_SCRIPTS_H
 
-/* service/redis/lib.lua. */
+/* service/redis/bigint.lua and lib.lua after it, as one chunk. */
 extern const char rld_lua_lib[];
 /* Every built-in rule type's port (service/core/rules/<type>.lua) and the tag it registers,
  * then {NULL, NULL}. */

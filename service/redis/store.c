@@ -1870,7 +1870,9 @@ static void copy_setting(char *dst, size_t cap, const char *s)
     snprintf(dst, cap, "%s", s ? s : "");
 }
 
-/* store.cluster's seeds into seeds[0..set->ncluster-1], with store.username and password. */
+/* store.cluster's seeds into seeds[0..set->ncluster-1], with store.username and password. A
+ * list given empty (set->cluster not NULL, unlike a list not given) is refused, not read as no
+ * cluster at all. */
 static int cluster_seeds(const rld_settings *set, rld_redis_addr *seeds, rl_err *err)
 {
     if (set->redis_url && strcmp(set->redis_url, DEFAULT_URL) != 0)
@@ -1882,7 +1884,7 @@ static int cluster_seeds(const rld_settings *set, rld_redis_addr *seeds, rl_err 
                        "store.sentinel: not with store.cluster (a cluster fails over by itself)");
     if (set->redis_db)
         return rl_errf(err, RL_EINVAL, "store.db: a Redis Cluster has only database 0");
-    if (set->ncluster > RLD_CLUSTER_MAX_NODES)
+    if (set->ncluster < 1 || set->ncluster > RLD_CLUSTER_MAX_NODES)
         return rl_errf(err, RL_EINVAL, "store.cluster: must list 1 to %d nodes",
                        RLD_CLUSTER_MAX_NODES);
     for (size_t i = 0; i < set->ncluster; i++) {
@@ -1901,8 +1903,8 @@ static int cluster_seeds(const rld_settings *set, rld_redis_addr *seeds, rl_err 
 
 int rld_redis_store_addr(const rld_settings *set, rld_redis_addr *out, rl_err *err)
 {
-    if (set->ncluster) {
-        rld_redis_addr *seeds = calloc(set->ncluster, sizeof *seeds);
+    if (set->cluster) { /* given, even empty */
+        rld_redis_addr *seeds = calloc(set->ncluster ? set->ncluster : 1, sizeof *seeds);
         if (!seeds)
             return rl_errf(err, RL_ENOMEM, "out of memory");
         int rc = cluster_seeds(set, seeds, err);

@@ -7,6 +7,7 @@
 #define _GNU_SOURCE /* memmem */
 #include <string.h>
 
+#include "app/rules_json.h"
 #include "config/config.h"
 #include "fuzz.h"
 

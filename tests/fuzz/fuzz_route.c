@@ -7,7 +7,7 @@
  */
 #include <string.h>
 
-#include "app/app.h"
+#include "http/http.h"
 #include "fuzz.h"
 #include "app/quotas.h"
 

@@ -138,6 +138,10 @@ static const rl_rule_redis fw_redis = {
     .layout = 1,
 };
 
+/* A limit of n per unit (envoyproxy/ratelimit's YAML): n per window of the unit, the windows
+ * aligned as upstream aligns its own. */
+static const rl_rule_per_unit fw_per_unit = {.amount = "limit", .window = "window", .aligned = 1};
+
 const rl_rule_type rl__fixed_window = {
     .api_version = RL_RULE_API_VERSION,
     .name = "fixed_window",
@@ -155,4 +159,5 @@ const rl_rule_type rl__fixed_window = {
     .report = fw_report,
     .redis = &fw_redis,
     .state_valid = fw_state_valid,
+    .per_unit = &fw_per_unit,
 };

@@ -165,6 +165,9 @@ static const rl_rule_redis gcra_redis = {
     .layout = 1,
 };
 
+/* A limit of n per unit (envoyproxy/ratelimit's YAML): burst n, refilled at n per unit. */
+static const rl_rule_per_unit gcra_per_unit = {.amount = "burst", .rate = "per_second"};
+
 const rl_rule_type rl__gcra = {
     .api_version = RL_RULE_API_VERSION,
     .name = "gcra",
@@ -182,4 +185,5 @@ const rl_rule_type rl__gcra = {
     .report = gcra_report,
     .redis = &gcra_redis,
     .state_valid = gcra_state_valid,
+    .per_unit = &gcra_per_unit,
 };

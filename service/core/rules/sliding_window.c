@@ -292,6 +292,9 @@ static const rl_rule_redis swl_redis = {
     .layout = 1,
 };
 
+/* A limit of n per unit (envoyproxy/ratelimit's YAML): n per window of the unit. */
+static const rl_rule_per_unit swl_per_unit = {.amount = "limit", .window = "window"};
+
 const rl_rule_type rl__sliding_window = {
     .api_version = RL_RULE_API_VERSION,
     .name = "sliding_window",
@@ -313,4 +316,5 @@ const rl_rule_type rl__sliding_window = {
     .report = swl_report,
     .redis = &swl_redis,
     .state_valid = swl_state_valid,
+    .per_unit = &swl_per_unit,
 };

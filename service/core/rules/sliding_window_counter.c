@@ -187,6 +187,9 @@ static const rl_rule_redis swc_redis = {
     .layout = 1,
 };
 
+/* A limit of n per unit (envoyproxy/ratelimit's YAML): n per window of the unit. */
+static const rl_rule_per_unit swc_per_unit = {.amount = "limit", .window = "window"};
+
 const rl_rule_type rl__sliding_window_counter = {
     .api_version = RL_RULE_API_VERSION,
     .name = "sliding_window_counter",
@@ -204,4 +207,5 @@ const rl_rule_type rl__sliding_window_counter = {
     .report = swc_report,
     .redis = &swc_redis,
     .state_valid = swc_state_valid,
+    .per_unit = &swc_per_unit,
 };

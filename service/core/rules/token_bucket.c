@@ -258,6 +258,9 @@ static const rl_rule_redis tb_redis = {
     .layout = 1,
 };
 
+/* A limit of n per unit (envoyproxy/ratelimit's YAML): capacity n, refilled at n per unit. */
+static const rl_rule_per_unit tb_per_unit = {.amount = "capacity", .rate = "per_second"};
+
 const rl_rule_type rl__token_bucket = {
     .api_version = RL_RULE_API_VERSION,
     .name = "token_bucket",
@@ -276,4 +279,5 @@ const rl_rule_type rl__token_bucket = {
     .report = tb_report,
     .redis = &tb_redis,
     .state_valid = tb_state_valid,
+    .per_unit = &tb_per_unit,
 };

@@ -375,7 +375,7 @@ typedef struct daemon_parts {
     int set_loaded;
     char *tls_cert, *tls_key; /* PEM text of "tls" */
     rld_yrls *yrls;           /* with a YAML configuration */
-    rld_fleet *fleet;         /* with the Redis store */
+    rld_redis *fleet;         /* with the Redis store */
     rld_app_store store;      /* the fleet as the app's store; ops NULL without it */
     rl_limiter *lim;
     rld_app app;
@@ -438,12 +438,12 @@ static int open_limiter(daemon_parts *dp, rl_config *cfg)
     rl_store *store = NULL; /* NULL: the memory store */
     rl_err err = {{0}};
     if (set->store == RLD_STORE_REDIS) {
-        if (rld_fleet_open(set, dp->o->manual_clock, &store, &dp->fleet, &err) != RL_OK) {
+        if (rld_redis_open(set, dp->o->manual_clock, &store, &dp->fleet, &err) != RL_OK) {
             rld_log("error: configuration %s: %s", dp->source, err.msg);
             rl_config_free(cfg);
             return 1;
         }
-        dp->store = (rld_app_store){&rld_fleet_store_ops, dp->fleet};
+        dp->store = (rld_app_store){&rld_redis_store_ops, dp->fleet};
         dp->store.ops->describe(dp->store.self, dp->store_name, sizeof dp->store_name);
         if (set->quota_file || set->state_file)
             rld_log("note: %s%s%s not used with the Redis store, which keeps quotas and state "
@@ -461,7 +461,7 @@ static int open_limiter(daemon_parts *dp, rl_config *cfg)
         rld_log("error: configuration %s: %s", dp->source, err.msg);
         return 1;
     }
-    if (dp->fleet && rld_fleet_start(dp->fleet, dp->lim, &err) != RL_OK) {
+    if (dp->fleet && rld_redis_start(dp->fleet, dp->lim, &err) != RL_OK) {
         rld_log("error: %s", err.msg);
         return 1;
     }
@@ -594,7 +594,7 @@ static void serve_until_stopped(daemon_parts *dp, sigset_t *sigs)
 /* Frees what was made, the fleet first: its follower applies quotas to the limiter. */
 static void parts_free(daemon_parts *dp)
 {
-    rld_fleet_free(dp->fleet);
+    rld_redis_free(dp->fleet);
     if (dp->app_ready) {
         dp->lim = dp->app.lim; /* another one after a reload */
         rld_app_free(&dp->app);

@@ -1,10 +1,10 @@
 /*
- * http.h - the HTTP layer: worker threads fed new connections round-robin by an accepting
- * thread (so that workers share the connections evenly), a route table that answers 404 for
- * an unknown path and 405 (with Allow) for a wrong method, request bodies buffered up to a cap
- * (413 beyond it), the tokens (401), and replies. Plain HTTP is served by our own HTTP/1.1
- * server (http1.c, an epoll loop per worker); HTTPS by libmicrohttpd (http.c, one epoll daemon
- * per worker). Both give handlers the same contract.
+ * http.h - the HTTP wing's face: a route table that answers 404 for an unknown path and 405
+ * (with Allow) for a wrong method, request bodies buffered up to a cap (413 beyond it), the
+ * tokens (401), and replies, over net/'s connections (its accepting thread hands them to the
+ * workers round-robin). Plain HTTP is served by our own HTTP/1.1 server (http1.c, on net/'s
+ * epoll loop per worker); HTTPS by libmicrohttpd (mhd.c, one epoll daemon per worker, fed from
+ * net/'s listening socket). Both give handlers the same contract; the endpoints are api.c's.
  *
  * A handler runs once per request, after the whole body has arrived, on a worker thread. It
  * must answer exactly once with one of the rld_reply* functions (each queues the response; a

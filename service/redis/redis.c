@@ -13,10 +13,10 @@
 #include "quota_sync.h"
 #include "store.h"
 
-struct rld_fleet {
+struct rld_redis {
     rl_store *top;   /* the fallback store: borrowed from the limiter */
     rl_store *redis; /* the Redis store inside it */
-    rl_limiter *lim; /* set by rld_fleet_start */
+    rl_limiter *lim; /* set by rld_redis_start */
     rld_quota_follower *follower;
     rld_redis_addr addr; /* with a cluster: its first seed */
     size_t ncluster;
@@ -26,12 +26,12 @@ struct rld_fleet {
 
 static const char *const mode_names[] = {"open", "closed", "local"};
 
-int rld_fleet_open(const rld_settings *set, int manual_clock, rl_store **store, rld_fleet **out,
+int rld_redis_open(const rld_settings *set, int manual_clock, rl_store **store, rld_redis **out,
                    rl_err *err)
 {
     *store = NULL;
     *out = NULL;
-    rld_fleet *f = calloc(1, sizeof *f);
+    rld_redis *f = calloc(1, sizeof *f);
     if (!f)
         return rl_errf(err, RL_ENOMEM, "out of memory");
     int rc = rld_redis_store_addr(set, &f->addr, err);
@@ -60,7 +60,7 @@ static void count_quota(void *ctx, const char *key, const char *tier, const rl_r
     ++*(size_t *)ctx;
 }
 
-int rld_fleet_start(rld_fleet *f, rl_limiter *lim, rl_err *err)
+int rld_redis_start(rld_redis *f, rl_limiter *lim, rl_err *err)
 {
     size_t skipped = 0;
     rl_err why = {{0}};
@@ -82,7 +82,7 @@ int rld_fleet_start(rld_fleet *f, rl_limiter *lim, rl_err *err)
     return rld_redis_quota_follow(f->redis, lim, &f->follower, err);
 }
 
-void rld_fleet_free(rld_fleet *f)
+void rld_redis_free(rld_redis *f)
 {
     if (!f)
         return;
@@ -92,7 +92,7 @@ void rld_fleet_free(rld_fleet *f)
 
 static void describe(const void *self, char *buf, size_t len)
 {
-    const rld_fleet *f = self;
+    const rld_redis *f = self;
     int v6 = strchr(f->addr.host, ':') != NULL;
     if (f->ncluster) {
         snprintf(buf, len, "redis cluster via %zu seed nodes (first %s%s%s:%d), prefix \"%s\"",
@@ -123,7 +123,7 @@ static int store_failed(int rc, rl_err *err)
 
 /* Stored: makes this instance apply what Redis holds for user now. written is the value just
  * stored (a new reference, stolen; NULL when deleted), applied if Redis cannot be read back. */
-static int refresh(rld_fleet *f, const char *user, json_t *written, rl_err *err)
+static int refresh(rld_redis *f, const char *user, json_t *written, rl_err *err)
 {
     char *text = written ? json_dumps(written, JSON_COMPACT) : NULL;
     json_decref(written);
@@ -137,7 +137,7 @@ static int refresh(rld_fleet *f, const char *user, json_t *written, rl_err *err)
 static int quota_put(void *self, rl_registry *reg, const char *user, const char *body,
                      size_t len, rl_err *err)
 {
-    rld_fleet *f = self;
+    rld_redis *f = self;
     rld_quota_body b;
     int rc = rld_quota_body_parse(f->lim, reg, user, body, len, &b, err);
     if (rc != RL_OK)
@@ -156,7 +156,7 @@ static int quota_put(void *self, rl_registry *reg, const char *user, const char 
 
 static int quota_delete(void *self, const char *user, rl_err *err)
 {
-    rld_fleet *f = self;
+    rld_redis *f = self;
     const rl_config *cfg = rl_limiter_config(f->lim);
     const char *why = rld_user_problem(user);
     int in_config = 0, rc;
@@ -180,7 +180,7 @@ static int quota_delete(void *self, const char *user, rl_err *err)
 
 static int health(void *self, rld_buf *o)
 {
-    rld_fleet *f = self;
+    rld_redis *f = self;
     rld_redis_health h;
     rld_redis_store_health(f->redis, &h);
     rld_buf_puts(o, h.up ? "{\"status\":\"ok\"" : "{\"status\":\"degraded\"");
@@ -203,7 +203,7 @@ static void family(rld_buf *o, const char *name, const char *type, const char *h
 
 static void metrics(void *self, rld_buf *o)
 {
-    rld_fleet *f = self;
+    rld_redis *f = self;
     const rl_config *cfg = rl_limiter_config(f->lim);
     rld_redis_health h;
     rld_redis_store_health(f->redis, &h);
@@ -236,7 +236,7 @@ static void metrics(void *self, rld_buf *o)
     rld_buf_printf(o, "ratelimit_redis_writes_total %llu\n", (unsigned long long)h.writes);
 }
 
-const rld_app_store_ops rld_fleet_store_ops = {
+const rld_app_store_ops rld_redis_store_ops = {
     .quota_put = quota_put,
     .quota_delete = quota_delete,
     .health = health,

@@ -8,8 +8,8 @@
  * one that took the request included, applies what Redis holds; quota_file is not used. A
  * change Redis cannot take is refused (RL_ESTORE, 503) and changes nothing.
  *
- * Life: rld_fleet_open before rl_limiter_new (which takes the store), rld_fleet_start once
- * the limiter exists, rld_fleet_free before rl_limiter_free.
+ * Life: rld_redis_open before rl_limiter_new (which takes the store), rld_redis_start once
+ * the limiter exists, rld_redis_free before rl_limiter_free.
  */
 #ifndef RLD_FLEET_H
 #define RLD_FLEET_H
@@ -22,22 +22,22 @@
 #include "ratelimit.h"
 #include "ratelimit_store.h"
 
-typedef struct rld_fleet rld_fleet;
+typedef struct rld_redis rld_redis;
 
 /* Opens the Redis store stack for set (rld_redis_store_open: the Redis store inside the
  * fallback store that follows each level's on_store_error). *store is for rl_limiter_new,
  * which takes it; *out borrows it and is usable once the limiter owns it. Nothing connects
  * yet. RL_EINVAL for a bad URL or option, RL_ENOMEM; nothing is returned then. */
-int rld_fleet_open(const rld_settings *set, int manual_clock, rl_store **store, rld_fleet **out,
+int rld_redis_open(const rld_settings *set, int manual_clock, rl_store **store, rld_redis **out,
                    rl_err *err);
 /* Brings lim's quotas in line with Redis now and starts following changes. A Redis that cannot
  * be reached is not an error: it is logged, and the follower synchronises in full as soon as
  * Redis answers. RL_ENOMEM (or RL_EIO) when the follower cannot start. */
-int rld_fleet_start(rld_fleet *f, rl_limiter *lim, rl_err *err);
+int rld_redis_start(rld_redis *f, rl_limiter *lim, rl_err *err);
 /* Stops the follower and frees f; call before freeing the limiter. NULL is ok. */
-void rld_fleet_free(rld_fleet *f);
+void rld_redis_free(rld_redis *f);
 
-/* The fleet as the app's store (app/parts.h), self an rld_fleet usable once rld_fleet_start
+/* The fleet as the app's store (app/parts.h), self an rld_redis usable once rld_redis_start
  * has run:
  *   quota_put     PUT /quota/<user>: checks the body (rld_quota_body_parse, and that the
  *                 Redis store can hold its rules), stores it in Redis and has it in force here
@@ -50,7 +50,7 @@ void rld_fleet_free(rld_fleet *f);
  *                 ratelimit_store_fallback_total{level,mode}, ratelimit_store_peers,
  *                 ratelimit_redis_calls_total, ratelimit_redis_writes_total
  *   describe      "redis store 127.0.0.1:6379/0, prefix \"rl:\"" (never the password); usable
- *                 from rld_fleet_open on */
-extern const rld_app_store_ops rld_fleet_store_ops;
+ *                 from rld_redis_open on */
+extern const rld_app_store_ops rld_redis_store_ops;
 
 #endif

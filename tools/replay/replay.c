@@ -44,7 +44,7 @@ typedef struct side {
     rl_registry *reg;
     rld_settings set;
     rl_limiter *lim;
-    rld_fleet *fleet;
+    rld_redis *fleet;
     rl_ns ticked;
     rld_summary sum;
     char (*res)[RL_RESERVATION_ID]; /* the reservation made by each line, "" for none */
@@ -71,20 +71,20 @@ static int side_open(side *s, const char *path, int redis, rl_err *err)
         return rl_errf(err, RL_EINVAL, "%s: --store redis needs a configuration with "
                        "\"store\": {\"type\": \"redis\", ...}", path);
     }
-    if (redis && (rc = rld_fleet_open(&s->set, 1, &store, &s->fleet, err)) != RL_OK) {
+    if (redis && (rc = rld_redis_open(&s->set, 1, &store, &s->fleet, err)) != RL_OK) {
         rl_config_free(cfg);
         return rc;
     }
     if ((rc = rl_limiter_new(cfg, store, &s->lim, err)) != RL_OK)
         return rc;
-    if (s->fleet && (rc = rld_fleet_start(s->fleet, s->lim, err)) != RL_OK)
+    if (s->fleet && (rc = rld_redis_start(s->fleet, s->lim, err)) != RL_OK)
         return rc;
     return rld_summary_init(&s->sum, rl_limiter_config(s->lim), err);
 }
 
 static void side_close(side *s)
 {
-    rld_fleet_free(s->fleet);
+    rld_redis_free(s->fleet);
     rl_limiter_free(s->lim);
     rld_summary_free(&s->sum);
     if (s->reg)

@@ -11,8 +11,8 @@
  * decides. Both convert cost and now into the core's units with the helpers of values.h, so
  * a bad value has one message and nothing further in converts or checks them again.
  */
-#ifndef RLD_ACQUIRE_REQ_H
-#define RLD_ACQUIRE_REQ_H
+#ifndef RLD_APP_ACQUIRE_REQ_H
+#define RLD_APP_ACQUIRE_REQ_H
 
 #include <jansson.h>
 #include <stddef.h>

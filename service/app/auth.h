@@ -5,8 +5,8 @@
  * configuration names (X_token_file: the whole file, one trailing newline dropped) or the
  * environment (RATELIMITD_X_TOKEN), in that order; unset means the endpoints are open.
  */
-#ifndef RLD_AUTH_H
-#define RLD_AUTH_H
+#ifndef RLD_APP_AUTH_H
+#define RLD_APP_AUTH_H
 
 #include "ratelimit.h"
 #include "settings.h"

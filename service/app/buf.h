@@ -5,8 +5,8 @@
  * A buffer never fails loudly: when memory runs out it stops growing and sets oom, which the
  * caller checks once before sending. Text is always NUL-terminated after rld_buf_cstr().
  */
-#ifndef RLD_BUF_H
-#define RLD_BUF_H
+#ifndef RLD_APP_BUF_H
+#define RLD_APP_BUF_H
 
 #include <stdarg.h>
 #include <stddef.h>

@@ -2,8 +2,8 @@
  * clock.h - the monotonic clock, for timeouts, durations and housekeeping intervals (never for
  * decisions: those take the wall clock that main.c passes in, or the manual clock).
  */
-#ifndef RLD_CLOCK_H
-#define RLD_CLOCK_H
+#ifndef RLD_APP_CLOCK_H
+#define RLD_APP_CLOCK_H
 
 #include "ratelimit.h"
 

@@ -2,8 +2,8 @@
  * file.h - whole files read and their directories made: the configuration, the quota file,
  * token files and TLS keys are read through here.
  */
-#ifndef RLD_FILE_H
-#define RLD_FILE_H
+#ifndef RLD_APP_FILE_H
+#define RLD_APP_FILE_H
 
 #include <stddef.h>
 

@@ -13,8 +13,8 @@
  *   {"time":...,"level":"warn","pid":42,"msg":"access","method":"GET","path":"/check",
  *    "status":429,"duration_ms":0.215,"client":"127.0.0.1","blocked_by":"user: free","key":"alice"}
  */
-#ifndef RLD_LOG_H
-#define RLD_LOG_H
+#ifndef RLD_APP_LOG_H
+#define RLD_APP_LOG_H
 
 #include <stdarg.h>
 #include <stddef.h>

@@ -6,8 +6,8 @@
  * levels and rule names from the configuration (custom quota rules beyond a cap are counted
  * as rule="other"); never a user or key.
  */
-#ifndef RLD_METRICS_H
-#define RLD_METRICS_H
+#ifndef RLD_APP_METRICS_H
+#define RLD_APP_METRICS_H
 
 #include <stddef.h>
 

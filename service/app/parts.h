@@ -10,8 +10,8 @@
  *
  * Every method takes the part's or store's own state (self) first.
  */
-#ifndef RLD_PARTS_H
-#define RLD_PARTS_H
+#ifndef RLD_APP_PARTS_H
+#define RLD_APP_PARTS_H
 
 #include <stddef.h>
 

@@ -9,8 +9,8 @@
  * fsync of the directory. A change is written before it is applied, so a change that could not
  * be written is not applied either.
  */
-#ifndef RLD_QUOTAS_H
-#define RLD_QUOTAS_H
+#ifndef RLD_APP_QUOTAS_H
+#define RLD_APP_QUOTAS_H
 
 #include <jansson.h>
 #include <pthread.h>

@@ -10,8 +10,8 @@
  * 0), r what remains (rounded down, never below 0) and t the seconds until the rule is back to
  * full (rounded up). A rule that holds slots (concurrency) carries qu="concurrent-requests".
  */
-#ifndef RLD_RENDER_H
-#define RLD_RENDER_H
+#ifndef RLD_APP_RENDER_H
+#define RLD_APP_RENDER_H
 
 #include "buf.h"
 #include "ratelimit.h"

@@ -8,8 +8,8 @@
  * Errors name the path of the bad field relative to the value given ("[1].capacity: must be
  * ..."); the caller puts its own path in front (rld_err_at).
  */
-#ifndef RLD_RULES_JSON_H
-#define RLD_RULES_JSON_H
+#ifndef RLD_APP_RULES_JSON_H
+#define RLD_APP_RULES_JSON_H
 
 #include <jansson.h>
 

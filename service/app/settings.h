@@ -23,8 +23,8 @@
  * its rows' offsets are still into rld_settings. Rows of rld_settings_level hold one value per
  * level: their offset is that of an array of RL_MAX_LEVELS ints (or an enum), level i's at [i].
  */
-#ifndef RLD_SETTINGS_H
-#define RLD_SETTINGS_H
+#ifndef RLD_APP_SETTINGS_H
+#define RLD_APP_SETTINGS_H
 
 #include <stddef.h>
 

@@ -4,8 +4,8 @@
  *   {"reservation": "r-...", "actual_cost": 9, "now": 0.0}     (/refund)
  *   {"reservation": "r-...", "now": 0.0}                       (/release)
  */
-#ifndef RLD_SETTLE_REQ_H
-#define RLD_SETTLE_REQ_H
+#ifndef RLD_APP_SETTLE_REQ_H
+#define RLD_APP_SETTLE_REQ_H
 
 #include <jansson.h>
 #include <stddef.h>

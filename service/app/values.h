@@ -8,8 +8,8 @@
  * "<field>: must be ..." and *out untouched. field names the value as its edge spells it
  * ("cost", "X-RateLimit-Cost", "hits_addend").
  */
-#ifndef RLD_VALUES_H
-#define RLD_VALUES_H
+#ifndef RLD_APP_VALUES_H
+#define RLD_APP_VALUES_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -6,8 +6,8 @@
  * A bad configuration is refused as a whole with a message that names the path of the bad
  * field ("levels[1].rules[0].capacity: must be a positive number ..."); nothing is applied.
  */
-#ifndef RLD_CONFIG_JSON_H
-#define RLD_CONFIG_JSON_H
+#ifndef RLD_CONFIG_H
+#define RLD_CONFIG_H
 
 #include "ratelimit.h"
 #include "app/settings.h"

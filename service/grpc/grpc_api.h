@@ -8,8 +8,8 @@
  * With --manual-clock a call's time is its "ratelimitd-now" metadata (seconds), as "now" is
  * in the HTTP bodies.
  */
-#ifndef RLD_GRPC_API_H
-#define RLD_GRPC_API_H
+#ifndef RLD_GRPC_GRPC_API_H
+#define RLD_GRPC_GRPC_API_H
 
 #include "app/app.h"
 #include "grpc.h"

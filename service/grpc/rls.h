@@ -15,8 +15,8 @@
  * native mapping when set. Messages are the protobuf-c types generated from the .proto files under
  * api/.
  */
-#ifndef RLD_RLS_H
-#define RLD_RLS_H
+#ifndef RLD_GRPC_RLS_H
+#define RLD_GRPC_RLS_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -15,8 +15,8 @@
  *     -> item key "messaging|message_type=marketing|to_number=2061111111", cost 1, rules:
  *        fixed_window(5, 86400 s) of descriptors[0].descriptors[0]
  */
-#ifndef RLD_RLS_YAML_H
-#define RLD_RLS_YAML_H
+#ifndef RLD_GRPC_RLS_YAML_H
+#define RLD_GRPC_RLS_YAML_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -3,8 +3,8 @@
  * request in, the protobuf response out (rls.h's rld_rls_decide_fn); and the matcher as a part
  * of the app (app/parts.h).
  */
-#ifndef RLD_RLS_YAML_GRPC_H
-#define RLD_RLS_YAML_GRPC_H
+#ifndef RLD_GRPC_RLS_YAML_GRPC_H
+#define RLD_GRPC_RLS_YAML_GRPC_H
 
 #include "app/parts.h"
 #include "rls.h"

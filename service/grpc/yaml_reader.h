@@ -17,8 +17,8 @@
  * file is refused as a whole with a message naming the file and the YAML path of the fault:
  * "api.yaml: descriptors[2].rate_limit.unit: invalid rate limit unit 'fortnight'".
  */
-#ifndef RLD_CONFIG_YAML_H
-#define RLD_CONFIG_YAML_H
+#ifndef RLD_GRPC_YAML_READER_H
+#define RLD_GRPC_YAML_READER_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -13,8 +13,8 @@
  * and Priority are always the cost and the priority. Values are converted here, once; errors
  * name the header.
  */
-#ifndef RLD_CHECK_REQ_H
-#define RLD_CHECK_REQ_H
+#ifndef RLD_HTTP_CHECK_REQ_H
+#define RLD_HTTP_CHECK_REQ_H
 
 #include <stddef.h>
 #include <stdint.h>

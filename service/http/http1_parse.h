@@ -7,8 +7,8 @@
  *   rld_h1_head_end -> 66 (the head, blank line included); rld_h1_parse_head -> 0 with
  *   method "POST", path "/quota/bob", args {x: "1", flag: ""}, content_length 2, keep_alive 1.
  */
-#ifndef RLD_HTTP1_PARSE_H
-#define RLD_HTTP1_PARSE_H
+#ifndef RLD_HTTP_HTTP1_PARSE_H
+#define RLD_HTTP_HTTP1_PARSE_H
 
 #include <stddef.h>
 #include <stdint.h>

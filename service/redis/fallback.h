@@ -16,8 +16,8 @@
  *
  * Counters per (level, mode) say how often each level fell back.
  */
-#ifndef RLD_FALLBACK_STORE_H
-#define RLD_FALLBACK_STORE_H
+#ifndef RLD_REDIS_FALLBACK_H
+#define RLD_REDIS_FALLBACK_H
 
 #include <stdint.h>
 

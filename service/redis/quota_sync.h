@@ -10,8 +10,8 @@
  * so that changes made while Redis was out of reach are not missed. The hash has no TTL: it is
  * configuration, not state.
  */
-#ifndef RLD_REDIS_QUOTA_H
-#define RLD_REDIS_QUOTA_H
+#ifndef RLD_REDIS_QUOTA_SYNC_H
+#define RLD_REDIS_QUOTA_SYNC_H
 
 #include <jansson.h>
 

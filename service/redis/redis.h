@@ -11,8 +11,8 @@
  * Life: rld_redis_open before rl_limiter_new (which takes the store), rld_redis_start once
  * the limiter exists, rld_redis_free before rl_limiter_free.
  */
-#ifndef RLD_FLEET_H
-#define RLD_FLEET_H
+#ifndef RLD_REDIS_H
+#define RLD_REDIS_H
 
 #include <stddef.h>
 

@@ -22,8 +22,8 @@
  * link is down, a PING per sentinel a second while it is up. Only the thread touches its
  * connections; the pool is reached through the ops, which must be thread-safe.
  */
-#ifndef RLD_REDIS_WATCH_H
-#define RLD_REDIS_WATCH_H
+#ifndef RLD_REDIS_SENTINEL_H
+#define RLD_REDIS_SENTINEL_H
 
 #include <stddef.h>
 

@@ -1,6 +1,6 @@
 /*
  * rls_yaml.h - envoyproxy/ratelimit's matching and counting over the limiter: a YAML
- * configuration (config_yaml.h) becomes one keyed level of the core, and a rate limit request
+ * configuration (yaml_reader.h) becomes one keyed level of the core, and a rate limit request
  * becomes one decision of it.
  *
  * Each request descriptor is matched as upstream matches it (the entries walk the tree: a

@@ -6,7 +6,7 @@
  * A key's slot is CRC16 (XMODEM) of the key mod 16384, or of its hash tag: the text between the
  * first "{" and the next "}" when that is not empty ("{user:1}.a" and "{user:1}.b" share a
  * slot). The map comes from CLUSTER SLOTS, asked of a known node (the seeds at first). A call
- * goes to the primary the map names for its slot, through that node's pool (redis_pool.h: a
+ * goes to the primary the map names for its slot, through that node's pool (pool.h: a
  * deadline per call, health, scripts loaded on first use):
  *   - MOVED <slot> <host:port>: the slot has moved for good. The slot is pointed there at once,
  *     the whole map is asked for again on the next call, and the call is sent there. A MOVED

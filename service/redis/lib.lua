@@ -382,7 +382,7 @@ local function enc_time(t) return pack('>I4I4', halves_of_rel(t)) end
 
 local function noop() end
 local MAKE, R = {}, {}
--- functions calling every port's register_rule, set after this file (redis_lua.c), run once
+-- functions calling every port's register_rule, set after this file (lua.c), run once
 local port_loaders = {}
 
 -- Registers a rule type's port under its tag (a later registration of the same tag wins).

@@ -87,7 +87,7 @@ struct rld_pool {
     int bad_port;
     size_t next_sentinel; /* the one to ask first: the last that answered */
     uint64_t switches;
-    rld_watch *watch; /* with sentinels: the thread that follows them (redis_watch.h) */
+    rld_watch *watch; /* with sentinels: the thread that follows them (sentinel.h) */
 };
 
 static pthread_condattr_t mono_attr;
@@ -633,7 +633,7 @@ int rld_sub_read(redisContext *c, int wake_fd, int ms, void (*fn)(void *arg, con
     return c->err ? -1 : 0;
 }
 
-/* ---- what the watcher (redis_watch.c) asks of the pool ----------------------------------- */
+/* ---- what the watcher (sentinel.c) asks of the pool ----------------------------------- */
 
 static int watch_down(void *cls)
 {

@@ -5,7 +5,7 @@
  *
  * Redis Sentinel. With sentinels in the address, the pool asks them for the current primary
  * (SENTINEL get-master-addr-by-name, the sentinels in turn), opens connections only to a node
- * whose ROLE says master, and follows a failover by itself: a thread (redis_watch.h) hears
+ * whose ROLE says master, and follows a failover by itself: a thread (sentinel.h) hears
  * +switch-master from every sentinel, and asks them all every 200 ms while the link is down,
  * and moves every connection to the new primary at once; a call that cannot reach the primary,
  * or that a demoted primary answers READONLY, makes the next connection ask the sentinels
@@ -131,7 +131,7 @@ void rld_pool_exec_many(rld_pool *p, rld_script s, rld_call *calls, size_t n);
 void rld_pool_use_functions(rld_pool *p, int on);
 int rld_pool_functions(rld_pool *p);
 
-/* Puts the plug-ins' rule type ports (Lua text, see redis_lua.h; NULL or "" for none) into the
+/* Puts the plug-ins' rule type ports (Lua text, see lua.h; NULL or "" for none) into the
  * scripts and the library. Call it before the first call that runs a script (the texts are read
  * without the pool's lock). RL_OK, or RL_ENOMEM leaving the scripts as they were. */
 int rld_pool_set_ports(rld_pool *p, const char *ports, rl_err *err);

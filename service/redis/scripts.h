@@ -1,6 +1,6 @@
 /*
  * scripts.h - the Lua of the Redis store, embedded at build time (see the Makefile):
- * the pieces that redis_lua.c puts together into the scripts and the Functions library.
+ * the pieces that lua.c puts together into the scripts and the Functions library.
  */
 #ifndef RLD_REDIS_SCRIPTS_H
 #define RLD_REDIS_SCRIPTS_H

@@ -15,7 +15,7 @@
  *
  * Keys (prefix P): P<level>":"<slot>[.<shard>]":"<key> per rule state, P"r:"<id> per
  * reservation, P"resv" (the reservations by expiry), P"fleet" (heartbeats), P"quotas" (see
- * redis_quota.h).
+ * quota_sync.h).
  *
  * Redis Cluster (options.cluster): a state key ends in "{"<level>":"<key>"}" instead of <key>
  * ("{"<level>"."<shard>":"<key>"}" for a shard of a sharded level), so that every state of one
@@ -30,7 +30,7 @@
  *
  * Failure: when Redis is unreachable or slower than timeout_ms, decide, settle and release
  * return RL_ESTORE after at most timeout_ms (a decision may or may not have been applied when
- * a reply timed out). Wrap the store in rld_fallback_store_new (fallback_store.h) to decide per
+ * a reply timed out). Wrap the store in rld_fallback_store_new (fallback.h) to decide per
  * level instead. The pool reconnects by itself with backoff; tick() drives the reconnection and
  * the heartbeat, so call it regularly (ten times a second).
  *
@@ -91,7 +91,7 @@ void rld_redis_store_health(rl_store *st, rld_redis_health *out);
 unsigned rld_redis_store_peers(void *ctx);
 
 /* The daemon's store for "store": {"type": "redis", ...}: a Redis store wrapped in a fallback
- * store (fallback_store.h) that follows each level's on_store_error, dividing the local mode's
+ * store (fallback.h) that follows each level's on_store_error, dividing the local mode's
  * rules by fleet_size or else by the live instances the heartbeat counts. *out is for
  * rl_limiter_new; *redis (may be NULL) borrows the Redis store inside it, for
  * rld_redis_store_health and the quota functions. manual_clock as in rld_redis_options. */
@@ -122,7 +122,7 @@ const char *rld_redis_store_prefix(rl_store *st);
 /* Runs a script (s >= 0: an rld_script, its nkeys keys first in argv) or a command (s < 0, its
  * key argv[1]) where its key lives: the one Redis, or on a cluster the primary serving the
  * key's slot. argvlen NULL: the strings' lengths (at most 16 of them). As rld_pool_exec
- * otherwise; for the quota functions (redis_quota.h). */
+ * otherwise; for the quota functions (quota_sync.h). */
 int rld_redis_store_call(rl_store *st, int s, int nkeys, int argc, const char **argv,
                          const size_t *argvlen, redisReply **reply, rl_err *err);
 /* A new connection outside the pool (for a subscriber): to the one Redis, or on a cluster to

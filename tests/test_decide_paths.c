@@ -15,6 +15,8 @@
 #include "core/core.h"
 #include "testutil.h"
 
+/* The global level's reserved share is most of it, so that a request's priority often decides
+ * there: a way of deciding that lost the headroom (or gave it where there is none) differs. */
 static const char *paths_cfg =
     "{\"levels\": ["
     "{\"name\": \"user\", \"tiered\": true},"
@@ -31,7 +33,7 @@ static const char *paths_cfg =
     "{\"name\": \"api\", \"rules\": [{\"type\": \"concurrency\", \"limit\": 2}]},"
     "{\"name\": \"global\", \"default_key\": \"*\", \"rules\": ["
     "  {\"type\": \"token_bucket\", \"capacity\": 40, \"per_second\": 20, "
-    "   \"reserved\": {\"fraction\": 0.25, \"min_priority\": 2}}]}],"
+    "   \"reserved\": {\"fraction\": 0.75, \"min_priority\": 2}}]}],"
     "\"tiers\": {"
     "  \"free\": [{\"type\": \"token_bucket\", \"capacity\": 5, \"per_second\": 2},"
     "            {\"type\": \"fixed_window\", \"limit\": 8, \"window\": 3, "

@@ -335,15 +335,32 @@ typedef struct rl__level_key {
     const char *key;
     uint32_t keylen;
     uint16_t level;
-    uint8_t shadow; /* the level makes every rule a shadow rule */
+    uint8_t shadow;  /* the level makes every rule a shadow rule */
+    uint8_t as_cost; /* rl__rules_as_cost(rules, shadow) */
 } rl__level_key;
+
+/* Whether every rule of rs, on a level that makes its rules shadow rules or not (level_shadow),
+ * checks and takes a request's cost as it is, whatever the request: rl_plan_item_of gives each
+ * the item {cost, cost, mode 0} (unit "cost", no reserved share, neither shadow nor charge).
+ * Worked out once per rule list where the limiter can (per key for tiered and keyed levels). */
+static inline int rl__rules_as_cost(const rl_rules *rs, int level_shadow)
+{
+    if (level_shadow)
+        return 0;
+    for (size_t i = 0; i < rs->n; i++) {
+        const rl_rule *r = &rs->v[i];
+        if (r->unit != RL_UNIT_COST || r->reserved > 0 || r->shadow || r->charge)
+            return 0;
+    }
+    return 1;
+}
 
 /* A request of descriptors resolved into its keys, levels in increasing order. */
 typedef struct rl__levels {
     size_t n;
     rl__level_key lv[RL_MAX_LEVELS];
-    size_t nrules;  /* over every level, at most RL_MAX_APPLIED */
-    rl_fp cost;     /* > 0 */
+    size_t nrules; /* over every level, at most RL_MAX_APPLIED */
+    rl_fp cost;    /* > 0 */
     int64_t priority;
     unsigned flags; /* RL_DRY_RUN or 0 (a request that reserves is planned) */
     rl_ns now;

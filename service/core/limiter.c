@@ -40,6 +40,7 @@ typedef struct lvinfo {
     const char *dkey;      /* the default key, or NULL */
     uint32_t dklen;
     uint8_t shadow;        /* the level makes every rule a shadow rule */
+    uint8_t as_cost;       /* rl__rules_as_cost(rules, shadow) */
     uint8_t nparts;        /* descriptors the key is made of */
     uint8_t part[8];       /* their indices into desc */
 } lvinfo;
@@ -331,6 +332,7 @@ int rl_limiter_new(rl_config *cfg, rl_store *store, rl_limiter **out, rl_err *er
         v->dkey = l->default_key;
         v->dklen = l->default_key ? (uint32_t)strlen(l->default_key) : 0;
         v->shadow = l->shadow != 0;
+        v->as_cost = v->rules && rl__rules_as_cost(v->rules, v->shadow);
         if (l->ncompose == 0) {
             v->nparts = 1;
             v->part[0] = (uint8_t)desc_index(lim, l->name);
@@ -595,15 +597,18 @@ resolve_levels(rl_limiter *lim, const rl_request *req, rl_decision *d, rl__level
             continue;
         }
         const rl_rules *rs = v->rules; /* a level's own list is never empty */
+        int as_cost = v->as_cost;
         if (!rs) {
             rs = key_rules(lim, li, key, (size_t)klen, d);
             if (!rs || !rs->n)
                 continue;
+            as_cost = rl__rules_as_cost(rs, v->shadow);
         }
         if ((nrules += rs->n) > RL_MAX_APPLIED)
             return rl_errf(err, RL_EINVAL, "keys: more than %d rules would apply",
                            RL_MAX_APPLIED);
-        q->lv[n++] = (rl__level_key){rs, key, (uint32_t)klen, (uint16_t)li, v->shadow};
+        q->lv[n++] = (rl__level_key){rs, key, (uint32_t)klen, (uint16_t)li, v->shadow,
+                                     (uint8_t)as_cost};
     }
     q->n = n;
     q->nrules = nrules;

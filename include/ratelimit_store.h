@@ -120,19 +120,20 @@ typedef struct rl_store_ops {
     int (*save)(void *cls, FILE *f, rl_err *err);
     int (*load)(void *cls, FILE *f, rl_ns now, size_t *loaded, rl_err *err);
     void (*destroy)(void *cls);
-    /* Optional (NULL: every item's hash is 0). A hint, the one fast-path hook of this
-     * interface: the limiter calls it while it makes a plan, once per level as soon as it
-     * knows the level's key and the rules rs that apply there (rs->n >= 1), before it calls
-     * decide with that plan; not for a plan it never makes. The store may start loading that
-     * key's state (into the cache, or a request on its way) while the limiter makes the rest of
-     * the plan, and returns a value that the limiter hands back to decide in each of the
-     * level's items (rl_plan_item.hash), such as the key's hash, so that decide need not
-     * compute it again. decide must still decide correctly with any hash 0 (a plan made
-     * without prefetch), and may assume nothing else: the state may change between prefetch
-     * and decide, and decide locks and reads it as ever. Called concurrently from any thread;
-     * must not fail, block, take a lock another decision holds, or change state. key is
-     * borrowed for the call. (The memory store's further shortcut, deciding a request from its
-     * keys without a plan, is the core's own: service/core/core.h.) */
+    /* Optional (NULL: every item's hash is 0). A hint, and the one fast-path hook of this
+     * interface. The limiter calls it while it makes a plan (for a store of yours, that is for
+     * every request), once per key it plans (a level's, or an item's) as soon as it knows the
+     * key and the rules rs that apply there (rs->n >= 1), before it calls decide or decide_many
+     * with that plan; a plan may also end in an error before any decide. The store
+     * may start loading that key's state into the cache while the limiter makes the rest of
+     * the plan, and returns a value that the limiter hands back in each of the level's items
+     * (rl_plan_item.hash), such as the key's hash, so that decide need not compute it again.
+     * decide may assume nothing more: it must decide as well with every hash 0 (a plan made
+     * without prefetch), and the state may change between prefetch and decide. Called from
+     * any thread, concurrently; must not fail, block, take a lock a decision may hold, or
+     * change state; key is borrowed for the call. (The memory store also decides most
+     * requests from their keys without a plan, and then without prefetch: that shortcut is the
+     * core's own, service/core/core.h.) */
     uint64_t (*prefetch)(void *cls, size_t level, const rl_rules *rs, const char *key,
                          size_t keylen);
 } rl_store_ops;

@@ -304,9 +304,9 @@ rl__applied_set(rl_applied *a, const rl_rule *r, unsigned mode, const char *key,
 
 /* Which rule blocks: once every applied rule of d has its wait for plan's item, sets
  * d->retry_after to the longest wait of an item that blocks (rl_plan_item_blocks),
- * d->blocked to its index (the first of equal waits; -1 when none waits) and d->allowed. The
- * one place that says it: the limiter calls it after any store's decide, the memory store at
- * the end of its decision of levels. */
+ * d->blocked to its index (the first of equal waits; -1 when no such item waits) and
+ * d->allowed. The one place that says it: the limiter calls it after any store's decide, the
+ * memory store at the end of its decision of levels. */
 static inline void rl__decision_blocked(rl_decision *d, const rl_plan *plan)
 {
     rl_ns retry = 0;
@@ -369,8 +369,8 @@ typedef struct rl__levels {
 /* What decide_levels returns when it leaves the request to the plan. */
 #define RL__DECLINED 1
 
-/* Decides q into d as decide would decide the plan the limiter makes of q (rl__plan_rule per
- * rule, level by level): fills d's applied rules, d->napplied, d->now, d->allowed,
+/* Decides q into d as decide would decide the plan the limiter makes of q (rl_plan_item_of and
+ * rl__applied_set per rule, level by level): fills d's applied rules, d->napplied, d->now, d->allowed,
  * d->retry_after and d->blocked (rl__decision_blocked), and returns RL_OK. Or returns
  * RL__DECLINED having changed no state, when deciding would need more than taking from state
  * that exists (a new key's state, a rule that holds, room under max_keys): the limiter then

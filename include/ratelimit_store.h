@@ -76,50 +76,6 @@ static inline int rl_plan_item_takes(const rl_plan *plan, size_t i, rl_ns wait)
     return !(plan->items[i].mode & RL_ITEM_SHADOW) || wait == 0;
 }
 
-/* A request of descriptors resolved by the limiter into one key per level (levels in
- * increasing order, each with at least one rule): what rl_store_ops.decide_levels decides. */
-typedef struct rl_level_key {
-    const rl_rules *rules; /* the rules in force at key */
-    const char *key;
-    uint32_t keylen;
-    uint16_t level;
-    uint8_t shadow; /* the level makes every rule a shadow rule */
-    uint8_t plain;  /* rl_rules_plain(rules) and not shadow; RL_LEVEL_SIMPLE when also every
-                       rule takes the request's cost as it is (unit "cost", no reserved share)
-                       and keeps its state in RL_STATE_INLINE bytes */
-} rl_level_key;
-
-/* Whether every rule of rs is plain: neither shadow nor charge, of a type that has state,
- * commits and reports, holds nothing and does not evaluate into its state. Such a rule
- * blocks when it waits and takes when the request is allowed: a store may decide it with
- * less bookkeeping. */
-static inline int rl_rules_plain(const rl_rules *rs)
-{
-    for (size_t i = 0; i < rs->n; i++) {
-        const rl_rule *r = &rs->v[i];
-        const rl_rule_type *t = r->type;
-        if (r->shadow || r->charge || !t->state_size || !t->commit || !t->report ||
-            (t->flags & (RL_RULE_HOLDS | RL_RULE_EVAL_IN_STATE)))
-            return 0;
-    }
-    return 1;
-}
-
-#define RL_LEVEL_SIMPLE 2 /* rl_level_key.plain: see there */
-
-typedef struct rl_levels {
-    size_t n;
-    rl_level_key lv[RL_MAX_LEVELS];
-    size_t nrules;    /* over every level, at most RL_MAX_APPLIED */
-    rl_fp cost;       /* > 0 */
-    int64_t priority;
-    unsigned flags;   /* RL_DRY_RUN or 0 (a request that reserves is planned) */
-    rl_ns now;
-} rl_levels;
-
-/* What decide_levels returns when it leaves a request to decide (nothing changed). */
-#define RL_STORE_DECLINED 1
-
 /* How a store finds the rule now in force at (level, slot) for a key: used to expire
  * reservations, settle them and drop idle state when tiers may have changed. Returns NULL
  * when there is none; *ref receives a reference to drop with rl_rules_unref (may be NULL). */
@@ -164,22 +120,22 @@ typedef struct rl_store_ops {
     int (*save)(void *cls, FILE *f, rl_err *err);
     int (*load)(void *cls, FILE *f, rl_ns now, size_t *loaded, rl_err *err);
     void (*destroy)(void *cls);
-    /* Optional (NULL: nothing to gain). Called before decide as soon as the limiter knows a
-     * level's key and the rules rs that apply there: the store may start loading that state
-     * into the cache while the limiter makes the rest of the plan. Returns a value the plan
-     * hands back to decide in the level's items (rl_plan_item.hash), such as the key's hash,
-     * so that decide need not compute it again. Must not fail, block or change state. */
+    /* Optional (NULL: every item's hash is 0). A hint, and the one fast-path hook of this
+     * interface. The limiter calls it while it makes a plan (for a store of yours, that is for
+     * every request), once per key it plans (a level's, or an item's) as soon as it knows the
+     * key and the rules rs that apply there (rs->n >= 1), before it calls decide or decide_many
+     * with that plan; a plan may also end in an error before any decide. The store
+     * may start loading that key's state into the cache while the limiter makes the rest of
+     * the plan, and returns a value that the limiter hands back in each of the level's items
+     * (rl_plan_item.hash), such as the key's hash, so that decide need not compute it again.
+     * decide may assume nothing more: it must decide as well with every hash 0 (a plan made
+     * without prefetch), and the state may change between prefetch and decide. Called from
+     * any thread, concurrently; must not fail, block, take a lock a decision may hold, or
+     * change state; key is borrowed for the call. (The memory store also decides most
+     * requests from their keys without a plan, and then without prefetch: that shortcut is the
+     * core's own, service/core/core.h.) */
     uint64_t (*prefetch)(void *cls, size_t level, const rl_rules *rs, const char *key,
                          size_t keylen);
-    /* Optional (NULL: every request is planned). Decides a request of descriptors from its
-     * keys alone, without the plan: fills d as decide fills it for the plan the limiter
-     * would make of q (an item per rule, level by level, rl_plan_item_of), and d->napplied,
-     * d->allowed, d->retry_after (the longest wait of an item that blocks, the first of
-     * equal ones) and d->blocked (its index, -1 when allowed), and returns RL_OK. Or returns
-     * RL_STORE_DECLINED having changed no state, when deciding would need more than taking
-     * from state that exists (a new key's state, a reservation, room under a bound): the
-     * limiter then plans the request and calls decide, whatever d holds. Never fails. */
-    int (*decide_levels)(void *cls, const rl_levels *q, rl_decision *d);
 } rl_store_ops;
 
 struct rl_store {

@@ -1351,6 +1351,47 @@ START_TEST(descriptor_names_sharing_their_ends)
 }
 END_TEST
 
+/* ---- which rule blocks (rl__decision_blocked) ------------------------------------------- */
+
+/* Three applied rules with their waits and items: the longest wait of an item that blocks
+ * denies, the first of equal ones; a shadow item never blocks, a charge item only in a dry run
+ * or when it takes nothing; shadow wins over charge. Worked out by hand. */
+static const struct {
+    rl_ns wait[3];
+    uint8_t mode1; /* item 1's mode; items 0 and 2 are plain */
+    rl_fp cost1;
+    unsigned flags;
+    int blocked;
+    rl_ns retry;
+} blocks_cases[] = {
+    {{0, 0, 0}, 0, 1, 0, -1, 0},
+    {{5, 9, 9}, 0, 1, 0, 1, 9},
+    {{5, 9, 0}, RL_ITEM_SHADOW, 1, 0, 0, 5},
+    {{5, 9, 0}, RL_ITEM_CHARGE, 1, 0, 0, 5},
+    {{5, 9, 0}, RL_ITEM_CHARGE, 1, RL_DRY_RUN, 1, 9},
+    {{5, 9, 0}, RL_ITEM_CHARGE, 0, 0, 1, 9},
+    {{0, 9, 0}, RL_ITEM_SHADOW, 1, 0, -1, 0},
+    {{5, 9, 0}, RL_ITEM_SHADOW | RL_ITEM_CHARGE, 1, RL_DRY_RUN, 0, 5},
+    {{7, 3, 7}, 0, 1, 0, 0, 7},
+};
+
+START_TEST(which_rule_blocks)
+{
+    rl_plan plan = {.n = 3, .flags = blocks_cases[_i].flags};
+    rl_decision d = {.napplied = 3, .allowed = 0, .blocked = 7, .retry_after = 1};
+    for (size_t i = 0; i < 3; i++) {
+        plan.items[i] = (rl_plan_item){.cost = 1, .need = 1};
+        d.applied[i].wait = blocks_cases[_i].wait[i];
+    }
+    plan.items[1].mode = blocks_cases[_i].mode1;
+    plan.items[1].cost = plan.items[1].need = blocks_cases[_i].cost1;
+    rl__decision_blocked(&d, &plan);
+    ck_assert_int_eq(d.blocked, blocks_cases[_i].blocked);
+    ck_assert_int_eq(d.retry_after, blocks_cases[_i].retry);
+    ck_assert_int_eq(d.allowed, blocks_cases[_i].blocked < 0);
+}
+END_TEST
+
 /* ---- the store's prefetch hint ---------------------------------------------------------- */
 
 /* A store that hands every call to a memory store but offers no prefetch: its decide then
@@ -1913,6 +1954,7 @@ Suite *limiter_suite(void)
     tcase_add_test(tc, control_characters_found_at_every_length_and_position);
     tcase_add_test(tc, descriptor_names_sharing_their_ends);
     tcase_add_test(tc, store_without_prefetch_decides_the_same);
+    tcase_add_loop_test(tc, which_rule_blocks, 0, sizeof blocks_cases / sizeof blocks_cases[0]);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("store");

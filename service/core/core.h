@@ -268,4 +268,121 @@ static inline const char *rl__key_problem(const char *k, size_t n)
     return NULL;
 }
 
+/* ---- one decision: what the limiter and the memory store share ------------------------- */
+
+/* Writes what a store's phase 1 found of applied rule a, whose item's mode is mode: its wait,
+ * whether its type reports a status (left in its evaluation: status_lazy) and whether it is a
+ * shadow rule that would have denied. */
+static inline __attribute__((always_inline)) void
+rl__applied_decided(rl_applied *a, unsigned mode, rl_ns wait, int has_status)
+{
+    a->wait = wait;
+    a->has_status = has_status;
+    a->status_lazy = (uint8_t)has_status;
+    a->shadow_denied = (uint8_t)((mode & RL_ITEM_SHADOW) && wait != 0);
+}
+
+/* Writes applied rule a of a plan: rule r at position slot of level's list, at key, with its
+ * item's mode (rl_plan_item_of), and what phase 1 found (rl__applied_decided; wait 0 and
+ * has_status 0 before a store decides). The one place that says what an applied rule holds,
+ * for the limiter's plan and the memory store's decision of levels. Pass values worked out
+ * before the call: a's byte fields may alias anything. */
+static inline __attribute__((always_inline)) void
+rl__applied_set(rl_applied *a, const rl_rule *r, unsigned mode, const char *key, uint32_t keylen,
+                uint16_t level, uint16_t slot, rl_ns wait, int has_status)
+{
+    a->rule = r;
+    a->key = key;
+    a->level = level;
+    a->slot = slot;
+    a->keylen = keylen;
+    a->fallback = RL_FALLBACK_NONE;
+    a->shadow = (uint8_t)((mode & RL_ITEM_SHADOW) != 0);
+    a->charge = (uint8_t)((mode & RL_ITEM_CHARGE) != 0);
+    rl__applied_decided(a, mode, wait, has_status);
+}
+
+/* Which rule blocks: once every applied rule of d has its wait for plan's item, sets
+ * d->retry_after to the longest wait of an item that blocks (rl_plan_item_blocks),
+ * d->blocked to its index (the first of equal waits; -1 when no such item waits) and
+ * d->allowed. The one place that says it: the limiter calls it after any store's decide, the
+ * memory store at the end of its decision of levels. */
+static inline void rl__decision_blocked(rl_decision *d, const rl_plan *plan)
+{
+    rl_ns retry = 0;
+    int blocked = -1;
+    for (size_t i = 0, n = d->napplied; i < n; i++)
+        if (d->applied[i].wait > retry && rl_plan_item_blocks(plan, i)) {
+            retry = d->applied[i].wait;
+            blocked = (int)i;
+        }
+    d->retry_after = retry;
+    d->blocked = blocked;
+    d->allowed = blocked < 0;
+}
+
+/* ---- the memory store's decision from the keys alone --------------------------------------
+ *
+ * Not part of the store interface (ratelimit_store.h): only the memory store can decide a
+ * request without its plan, and only the core knows it. A request of descriptors (no items,
+ * no reservation) is resolved by the limiter into one key per level (rl__levels) and handed to
+ * the memory store's decide_levels; when that declines, the limiter plans the request and
+ * calls decide as for any store. tests/test_decide_paths.c runs one random trace both ways. */
+
+/* One level's key of a request, with the rules in force there (at least one). */
+typedef struct rl__level_key {
+    const rl_rules *rules;
+    const char *key;
+    uint32_t keylen;
+    uint16_t level;
+    uint8_t shadow;  /* the level makes every rule a shadow rule */
+    uint8_t as_cost; /* rl__rules_as_cost(rules, shadow) */
+} rl__level_key;
+
+/* Whether every rule of rs, on a level that makes its rules shadow rules or not (level_shadow),
+ * checks and takes a request's cost as it is, whatever the request: rl_plan_item_of gives each
+ * the item {cost, cost, mode 0} (unit "cost", no reserved share, neither shadow nor charge).
+ * Worked out once per rule list where the limiter can (per key for tiered and keyed levels). */
+static inline int rl__rules_as_cost(const rl_rules *rs, int level_shadow)
+{
+    if (level_shadow)
+        return 0;
+    for (size_t i = 0; i < rs->n; i++) {
+        const rl_rule *r = &rs->v[i];
+        if (r->unit != RL_UNIT_COST || r->reserved > 0 || r->shadow || r->charge)
+            return 0;
+    }
+    return 1;
+}
+
+/* A request of descriptors resolved into its keys, levels in increasing order. */
+typedef struct rl__levels {
+    size_t n;
+    rl__level_key lv[RL_MAX_LEVELS];
+    size_t nrules; /* over every level, at most RL_MAX_APPLIED */
+    rl_fp cost;    /* > 0 */
+    int64_t priority;
+    unsigned flags; /* RL_DRY_RUN or 0 (a request that reserves is planned) */
+    rl_ns now;
+} rl__levels;
+
+/* What decide_levels returns when it leaves the request to the plan. */
+#define RL__DECLINED 1
+
+/* Decides q into d as decide would decide the plan the limiter makes of q (rl_plan_item_of and
+ * rl__applied_set per rule, level by level): fills d's applied rules, d->napplied, d->now, d->allowed,
+ * d->retry_after and d->blocked (rl__decision_blocked), and returns RL_OK. Or returns
+ * RL__DECLINED having changed no state, when deciding would need more than taking from state
+ * that exists (a new key's state, a rule that holds, room under max_keys): the limiter then
+ * plans the request and calls decide, whatever d holds. Never fails. */
+typedef int (*rl__decide_levels_fn)(void *cls, const rl__levels *q, rl_decision *d);
+
+/* The decide_levels of store: the memory store's (rl_memory_store_new), NULL for any other
+ * store, a decorator around a memory store included. */
+rl__decide_levels_fn rl__store_decide_levels(const rl_store *store);
+
+/* Replaces the decide_levels lim calls with store's cls (NULL: every request is planned): for
+ * tests that compare both ways or count what decide_levels declines. */
+void rl__limiter_set_decide_levels(rl_limiter *lim, rl__decide_levels_fn fn);
+
 #endif

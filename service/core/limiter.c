@@ -40,7 +40,7 @@ typedef struct lvinfo {
     const char *dkey;      /* the default key, or NULL */
     uint32_t dklen;
     uint8_t shadow;        /* the level makes every rule a shadow rule */
-    uint8_t plain;         /* rl_level_key.plain of rules (plain_of) */
+    uint8_t as_cost;       /* rl__rules_as_cost(rules, shadow) */
     uint8_t nparts;        /* descriptors the key is made of */
     uint8_t part[8];       /* their indices into desc */
 } lvinfo;
@@ -55,7 +55,7 @@ struct rl_limiter {
     int (*decide)(void *cls, const rl_plan *plan, rl_decision *d, rl_err *err);
     uint64_t (*prefetch)(void *cls, size_t level, const rl_rules *rs, const char *key,
                          size_t keylen);
-    int (*decide_levels)(void *cls, const rl_levels *q, rl_decision *d);
+    rl__decide_levels_fn decide_levels; /* the memory store's, or NULL */
     void *scls;
     size_t ndesc;
     const char *desc[MAX_DESC]; /* descriptor names the levels use */
@@ -279,19 +279,6 @@ static const rl_rule *rule_at(void *ctx, size_t level, size_t slot, const char *
 
 /* ---- creation ---------------------------------------------------------------------------- */
 
-/* rl_level_key.plain of the list rs on a level (shadow: the level's own option). */
-static uint8_t plain_of(const rl_rules *rs, int shadow)
-{
-    if (shadow || !rl_rules_plain(rs))
-        return 0;
-    for (size_t i = 0; i < rs->n; i++) {
-        const rl_rule *r = &rs->v[i];
-        if (r->unit != RL_UNIT_COST || r->reserved > 0 || r->type->state_size > RL_STATE_INLINE)
-            return 1;
-    }
-    return RL_LEVEL_SIMPLE;
-}
-
 /* The first and the last four bytes of a name of at least four bytes (0 for shorter ones):
  * two names of one length up to eight bytes are equal when these are. */
 static inline void name_ends(const char *p, size_t n, uint32_t *head, uint32_t *tail)
@@ -345,7 +332,7 @@ int rl_limiter_new(rl_config *cfg, rl_store *store, rl_limiter **out, rl_err *er
         v->dkey = l->default_key;
         v->dklen = l->default_key ? (uint32_t)strlen(l->default_key) : 0;
         v->shadow = l->shadow != 0;
-        v->plain = v->rules ? plain_of(v->rules, v->shadow) : 0;
+        v->as_cost = v->rules && rl__rules_as_cost(v->rules, v->shadow);
         if (l->ncompose == 0) {
             v->nparts = 1;
             v->part[0] = (uint8_t)desc_index(lim, l->name);
@@ -364,7 +351,7 @@ int rl_limiter_new(rl_config *cfg, rl_store *store, rl_limiter **out, rl_err *er
     }
     lim->decide = lim->store->ops->decide;
     lim->prefetch = lim->store->ops->prefetch;
-    lim->decide_levels = lim->store->ops->decide_levels;
+    lim->decide_levels = rl__store_decide_levels(lim->store);
     lim->scls = lim->store->cls;
     int rc = lim->store->ops->attach(lim->store->cls, cfg, &lim->res, err);
     for (size_t i = 0; rc == RL_OK && i < cfg->nquotas; i++) {
@@ -532,9 +519,7 @@ static inline const rl_rules *key_rules(rl_limiter *lim, size_t li, const char *
 }
 
 /* Appends to the plan the rules rs of level li at key, each taking cost (or one unit for a
- * rule counting requests, when cost > 0). Every value is worked out before anything is
- * written: the plan's byte fields may alias anything, and would make the compiler read the
- * rule again after each. */
+ * rule counting requests, when cost > 0), with the store's prefetch hint. */
 static inline __attribute__((always_inline)) int
 plan_rules(rl_limiter *lim, size_t li, const rl_rules *rs, const char *key, size_t klen,
            int64_t prio, rl_fp cost, rl_decision *d, rl_plan *plan, rl_err *err)
@@ -544,26 +529,14 @@ plan_rules(rl_limiter *lim, size_t li, const rl_rules *rs, const char *key, size
         return rl_errf(err, RL_EINVAL, "keys: more than %d rules would apply", RL_MAX_APPLIED);
     uint64_t hint = lim->prefetch ? lim->prefetch(lim->scls, li, rs, key, klen) : 0;
     int lshadow = lim->lv[li].shadow;
-    rl_applied *a = &d->applied[base];
-    rl_plan_item *it = &plan->items[base];
     d->napplied = base + n;
-    for (size_t si = 0; si < n; si++, a++, it++) {
+    for (size_t si = 0; si < n; si++) {
         const rl_rule *r = &rs->v[si];
-        rl_plan_item pi = rl_plan_item_of(r, lshadow, cost, prio);
-        pi.hash = hint;
-        *it = pi;
-        a->rule = r;
-        a->key = key;
-        a->wait = 0;
-        a->level = (uint16_t)li;
-        a->slot = (uint16_t)si;
-        a->keylen = (uint32_t)klen;
-        a->has_status = 0;
-        a->fallback = RL_FALLBACK_NONE;
-        a->shadow = (uint8_t)((pi.mode & RL_ITEM_SHADOW) != 0);
-        a->shadow_denied = 0;
-        a->charge = (uint8_t)((pi.mode & RL_ITEM_CHARGE) != 0);
-        a->status_lazy = 0;
+        rl_plan_item it = rl_plan_item_of(r, lshadow, cost, prio);
+        it.hash = hint;
+        plan->items[base + si] = it;
+        rl__applied_set(&d->applied[base + si], r, it.mode, key, (uint32_t)klen, (uint16_t)li,
+                        (uint16_t)si, 0, 0);
     }
     return RL_OK;
 }
@@ -598,7 +571,7 @@ plan_items(rl_limiter *lim, const rl_request *req, rl_decision *d, rl_plan *plan
 /* Resolves a request given as descriptors into q: a key and its rules per level that applies,
  * levels in order. */
 static inline __attribute__((always_inline)) int
-resolve_levels(rl_limiter *lim, const rl_request *req, rl_decision *d, rl_levels *q, rl_err *err)
+resolve_levels(rl_limiter *lim, const rl_request *req, rl_decision *d, rl__levels *q, rl_err *err)
 {
     const char *val[MAX_DESC];
     size_t vlen[MAX_DESC], nrules = 0, n = 0;
@@ -624,18 +597,18 @@ resolve_levels(rl_limiter *lim, const rl_request *req, rl_decision *d, rl_levels
             continue;
         }
         const rl_rules *rs = v->rules; /* a level's own list is never empty */
-        int plain = v->plain;
+        int as_cost = v->as_cost;
         if (!rs) {
             rs = key_rules(lim, li, key, (size_t)klen, d);
             if (!rs || !rs->n)
                 continue;
-            plain = plain_of(rs, v->shadow);
+            as_cost = rl__rules_as_cost(rs, v->shadow);
         }
         if ((nrules += rs->n) > RL_MAX_APPLIED)
             return rl_errf(err, RL_EINVAL, "keys: more than %d rules would apply",
                            RL_MAX_APPLIED);
-        q->lv[n++] = (rl_level_key){rs, key, (uint32_t)klen, (uint16_t)li, v->shadow,
-                                    (uint8_t)plain};
+        q->lv[n++] = (rl__level_key){rs, key, (uint32_t)klen, (uint16_t)li, v->shadow,
+                                     (uint8_t)as_cost};
     }
     q->n = n;
     q->nrules = nrules;
@@ -644,11 +617,11 @@ resolve_levels(rl_limiter *lim, const rl_request *req, rl_decision *d, rl_levels
 
 /* Plans a request of descriptors resolved into q. */
 static inline __attribute__((always_inline)) void
-plan_levels(rl_limiter *lim, const rl_levels *q, rl_decision *d, rl_plan *plan)
+plan_levels(rl_limiter *lim, const rl__levels *q, rl_decision *d, rl_plan *plan)
 {
     d->napplied = 0;
     for (size_t k = 0; k < q->n; k++) {
-        const rl_level_key *lk = &q->lv[k];
+        const rl__level_key *lk = &q->lv[k];
         plan_rules(lim, lk->level, lk->rules, lk->key, lk->keylen, q->priority, q->cost, d,
                    plan, NULL); /* q holds at most RL_MAX_APPLIED rules: cannot fail */
     }
@@ -675,7 +648,7 @@ static inline void acquire_start(const rl_request *req, rl_decision *d)
 static inline __attribute__((always_inline)) int
 acquire_plan(rl_limiter *lim, const rl_request *req, rl_decision *d, rl_plan *plan, rl_err *err)
 {
-    rl_levels q;
+    rl__levels q;
     int rc;
     acquire_start(req, d);
     if (req->nitems > 0) {
@@ -692,57 +665,35 @@ acquire_plan(rl_limiter *lim, const rl_request *req, rl_decision *d, rl_plan *pl
     return rc;
 }
 
-/* The decision from the store's waits: the longest wait of an item that blocks denies. */
-static inline void acquire_end(rl_decision *d, const rl_plan *plan)
-{
-    rl_ns retry = 0;
-    int blocked = -1;
-    for (size_t i = 0, n = d->napplied; i < n; i++)
-        if (d->applied[i].wait > retry && rl_plan_item_blocks(plan, i)) {
-            retry = d->applied[i].wait;
-            blocked = (int)i;
-        }
-    d->retry_after = retry;
-    d->blocked = blocked;
-    d->allowed = blocked < 0;
-}
-
-/* What acquire_levels returns when the store decided the request without a plan. */
-#define DECIDED 1
-
-/* A request of descriptors decided by the store from its keys (decide_levels), or planned
- * when the store declines: RL_OK with plan ready, DECIDED, or an error (d done). */
-static inline __attribute__((always_inline)) int
-acquire_levels(rl_limiter *lim, const rl_request *req, rl_decision *d, rl_plan *plan,
-               rl_err *err)
-{
-    rl_levels q;
-    acquire_start(req, d);
-    int rc = resolve_levels(lim, req, d, &q, err);
-    if (rc != RL_OK) {
-        rl_decision_done(d);
-        return rc;
-    }
-    if (lim->decide_levels(lim->scls, &q, d) == RL_OK)
-        return DECIDED;
-    plan_levels(lim, &q, d, plan);
-    return RL_OK;
-}
-
 int rl_acquire(rl_limiter *lim, const rl_request *req, rl_decision *d, rl_err *err)
 {
     rl_plan plan;
-    int rc = lim->decide_levels && req->nitems == 0 && !(req->flags & RL_RESERVE)
-                 ? acquire_levels(lim, req, d, &plan, err)
-                 : acquire_plan(lim, req, d, &plan, err);
-    if (rc != RL_OK)
-        return rc == DECIDED ? RL_OK : rc;
+    int rc;
+    if (lim->decide_levels && req->nitems == 0 && !(req->flags & RL_RESERVE)) {
+        /* the memory store decides from the keys alone what it can, and declines the rest */
+        rl__levels q;
+        acquire_start(req, d);
+        if ((rc = resolve_levels(lim, req, d, &q, err)) != RL_OK) {
+            rl_decision_done(d);
+            return rc;
+        }
+        if (lim->decide_levels(lim->scls, &q, d) == RL_OK)
+            return RL_OK;
+        plan_levels(lim, &q, d, &plan);
+    } else if ((rc = acquire_plan(lim, req, d, &plan, err)) != RL_OK) {
+        return rc;
+    }
     if ((rc = lim->decide(lim->scls, &plan, d, err)) != RL_OK) {
         rl_decision_done(d);
         return rc;
     }
-    acquire_end(d, &plan);
+    rl__decision_blocked(d, &plan);
     return RL_OK;
+}
+
+void rl__limiter_set_decide_levels(rl_limiter *lim, rl__decide_levels_fn fn)
+{
+    lim->decide_levels = fn;
 }
 
 /* Batches of rl_acquire_many go to the store this many at a time (their plans on the stack). */
@@ -782,7 +733,7 @@ void rl_acquire_many(rl_limiter *lim, rl_acquisition *a, size_t n)
                 *x->err = serr[j];
                 rl_decision_done(x->d);
             } else {
-                acquire_end(x->d, pp[j]);
+                rl__decision_blocked(x->d, pp[j]);
             }
         }
     }

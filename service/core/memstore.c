@@ -306,7 +306,7 @@ typedef struct run {
     rl__seg *locked[RL_MAX_APPLIED];
     rl__seg *seg[RL_MAX_APPLIED];
     uint32_t h[RL_MAX_APPLIED];
-    uint32_t idx[RL_MAX_APPLIED]; /* RL__NONE: no record (yet) */
+    rl__rec *rec[RL_MAX_APPLIED]; /* NULL: no record (yet) */
     int several;                  /* a level has several keys (a request of items) */
     unsigned seen;                /* SEEN_*: what phase 1 found across the items */
     uint8_t takes[RL_MAX_APPLIED]; /* takes when the request is allowed (a shadow rule: fits) */
@@ -354,46 +354,63 @@ static void locate(run *x)
     }
 }
 
-/* Phase 1 for item i, its segment seg locked (record hash h): finds its record and evaluates
- * its rule once at now. Returns the SEEN_* bits the item adds. Every value is read before the
- * first write to the decision, whose byte fields may alias anything. */
+/* What phase 1 found for one applied rule. */
+typedef struct found {
+    rl_ns wait;
+    rl__rec *rec;   /* its record, of its type or not; NULL when none (or no state) */
+    unsigned seen;  /* the SEEN_* bits it adds */
+    int takes;      /* takes when the request is allowed (a shadow rule: when it fits) */
+    int has_status; /* its type reports a status */
+} found;
+
+/* Phase 1 of one rule, the one place it is written for every way a decision is made: rule r,
+ * checking item it under flags (a plan's), at (slot, key) in seg (locked) with record hash h,
+ * finds its record and evaluates the rule once at now into *ev (a missing record or one of
+ * another type evaluates as a zero state), and works out whether the rule takes and blocks.
+ * Takes its inputs as values and writes nothing but *ev, so that the compiler keeps them in
+ * registers (the decision's byte fields may alias anything). */
+static inline __attribute__((always_inline)) found
+phase1(const rl_rule *r, rl_plan_item it, unsigned flags, rl__seg *seg, uint32_t h,
+       unsigned slot, const char *key, uint32_t klen, rl_ns now, rl_eval *ev)
+{
+    const rl_rule_type *t = r->type;
+    const void *state = zero_state;
+    found f = {.rec = NULL, .seen = t->flags & RL_RULE_EVAL_IN_STATE ? SEEN_IN_STATE : 0};
+    if (t->state_size) {
+        f.rec = rl__seg_lookup(seg, h, slot, key, klen);
+        if (f.rec && code_is(f.rec->type, r))
+            state = rec_state(f.rec, t);
+        else
+            f.seen |= SEEN_MISSING;
+        if (t->flags & RL_RULE_HOLDS)
+            f.seen |= SEEN_HOLDS;
+    }
+    f.wait = t->evaluate(r->params, state, key, klen, now, it.need, ev);
+    f.has_status = t->report != NULL;
+    f.takes = !(it.mode & RL_ITEM_SHADOW) || f.wait == 0;
+    if (!f.takes)
+        f.seen &= ~(SEEN_MISSING | SEEN_HOLDS);
+    if (f.wait != 0 && rl_item_blocks(&it, flags))
+        f.seen |= SEEN_BLOCKS;
+    return f;
+}
+
+/* Phase 1 for item i of a plan, its segment seg locked (record hash h). Returns the SEEN_*
+ * bits the item adds. */
 static inline __attribute__((always_inline)) unsigned evaluate_one(run *x, size_t i,
                                                                    rl__seg *seg, uint32_t h)
 {
     const rl_plan *plan = x->plan;
     rl_applied *a = &x->d->applied[i];
-    const rl_rule *r = a->rule;
-    const rl_rule_type *t = r->type;
-    const void *state = zero_state;
-    uint32_t idx = RL__NONE;
-    unsigned seen = t->flags & RL_RULE_EVAL_IN_STATE ? SEEN_IN_STATE : 0;
-    if (t->state_size) {
-        idx = rl__seg_find(seg, h, a->slot, a->key, a->keylen);
-        if (idx != RL__NONE && code_is(seg->r[idx].type, r))
-            state = rec_state(&seg->r[idx], t);
-        else
-            seen |= SEEN_MISSING;
-        if (t->flags & RL_RULE_HOLDS)
-            seen |= SEEN_HOLDS;
-    }
+    rl_plan_item it = plan->items[i];
+    found f = phase1(a->rule, it, plan->flags, seg, h, a->slot, a->key, a->keylen, plan->now,
+                     &a->status.ev);
     x->seg[i] = seg;
     x->h[i] = h;
-    x->idx[i] = idx;
-    rl_ns wait = t->evaluate(r->params, state, a->key, a->keylen, plan->now, plan->items[i].need,
-                             &a->status.ev);
-    int has_status = t->report != NULL;
-    int shadow = (plan->items[i].mode & RL_ITEM_SHADOW) != 0;
-    int takes = !shadow || wait == 0;
-    if (!takes)
-        seen &= ~(SEEN_MISSING | SEEN_HOLDS);
-    if (wait != 0 && rl_plan_item_blocks(plan, i))
-        seen |= SEEN_BLOCKS;
-    a->wait = wait;
-    a->has_status = has_status;
-    a->status_lazy = (uint8_t)has_status;
-    a->shadow_denied = (uint8_t)(shadow && wait != 0);
-    x->takes[i] = (uint8_t)takes;
-    return seen;
+    x->rec[i] = f.rec;
+    x->takes[i] = (uint8_t)f.takes;
+    rl__applied_decided(a, it.mode, f.wait, f.has_status);
+    return f.seen;
 }
 
 static void unlock_all(run *x);
@@ -490,7 +507,7 @@ static void find_again(run *x)
     for (size_t i = 0; i < x->plan->n; i++) {
         const rl_applied *a = &x->d->applied[i];
         if (a->rule->type->state_size && x->takes[i])
-            x->idx[i] = rl__seg_find(x->seg[i], x->h[i], a->slot, a->key, a->keylen);
+            x->rec[i] = rl__seg_lookup(x->seg[i], x->h[i], a->slot, a->key, a->keylen);
     }
 }
 
@@ -505,7 +522,7 @@ static int make_records(run *x, rl_err *err)
         const rl_rule *r = a->rule;
         if (!r->type->state_size || !x->takes[i])
             continue;
-        if (x->idx[i] == RL__NONE) {
+        if (!x->rec[i]) {
             if (!rl__ms_key_claim(x->ms)) {
                 if (moved)
                     find_again(x);
@@ -514,16 +531,18 @@ static int make_records(run *x, rl_err *err)
                                "with state are still served, try again later",
                                (unsigned long long)x->ms->max_keys);
             }
-            x->idx[i] = rl__seg_insert(x->seg[i], x->h[i], a->slot, a->key, a->keylen,
-                                       type_code(r->type_id), ext_size(r->type));
-            if (x->idx[i] == RL__NONE)
+            uint32_t k = rl__seg_insert(x->seg[i], x->h[i], a->slot, a->key, a->keylen,
+                                        type_code(r->type_id), ext_size(r->type));
+            if (k == RL__NONE)
                 rl__ms_key_drop(x->ms, 1);
+            else
+                x->rec[i] = &x->seg[i]->r[k];
             moved = 1;
-        } else if (!code_is(x->seg[i]->r[x->idx[i]].type, r) &&
-                   rec_retype(x->ms, &x->seg[i]->r[x->idx[i]], r->type, r->type_id) != 0) {
-            x->idx[i] = RL__NONE;
+        } else if (!code_is(x->rec[i]->type, r) &&
+                   rec_retype(x->ms, x->rec[i], r->type, r->type_id) != 0) {
+            x->rec[i] = NULL;
         }
-        if (x->idx[i] == RL__NONE)
+        if (!x->rec[i])
             return rl_errf(err, RL_ENOMEM, "out of memory");
     }
     if (moved)
@@ -577,7 +596,7 @@ static int reserve(run *x, rl_err *err)
 static int taken_before(const run *x, size_t i)
 {
     for (size_t j = 0; x->several && j < i; j++)
-        if (x->seg[j] == x->seg[i] && x->idx[j] == x->idx[i])
+        if (x->rec[j] == x->rec[i])
             return 1;
     return 0;
 }
@@ -590,7 +609,7 @@ static inline __attribute__((always_inline)) void commit_all(run *x)
         const rl_rule *r = a->rule;
         if (!r->type->commit || !x->takes[i])
             continue;
-        void *st = rec_state(&x->seg[i]->r[x->idx[i]], r->type);
+        void *st = rec_state(x->rec[i], r->type);
         if (taken_before(x, i))
             r->type->evaluate(r->params, st, a->key, a->keylen, x->plan->now,
                               x->plan->items[i].need, &a->status.ev);
@@ -642,142 +661,17 @@ static int ms_decide(void *cls, const rl_plan *plan, rl_decision *d, rl_err *err
     return rc;
 }
 
-/* ---- one decision from the keys alone (decide_levels) -------------------------------------- */
-
-/* What a decision of levels keeps while it runs: per applied rule, its record's state that
- * it takes from when the request is allowed (NULL: none, or it takes nothing) and what it
- * takes. Whether a rule's wait decides follows from its applied rule (levels_blocks). */
-typedef struct ltake {
-    void *state;
-    rl_fp cost;
-} ltake;
-
-typedef struct lrun {
-    unsigned seen; /* SEEN_* */
-    ltake take[RL_MAX_APPLIED];
-} lrun;
-
-/* An applied rule as a decision of levels writes it (phase 1). */
-static inline __attribute__((always_inline)) void
-applied_set(rl_applied *a, const rl_rule *r, const char *key, uint32_t klen, uint16_t level,
-            unsigned si, rl_ns wait, int has_status, int shadow, int charge)
-{
-    a->rule = r;
-    a->key = key;
-    a->keylen = klen;
-    a->level = level;
-    a->slot = (uint16_t)si;
-    a->wait = wait;
-    a->has_status = has_status;
-    a->fallback = RL_FALLBACK_NONE;
-    a->shadow = (uint8_t)shadow;
-    a->shadow_denied = (uint8_t)(shadow && wait != 0);
-    a->charge = (uint8_t)charge;
-    a->status_lazy = (uint8_t)has_status;
-}
-
-/* Phase 1 for the rules of one level's key, its segment seg locked: as evaluate_one for the
- * items plan_rules would make of them, the applied rules written as plan_rules and
- * evaluate_one write them. Every value is read before the applied rule's byte fields are
- * written. */
-static inline __attribute__((always_inline)) void
-levels_evaluate(const rl_levels *q, const rl_level_key *lk, rl__seg *seg, uint64_t kh,
-                size_t base, rl_decision *d, lrun *x)
-{
-    const rl_rules *rs = lk->rules;
-    const char *key = lk->key;
-    uint32_t klen = lk->keylen;
-    for (size_t si = 0, n = rs->n; si < n; si++) {
-        const rl_rule *r = &rs->v[si];
-        const rl_rule_type *t = r->type;
-        rl_plan_item it = rl_plan_item_of(r, lk->shadow, q->cost, q->priority);
-        unsigned seen = t->flags & RL_RULE_EVAL_IN_STATE ? SEEN_IN_STATE : 0;
-        void *st = NULL;
-        if (t->state_size) {
-            rl__rec *rec = rl__seg_lookup(seg, rl__rec_hash(kh, (unsigned)si), (unsigned)si,
-                                          key, klen);
-            if (rec && code_is(rec->type, r))
-                st = rec_state(rec, t);
-            else
-                seen |= SEEN_MISSING;
-            if (t->flags & RL_RULE_HOLDS)
-                seen |= SEEN_HOLDS;
-        }
-        size_t i = base + si;
-        rl_applied *a = &d->applied[i];
-        rl_ns wait = t->evaluate(r->params, st ? st : zero_state, key, klen, q->now, it.need,
-                                 &a->status.ev);
-        int shadow = (it.mode & RL_ITEM_SHADOW) != 0, has_status = t->report != NULL;
-        int takes = !shadow || wait == 0, blocks = rl_item_blocks(&it, q->flags);
-        if (!takes)
-            seen &= ~(SEEN_MISSING | SEEN_HOLDS);
-        if (wait != 0 && blocks)
-            seen |= SEEN_BLOCKS;
-        x->seen |= seen;
-        x->take[i] = (ltake){takes ? st : NULL, it.cost};
-        applied_set(a, r, key, klen, lk->level, (unsigned)si, wait, has_status, shadow,
-                    (it.mode & RL_ITEM_CHARGE) != 0);
-    }
-}
-
-/* Phase 1 for plain rule r at position si of a level's list, of key at kh in seg (locked),
- * into a and tk; returns the SEEN_* bits it adds. */
-static inline __attribute__((always_inline)) unsigned
-plain_evaluate(const rl_rule *r, unsigned si, rl__seg *seg, uint64_t kh, const char *key,
-               uint32_t klen, uint16_t level, int simple, rl_fp cost, int64_t prio, rl_ns now,
-               rl_applied *a, ltake *tk)
-{
-    const rl_rule_type *t = r->type;
-    rl_fp need = cost, take = cost; /* a simple level's rules (RL_LEVEL_SIMPLE) */
-    if (!simple) {
-        rl_plan_item it = rl_plan_item_of(r, 0, cost, prio);
-        need = it.need;
-        take = it.cost;
-    }
-    rl__rec *rec = rl__seg_lookup(seg, rl__rec_hash(kh, si), si, key, klen);
-    void *st = !rec || !code_is(rec->type, r) ? NULL
-               : simple                       ? (void *)rec->st.w
-                                              : rec_state(rec, t);
-    rl_ns wait = t->evaluate(r->params, st ? st : zero_state, key, klen, now, need,
-                             &a->status.ev);
-    *tk = (ltake){st, take};
-    applied_set(a, r, key, klen, level, si, wait, 1, 0, 0);
-    return (st ? 0 : SEEN_MISSING) | (wait != 0 ? SEEN_BLOCKS : 0);
-}
-
-/* levels_evaluate for a list of plain rules (rl_level_key.plain): each blocks when it waits
- * and takes when the request is allowed, reports and is no shadow nor charge rule. What the
- * rules need of q and lk is read once; a list of one rule (the common case) has no loop. */
-static inline __attribute__((always_inline)) void
-levels_evaluate_plain(const rl_levels *q, const rl_level_key *lk, rl__seg *seg, uint64_t kh,
-                      size_t base, rl_decision *d, lrun *x)
-{
-    const rl_rule *r = lk->rules->v;
-    size_t n = lk->rules->n;
-    rl_applied *a = &d->applied[base];
-    ltake *tk = &x->take[base];
-    unsigned seen = 0;
-    int simple = lk->plain == RL_LEVEL_SIMPLE;
-    if (n == 1) {
-        x->seen |= plain_evaluate(r, 0, seg, kh, lk->key, lk->keylen, lk->level, simple,
-                                  q->cost, q->priority, q->now, a, tk);
-        return;
-    }
-    for (unsigned si = 0; si < n; si++)
-        seen |= plain_evaluate(r + si, si, seg, kh, lk->key, lk->keylen, lk->level, simple,
-                               q->cost, q->priority, q->now, a + si, tk + si);
-    x->seen |= seen;
-}
+/* ---- one decision from the keys alone (decide_levels, core.h) ------------------------------ */
 
 /* Starts loading the records of q's keys in large segments (see ms_prefetch); fills the keys'
  * hashes, segments and the index of each level's first rule. Returns the levels whose
  * records were prefetched, as bits. */
-static inline unsigned levels_locate(mem_store *ms, const rl_levels *q, uint64_t *kh,
+static inline unsigned levels_locate(mem_store *ms, const rl__levels *q, uint64_t *kh,
                                      rl__seg **seg, size_t *base)
 {
     unsigned late = 0;
     for (size_t k = 0, i = 0; k < q->n; k++) {
-        const rl_level_key *lk = &q->lv[k];
+        const rl__level_key *lk = &q->lv[k];
         kh[k] = lk->key == ms->dkey[lk->level] && lk->keylen == ms->dklen[lk->level]
                     ? ms->dkhash[lk->level]
                     : rl__hash(lk->key, lk->keylen, ms->seed);
@@ -794,91 +688,113 @@ static inline unsigned levels_locate(mem_store *ms, const rl_levels *q, uint64_t
     return late;
 }
 
-/* The rules of level k of q evaluated into d (phase 1), its segment locked. */
-static inline __attribute__((always_inline)) void
-levels_evaluate_level(const rl_levels *q, size_t k, rl__seg *const *seg, const uint64_t *kh,
-                      const size_t *base, rl_decision *d, lrun *x)
+/* Phase 1 for level k of q, its segment seg locked (key hash kh, first rule at base): each
+ * rule planned into plan and d as the limiter plans it (rl_plan_item_of, rl__applied_set) and
+ * evaluated as ms_decide evaluates it (phase1). Returns the SEEN_* bits. as_cost is a
+ * constant at each call (evaluate_level): when the level's rules take the request's cost as it
+ * is (rl__rules_as_cost), each item is {cost, cost, mode 0}, as rl_plan_item_of would make it,
+ * and the compiler folds the mode through phase1 (no shadow nor charge to work out): about 100
+ * instructions of a decision of three levels of one token bucket each (bench/callgrind_core.sh,
+ * 1,842 without it, 1,739-1,759 with it). test_decide_paths compares both with the plan,
+ * which always asks rl_plan_item_of. */
+static inline __attribute__((always_inline)) unsigned
+evaluate_level_as(run *x, rl_plan *plan, const rl__levels *q, size_t k, rl__seg *seg,
+                  uint64_t kh, size_t base, int as_cost)
 {
-    if (q->lv[k].plain)
-        levels_evaluate_plain(q, &q->lv[k], seg[k], kh[k], base[k], d, x);
-    else
-        levels_evaluate(q, &q->lv[k], seg[k], kh[k], base[k], d, x);
+    const rl__level_key *lk = &q->lv[k];
+    const rl_rules *rs = lk->rules;
+    const char *key = lk->key;
+    uint32_t klen = lk->keylen;
+    uint16_t level = lk->level;
+    int lshadow = lk->shadow;
+    rl_fp cost = q->cost;
+    int64_t prio = q->priority;
+    unsigned flags = q->flags, seen = 0;
+    rl_ns now = q->now;
+    for (size_t si = 0, n = rs->n; si < n; si++) {
+        size_t i = base + si;
+        const rl_rule *r = &rs->v[si];
+        rl_applied *a = &x->d->applied[i];
+        rl_plan_item it = {.hash = 0, .cost = cost, .need = cost, .mode = 0};
+        if (!as_cost)
+            it = rl_plan_item_of(r, lshadow, cost, prio);
+        found f = phase1(r, it, flags, seg, rl__rec_hash(kh, (unsigned)si), (unsigned)si, key,
+                         klen, now, &a->status.ev);
+        x->rec[i] = f.rec; /* phase 2 needs no more: a missing record declines */
+        x->takes[i] = (uint8_t)f.takes;
+        plan->items[i] = it;
+        rl__applied_set(a, r, it.mode, key, klen, level, (uint16_t)si, f.wait, f.has_status);
+        seen |= f.seen;
+    }
+    return seen;
 }
 
-/* Whether the wait of applied rule a, which takes cost, decides: as rl_item_blocks for the
- * item it was evaluated as (its shadow and charge are the item's mode). */
-static inline int levels_blocks(const rl_applied *a, rl_fp cost, unsigned flags)
+/* evaluate_level_as for level k, made for its kind of rule list. */
+static inline __attribute__((always_inline)) unsigned
+evaluate_level(run *x, rl_plan *plan, const rl__levels *q, size_t k, rl__seg *seg, uint64_t kh,
+               size_t base)
 {
-    rl_plan_item it = {.mode = (a->shadow ? RL_ITEM_SHADOW : 0) | (a->charge ? RL_ITEM_CHARGE : 0),
-                       .cost = cost};
-    return rl_item_blocks(&it, flags);
+    return q->lv[k].as_cost ? evaluate_level_as(x, plan, q, k, seg, kh, base, 1)
+                            : evaluate_level_as(x, plan, q, k, seg, kh, base, 0);
 }
 
-/* A denied decision's retry_after and blocking rule: the longest wait of a rule that
- * decides, the first of equal ones. */
-static void levels_denied(rl_decision *d, size_t n, const lrun *x, unsigned flags)
-{
-    rl_ns retry = 0;
-    int blocked = -1;
-    for (size_t i = 0; i < n; i++)
-        if (d->applied[i].wait > retry && levels_blocks(&d->applied[i], x->take[i].cost, flags)) {
-            retry = d->applied[i].wait;
-            blocked = (int)i;
-        }
-    d->retry_after = retry;
-    d->blocked = blocked;
-}
-
-/* ms_decide for the plan of q, when every rule that takes has its record and none holds.
- * Segments are locked in level order (as lock_and_evaluate locks them: one key per level,
- * levels increasing), a level whose records are in the cache evaluated as soon as its segment
- * is locked (the last level's lock, that of a global key, is held the shortest); the levels
- * whose records were prefetched are evaluated after all others, while they are on their way
- * (a per-user record of a large table: its cache miss overlaps with the rest of the decision
- * instead of stalling it). Otherwise declines before anything is taken. */
-static int ms_decide_levels(void *cls, const rl_levels *q, rl_decision *d)
+/* ms_decide for the plan of q, made here, when every rule that takes has its record and none
+ * holds; otherwise declines before anything is taken. Segments are locked in level order (as
+ * lock_and_evaluate locks them: one key per level, levels increasing), a level whose records
+ * are in the cache evaluated as soon as its segment is locked (the last level's lock, that of
+ * a global key, is held the shortest); the levels whose records were prefetched are evaluated
+ * after all others, while they are on their way (a per-user record of a large table: its
+ * cache miss overlaps with the rest of the decision instead of stalling it). What this saves
+ * over the plan: the limiter's prefetch call per level and the plan's making before the
+ * locks. */
+static int ms_decide_levels(void *cls, const rl__levels *q, rl_decision *d)
 {
     mem_store *ms = cls;
     uint64_t kh[RL_MAX_LEVELS];
     rl__seg *seg[RL_MAX_LEVELS];
-    size_t base[RL_MAX_LEVELS], n = q->nrules;
-    lrun x;
+    size_t base[RL_MAX_LEVELS];
+    rl_plan plan;
+    run x;
     if (ms->max_keys && !(q->flags & RL_DRY_RUN) &&
-        __atomic_load_n(&ms->nkeys, __ATOMIC_RELAXED) + n > ms->max_keys)
-        return RL_STORE_DECLINED; /* ms_decide makes room first */
-    unsigned late = levels_locate(ms, q, kh, seg, base);
-    x.seen = 0;
+        __atomic_load_n(&ms->nkeys, __ATOMIC_RELAXED) + q->nrules > ms->max_keys)
+        return RL__DECLINED; /* ms_decide makes room first */
+    plan.n = q->nrules;
+    plan.cost = q->cost;
+    plan.flags = q->flags;
+    plan.now = q->now;
+    x.ms = ms;
+    x.plan = &plan;
+    x.d = d;
+    x.nlocked = 0;
+    x.several = 0;
+    unsigned late = levels_locate(ms, q, kh, seg, base), seen = 0;
     for (size_t k = 0; k < q->n; k++) {
         rl__spin_lock(&seg[k]->lock);
+        x.locked[x.nlocked++] = seg[k];
         if (!(late & (1u << k)))
-            levels_evaluate_level(q, k, seg, kh, base, d, &x);
+            seen |= evaluate_level(&x, &plan, q, k, seg[k], kh[k], base[k]);
     }
     for (size_t k = 0; late && k < q->n; k++)
         if (late & (1u << k))
-            levels_evaluate_level(q, k, seg, kh, base, d, &x);
-    int takes = !(x.seen & SEEN_BLOCKS) && !(q->flags & RL_DRY_RUN);
-    if (takes && (x.seen & (SEEN_MISSING | SEEN_HOLDS))) {
-        for (size_t k = q->n; k-- > 0;)
-            rl__spin_unlock(&seg[k]->lock);
-        return RL_STORE_DECLINED;
+            seen |= evaluate_level(&x, &plan, q, k, seg[k], kh[k], base[k]);
+    x.seen = seen;
+    int takes = !(seen & SEEN_BLOCKS) && !(q->flags & RL_DRY_RUN);
+    if (takes && (seen & (SEEN_MISSING | SEEN_HOLDS))) {
+        unlock_all(&x);
+        return RL__DECLINED;
     }
-    for (size_t i = 0; takes && i < n; i++) {
-        const rl_rule *r = d->applied[i].rule;
-        if (x.take[i].state && r->type->commit)
-            r->type->commit(r->params, x.take[i].state, &d->applied[i].status.ev,
-                            x.take[i].cost);
-    }
-    if (x.seen & SEEN_IN_STATE)
-        report_in_state(d, n, q->now);
-    for (size_t k = q->n; k-- > 0;)
-        rl__spin_unlock(&seg[k]->lock);
-    d->napplied = n;
+    if (takes)
+        commit_all(&x);
+    if (seen & SEEN_IN_STATE)
+        report_in_state(d, plan.n, q->now);
+    unlock_all(&x);
+    d->napplied = plan.n;
     d->now = q->now;
     d->retry_after = 0;
     d->blocked = -1;
-    if (x.seen & SEEN_BLOCKS)
-        levels_denied(d, n, &x, q->flags);
-    d->allowed = d->blocked < 0;
+    d->allowed = 1;
+    if (seen & SEEN_BLOCKS) /* nothing waits otherwise */
+        rl__decision_blocked(d, &plan);
     return RL_OK;
 }
 
@@ -1068,7 +984,6 @@ static const rl_store_ops memory_ops = {
     .load = rl__ms_load,
     .destroy = ms_destroy,
     .prefetch = ms_prefetch,
-    .decide_levels = ms_decide_levels,
 };
 
 rl_store *rl_memory_store_new(void)
@@ -1088,4 +1003,9 @@ rl_store *rl_memory_store_new_bounded(uint64_t max_keys)
     ms->base.ops = &memory_ops;
     ms->base.cls = ms;
     return &ms->base;
+}
+
+rl__decide_levels_fn rl__store_decide_levels(const rl_store *store)
+{
+    return store->ops == &memory_ops ? ms_decide_levels : NULL;
 }

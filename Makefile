@@ -441,6 +441,8 @@ DEB_PKGS += valgrind
 # gRPC: messages, HTTP/2, the Python client (grpcio, protobuf, protoc), h2load
 DEB_PKGS += libprotobuf-c-dev protobuf-c-compiler libnghttp2-dev nghttp2-client protobuf-compiler \
             python3 python3-grpcio python3-protobuf
+# Caddy in front (config/caddy/Caddyfile, tests/test_caddy.c)
+DEB_PKGS += caddy
 # node and npm for tests/api, looked for by command: a machine may have node from another
 # packaging that brings its own npm (Debian's npm would conflict with it).
 NODE_PKGS := nodejs npm
@@ -462,6 +464,7 @@ deps-quiet:
 	@command -v protoc-c >/dev/null && pkg-config --exists $(PKG_ALL) hiredis 2>/dev/null && command -v redis-server >/dev/null \
 	    && command -v redis-sentinel >/dev/null && command -v redis-cli >/dev/null \
 	    && test -x /usr/sbin/nginx && command -v promtool >/dev/null && command -v npm >/dev/null \
+	    && test -x /usr/bin/caddy \
 	    || $(MAKE) --no-print-directory deps
 
 # make container-test: the Dockerfile built with buildah on a debootstrapped bookworm and its

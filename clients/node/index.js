@@ -71,9 +71,11 @@ function pick(fields, obj) {
 // options.token: sent as `Authorization: Bearer <token>` (the daemon's `acquire_token`).
 // options.waitMs: how long acquire and reserve may wait by default for a denied request to fit.
 // options.maxSockets: connections kept open at most (default 8).
+// options.ca: for https://, the certificate authorities to trust (PEM), say the daemon's own;
+//   default: Node's trusted authorities.
 export class Client {
   constructor(url = 'http://127.0.0.1:8080', options = {}) {
-    const { timeoutMs = 1000, failOpen = true, token, waitMs = 0, maxSockets = 8 } = options;
+    const { timeoutMs = 1000, failOpen = true, token, waitMs = 0, maxSockets = 8, ca } = options;
     let u;
     try {
       u = new URL(url);
@@ -91,7 +93,8 @@ export class Client {
     this.failOpen = Boolean(failOpen);
     this.waitMs = waitMs;
     this._mod = u.protocol === 'https:' ? https : http;
-    this._agent = new this._mod.Agent({ keepAlive: true, maxSockets, maxFreeSockets: maxSockets });
+    this._agent = new this._mod.Agent({ keepAlive: true, maxSockets, maxFreeSockets: maxSockets,
+      ...(ca !== undefined ? { ca } : {}) });
     this._host = u.hostname.replace(/^\[(.*)\]$/, '$1');
     this._port = u.port || (u.protocol === 'https:' ? 443 : 80);
     this._prefix = u.pathname.replace(/\/+$/, '');

@@ -9,7 +9,11 @@
 // after 1 s). Run by make clients-check with RL_BUILD naming the build directory.
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
+import fs from 'node:fs';
 import net from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Client, RateLimited, RateLimitdError, Unavailable } from '../index.js';
 import { startDaemon } from './daemon.js';
@@ -295,6 +299,51 @@ describe('on the real clock', () => {
     assert.equal((await c.acquire({ user: 'i1' }, { dryRun: true })).allowed, true);
     assert.equal(ports.length, 2);
     assert.notEqual(ports[0], ports[1]);
+    c.close();
+  });
+});
+
+describe('HTTPS with a certificate made here (openssl), and the acquire token', () => {
+  let d, dir, ca, url;
+  before(async () => {
+    dir = fs.mkdtempSync(path.join(os.tmpdir(), 'rl-client-node-tls-'));
+    const cert = path.join(dir, 'cert.pem');
+    const key = path.join(dir, 'key.pem');
+    execFileSync('openssl', ['req', '-x509', '-newkey', 'ec', '-pkeyopt',
+      'ec_paramgen_curve:prime256v1', '-nodes', '-days', '1', '-subj', '/CN=localhost',
+      '-addext', 'subjectAltName=IP:127.0.0.1', '-keyout', key, '-out', cert], { stdio: 'ignore' });
+    ca = fs.readFileSync(cert);
+    d = await startDaemon({ listen: { address: '127.0.0.1', port: 0 }, tls: { cert, key },
+      acquire_token: 't0k3n', levels: MANUAL.levels });
+    url = `https://${d.addr}`;
+  });
+  after(async () => {
+    assert.equal(await d.stop(), 0);
+    fs.rmSync(dir, { recursive: true, force: true });
+  });
+
+  test('https with the token', async () => {
+    const c = new Client(url, { token: 't0k3n', ca });
+    const r = await c.acquire({ user: 'tls' }, { cost: 30 });
+    assert.equal(r.allowed, true);
+    assert.equal(r.limits[0].remaining, 70);
+    const s = await c.reserve({ user: 'tls' }, { cost: 10 }, (res) => res.settle(4));
+    assert.equal(s.refunded, 6);
+    c.close();
+  });
+
+  test('without the token is refused, not failed open', async () => {
+    const c = new Client(url, { ca });
+    await assert.rejects(c.acquire({ user: 'tls' }), (e) => e instanceof RateLimitdError && e.status === 401);
+    c.close();
+  });
+
+  test('an untrusted certificate is unreachable', async () => {
+    const c = new Client(url, { token: 't0k3n', failOpen: false });
+    const r = await c.acquire({ user: 'tls' });
+    assert.equal(r.allowed, false);
+    assert.equal(r.unavailable, true);
+    assert.match(r.error, /self[- ]signed certificate/);
     c.close();
   });
 });

@@ -108,10 +108,12 @@ class Client:
     token: sent as `Authorization: Bearer <token>` (the daemon's `acquire_token`).
     wait: seconds `acquire` and `reserve` may wait by default for a denied request to fit.
     pool: idle connections kept for reuse; the client is safe to share between threads.
+    ssl_context: for https://, an ssl.SSLContext (say, one that trusts the daemon's own
+        certificate authority); default: the system's trusted authorities.
     """
 
     def __init__(self, url="http://127.0.0.1:8080", timeout=1.0, fail_open=True, token=None,
-                 wait=0.0, pool=8):
+                 wait=0.0, pool=8, ssl_context=None):
         u = urllib.parse.urlsplit(url)
         if u.scheme not in ("http", "https") or not u.hostname:
             raise ValueError("url: must be http://host[:port] or https://host[:port], not %r" % url)
@@ -133,14 +135,17 @@ class Client:
         if token is not None:
             self._headers["Authorization"] = "Bearer " + token
         self._pool = pool
+        self._ssl_context = ssl_context
         self._idle = []
         self._lock = threading.Lock()
 
     # ---- connections --------------------------------------------------------------------------
 
     def _connect(self):
-        cls = http.client.HTTPSConnection if self._https else http.client.HTTPConnection
-        return cls(self._host, self._port, timeout=self.timeout)
+        if self._https:
+            return http.client.HTTPSConnection(self._host, self._port, timeout=self.timeout,
+                                               context=self._ssl_context)
+        return http.client.HTTPConnection(self._host, self._port, timeout=self.timeout)
 
     def _take(self):
         """An idle connection that the daemon has not closed, else a new one; and whether it

@@ -8,7 +8,11 @@ The waiting and the idle connections need time to pass: they run on a second dae
 real clock (a bucket of 1 refilled at 5/s: one more every 0.2 s; idle connections closed after
 1 s). Run by make clients-check with RL_BUILD naming the build directory.
 """
+import os
 import socket
+import ssl
+import subprocess
+import tempfile
 import time
 import unittest
 
@@ -300,6 +304,53 @@ class RealClock(unittest.TestCase):
         self.assertTrue(c.acquire({"user": "i1"}, dry_run=True).allowed)
         self.assertNotEqual(c._idle[0].sock.getsockname(), first)
         c.close()
+
+
+class TlsAndToken(unittest.TestCase):
+    """HTTPS with a certificate made here (openssl), and the daemon's acquire_token."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.certs = tempfile.TemporaryDirectory(prefix="rl-client-py-tls-")
+        cls.cert = os.path.join(cls.certs.name, "cert.pem")
+        key = os.path.join(cls.certs.name, "key.pem")
+        subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+                        "ec_paramgen_curve:prime256v1", "-nodes", "-days", "1", "-subj",
+                        "/CN=localhost", "-addext", "subjectAltName=IP:127.0.0.1",
+                        "-keyout", key, "-out", cls.cert],
+                       check=True, capture_output=True)
+        cls.d = Daemon({"listen": {"address": "127.0.0.1", "port": 0},
+                        "tls": {"cert": cls.cert, "key": key}, "acquire_token": "t0k3n",
+                        "levels": MANUAL["levels"]})
+        cls.url = "https://" + cls.d.addr
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.d.stop()
+        cls.certs.cleanup()
+
+    def test_https_with_the_token(self):
+        c = Client(self.url, token="t0k3n", ssl_context=ssl.create_default_context(cafile=self.cert))
+        d = c.acquire({"user": "tls"}, cost=30)
+        self.assertTrue(d.allowed)
+        self.assertEqual(d.limits[0].remaining, 70)
+        with c.reserve({"user": "tls"}, cost=10) as r:
+            self.assertEqual(r.settle(4).refunded, 6)
+        c.close()
+
+    def test_without_the_token_is_refused_not_failed_open(self):
+        c = Client(self.url, ssl_context=ssl.create_default_context(cafile=self.cert))
+        with self.assertRaises(Error) as e:
+            c.acquire({"user": "tls"})
+        self.assertEqual(e.exception.status, 401)
+        c.close()
+
+    def test_an_untrusted_certificate_is_unreachable(self):
+        c = Client(self.url, token="t0k3n", fail_open=False)
+        d = c.acquire({"user": "tls"})
+        self.assertFalse(d.allowed)
+        self.assertTrue(d.unavailable)
+        self.assertIn("CERTIFICATE_VERIFY_FAILED", d.error)
 
 
 if __name__ == "__main__":

@@ -355,13 +355,13 @@ $(CLIENTS_NODE): clients/node/package.json clients/node/package-lock.json
 
 # The Python modules come from Debian: make deps installs them when one is missing.
 clients-deps:
-	@$(PYTHON) -c 'import flask, starlette.testclient, yaml' 2>/dev/null || $(MAKE) --no-print-directory deps
+	@$(PYTHON) -c 'import flask, starlette.testclient, yaml, pip, setuptools' 2>/dev/null || $(MAKE) --no-print-directory deps
 
 clients-check: clients-deps $(CLIENTS_NODE) $(BUILD)/ratelimitd
-	@echo "== clients/python (python3 -m unittest: the client, starlette, flask, the contract, the README)"
+	@echo "== clients/python (python3 -m unittest: the client, starlette, flask, the contract, the README, pip)"
 	$(Q)cd clients/python/tests && $(TEST_ENV) RL_BUILD=$(abspath $(BUILD)) PYTHONPATH=.. \
 	    PYTHONDONTWRITEBYTECODE=1 $(PYTHON) -m unittest discover -s . -p 'test_*.py'
-	@echo "== clients/node (node --test: the client, express, the contract, the README)"
+	@echo "== clients/node (node --test: the client, express, the contract, the README, npm pack)"
 	$(Q)cd clients/node && $(TEST_ENV) RL_BUILD=$(abspath $(BUILD)) node --test test/*.test.js
 
 # The API document: redocly's lint (every warning an error) and tests/api/openapi.test.js, which
@@ -464,8 +464,9 @@ DEB_PKGS += valgrind
 # gRPC: messages, HTTP/2, the Python client (grpcio, protobuf, protoc), h2load
 DEB_PKGS += libprotobuf-c-dev protobuf-c-compiler libnghttp2-dev nghttp2-client protobuf-compiler \
             python3 python3-grpcio python3-protobuf
-# the Python client's tests (clients/python): ASGI (starlette's TestClient uses httpx), WSGI, YAML
-DEB_PKGS += python3-starlette python3-httpx python3-flask python3-yaml
+# the Python client's tests (clients/python): ASGI (starlette's TestClient uses httpx), WSGI,
+# YAML, and installing the package with pip
+DEB_PKGS += python3-starlette python3-httpx python3-flask python3-yaml python3-pip python3-setuptools
 # node and npm for tests/api, looked for by command: a machine may have node from another
 # packaging that brings its own npm (Debian's npm would conflict with it).
 NODE_PKGS := nodejs npm

@@ -87,6 +87,20 @@ describe('on the manual clock', () => {
     assert.equal(r.limits[0].remaining, 0);
   });
 
+  test('does not wait past the deadline', async () => {
+    // 10 more need 1 s at 10/s: past a deadline of 0.5 s, so it answers at once, asked once
+    const c1 = new Client(d.url, { timeoutMs: 5000, waitMs: 500 });
+    assert.equal((await c1.acquire({ user: 'wes' }, { cost: 100, now: 0 })).allowed, true);
+    const denied = await d.metric(DENIED);
+    const t = Date.now();
+    const r = await c1.acquire({ user: 'wes' }, { cost: 10, now: 0 });
+    assert.ok(Date.now() - t < 500);
+    assert.equal(r.allowed, false);
+    assert.equal(r.retry_after, 1);
+    assert.equal(await d.metric(DENIED), denied + 1);
+    c1.close();
+  });
+
   test('a cost that never fits answers at once, waiting or not', async () => {
     const t = Date.now();
     const r = await c.acquire({ user: 'abe' }, { cost: 101, now: 0, waitMs: 5000 });
@@ -270,23 +284,11 @@ describe('on the real clock', () => {
     assert.equal((await c.acquire({ user: 'w1' })).allowed, true);
     const denied = await d.metric(DENIED);
     const t = Date.now();
-    const r = await c.acquire({ user: 'w1' }, { waitMs: 2000 });
+    const r = await c.acquire({ user: 'w1' }, { waitMs: 5000 });
     const took = Date.now() - t;
     assert.equal(r.allowed, true);
-    assert.ok(took >= 150 && took < 1500, `took ${took} ms`); // one token in 0.2 s
+    assert.ok(took >= 150 && took < 3000, `took ${took} ms`); // one token in 0.2 s
     assert.equal(await d.metric(DENIED), denied + 1); // asked, slept, asked again
-    c.close();
-  });
-
-  test('does not wait past the deadline', async () => {
-    const c = new Client(d.url, { waitMs: 50 });
-    assert.equal((await c.acquire({ user: 'w2' })).allowed, true);
-    const t = Date.now();
-    const r = await c.acquire({ user: 'w2' });
-    assert.equal(r.allowed, false);
-    assert.ok(Date.now() - t < 100);
-    assert.ok(r.retry_after > 0.05);
-    assert.equal((await c.acquire({ user: 'w2' }, { waitMs: 2000 })).allowed, true);
     c.close();
   });
 
@@ -295,7 +297,7 @@ describe('on the real clock', () => {
     const ports = [];
     c._agent.on('free', (socket) => ports.push(socket.localPort));
     await c.acquire({ user: 'i1' }, { dryRun: true });
-    await sleep(1500); // the daemon closes connections idle for 1 s
+    await sleep(2000); // the daemon closes connections idle for 1 s, looking every 0.25 s
     assert.equal((await c.acquire({ user: 'i1' }, { dryRun: true })).allowed, true);
     assert.equal(ports.length, 2);
     assert.notEqual(ports[0], ports[1]);

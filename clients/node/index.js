@@ -246,12 +246,14 @@ export class Client {
     return r.body.released === true;
   }
 
-  // Runs fn(reservation) inside a reservation: acquires with reserve (waiting up to
-  // options.waitMs) and rejects with RateLimited when denied; fn may call
+  // Runs fn(reservation) inside a reservation (options may be left out): acquires with reserve
+  // (waiting up to options.waitMs) and rejects with RateLimited when denied; fn may call
   // `await reservation.settle(actualCost)` with what was really used; when fn returns or
   // throws, the reservation is released (an unsettled one is then settled at its reserved
   // cost). Resolves to what fn resolves to.
   async reserve(keys, options, fn) {
+    if (typeof options === 'function') [options, fn] = [{}, options];
+    if (typeof fn !== 'function') throw new TypeError('fn: required, the work to run inside the reservation');
     const d = await this.acquire(keys, { ...options, reserve: true });
     if (!d.allowed) throw new RateLimited(d);
     const r = new Reservation(this, d, options.now);

@@ -143,6 +143,13 @@ describe('on the manual clock', () => {
     assert.equal(await balance('dan', 0), 50); // released unsettled: the reserved cost
   });
 
+  test('reserve without options takes the default cost, 1', async () => {
+    const s = await c.reserve({ user: 'ivy' }, (r) => r.settle(0));
+    assert.equal(s.reserved_cost, 1);
+    assert.equal(s.refunded, 1);
+    await assert.rejects(c.reserve({ user: 'ivy' }, { cost: 1 }), TypeError);
+  });
+
   test('reserve denied', async () => {
     await assert.rejects(
       c.reserve({ user: 'eve' }, { cost: 150, now: 0 }, () => assert.fail('ran a denied reservation')),

@@ -345,8 +345,9 @@ grpc-check: $(GRPC_NODE) $(BUILD)/ratelimitd
 
 # ---- the clients: clients/python and clients/node ----------------------------------------------
 # Each against a real daemon: the Python one with Debian's python3 and its python3-starlette
-# (ASGI), python3-flask (WSGI) and python3-yaml (the contract); the Node one with node --test and
-# express and yaml from npm, pinned by clients/node/package-lock.json and installed by make deps.
+# (ASGI), python3-flask (WSGI), python3-yaml (the contract) and python3-pip (installing it); the
+# Node one with node --test and express and yaml from npm, pinned by
+# clients/node/package-lock.json and installed by make deps.
 .PHONY: clients-check clients-deps
 CLIENTS_NODE := clients/node/node_modules/.installed
 $(CLIENTS_NODE): clients/node/package.json clients/node/package-lock.json

@@ -88,6 +88,16 @@ def _body(op, values):
     return body
 
 
+def _readable(sock):
+    """Whether an idle connection has something to read: then the daemon closed it (idle
+    timeout, restart). poll where there is one: select fails on descriptors past 1023."""
+    if hasattr(select, "poll"):
+        p = select.poll()
+        p.register(sock, select.POLLIN)
+        return bool(p.poll(0))
+    return bool(select.select([sock], [], [], 0)[0])
+
+
 def _pick(cls, fields, obj):
     return cls(**{f: obj.get(f) for f in fields})
 
@@ -155,8 +165,7 @@ class Client:
                 conn = self._idle.pop() if self._idle else None
             if conn is None:
                 return self._connect(), False
-            # Readable while idle means closed by the daemon (idle timeout, restart).
-            if conn.sock is not None and not select.select([conn.sock], [], [], 0)[0]:
+            if conn.sock is not None and not _readable(conn.sock):
                 return conn, True
             conn.close()
 

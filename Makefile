@@ -5,6 +5,7 @@
 #   make test       build and run the unit and integration tests
 #   make settings-doc  rewrite docs/configuration.md's settings tables from the settings table
 #   make docs-check    run the curl examples of README.md and docs/api.md against a fresh daemon
+#   make clients-check the Python and Node clients (clients/) against a fresh daemon
 #   make bench      optimised build and the benchmarks (not part of make test)
 #   make deps       install the Debian packages the build, tests and benchmarks need (as root)
 #   make SANITIZE=address,undefined test     tests under sanitizers
@@ -322,6 +323,7 @@ test: deps-quiet
 	@$(MAKE) --no-print-directory api-check
 	@$(MAKE) --no-print-directory docs-check
 	@$(MAKE) --no-print-directory grpc-check
+	@$(MAKE) --no-print-directory clients-check
 	@echo "all tests passed"
 
 # The gRPC server with real clients: Debian's python3-grpcio (the gRPC C core), loading the
@@ -340,6 +342,28 @@ grpc-check: $(GRPC_NODE) $(BUILD)/ratelimitd
 	$(Q)$(TEST_ENV) $(PYTHON) tests/grpc/test_grpc_yaml.py
 	@echo "== tests/grpc-js (node --test, @grpc/grpc-js)"
 	$(Q)cd tests/grpc-js && $(TEST_ENV) RL_BUILD=$(abspath $(BUILD)) node --test
+
+# ---- the clients: clients/python and clients/node ----------------------------------------------
+# Each against a real daemon: the Python one with Debian's python3 and its python3-starlette
+# (ASGI), python3-flask (WSGI), python3-yaml (the contract) and python3-pip (installing it); the
+# Node one with node --test and express and yaml from npm, pinned by
+# clients/node/package-lock.json and installed by make deps.
+.PHONY: clients-check clients-deps
+CLIENTS_NODE := clients/node/node_modules/.installed
+$(CLIENTS_NODE): clients/node/package.json clients/node/package-lock.json
+	$(call say,NPM,clients/node)
+	$(Q)cd clients/node && npm ci --no-audit --no-fund --loglevel=error >/dev/null && touch node_modules/.installed
+
+# The Python modules come from Debian: make deps installs them when one is missing.
+clients-deps:
+	@$(PYTHON) -c 'import flask, starlette.testclient, yaml, pip, setuptools' 2>/dev/null || $(MAKE) --no-print-directory deps
+
+clients-check: clients-deps $(CLIENTS_NODE) $(BUILD)/ratelimitd
+	@echo "== clients/python (python3 -m unittest: the client, starlette, flask, the contract, the README, pip)"
+	$(Q)cd clients/python/tests && $(TEST_ENV) RL_BUILD=$(abspath $(BUILD)) PYTHONPATH=.. \
+	    PYTHONDONTWRITEBYTECODE=1 $(PYTHON) -m unittest discover -s . -p 'test_*.py'
+	@echo "== clients/node (node --test: the client, express, the contract, the README, npm pack)"
+	$(Q)cd clients/node && $(TEST_ENV) RL_BUILD=$(abspath $(BUILD)) node --test test/*.test.js
 
 # The API document: redocly's lint (every warning an error) and tests/api/openapi.test.js, which
 # calls every documented operation of the real daemon and validates each answer with ajv. The
@@ -443,6 +467,9 @@ DEB_PKGS += libprotobuf-c-dev protobuf-c-compiler libnghttp2-dev nghttp2-client 
             python3 python3-grpcio python3-protobuf
 # Caddy in front (config/caddy/Caddyfile, tests/test_caddy.c)
 DEB_PKGS += caddy
+# the Python client's tests (clients/python): ASGI (starlette's TestClient uses httpx), WSGI,
+# YAML, and installing the package with pip
+DEB_PKGS += python3-starlette python3-httpx python3-flask python3-yaml python3-pip python3-setuptools
 # node and npm for tests/api, looked for by command: a machine may have node from another
 # packaging that brings its own npm (Debian's npm would conflict with it).
 NODE_PKGS := nodejs npm
@@ -458,6 +485,7 @@ deps:
 	    || { echo "make deps: apt-get failed"; exit 1; }; \
 	fi
 	@$(MAKE) --no-print-directory $(API_NODE) $(GRPC_NODE)
+	@$(MAKE) --no-print-directory $(CLIENTS_NODE)
 
 # Installs only when something is missing; quiet otherwise.
 deps-quiet:

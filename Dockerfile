@@ -24,6 +24,7 @@ COPY include include
 COPY service service
 COPY config config
 COPY tests/plugins tests/plugins
+COPY tools/replay tools/replay
 # only the programs: the tests need Redis, nginx and the test libraries, and run in CI
 RUN make build-all
 

@@ -120,8 +120,11 @@ static int man_table(growing *out, const char *name, size_t n, rl_err *err)
     puts_(&marker, " -->\n<!-- end of settings -->\n");
     char *md = rld_settings_doc_update(marker.p, err);
     free(marker.p);
-    if (!md)
+    if (!md) {
+        if (strcmp(err->msg, "out of memory") != 0) /* named in the man page's own words */
+            rl_errf(err, RL_EINVAL, "%s%.*s: names no settings table", MAN_BEGIN, (int)n, name);
         return -1;
+    }
     for (const char *line = md, *eol; *line; line = eol + 1) {
         const char *cell[5];
         size_t k = 0;
@@ -175,7 +178,8 @@ static char *man_update(const char *in, rl_err *err)
             const char *end = strstr(line, "\n" MAN_END);
             size_t namelen = (size_t)(line + n - name) - (eol ? 1 : 0);
             if (!end) {
-                rl_errf(err, RL_EINVAL, "%.40s: has no \"%s\" after it", line, MAN_END);
+                rl_errf(err, RL_EINVAL, "%.*s: has no \"%s\" after it", (int)(n - (eol ? 1 : 0)),
+                        line, MAN_END);
                 free(out.p);
                 return NULL;
             }
@@ -204,6 +208,7 @@ int main(int argc, char **argv)
     char *out = !text ? NULL : man ? man_update(text, &err) : rld_settings_doc_update(text, &err);
     if (!text || !out) {
         fprintf(stderr, "settings_doc: %s: %s\n", path, text ? err.msg : "cannot be read");
+        free(text);
         return 1;
     }
     if (strcmp(text, out) != 0) {

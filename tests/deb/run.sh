@@ -40,7 +40,7 @@ VERSION=$(sed -n 's/^#define RL_VERSION "\(.*\)"$/\1/p' include/ratelimit.h)
 ARCH=$(dpkg-architecture -qDEB_HOST_ARCH)
 DEB=$OUT/ratelimitd_${VERSION}_$ARCH.deb
 DEV=$OUT/ratelimitd-dev_${VERSION}_all.deb
-[ -f "$DEB" ] && [ -f "$DEV" ] || fail "no $DEB or $DEV: run make deb"
+{ [ -f "$DEB" ] && [ -f "$DEV" ]; } || fail "no $DEB or $DEV: run make deb"
 
 # ---- 1. lintian ------------------------------------------------------------------------------
 log "lintian $DEB $DEV"
@@ -98,10 +98,12 @@ UNIT=$R/lib/systemd/system/ratelimitd.service
 # ExecReload=), from this machine's systemd, beside the package's files
 cp -R -n /lib/systemd/system/. "$R/lib/systemd/system/"
 install -D /bin/kill "$R/bin/kill"
-systemd-analyze verify --root="$R" --man=no /lib/systemd/system/ratelimitd.service \
+# (--man=yes: its Documentation=man:ratelimitd(8) is looked up among the package's pages)
+MANPATH=$R/usr/share/man systemd-analyze verify --root="$R" --man=yes \
+    /lib/systemd/system/ratelimitd.service \
     > "$TMP/verify.txt" 2>&1 || { cat "$TMP/verify.txt"; fail "systemd-analyze verify (above)"; }
 [ ! -s "$TMP/verify.txt" ] || { cat "$TMP/verify.txt"; fail "systemd-analyze verify warns (above)"; }
-log "systemd-analyze verify: the unit is accepted"
+log "systemd-analyze verify: the unit is accepted, its Documentation= found"
 systemd-analyze security --offline=true --root="$R" --no-pager \
     /lib/systemd/system/ratelimitd.service > "$TMP/security.txt" 2>&1 \
     || { cat "$TMP/security.txt"; fail "systemd-analyze security (above)"; }

@@ -4,6 +4,8 @@
 #   make run        build and start the service on config/default.json (127.0.0.1:8080)
 #   make test       build and run the unit and integration tests
 #   make settings-doc  rewrite docs/configuration.md's settings tables from the settings table
+#                      (and those of the manual page docs/man/ratelimitd.8)
+#   make deb        build/deb/ratelimitd_<version>_<arch>.deb (packaging/debian/)
 #   make docs-check    run the curl examples of README.md and docs/api.md against a fresh daemon
 #   make clients-check the Python and Node clients (clients/) against a fresh daemon
 #   make bench      optimised build and the benchmarks (not part of make test)
@@ -324,6 +326,7 @@ test: deps-quiet
 	@$(MAKE) --no-print-directory docs-check
 	@$(MAKE) --no-print-directory grpc-check
 	@$(MAKE) --no-print-directory clients-check
+	@$(MAKE) --no-print-directory deb-check
 	@echo "all tests passed"
 
 # The gRPC server with real clients: Debian's python3-grpcio (the gRPC C core), loading the
@@ -402,6 +405,7 @@ fuzz: deps-quiet
 settings-doc: deps-quiet
 	@$(MAKE) --no-print-directory $(BUILD)/tools/settings_doc
 	$(BUILD)/tools/settings_doc docs/configuration.md
+	$(BUILD)/tools/settings_doc --man docs/man/ratelimitd.8
 
 # The curl examples of README.md and docs/api.md, each run against a fresh daemon and its answer
 # compared with the page (tests/docs/docs.test.js; node's own test runner, no npm package).
@@ -470,6 +474,8 @@ DEB_PKGS += caddy
 # the Python client's tests (clients/python): ASGI (starlette's TestClient uses httpx), WSGI,
 # YAML, and installing the package with pip
 DEB_PKGS += python3-starlette python3-httpx python3-flask python3-yaml python3-pip python3-setuptools
+# make deb and make deb-check: debhelper, lintian, man, systemd-analyze, strace, pgrep and kill
+DEB_PKGS += debhelper dpkg-dev lintian man-db systemd strace procps
 # node and npm for tests/api, looked for by command: a machine may have node from another
 # packaging that brings its own npm (Debian's npm would conflict with it).
 NODE_PKGS := nodejs npm
@@ -493,7 +499,24 @@ deps-quiet:
 	    && command -v redis-sentinel >/dev/null && command -v redis-cli >/dev/null \
 	    && test -x /usr/sbin/nginx && command -v promtool >/dev/null && command -v npm >/dev/null \
 	    && test -x /usr/bin/caddy \
+	    && command -v dh >/dev/null && command -v lintian >/dev/null \
 	    || $(MAKE) --no-print-directory deps
+
+# ---- the Debian package, the systemd unit, the manual pages ---------------------------------
+# make deb: $(BUILD)/deb/ratelimitd_<version>_<arch>.deb and ratelimitd-dev_<version>_all.deb,
+# built with debhelper from a copy of packaging/debian/ (packaging/deb.sh); the version is
+# RL_VERSION in include/ratelimit.h. The programs in it are built by this Makefile with Debian's
+# hardening flags in DEB_BUILD (make deb DEB_BUILD=build packs the test build's instead).
+# make deb-check: lintian, the unit through systemd-analyze, the package unpacked and its daemon
+# run on its default configuration (tests/deb/run.sh).
+DEB_BUILD ?= build-deb
+.PHONY: deb deb-check
+deb: deps-quiet
+	@packaging/deb.sh $(BUILD) $(DEB_BUILD)
+
+deb-check: deb $(BUILD)/tools/settings_doc
+	@echo "== tests/deb/run.sh (the Debian package)"
+	@tests/deb/run.sh $(BUILD)
 
 # make container-test: the Dockerfile built with buildah on a debootstrapped bookworm and its
 # image run (tests/container/run.sh; as root, with the network to Debian's mirror). The base

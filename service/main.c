@@ -21,6 +21,7 @@
 #include "app/clock.h"
 #include "app/file.h"
 #include "app/log.h"
+#include "app/notify.h"
 #include "config/config.h"
 #include "grpc/grpc_api.h"
 #include "grpc/rls_yaml_grpc.h"
@@ -257,13 +258,15 @@ static rl_ns real_clock(void)
 }
 
 
-/* Ticks the limiter ten times a second and saves a snapshot every state_interval seconds. */
+/* Ticks the limiter ten times a second, saves a snapshot every state_interval seconds, and
+ * tells systemd's watchdog that the daemon lives when the unit asks for it (WatchdogSec=). */
 static void *housekeeping(void *arg)
 {
     housekeeper *hk = arg;
     int interval =
         hk->app->set->state_file && !hk->app->store.ops ? hk->app->set->state_interval : 0;
     rl_ns next_save = rld_mono_ns() + interval * RL_NS_PER_SEC;
+    rl_ns watchdog = rld_notify_watchdog_ns(), next_watchdog = rld_mono_ns() + watchdog;
     pthread_mutex_lock(&hk->mu);
     while (!hk->stop) {
         rl_ns t = rld_mono_ns() + RL_NS_PER_SEC / 10; /* the condition's clock is CLOCK_MONOTONIC */
@@ -273,6 +276,12 @@ static void *housekeeping(void *arg)
             break;
         pthread_mutex_unlock(&hk->mu);
         rld_app_tick(hk->app);
+        if (watchdog > 0 && rld_mono_ns() >= next_watchdog) {
+            rld_notify("WATCHDOG=1");
+            next_watchdog += watchdog; /* on schedule: a late tick does not push the next one */
+            if (next_watchdog < rld_mono_ns())
+                next_watchdog = rld_mono_ns() + watchdog;
+        }
         if (interval > 0 && rld_mono_ns() >= next_save) {
             rld_app_save_state(hk->app);
             next_save = rld_mono_ns() + interval * RL_NS_PER_SEC;
@@ -578,6 +587,7 @@ static void serve_until_stopped(daemon_parts *dp, sigset_t *sigs)
     }
     rld_log("stopping on %s: no new connections, finishing requests in flight",
             sig == SIGTERM ? "SIGTERM" : "SIGINT");
+    rld_notify("STOPPING=1");
     rld_app_stopping(&dp->app);
     unsigned gleft = dp->grpc ? rld_grpc_stop(dp->grpc, DRAIN_MS) : 0;
     if (gleft)
@@ -618,8 +628,10 @@ static int serve(const opts *o)
     block_signals(&sigs);
     int ok = open_settings(&dp, &cfg) == 0 && open_limiter(&dp, cfg) == 0 && open_app(&dp) == 0 &&
              start_serving(&dp) == 0;
-    if (ok)
+    if (ok) {
+        rld_notify("READY=1"); /* the listeners accept, the state is loaded */
         serve_until_stopped(&dp, &sigs);
+    }
     parts_free(&dp);
     if (ok)
         rld_log("stopped");

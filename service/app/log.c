@@ -1,8 +1,11 @@
 /*
  * log.c - see log.h.
  */
+#include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -16,6 +19,25 @@ static rld_log_level min_level = RLD_LOG_INFO;
 static rld_log_format format = RLD_LOG_TEXT;
 
 static const char *const level_names[] = {"error", "warn", "info"};
+/* syslog's priorities of the levels: LOG_ERR, LOG_WARNING, LOG_INFO */
+static const int level_priorities[] = {3, 4, 6};
+
+/* Whether stderr is the journal: set once, at the first line. */
+static pthread_once_t journal_once = PTHREAD_ONCE_INIT;
+static int journal;
+
+/* systemd sets JOURNAL_STREAM to the device and inode ("dev:ino") of the stream it connects to
+ * stderr; stderr is still that stream unless it was redirected since. */
+static void journal_detect(void)
+{
+    const char *v = getenv("JOURNAL_STREAM");
+    unsigned long long dev, ino;
+    char extra;
+    struct stat st;
+    journal = v && sscanf(v, "%llu:%llu%c", &dev, &ino, &extra) == 2 &&
+              fstat(STDERR_FILENO, &st) == 0 && (unsigned long long)st.st_dev == dev &&
+              (unsigned long long)st.st_ino == ino;
+}
 
 void rld_log_configure(rld_log_level level, rld_log_format fmt)
 {
@@ -23,12 +45,20 @@ void rld_log_configure(rld_log_level level, rld_log_format fmt)
     format = fmt;
 }
 
-/* Starts a line: the time, and in JSON the level and the pid as well. */
+/* Starts a line: the time, and in JSON the level and the pid as well. To the journal, the
+ * level's syslog priority ("<3>") first, and in text nothing else: the journal keeps the time,
+ * the name and the pid of every line itself. */
 static void line_start(rld_buf *o, rld_log_level level)
 {
     char t[40];
     struct timespec ts;
     struct tm tm;
+    pthread_once(&journal_once, journal_detect);
+    if (journal) {
+        rld_buf_printf(o, "<%d>", level_priorities[level]);
+        if (format == RLD_LOG_TEXT)
+            return;
+    }
     clock_gettime(CLOCK_REALTIME, &ts);
     gmtime_r(&ts.tv_sec, &tm);
     size_t n = strftime(t, sizeof t, "%Y-%m-%dT%H:%M:%S", &tm);

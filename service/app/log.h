@@ -12,6 +12,14 @@
  *   ... ratelimitd[42]: access: GET /check 429 0.215 ms client=127.0.0.1 blocked_by="user: free" key="alice"
  *   {"time":...,"level":"warn","pid":42,"msg":"access","method":"GET","path":"/check",
  *    "status":429,"duration_ms":0.215,"client":"127.0.0.1","blocked_by":"user: free","key":"alice"}
+ *
+ * When stderr is the journal (systemd's JOURNAL_STREAM names it), a line starts with its
+ * level's syslog priority, <3> error, <4> warn, <6> info, which the journal takes off and keeps
+ * as the entry's priority; a text line is then only the message (the journal records the time
+ * and the pid itself), a JSON line is kept whole:
+ *
+ *   text: <6>message
+ *   json: <6>{"time":"2024-05-01T12:00:00.123Z","level":"info","pid":42,"msg":"message"}
  */
 #ifndef RLD_APP_LOG_H
 #define RLD_APP_LOG_H

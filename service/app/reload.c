@@ -14,7 +14,9 @@
 #include <unistd.h>
 
 #include "app.h"
+#include "clock.h"
 #include "log.h"
+#include "notify.h"
 #include "ratelimit_store.h"
 #include "rules_json.h"
 
@@ -91,6 +93,8 @@ static int carry_state(rld_app *app, generation *g, rl_err *err)
 int rld_app_reload(rld_app *app, rl_err *err)
 {
     generation g;
+    /* systemd: reloading from now until READY=1, the configuration in force either way */
+    rld_notifyf("RELOADING=1\nMONOTONIC_USEC=%lld", (long long)(rld_mono_ns() / 1000));
     int rc = prepare(app, &g, err);
     if (rc == RL_OK) {
         pthread_rwlock_wrlock(&app->gate);
@@ -117,11 +121,15 @@ int rld_app_reload(rld_app *app, rl_err *err)
     }
     drop(&g);
     rld_metrics_reload(app->metrics, rc == RL_OK);
-    if (rc == RL_OK)
+    if (rc == RL_OK) {
         rld_log("configuration reloaded from %s (levels, tiers, quotas, reservation_ttl and "
                 "max_keys; other settings apply at the next start)",
                 app->config_path);
-    else
+        rld_notifyf("READY=1\nSTATUS=configuration reloaded from %.900s", app->config_path);
+    } else {
         rld_log("error: reload refused, the configuration in force stays: %s", err->msg);
+        rld_notifyf("READY=1\nSTATUS=reload refused, the configuration in force stays: %.900s",
+                    err->msg);
+    }
     return rc;
 }

@@ -105,7 +105,7 @@ $(BUILD)/service/%.o: service/%.c | $(PB_H)
 # file. service/redis/lua.c puts them together, with the plug-ins' ports after the built-in
 # ones, as plain scripts and as one Redis Functions library.
 LUA_WITH_LIB := decide settle release due undo
-LUA_PLAIN    := heartbeat quota
+LUA_PLAIN    := heartbeat quota duty
 LUA_RULES    := $(sort $(wildcard service/core/rules/*.lua))
 LUA_ARGS     := service/redis/args.def
 lua_array = echo "const char $(1)[] = {"; cat $(2) | od -An -v -tx1 | \

@@ -324,7 +324,16 @@ test: deps-quiet
 	@$(MAKE) --no-print-directory docs-check
 	@$(MAKE) --no-print-directory grpc-check
 	@$(MAKE) --no-print-directory clients-check
+	@$(MAKE) --no-print-directory lua-smoke
 	@echo "all tests passed"
+
+# bench/lua_cost.sh's smoke run: every case of the decision script's benchmark and of its
+# minimal scripts (bench/min_*.lua) runs 300 calls on a private redis-server and answers, so a
+# change of the scripts' arguments (service/redis/args.def) breaks the build, not the benchmark.
+.PHONY: lua-smoke
+lua-smoke: $(BUILD)/bench/lua_scripts
+	@echo "== bench/lua_cost.sh --smoke"
+	$(Q)bench/lua_cost.sh --smoke
 
 # The gRPC server with real clients: Debian's python3-grpcio (the gRPC C core), loading the
 # messages from api/*.proto through protoc. Debian's own python3, which has the grpc module.

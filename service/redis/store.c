@@ -35,7 +35,7 @@
 #define DUP_ID 1 /* internal: the reservation id drawn is taken, draw another */
 #define RESV_SHARDS 16   /* on a cluster: the reservation index is split over this many slots */
 #define RESV_PER_TICK 4  /* and housekeeping expires from this many of them a tick */
-#define DUTY_TTL_MS 3000 /* the housekeeping claim lapses this long after its holder's last heartbeat */
+#define DUTY_TTL_MS 3000 /* the housekeeping claim lapses this long after its last renewal */
 
 #define MAX_PORT_PARAMS 16
 

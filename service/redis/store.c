@@ -68,6 +68,7 @@ typedef struct redis_store {
     /* housekeeping */
     pthread_mutex_t tick_mu;
     rl_ns next_beat;
+    rl_ns next_duty; /* when to ask for the housekeeping claim next (monotonic) */
     unsigned peers;   /* atomic */
     uint64_t expired; /* atomic */
     uint64_t active;  /* atomic */
@@ -1681,8 +1682,10 @@ static long state_key_level(const redis_store *rs, const char *s, size_t len)
 /* The fleet's housekeeping (expiring reservations, counting state keys) is one instance's at a
  * time: the holder of the claim P duty, renewed with each heartbeat (duty.lua). The holder
  * publishes the reservations active and the keys per level it counted ("active k0 k1 ..."); the
- * others take those figures. A failed call leaves the claim as it was believed. With a manual
- * clock every instance does the work itself, at the times it is given. */
+ * others take those figures, and ask again with their heartbeat or, when the claim lapses
+ * sooner, just after it lapses, so that a holder that died is replaced within the claim's TTL
+ * (and a tick). A failed call leaves the claim as it was believed. With a manual clock every
+ * instance does the work itself, at the times it is given. */
 static void duty(redis_store *rs, int release)
 {
     char fig[32 + 24 * RL_MAX_LEVELS] = "";
@@ -1708,9 +1711,13 @@ static void duty(redis_store *rs, int release)
     ab_free(&a);
     if (rc != RL_OK)
         return;
-    if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
-        r->element[0]->type == REDIS_REPLY_INTEGER && r->element[1]->type == REDIS_REPLY_STRING) {
+    if (r->type == REDIS_REPLY_ARRAY && r->elements == 3 &&
+        r->element[0]->type == REDIS_REPLY_INTEGER && r->element[1]->type == REDIS_REPLY_STRING &&
+        r->element[2]->type == REDIS_REPLY_INTEGER) {
         int held = r->element[0]->integer == 1;
+        long long left = r->element[2]->integer;
+        if (!held && left >= 0 && left < HEARTBEAT_NS / 1000000)
+            rs->next_duty = rld_mono_ns() + (left + 1) * 1000000LL;
         if (held && !rs->duty) { /* a fresh pass; the figures taken meanwhile stand till it ends */
             snprintf(rs->cursor, sizeof rs->cursor, "0");
             rs->scan_node = 0;
@@ -1806,8 +1813,12 @@ static void rs_tick(void *cls, rl_ns now)
     if (mono >= rs->next_beat) {
         rs->next_beat = mono + HEARTBEAT_NS;
         heartbeat(rs);
+        rs->next_duty = mono + HEARTBEAT_NS;
         if (!rs->manual)
             duty(rs, 0);
+    } else if (!rs->manual && !rs->duty && mono >= rs->next_duty) {
+        rs->next_duty = mono + HEARTBEAT_NS;
+        duty(rs, 0);
     }
     if ((rs->manual || rs->duty) &&
         (rs->cluster ? rld_cluster_probe(rs->cluster) : rld_pool_probe(rs->pool))) {

@@ -5,7 +5,7 @@
  * instance's rate of SCAN and of the expiry script (counted with INFO commandstats), while
  * /metrics on every instance shows the fleet's key and reservation counts. When the holder is
  * killed (SIGKILL) another instance takes the claim over once it lapses, and the work goes on
- * at one instance's rate.
+ * at one instance's rate; a holder stopped with SIGTERM hands the claim on at once.
  */
 #include <signal.h>
 #include <stdio.h>
@@ -69,6 +69,19 @@ static void one_instance_at_work(const rt_redis *r, const char *when)
                   scan);
     ck_assert_msg(due >= 10 && due <= 26, "%s: %ld expiry runs in 2 s, want one instance's 20",
                   when, due);
+}
+
+/* Someone other than not_by (NULL: anyone) holds the claim, renewed within a heartbeat. */
+static void claim_fresh(const rt_redis *r, const char *when, const char *not_by)
+{
+    const char *h = holder(r);
+    ck_assert_msg(*h, "%s: nobody holds the claim", when);
+    ck_assert_msg(!not_by || strcmp(h, not_by) != 0, "%s: still held by the stopped instance",
+                  when);
+    redisReply *x = rt_redis_cmd(r, "PTTL rl:duty");
+    ck_assert_msg(x->type == REDIS_REPLY_INTEGER && x->integer > CLAIM_TTL_MS - 1100,
+                  "%s: the claim has %lld ms left", when, (long long)x->integer);
+    freeReplyObject(x);
 }
 
 /* The value of one sample line of /metrics ("name{labels}" exactly), -1 when absent. */
@@ -173,15 +186,23 @@ START_TEST(one_instance_does_the_housekeeping)
     ck_assert_int_eq(su_stop(&s[1]), 0);
     s[1].pid = 0;
     sleep_ms(1500);
-    ck_assert_msg(*holder(&r), "nobody holds the claim after a SIGTERM");
-    redisReply *x = rt_redis_cmd(&r, "PTTL rl:duty");
-    ck_assert_msg(x->type == REDIS_REPLY_INTEGER && x->integer > CLAIM_TTL_MS - 1100,
-                  "the claim has %lld ms left", (long long)x->integer);
-    freeReplyObject(x);
+    claim_fresh(&r, "after the first SIGTERM", NULL);
     one_instance_at_work(&r, "one instance left");
-    for (int i = 1; i < N; i++)
-        if (s[i].pid)
-            ck_assert_int_eq(su_stop(&s[i]), 0);
+
+    /* and once more with the holder known: the third instance is the only one left, a new one
+     * starts beside it, then the holder is stopped; the new one holds a fresh claim */
+    char third[64];
+    snprintf(third, sizeof third, "%s", holder(&r));
+    su_tmpdir(&s[0]);
+    su_start(&s[0], cfg, NULL);
+    sleep_ms(1200);
+    ck_assert_str_eq(holder(&r), third);
+    ck_assert_int_eq(su_stop(&s[2]), 0);
+    s[2].pid = 0;
+    sleep_ms(1500);
+    claim_fresh(&r, "after the holder's SIGTERM", third);
+    wait_metric(s, N, "ratelimit_keys{level=\"user\"}", 6);
+    ck_assert_int_eq(su_stop(&s[0]), 0);
     rt_redis_stop(&r);
 }
 END_TEST

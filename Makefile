@@ -107,7 +107,7 @@ $(BUILD)/service/%.o: service/%.c | $(PB_H)
 # file. service/redis/lua.c puts them together, with the plug-ins' ports after the built-in
 # ones, as plain scripts and as one Redis Functions library.
 LUA_WITH_LIB := decide settle release due undo
-LUA_PLAIN    := heartbeat quota
+LUA_PLAIN    := heartbeat quota duty
 LUA_RULES    := $(sort $(wildcard service/core/rules/*.lua))
 LUA_ARGS     := service/redis/args.def
 lua_array = echo "const char $(1)[] = {"; cat $(2) | od -An -v -tx1 | \
@@ -327,7 +327,16 @@ test: deps-quiet
 	@$(MAKE) --no-print-directory grpc-check
 	@$(MAKE) --no-print-directory clients-check
 	@$(MAKE) --no-print-directory deb-check
+	@$(MAKE) --no-print-directory lua-smoke
 	@echo "all tests passed"
+
+# bench/lua_cost.sh's smoke run: every case of the decision script's benchmark and of its
+# minimal scripts (bench/min_*.lua) runs 300 calls on a private redis-server and answers, so a
+# change of the scripts' arguments (service/redis/args.def) breaks the build, not the benchmark.
+.PHONY: lua-smoke
+lua-smoke: $(BUILD)/bench/lua_scripts
+	@echo "== bench/lua_cost.sh --smoke"
+	$(Q)bench/lua_cost.sh --smoke
 
 # The gRPC server with real clients: Debian's python3-grpcio (the gRPC C core), loading the
 # messages from api/*.proto through protoc. Debian's own python3, which has the grpc module.

@@ -2,6 +2,7 @@
 # bench/lua_cost.sh - what one decision costs Redis inside the decision script, per rule type.
 #
 #   bench/lua_cost.sh [N]        (N calls per case, default 50000)
+#   bench/lua_cost.sh --smoke    (300 calls per case: every case runs and answers; make lua-smoke)
 #
 # Starts a redis-server of its own on a free loopback port (no persistence), loads the decision
 # script as the store builds it (build/bench/lua_scripts prints it: bigint.lua, lib.lua, the rule
@@ -11,7 +12,13 @@
 # usec_per_call of EVALSHA for each case from INFO commandstats, plus used_memory per state key.
 # Also the cost of the library alone (the lib + "return 1"). Each case runs with EVALSHA, then (on
 # Redis 7) as FCALL of the same scripts loaded as a Functions library, as the store calls them
-# there. Asserts nothing.
+# there. Each case runs its own minimal hand-written script too (bench/min_<type>.lua: plain Lua
+# doing the same refill-check-take on the same keys in doubles), and the case's line ends with
+# its ratios to it (ratio_evalsha, ratio_fcall: the decision's usec_per_call over the minimal
+# script's). Asserts only that every call of every case ran without an error (calls = N,
+# failed_calls = 0 in INFO commandstats) and that one more call answers: so a change of
+# args.def that this script does not follow stops it, which `make lua-smoke` (in `make test`)
+# checks with --smoke.
 #
 # Cases: tb3 is the decision of `make bench` (user, team and global token buckets, the global
 # key shared by every call); the others decide three rules of one type on three keys that are
@@ -20,6 +27,8 @@ set -eu
 shopt -s inherit_errexit # a failing call inside $(...) stops the script
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/.." && pwd)
+SMOKE=
+if [ "${1:-}" = --smoke ]; then SMOKE=1; shift; set -- 300; fi
 N=${1:-50000}
 CONNS=16
 
@@ -56,15 +65,37 @@ if cli function list >/dev/null 2>&1; then
     cli -x function load replace <"$TMP/library.lua" >/dev/null 2>&1 && FN=$("$LS" fname)
 fi
 
-# usec_per_call of EVALSHA (or FCALL) after replaying "$@" N times
+# the minimal scripts, by rule type tag
+declare -A MINSHA
+for t in tb:token_bucket gcra:gcra fw:fixed_window swc:sliding_window_counter \
+    sw:sliding_window cc:concurrency; do
+    MINSHA[${t%%:*}]=$(cli -x script load <"$HERE/min_${t#*:}.lua")
+done
+
+# usec_per_call of EVALSHA (or FCALL) after replaying "$@" N times; stops unless every call ran
+# without an error and one more (with the keys' first values) answers (not an error, not nil)
 run() {
     cli config resetstat >/dev/null
     redis-benchmark -p "$port" -c "$CONNS" -n "$N" -r 100000 -q "$@" >"$TMP/rb" 2>&1 ||
         { cat "$TMP/rb" >&2; exit 1; }
     grep -q 'ERR\|error' "$TMP/rb" && { cat "$TMP/rb" >&2; exit 1; }
-    cli info commandstats | tr -d '\r' |
-        awk -F'[=,]' '/^cmdstat_(evalsha|fcall):/ { printf "%.1f", $6 }'
+    local stat
+    stat=$(cli info commandstats | tr -d '\r' |
+        awk -F'[=,]' '/^cmdstat_(evalsha|fcall):/ { print $2, $6, $10 }')
+    set -- "${@//__rand_int__/000000000001}"
+    local reply
+    reply=$(cli --no-raw "$@" 2>&1)
+    case $reply in
+    '' | '(error)'* | '(nil)') echo "lua_cost: $1 $2 answered: $reply" >&2; exit 1 ;;
+    *) ;;
+    esac
+    read -r calls usec failed <<<"$stat"
+    [ "${calls:-0}" = "$N" ] && [ "${failed:-1}" = 0 ] ||
+        { echo "lua_cost: $1 $2: $calls calls of $N, $failed failed" >&2; exit 1; }
+    printf '%s' "$usec"
 }
+
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
 
 # the fields of an argument list of service/redis/args.def, in order
 fields() {
@@ -105,19 +136,25 @@ decide_head() {
     for f in "${HEAD_FIELDS[@]}"; do printf '%s\n' "${HEAD[$f]}"; done
 }
 
-decide() { # keys... -- items (as from item, one state key each): "EVALSHA µs FCALL µs"
+# MIN: the minimal script's tag; MINARGS: its arguments (cost, then each key's two parameters)
+decide() { # keys... -- items (as from item, one state key each):
+    #        "evalsha µs fcall µs minimal µs ratio_evalsha r ratio_fcall r"
     local -a keys=() args=() tail=()
     while [ "$1" != -- ]; do keys+=("$1"); shift; done
     shift
     mapfile -t tail < <(decide_head "${#keys[@]}"; for a in "$@"; do printf '%s\n' "$a"; done)
-    local e f=
+    local e f= fr= m
     cli flushall >/dev/null
     e=$(run EVALSHA "$SHA" "${#keys[@]}" "${keys[@]}" "${tail[@]}")
+    cli flushall >/dev/null
+    m=$(run EVALSHA "${MINSHA[$MIN]}" "${#keys[@]}" "${keys[@]}" "${MINARGS[@]}")
     if [ -n "$FN" ]; then
         cli flushall >/dev/null
-        f=" fcall $(run FCALL "$FN" "${#keys[@]}" "${keys[@]}" "${tail[@]}")"
+        f=$(run FCALL "$FN" "${#keys[@]}" "${keys[@]}" "${tail[@]}")
+        fr=" ratio_fcall $(ratio "$f" "$m")"
+        f=" fcall $f"
     fi
-    echo "evalsha $e$f"
+    echo "evalsha $e$f minimal $m ratio_evalsha $(ratio "$e" "$m")$fr"
 }
 
 show() { # name command...: "name: " and what the command printed; stops when it failed
@@ -129,6 +166,8 @@ show() { # name command...: "name: " and what the command printed; stops when it
 
 three() { # tag p1 p2 p1 p2 p1 p2: three rules of one type on three spread keys
     local tag=$1
+    MIN=$tag MINARGS=("${ITEM[cost]}" "${@:2}")
+    [ "$tag" = cc ] && MINARGS+=("${HEAD[hold_ms]}") # the minimal script's hold, last
     mapfile -t items < <(item "$tag" 1 "$2" "$3"; item "$tag" 2 "$4" "$5"; item "$tag" 3 "$6" "$7")
     decide "b:$tag:a:__rand_int__" "b:$tag:b:__rand_int__" "b:$tag:c:__rand_int__" -- "${items[@]}"
 }
@@ -136,6 +175,8 @@ three() { # tag p1 p2 p1 p2 p1 p2: three rules of one type on three spread keys
 show lib_only_usec_per_call run EVALSHA "$LIBSHA" 0
 mapfile -t items < <(item tb 1 100000000 100000000; item tb 2 10000000000 10000000000
     item tb 3 1000000000000 10000000000000)
+MIN=tb MINARGS=("${ITEM[cost]}" 100000000 100000000 10000000000 10000000000 1000000000000
+    10000000000000)
 show tb3_usec_per_call decide 'rl:user:0:user-__rand_int__' 'rl:team:0:team-__rand_int__' \
     'rl:global:0:*' -- "${items[@]}"
 show token_bucket_x3_usec_per_call three tb 100000000 100000000 10000000000 10000000000 \
@@ -150,6 +191,8 @@ show sliding_window_x3_usec_per_call three sw 100000000 1000000000 10000000000 \
     60000000000 1000000000 3600000000000
 show concurrency_x3_usec_per_call three cc 100000000 1000000000 10000000000 1000000000 \
     1000000000 1000000000
+
+[ -n "$SMOKE" ] && { echo "lua_cost: smoke run: every case ran $N calls and answered"; exit 0; }
 
 # used_memory per state key: one token bucket key per user, 100,000 users, partly empty
 cli flushall >/dev/null

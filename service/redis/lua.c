@@ -22,6 +22,7 @@ static const struct {
 static const char *const alone[RLD_NSCRIPTS] = {
     [RLD_SCRIPT_HEARTBEAT] = rld_lua_heartbeat,
     [RLD_SCRIPT_QUOTA] = rld_lua_quota,
+    [RLD_SCRIPT_DUTY] = rld_lua_duty,
 };
 
 /* A growing string; oom set once an allocation failed. */

@@ -79,6 +79,7 @@ typedef enum rld_script {
     RLD_SCRIPT_HEARTBEAT,
     RLD_SCRIPT_QUOTA,
     RLD_SCRIPT_UNDO,
+    RLD_SCRIPT_DUTY,
     RLD_NSCRIPTS
 } rld_script;
 

@@ -23,5 +23,6 @@ extern const char rld_lua_body_undo[];
 /* Scripts on their own. */
 extern const char rld_lua_heartbeat[];
 extern const char rld_lua_quota[];
+extern const char rld_lua_duty[];
 
 #endif

@@ -35,6 +35,7 @@
 #define DUP_ID 1 /* internal: the reservation id drawn is taken, draw another */
 #define RESV_SHARDS 16   /* on a cluster: the reservation index is split over this many slots */
 #define RESV_PER_TICK 4  /* and housekeeping expires from this many of them a tick */
+#define DUTY_TTL_MS 3000 /* the housekeeping claim lapses this long after its last renewal */
 
 #define MAX_PORT_PARAMS 16
 
@@ -67,6 +68,7 @@ typedef struct redis_store {
     /* housekeeping */
     pthread_mutex_t tick_mu;
     rl_ns next_beat;
+    rl_ns next_duty; /* when to ask for the housekeeping claim next (monotonic) */
     unsigned peers;   /* atomic */
     uint64_t expired; /* atomic */
     uint64_t active;  /* atomic */
@@ -74,6 +76,7 @@ typedef struct redis_store {
     size_t scan_node; /* on a cluster: the primary being scanned */
     unsigned due_next; /* on a cluster: the next part of the reservation index to expire */
     int64_t part_active[RESV_SHARDS];
+    int duty; /* this instance holds the fleet's housekeeping claim (real clock only) */
     size_t counting[RL_MAX_LEVELS];
     size_t counted[RL_MAX_LEVELS]; /* atomic: the last full scan's keys per level */
 } redis_store;
@@ -1676,6 +1679,68 @@ static long state_key_level(const redis_store *rs, const char *s, size_t len)
     return level_index(rs, name, (size_t)(colon - name));
 }
 
+/* The fleet's housekeeping (expiring reservations, counting state keys) is one instance's at a
+ * time: the holder of the claim P duty, renewed with each heartbeat (duty.lua). The holder
+ * publishes the reservations active and the keys per level it counted ("active k0 k1 ..."); the
+ * others take those figures, and ask again with their heartbeat or, when the claim lapses
+ * sooner, just after it lapses, so that a holder that died is replaced within the claim's TTL
+ * (and a tick). A failed call leaves the claim as it was believed. With a manual clock every
+ * instance does the work itself, at the times it is given. */
+static void duty(redis_store *rs, int release)
+{
+    char fig[32 + 24 * RL_MAX_LEVELS] = "";
+    abuf k, a;
+    ab_init(&k);
+    ab_init(&a);
+    redisReply *r;
+    ab_key(rs, &k, "duty", NULL);
+    ab_str(&a, rs->instance);
+    ab_i64(&a, DUTY_TTL_MS);
+    ab_str(&a, release ? "release" : "claim");
+    if (rs->duty && !release) {
+        size_t n = (size_t)snprintf(fig, sizeof fig, "%llu",
+                                    (unsigned long long)__atomic_load_n(&rs->active,
+                                                                        __ATOMIC_RELAXED));
+        for (size_t l = 0; l < rs->cfg->nlevels && n < sizeof fig; l++)
+            n += (size_t)snprintf(fig + n, sizeof fig - n, " %zu",
+                                  __atomic_load_n(&rs->counted[l], __ATOMIC_RELAXED));
+    }
+    ab_str(&a, fig);
+    int rc = eval(rs, RLD_SCRIPT_DUTY, &k, &a, &r, NULL);
+    ab_free(&k);
+    ab_free(&a);
+    if (rc != RL_OK)
+        return;
+    if (r->type == REDIS_REPLY_ARRAY && r->elements == 3 &&
+        r->element[0]->type == REDIS_REPLY_INTEGER && r->element[1]->type == REDIS_REPLY_STRING &&
+        r->element[2]->type == REDIS_REPLY_INTEGER) {
+        int held = r->element[0]->integer == 1;
+        long long left = r->element[2]->integer;
+        if (!held && left >= 0 && left < HEARTBEAT_NS / 1000000)
+            rs->next_duty = rld_mono_ns() + (left + 1) * 1000000LL;
+        if (held && !rs->duty) { /* a fresh pass; the figures taken meanwhile stand till it ends */
+            snprintf(rs->cursor, sizeof rs->cursor, "0");
+            rs->scan_node = 0;
+            memset(rs->counting, 0, sizeof rs->counting);
+        }
+        rs->duty = held;
+        const char *p = r->element[1]->str;
+        if (!held && *p) {
+            char *end;
+            unsigned long long v = strtoull(p, &end, 10);
+            if (end != p)
+                __atomic_store_n(&rs->active, (uint64_t)v, __ATOMIC_RELAXED);
+            for (size_t l = 0; l < rs->cfg->nlevels && end != p; l++) {
+                p = end;
+                v = strtoull(p, &end, 10);
+                if (end != p)
+                    __atomic_store_n(&rs->counted[l], (size_t)v, __ATOMIC_RELAXED);
+            }
+        }
+    }
+    freeReplyObject(r);
+}
+
 /* One SCAN step counting state keys per level; a full pass publishes the counts. */
 static void scan_step(redis_store *rs)
 {
@@ -1748,8 +1813,15 @@ static void rs_tick(void *cls, rl_ns now)
     if (mono >= rs->next_beat) {
         rs->next_beat = mono + HEARTBEAT_NS;
         heartbeat(rs);
+        rs->next_duty = mono + HEARTBEAT_NS;
+        if (!rs->manual)
+            duty(rs, 0);
+    } else if (!rs->manual && !rs->duty && mono >= rs->next_duty) {
+        rs->next_duty = mono + HEARTBEAT_NS;
+        duty(rs, 0);
     }
-    if (rs->cluster ? rld_cluster_probe(rs->cluster) : rld_pool_probe(rs->pool)) {
+    if ((rs->manual || rs->duty) &&
+        (rs->cluster ? rld_cluster_probe(rs->cluster) : rld_pool_probe(rs->pool))) {
         expire_due(rs, now);
         scan_step(rs);
     }
@@ -1773,7 +1845,10 @@ static void rs_destroy(void *cls)
 {
     redis_store *rs = cls;
     if (rs->cfg && (rs->cluster ? rld_cluster_up(rs->cluster) : rld_pool_up(rs->pool))) {
-        /* leave the fleet at once rather than when the heartbeat goes stale */
+        /* hand the housekeeping on and leave the fleet at once rather than when the heartbeat
+         * goes stale */
+        if (rs->duty)
+            duty(rs, 1);
         abuf k;
         ab_init(&k);
         redisReply *r;

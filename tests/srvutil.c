@@ -2,10 +2,12 @@
  * srvutil.c - see srvutil.h.
  */
 #define _XOPEN_SOURCE 700
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
 #include <limits.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -13,6 +15,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -338,4 +341,30 @@ int su_run(const char *const *argv, char **output)
         ;
     *output = g.p;
     return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+int su_free_port(void)
+{
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t sl = sizeof sa;
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(bind(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+    ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&sa, &sl), 0);
+    close(fd);
+    return ntohs(sa.sin_port);
+}
+
+char *su_replace_once(char *text, const char *from, const char *to, const char *what)
+{
+    char *at = strstr(text, from);
+    ck_assert_msg(at != NULL, "%s lacks \"%s\"", what, from);
+    ck_assert_msg(strstr(at + 1, from) == NULL, "%s has \"%s\" twice", what, from);
+    size_t n = strlen(text) - strlen(from) + strlen(to) + 1, head = (size_t)(at - text);
+    char *out = malloc(n);
+    ck_assert_ptr_nonnull(out);
+    memcpy(out, text, head);
+    snprintf(out + head, n - head, "%s%s", to, at + strlen(from));
+    free(text);
+    return out;
 }

@@ -41,6 +41,12 @@ void su_start(su_server *s, const char *config, const char *const *extra);
  * 127.0.0.1:PORT") is read too, into s->grpc_port. */
 /* Sends SIGTERM and waits. Returns the exit status, or 128 + the signal that killed it. */
 int su_stop(su_server *s);
+/* A loopback TCP port nobody listens on now (bound and closed at once): for a server a test
+ * starts that cannot be told to bind port 0 (nginx, Caddy, Prometheus). */
+int su_free_port(void);
+/* text (malloc'd, freed here) with its one occurrence of from replaced by to, malloc'd; fails
+ * the test, naming what (the file the text came from), when from is not in it exactly once. */
+char *su_replace_once(char *text, const char *from, const char *to, const char *what);
 
 typedef struct su_resp {
     long status;

@@ -25,6 +25,7 @@
 #include "srvutil.h"
 
 #define CADDY "/usr/bin/caddy"
+#define CADDYFILE "config/caddy/Caddyfile" /* the site the test puts in front */
 
 /* ---- the upstream: answers "upstream <X-User>\n" and keeps what it saw --------------------- */
 
@@ -128,33 +129,6 @@ static int upstream_seen(upstream *u, char *last, size_t cap)
 
 /* ---- Caddy ---------------------------------------------------------------------------------- */
 
-static int free_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET};
-    socklen_t sl = sizeof sa;
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ck_assert_int_ge(fd, 0);
-    ck_assert_int_eq(bind(fd, (struct sockaddr *)&sa, sizeof sa), 0);
-    ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&sa, &sl), 0);
-    close(fd);
-    return ntohs(sa.sin_port);
-}
-
-/* Replaces the one occurrence of from in text (fails the test when it is not there once). */
-static char *replace_once(char *text, const char *from, const char *to)
-{
-    char *at = strstr(text, from);
-    ck_assert_msg(at != NULL, "config/caddy/Caddyfile lacks \"%s\"", from);
-    ck_assert_msg(strstr(at + 1, from) == NULL, "the Caddyfile has \"%s\" twice", from);
-    size_t n = strlen(text) - strlen(from) + strlen(to) + 1, head = (size_t)(at - text);
-    char *out = malloc(n);
-    memcpy(out, text, head);
-    snprintf(out + head, n - head, "%s%s", to, at + strlen(from));
-    free(text);
-    return out;
-}
-
 typedef struct caddy {
     pid_t pid;
     char dir[256];
@@ -168,17 +142,17 @@ static void caddy_start(caddy *c, int rld_port, int up_port)
 {
     su_server tmp;
     char to[128], path[400], conf[1024];
-    char *site = su_read("config/caddy/Caddyfile");
+    char *site = su_read(CADDYFILE);
     ck_assert_msg(site != NULL, "config/caddy/Caddyfile (tests run from the repository)");
     su_tmpdir(&tmp);
     snprintf(c->dir, sizeof c->dir, "%s", tmp.dir);
-    c->port = free_port();
+    c->port = su_free_port();
     snprintf(to, sizeof to, "forward_auth 127.0.0.1:%d {", rld_port);
-    site = replace_once(site, "forward_auth 127.0.0.1:8080 {", to);
+    site = su_replace_once(site, "forward_auth 127.0.0.1:8080 {", to, CADDYFILE);
     snprintf(to, sizeof to, "reverse_proxy 127.0.0.1:%d\n", up_port);
-    site = replace_once(site, "reverse_proxy 127.0.0.1:3000\n", to);
+    site = su_replace_once(site, "reverse_proxy 127.0.0.1:3000\n", to, CADDYFILE);
     snprintf(to, sizeof to, "http://:%d {\n\tbind 127.0.0.1\n", c->port);
-    site = replace_once(site, "http://:8000 {\n", to);
+    site = su_replace_once(site, "http://:8000 {\n", to, CADDYFILE);
     su_write(c->dir, "site.caddy", site);
     free(site);
     snprintf(conf, sizeof conf,
@@ -248,8 +222,7 @@ static su_resp via_caddy(const caddy *c, const char *h1, const char *h2)
 /* The shipped file as it is: Caddy's own adapter reads it without an error. */
 START_TEST(caddyfile_adapts)
 {
-    const char *argv[] = {CADDY,       "adapt",     "--config", "config/caddy/Caddyfile",
-                          "--adapter", "caddyfile", NULL};
+    const char *argv[] = {CADDY, "adapt", "--config", CADDYFILE, "--adapter", "caddyfile", NULL};
     char *out = NULL;
     int rc = su_run(argv, &out);
     ck_assert_msg(rc != 127, "caddy is missing (make deps installs Debian's caddy)");

@@ -20,6 +20,8 @@
 
 #include "srvutil.h"
 
+#define NGINX_CONF "config/nginx/ratelimit.conf" /* the site the test puts in front */
+
 static const char *const manual[] = {"--manual-clock", NULL};
 
 /* user: 3 tokens, 0.5 a second (6 s from empty to full); api_key: 4 slots of which half are
@@ -170,33 +172,6 @@ END_TEST
 
 /* ---- nginx in front ----------------------------------------------------------------------- */
 
-static int free_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET};
-    socklen_t sl = sizeof sa;
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ck_assert_int_ge(fd, 0);
-    ck_assert_int_eq(bind(fd, (struct sockaddr *)&sa, sizeof sa), 0);
-    ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&sa, &sl), 0);
-    close(fd);
-    return ntohs(sa.sin_port);
-}
-
-/* Replaces the one occurrence of from in text (fails the test when it is not there once). */
-static char *replace_once(char *text, const char *from, const char *to)
-{
-    char *at = strstr(text, from);
-    ck_assert_msg(at != NULL, "config/nginx/ratelimit.conf lacks \"%s\"", from);
-    ck_assert_msg(strstr(at + 1, from) == NULL, "ratelimit.conf has \"%s\" twice", from);
-    size_t n = strlen(text) - strlen(from) + strlen(to) + 1, head = (size_t)(at - text);
-    char *out = malloc(n);
-    memcpy(out, text, head);
-    snprintf(out + head, n - head, "%s%s", to, at + strlen(from));
-    free(text);
-    return out;
-}
-
 typedef struct nginx {
     pid_t pid;
     char dir[256];
@@ -209,19 +184,19 @@ typedef struct nginx {
 static void nginx_start(nginx *n, int rld_port)
 {
     su_server tmp;
-    char from[64], to[64], path[400], *site = su_read("config/nginx/ratelimit.conf");
+    char from[64], to[64], path[400], *site = su_read(NGINX_CONF);
     ck_assert_msg(site != NULL, "config/nginx/ratelimit.conf (tests run from the repository)");
     su_tmpdir(&tmp);
     snprintf(n->dir, sizeof n->dir, "%s", tmp.dir);
-    n->port = free_port();
-    n->upstream = free_port();
+    n->port = su_free_port();
+    n->upstream = su_free_port();
     snprintf(to, sizeof to, "server 127.0.0.1:%d;", rld_port);
-    site = replace_once(site, "server 127.0.0.1:8080;", to);
+    site = su_replace_once(site, "server 127.0.0.1:8080;", to, NGINX_CONF);
     snprintf(to, sizeof to, "server 127.0.0.1:%d;", n->upstream);
-    site = replace_once(site, "server 127.0.0.1:3000;", to);
+    site = su_replace_once(site, "server 127.0.0.1:3000;", to, NGINX_CONF);
     snprintf(from, sizeof from, "listen 8000;");
     snprintf(to, sizeof to, "listen 127.0.0.1:%d;", n->port);
-    site = replace_once(site, from, to);
+    site = su_replace_once(site, from, to, NGINX_CONF);
     su_write(n->dir, "ratelimit.conf", site);
     free(site);
 

@@ -174,19 +174,6 @@ END_TEST
 
 /* ---- a real Prometheus ---------------------------------------------------------------------- */
 
-static int free_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET};
-    socklen_t sl = sizeof sa;
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ck_assert_int_ge(fd, 0);
-    ck_assert_int_eq(bind(fd, (struct sockaddr *)&sa, sizeof sa), 0);
-    ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&sa, &sl), 0);
-    close(fd);
-    return ntohs(sa.sin_port);
-}
-
 /* Replaces every occurrence of from in text (at least one: fails the test otherwise). */
 static char *replace_all(char *text, const char *from, const char *to)
 {
@@ -272,7 +259,7 @@ static void prom_start(prom *p, int a, int b)
     conf = replace_all(conf, "- rules.yml", rules);
     snprintf(path, sizeof path, "%s", su_write(p->dir, "prometheus.yml", conf));
     free(conf);
-    p->port = free_port();
+    p->port = su_free_port();
 
     fflush(NULL);
     p->pid = fork();

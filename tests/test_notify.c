@@ -103,26 +103,13 @@ typedef struct daemon_run {
     int journal; /* 1: JOURNAL_STREAM names its stderr; -1: names another file */
 } daemon_run;
 
-/* A port nobody listens on now. */
-static int free_port(void)
-{
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof a;
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    ck_assert_int_ge(fd, 0);
-    ck_assert_int_eq(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
-    ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&a, &len), 0);
-    close(fd);
-    return ntohs(a.sin_port);
-}
-
 /* Starts the daemon in d->s.dir on a free port, with config written there (NULL: the built-in
  * one), and returns at once. */
 static void daemon_start(daemon_run *d, const char *cfg)
 {
     char port[16], cfgpath[400];
     const char *bin = su_binary(); /* before chdir: it may be relative to here */
-    d->s.port = free_port();
+    d->s.port = su_free_port();
     snprintf(port, sizeof port, "%d", d->s.port);
     snprintf(cfgpath, sizeof cfgpath, "%s/config.json", d->s.dir);
     snprintf(d->s.log, sizeof d->s.log, "%s/stderr.log", d->s.dir);

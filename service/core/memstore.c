@@ -522,6 +522,8 @@ static int make_records(run *x, rl_err *err)
         const rl_rule *r = a->rule;
         if (!r->type->state_size || !x->takes[i])
             continue;
+        if (moved && x->rec[i]) /* found before an insert that may have moved it */
+            x->rec[i] = rl__seg_lookup(x->seg[i], x->h[i], a->slot, a->key, a->keylen);
         if (!x->rec[i]) {
             if (!rl__ms_key_claim(x->ms)) {
                 if (moved)

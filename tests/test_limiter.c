@@ -112,6 +112,46 @@ START_TEST(team_shared_denial_leaves_user_untouched)
 }
 END_TEST
 
+/* One decision inserts a record into a segment that holds another record of the same
+ * decision, found before the insert: the insert may grow the segment and move that record,
+ * and the decision must find it again (under AddressSanitizer a stale one is a use after
+ * free). A key of two buckets, "quick" (1, 1,000/s: full again 1 ms after a request) and
+ * "slow" (1,000, 1/1,000 s): by 5.5 s the sweep has dropped every quick record and kept every
+ * slow one; 2,000 new users fill the segments as far as they were, and then each of the first
+ * 4,000 users inserts its quick record beside its slow one, which grows every segment.
+ * Worked out by hand: the slow bucket holds 1,000 - 1 + 6 x 0.001 - 1 = 998.006, the quick
+ * one 1 - 1 = 0. */
+START_TEST(an_insert_beside_a_found_record)
+{
+    rl_limiter *lim =
+        tu_limiter("{\"levels\": [{\"name\": \"user\", \"rules\": ["
+                   "{\"type\": \"token_bucket\", \"capacity\": 1, \"per_second\": 1000, "
+                   "\"name\": \"quick\"},"
+                   "{\"type\": \"token_bucket\", \"capacity\": 1000, \"per_second\": 0.001, "
+                   "\"name\": \"slow\"}]}]}");
+    rl_decision d;
+    char keys[32];
+    for (int i = 0; i < 4000; i++) {
+        snprintf(keys, sizeof keys, "user=u%d", i);
+        ck_assert_msg(tu_acquire(lim, keys, 1, 0, &d), "request %d denied", i);
+    }
+    for (int i = 0; i <= 50; i++)
+        rl_limiter_tick(lim, S(0.5) + i * S(0.1));
+    ck_assert_uint_eq(rl_limiter_keys(lim, 0), 4000); /* the slow records only */
+    for (int i = 4000; i < 6000; i++) { /* new users: the segments as full as before */
+        snprintf(keys, sizeof keys, "user=u%d", i);
+        ck_assert_msg(tu_acquire(lim, keys, 1, S(6), &d), "request %d denied", i);
+    }
+    for (int i = 0; i < 4000; i++) {
+        snprintf(keys, sizeof keys, "user=u%d", i);
+        ck_assert_msg(tu_acquire(lim, keys, 1, S(6), &d), "request %d denied", i);
+        ck_assert_int_eq(tu_status(&d, 0)->remaining, 0);
+        ck_assert_int_eq(tu_status(&d, 1)->remaining, 998006000);
+    }
+    tu_free(lim);
+}
+END_TEST
+
 START_TEST(cost_larger_than_capacity_never_fits)
 {
     rl_limiter *lim = tu_limiter(two_levels);
@@ -1918,6 +1958,7 @@ Suite *limiter_suite(void)
     tcase_add_test(tc, user_limit_with_refill);
     tcase_add_test(tc, team_shared_denial_leaves_user_untouched);
     tcase_add_test(tc, cost_larger_than_capacity_never_fits);
+    tcase_add_test(tc, an_insert_beside_a_found_record);
     tcase_add_test(tc, single_bucket_trace);
     suite_add_tcase(s, tc);
 

@@ -44,6 +44,8 @@ int su_stop(su_server *s);
 /* A loopback TCP port nobody listens on now (bound and closed at once): for a server a test
  * starts that cannot be told to bind port 0 (nginx, Caddy, Prometheus). */
 int su_free_port(void);
+/* 1 when a TCP connection to the loopback port is accepted now (and closed again), else 0. */
+int su_port_accepts(int port);
 /* text (malloc'd, freed here) with its one occurrence of from replaced by to, malloc'd; fails
  * the test, naming what (the file the text came from), when from is not in it exactly once. */
 char *su_replace_once(char *text, const char *from, const char *to, const char *what);

@@ -189,12 +189,7 @@ static void caddy_start(caddy *c, int rld_port, int up_port)
                          WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st),
                          log ? log : "(no log)");
         }
-        int fd = socket(AF_INET, SOCK_STREAM, 0);
-        struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)c->port)};
-        sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-        int ok = connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0;
-        close(fd);
-        if (ok)
+        if (su_port_accepts(c->port))
             return;
         const struct timespec pause = {0, 50000000};
         nanosleep(&pause, NULL);

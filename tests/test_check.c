@@ -237,12 +237,7 @@ static void nginx_start(nginx *n, int rld_port)
             ck_abort_msg("nginx did not start (is it installed? make deps): %s",
                          log ? log : "(no error.log)");
         }
-        int fd = socket(AF_INET, SOCK_STREAM, 0);
-        struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)n->port)};
-        sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-        int ok = connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0;
-        close(fd);
-        if (ok)
+        if (su_port_accepts(n->port))
             return;
         const struct timespec pause = {0, 50000000};
         nanosleep(&pause, NULL);

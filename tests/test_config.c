@@ -343,7 +343,7 @@ START_TEST(rules_written_back)
         "{\"levels\": [{\"name\": \"user\", \"rules\": [{\"type\": \"token_bucket\", "
         "\"capacity\": 100, \"per_second\": 0.5, \"reserved\": {\"fraction\": 0.25, "
         "\"min_priority\": 2}}, {\"type\": \"deny_list\", \"keys\": [\"b\", \"a\", \"b\"]}]}]}");
-    json_t *j = rld_rules_to_json(rl_limiter_config(lim)->levels[0].rules);
+    json_t *j = rld_rules_to_json(rl_limiter_config(lim)->levels[0].rules, NULL);
     char *text = json_dumps(j, RLD_JSON_FLAGS | JSON_SORT_KEYS);
     ck_assert_str_eq(text,
                      "[{\"capacity\":100,\"name\":\"token_bucket(100, 0.5/s)\",\"per_second\":0.5,"
@@ -353,8 +353,8 @@ START_TEST(rules_written_back)
     /* and what is written reads back to the same rules */
     rl_rules *again;
     rl_err err;
-    ck_assert_int_eq(rld_rules_from_json(j, rl_limiter_config(lim)->reg, &again, &err), RL_OK);
-    json_t *j2 = rld_rules_to_json(again);
+    ck_assert_int_eq(rld_rules_from_json(j, rl_limiter_config(lim)->reg, NULL, &again, &err), RL_OK);
+    json_t *j2 = rld_rules_to_json(again, NULL);
     char *text2 = json_dumps(j2, RLD_JSON_FLAGS | JSON_SORT_KEYS);
     ck_assert_str_eq(text, text2);
     free(text);

@@ -1741,7 +1741,7 @@ START_TEST(tier_changes_alike)
         json_t *arr =
             json_loads("[{\"type\": \"fixed_window\", \"limit\": 4, \"window\": 60}]", 0, NULL);
         rl_rules *rs;
-        ck_assert_int_eq(rld_rules_from_json(arr, reg, &rs, &err), RL_OK);
+        ck_assert_int_eq(rld_rules_from_json(arr, reg, NULL, &rs, &err), RL_OK);
         json_decref(arr);
         ck_assert_int_eq(rl_quota_set(both[w], "k", NULL, rs, &err), RL_OK);
     }

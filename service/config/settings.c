@@ -504,6 +504,18 @@ static const rld_setting root_rows[] = {
      .help = "envoyproxy/ratelimit's YAML configuration instead of `levels`: a `.yaml` or `.yml` "
              "file or a directory of them, relative to the working directory (see [Coming from "
              "envoyproxy/ratelimit](envoy.md#coming-from-envoyproxyratelimit))"},
+    {.name = "dimensions",
+     .kind = RLD_SET_CONFIG,
+     .doc_value = "list of names",
+     .help = "what requests' `usage` may count besides `cost`, such as `[\"input_tokens\", "
+             "\"output_tokens\"]` (at most 8): a rule's `unit` may name one (see "
+             "[Model usage](usage.md))"},
+    {.name = "prices",
+     .kind = RLD_SET_CONFIG,
+     .doc_value = "object",
+     .help = "`{\"by\": \"model\", \"models\": {\"m1\": {\"input_tokens\": 3}}}`: the "
+             "descriptor naming a request's model and each model's dollars per million units of "
+             "each dimension (up to 6 decimals), for rules whose `unit` is `usd`"},
     {.name = "tiers",
      .kind = RLD_SET_CONFIG,
      .doc_value = "object",

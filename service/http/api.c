@@ -20,6 +20,7 @@
 #include "app/render.h"
 #include "app/rules_json.h"
 #include "app/settle_req.h"
+#include "app/usage.h"
 #include "check_req.h"
 #include "http.h"
 
@@ -103,6 +104,7 @@ static void reply_decision(rld_req *r, const rl_config *cfg, const rl_decision *
 /* One request of POST /acquire's batch. */
 typedef struct acq {
     rld_acquire_req q;
+    rl_usage usage;
     rl_request req;
     rl_decision d;
     rl_err err;
@@ -120,9 +122,15 @@ static int acquire_parse(rld_app *app, rld_req *r, acq *a, rl_ns now)
         rld_acquire_req_clear(&a->q);
         return -1;
     }
+    if (a->q.usage &&
+        rld_usage_read(rl_limiter_config(app->lim), a->q.usage, "usage", &a->usage, &a->err)) {
+        rld_acquire_req_clear(&a->q);
+        return rld_reply_error(r, 400, "%s", a->err.msg);
+    }
     a->req = (rl_request){.desc = a->q.desc,
                           .ndesc = a->q.ndesc,
                           .cost = a->q.cost,
+                          .usage = a->q.usage ? &a->usage : NULL,
                           .priority = a->q.priority,
                           .flags = (a->q.dry_run ? RL_DRY_RUN : 0u) |
                                    (a->q.reserve ? RL_RESERVE : 0u),
@@ -248,13 +256,18 @@ static void h_refund(void *ctx, rld_req *r)
     rl_err err;
     if (settle_body_or_reply(app, r, 1, &b) == 0) {
         rl_ns now = rld_app_time(app, b.has_now, b.now);
-        int rc = rl_settle(app->lim, b.reservation, b.actual, now, &s, &err);
+        const rl_config *cfg = rl_limiter_config(app->lim);
+        rl_actual act = {.has_cost = b.has_actual, .cost = b.actual, .usage = {0, {0}}};
+        int rc = b.actual_usage &&
+                         rld_usage_read(cfg, b.actual_usage, "actual_usage", &act.usage, &err)
+                     ? RL_EINVAL
+                     : rl_settle_usage(app->lim, b.reservation, &act, now, &s, &err);
         if (rc != RL_OK) {
             reply_rc(r, rc, &err);
         } else {
             rld_buf *o = rld_req_out(r);
             rld_metrics_settle(app->metrics, &s);
-            rld_render_settlement(o, b.reservation, &s);
+            rld_render_settlement(o, cfg, b.reservation, &s);
             rld_reply_json(r, 200);
         }
     }

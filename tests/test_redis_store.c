@@ -170,6 +170,204 @@ static int acquire(rl_limiter *lim, const char *keys, rl_fp cost, rl_ns now, uns
     return rc;
 }
 
+/* ---- model usage: dimensions and dollars, on both stores ------------------------------------- */
+
+/* A request with usage in=in_tokens, out=out_tokens (and cached when >= 0), model m. */
+static int acquire_usage(rl_limiter *lim, const char *keys, double in, double out, double cached,
+                         rl_ns now, unsigned flags, rl_decision *d)
+{
+    char buf[512];
+    rl_descriptor ds[16];
+    rl_usage u = {3u | (cached >= 0 ? 4u : 0u), {FP(in), FP(out), cached >= 0 ? FP(cached) : 0}};
+    rl_request req = {.desc = ds,
+                      .ndesc = descs(keys, buf, sizeof buf, ds),
+                      .cost = FP(1),
+                      .usage = &u,
+                      .flags = flags,
+                      .now = now};
+    rl_err err = {{0}};
+    int rc = rl_acquire(lim, &req, d, &err);
+    ck_assert_msg(rc == RL_OK, "acquire: %s", err.msg);
+    return d->allowed;
+}
+
+/* Levels: user counts dollars (a day's $1), team input (1000) and output (500) tokens in buckets
+ * that refill 1 a second, global requests (100 a day). Model m: $3 and $15 per million input
+ * and output tokens, $0.30 cached. */
+static const char usage_cfg[] =
+    "{\"dimensions\": [\"in\", \"out\", \"cached\"],"
+    " \"prices\": {\"by\": \"model\", \"models\": {\"m\": {\"in\": 3, \"out\": 15,"
+    " \"cached\": 0.30}}},"
+    " \"levels\": ["
+    "  {\"name\": \"user\", \"rules\": [{\"type\": \"fixed_window\", \"limit\": 1, \"window\": 86400,"
+    "   \"unit\": \"usd\", \"name\": \"dollars\"}]},"
+    "  {\"name\": \"team\", \"rules\": ["
+    "   {\"type\": \"token_bucket\", \"capacity\": 1000, \"per_second\": 1, \"unit\": \"in\", \"name\": \"in\"},"
+    "   {\"type\": \"token_bucket\", \"capacity\": 500, \"per_second\": 1, \"unit\": \"out\", \"name\": \"out\"}]},"
+    "  {\"name\": \"global\", \"default_key\": \"all\", \"rules\": [{\"type\": \"fixed_window\","
+    "   \"limit\": 100, \"window\": 86400, \"unit\": \"requests\", \"name\": \"requests\"}]}]}";
+
+#define UKEYS "user=u,team=t,model=m"
+
+/* A request denied on output tokens takes nothing from input tokens, dollars or requests. At
+ * t = 0: {100 in, 400 out} costs 100 x 3 + 400 x 15 = 6300 millionths of a dollar; then {100
+ * in, 200 out} needs 200 output tokens where 100 are left: denied by team's "out", 100 s to
+ * wait (1 a second), and a dry run after it sees 900 input tokens, $0.9937 and 99 requests. */
+START_TEST(usage_denied_on_one_dimension_takes_nothing)
+{
+    pair p;
+    pair_new(&p, usage_cfg, "udeny:");
+    rl_limiter *both[2] = {p.mem, p.red};
+    for (int i = 0; i < 2; i++) {
+        rl_decision d;
+        ck_assert(acquire_usage(both[i], UKEYS, 100, 400, -1, S(0), 0, &d));
+        ck_assert(!acquire_usage(both[i], UKEYS, 100, 200, -1, S(0), 0, &d));
+        ck_assert_int_eq(d.blocked, 2); /* user's dollars, team's in, team's out */
+        ck_assert_str_eq(d.applied[d.blocked].rule->name, "out");
+        ck_assert_int_eq(d.retry_after, S(100));
+        ck_assert(acquire_usage(both[i], UKEYS, 0, 0, -1, S(0), RL_DRY_RUN, &d));
+        ck_assert_int_eq(tu_status(&d, 0)->remaining, 993700000); /* nano-dollars */
+        ck_assert_int_eq(tu_status(&d, 1)->remaining, FP(900));
+        ck_assert_int_eq(tu_status(&d, 2)->remaining, FP(100));
+        ck_assert_int_eq(tu_status(&d, 3)->remaining, FP(99));
+    }
+    pair_free(&p);
+}
+END_TEST
+
+/* A reservation of {1000 in, 4000 out} (team's out bucket made 10000 here) settled with {1000
+ * in, 900 out, 600 cached}: out gives back 3100, cached is charged 600, and the dollars are
+ * worked out again: reserved 1000 x 3 + 4000 x 15 = 63000 millionths ($0.063), actual 1000 x 3
+ * + 900 x 15 + 600 x 0.30 = 16680 millionths ($0.01668), 46320 millionths given back. */
+START_TEST(usage_reservation_settles_each_dimension)
+{
+    char cfg[sizeof usage_cfg + 8];
+    const char *cap = strstr(usage_cfg, "500");
+    snprintf(cfg, sizeof cfg, "%.*s10000%s", (int)(cap - usage_cfg), usage_cfg, cap + 3);
+    pair p;
+    pair_new(&p, cfg, "usettle:");
+    rl_limiter *both[2] = {p.mem, p.red};
+    for (int i = 0; i < 2; i++) {
+        rl_decision d;
+        rl_err err = {{0}};
+        ck_assert(acquire_usage(both[i], UKEYS, 1000, 4000, -1, S(0), RL_RESERVE, &d));
+        char id[RL_RESERVATION_ID];
+        memcpy(id, d.reservation, sizeof id);
+        ck_assert_int_eq(tu_status(&d, 0)->remaining, 1000000000 - 63000000);
+        rl_actual a = {.has_cost = 0, .usage = {7u, {FP(1000), FP(900), FP(600)}}};
+        rl_settlement st;
+        ck_assert_int_eq(rl_settle_usage(both[i], id, &a, S(0), &st, &err), RL_OK);
+        const rl_settled *out = &st.unit[RL_UNIT_DIM0 + 1], *cached = &st.unit[RL_UNIT_DIM0 + 2];
+        const rl_settled *usd = &st.unit[RL_UNIT_USD];
+        ck_assert_int_eq(out->reserved, FP(4000));
+        ck_assert_int_eq(out->refunded, FP(3100));
+        ck_assert_int_eq(cached->charged, FP(600));
+        ck_assert_int_eq(usd->reserved, 63000000);
+        ck_assert_int_eq(usd->actual, 16680000);
+        ck_assert_int_eq(usd->refunded, 46320000);
+        ck_assert_int_eq(st.actual, FP(1)); /* the cost stands */
+        ck_assert(acquire_usage(both[i], UKEYS, 0, 0, -1, S(0), RL_DRY_RUN, &d));
+        ck_assert_int_eq(tu_status(&d, 0)->remaining, 1000000000 - 16680000);
+        ck_assert_int_eq(tu_status(&d, 1)->remaining, FP(0)); /* 1000 in, as reserved */
+        ck_assert_int_eq(tu_status(&d, 2)->remaining, FP(10000 - 900));
+        ck_assert_int_eq(rl_settle_usage(both[i], id, &a, S(0), &st, &err), RL_ESETTLED);
+    }
+    pair_free(&p);
+}
+END_TEST
+
+/* A budget of $10 with prices of six decimals: {1000 in, 1000 out} at $5.000001 and $14.999999
+ * per million is 0.005000001 + 0.014999999 = $0.02 exactly, so the budget admits exactly 500
+ * (summing to $10.00 on paper) and denies the 501st; in binary floating point 500 x 0.02
+ * overshoots 10 and a limiter adding doubles would deny the 500th. One input token at
+ * $0.000001 per million is 10^-12 dollars, rounded up to one nano-dollar. */
+START_TEST(usage_dollar_budget_is_exact)
+{
+    const char *cfg =
+        "{\"dimensions\": [\"in\", \"out\"], \"prices\": {\"by\": \"model\", \"models\": {"
+        " \"m\": {\"in\": 5.000001, \"out\": 14.999999}, \"tiny\": {\"in\": 0.000001}}},"
+        " \"levels\": [{\"name\": \"user\", \"rules\": [{\"type\": \"fixed_window\", \"limit\": 10,"
+        " \"window\": 86400, \"unit\": \"usd\"}]}]}";
+    pair p;
+    pair_new(&p, cfg, "ubudget:");
+    rl_limiter *both[2] = {p.mem, p.red};
+    for (int i = 0; i < 2; i++) {
+        rl_decision d;
+        for (int k = 0; k < 500; k++)
+            ck_assert_msg(acquire_usage(both[i], "user=u,model=m", 1000, 1000, -1, S(1), 0, &d),
+                          "request %d of 500 denied", k + 1);
+        ck_assert_int_eq(tu_status(&d, 0)->remaining, 0);
+        ck_assert(!acquire_usage(both[i], "user=u,model=m", 1000, 1000, -1, S(1), 0, &d));
+        ck_assert(acquire_usage(both[i], "user=v,model=tiny", 1, 0, -1, S(1), 0, &d));
+        ck_assert_int_eq(tu_status(&d, 0)->remaining, FP(10) * 1000 - 1);
+    }
+    pair_free(&p);
+}
+END_TEST
+
+/* A reservation's amounts and prices survive a restart of the memory store (its snapshot):
+ * settled after the load as before it, the dollars worked out at the prices it was made with. */
+START_TEST(usage_reservation_survives_a_snapshot)
+{
+    rl_registry *reg = rl_registry_new();
+    rl_limiter *a = memory_limiter(reg, usage_cfg), *b = memory_limiter(reg, usage_cfg);
+    rl_decision d;
+    rl_err err = {{0}};
+    char path[] = "/tmp/rlusage.XXXXXX";
+    int fd = mkstemp(path);
+    ck_assert_int_ge(fd, 0);
+    close(fd);
+    ck_assert(acquire_usage(a, UKEYS, 100, 400, -1, S(0), RL_RESERVE, &d));
+    char id[RL_RESERVATION_ID];
+    memcpy(id, d.reservation, sizeof id);
+    ck_assert_int_eq(rl_limiter_save(a, path, &err), RL_OK);
+    size_t loaded = 0;
+    ck_assert_int_eq(rl_limiter_load(b, path, S(0), &loaded, &err), RL_OK);
+    unlink(path);
+    rl_actual act = {.has_cost = 0, .usage = {2u, {0, FP(100)}}};
+    rl_settlement st;
+    ck_assert_int_eq(rl_settle_usage(b, id, &act, S(0), &st, &err), RL_OK);
+    /* 100 x 3 + 400 x 15 = 6300 millionths reserved; 100 x 3 + 100 x 15 = 1800 actual */
+    ck_assert_int_eq(st.unit[RL_UNIT_USD].refunded, 4500000);
+    ck_assert(acquire_usage(b, UKEYS, 0, 0, -1, S(0), RL_DRY_RUN, &d));
+    ck_assert_int_eq(tu_status(&d, 0)->remaining, 1000000000 - 1800000);
+    ck_assert_int_eq(tu_status(&d, 2)->remaining, FP(400));
+    rl_limiter_free(a);
+    rl_limiter_free(b);
+    rl_registry_free(reg);
+}
+END_TEST
+
+/* Bad usage: an undeclared dimension, and a model without prices where a rule counts dollars,
+ * are refused naming them, and change nothing. */
+START_TEST(usage_errors_name_the_field)
+{
+    rl_registry *reg = rl_registry_new();
+    rl_limiter *lim = memory_limiter(reg, usage_cfg);
+    char buf[128];
+    rl_descriptor ds[4];
+    rl_usage u = {1u << 5, {0}};
+    rl_request req = {.desc = ds, .ndesc = descs("user=u,team=t,model=m", buf, sizeof buf, ds),
+                      .cost = FP(1), .usage = &u, .now = 0};
+    rl_decision d;
+    rl_err err = {{0}};
+    ck_assert_int_eq(rl_acquire(lim, &req, &d, &err), RL_EINVAL);
+    ck_assert_str_eq(err.msg, "usage: dimension 5 is not declared");
+    u.given = 1;
+    u.v[0] = FP(10);
+    req.ndesc = descs("user=u,team=t,model=x", buf, sizeof buf, ds);
+    ck_assert_int_eq(rl_acquire(lim, &req, &d, &err), RL_EINVAL);
+    ck_assert_str_eq(err.msg, "keys.model: no prices for \"x\"");
+    req.ndesc = descs("user=u,team=t", buf, sizeof buf, ds);
+    ck_assert_int_eq(rl_acquire(lim, &req, &d, &err), RL_EINVAL);
+    ck_assert_str_eq(err.msg, "keys.model: required to count dollars");
+    ck_assert(acquire_usage(lim, UKEYS, 0, 0, -1, S(0), RL_DRY_RUN, &d));
+    ck_assert_int_eq(tu_status(&d, 1)->remaining, FP(1000));
+    rl_limiter_free(lim);
+    rl_registry_free(reg);
+}
+END_TEST
+
 /* ---- a conformance table ------------------------------------------------------------------- */
 
 /* Worked numbers from the rule files' comments, checked by hand, run against both stores. */
@@ -2264,6 +2462,11 @@ Suite *redis_store_suite(void)
     tcase_add_checked_fixture(tc, srv_up, srv_down);
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, every_key_written_has_a_ttl);
+    tcase_add_test(tc, usage_denied_on_one_dimension_takes_nothing);
+    tcase_add_test(tc, usage_reservation_settles_each_dimension);
+    tcase_add_test(tc, usage_dollar_budget_is_exact);
+    tcase_add_test(tc, usage_errors_name_the_field);
+    tcase_add_test(tc, usage_reservation_survives_a_snapshot);
     tcase_add_test(tc, ttl_follows_the_state);
     tcase_add_test(tc, sharded_level_splits_the_quota);
     tcase_add_test(tc, functions_or_evalsha);

@@ -94,6 +94,7 @@ typedef struct rld_settings {
     int grpc_ratelimit_headers; /* RateLimit headers in ShouldRateLimit's answers */
     int grpc_max_message;       /* bytes of the largest request message */
     char *ratelimit_config; /* envoyproxy/ratelimit's YAML instead of levels; NULL: none */
+    int model_headers;      /* RLD_MODEL_HEADERS_* bits (model_headers.h): 0, 1, 2 or 3 */
 } rld_settings;
 
 typedef enum rld_setting_kind {

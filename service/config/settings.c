@@ -67,6 +67,7 @@ static const char *const store_types[] = {"memory", "redis", NULL};
 static const char *const on_error_modes[] = {"open", "closed", "local", NULL};
 static const char *const log_levels[] = {"error", "warn", "info", NULL};
 static const char *const log_formats[] = {"text", "json", NULL};
+static const char *const model_header_sets[] = {"none", "openai", "anthropic", "both", NULL};
 
 /* clang-format off: one setting a row */
 static const rld_setting listen_rows[] = {
@@ -504,6 +505,14 @@ static const rld_setting root_rows[] = {
      .help = "envoyproxy/ratelimit's YAML configuration instead of `levels`: a `.yaml` or `.yml` "
              "file or a directory of them, relative to the working directory (see [Coming from "
              "envoyproxy/ratelimit](envoy.md#coming-from-envoyproxyratelimit))"},
+    {.name = "model_headers",
+     .kind = RLD_SET_ENUM,
+     .offset = OFF(model_headers),
+     .choices = model_header_sets,
+     .help = "the rate-limit headers of model APIs that `/acquire` and `/check` add to the IETF "
+             "`RateLimit` ones: `\"openai\"` (`x-ratelimit-*`), `\"anthropic\"` "
+             "(`anthropic-ratelimit-*`), `\"both\"` or `\"none\"` (the default); see "
+             "[Model usage](usage.md#the-headers-model-clients-read)"},
     {.name = "dimensions",
      .kind = RLD_SET_CONFIG,
      .doc_value = "list of names",

@@ -19,6 +19,7 @@
 #include "app/log.h"
 #include "app/render.h"
 #include "app/rules_json.h"
+#include "app/model_headers.h"
 #include "app/settle_req.h"
 #include "app/usage.h"
 #include "check_req.h"
@@ -74,12 +75,13 @@ static int check_now_or_reply(const rld_app *app, rld_req *r, int has_now)
 
 /* Answers a decision, with its JSON body or (with_body 0) none: 200 or deny_status, the
  * RateLimit headers, and Retry-After on a denial with a finite wait. */
-static void reply_decision(rld_req *r, const rl_config *cfg, const rl_decision *d,
-                           int deny_status, int with_body)
+static void reply_decision(rld_req *r, const rld_app *app, const rl_config *cfg,
+                           const rl_decision *d, int deny_status, int with_body)
 {
     char pbuf[1024], sbuf[1024], retry[24], by[256];
     rld_buf policy, state;
-    rld_header hs[3];
+    rld_header hs[3 + RLD_MODEL_FIELDS];
+    rld_field model[RLD_MODEL_FIELDS];
     size_t nh = 0;
     if (!d->allowed && rld_req_access_logged(r)) {
         rld_render_blocked_by(by, sizeof by, cfg, d);
@@ -95,6 +97,11 @@ static void reply_decision(rld_req *r, const rl_config *cfg, const rl_decision *
         snprintf(retry, sizeof retry, "%lld",
                  (long long)rld_retry_after_seconds(d->retry_after));
         hs[nh++] = (rld_header){"Retry-After", retry};
+    }
+    if (app->set->model_headers) {
+        size_t nm = rld_model_headers((unsigned)app->set->model_headers, cfg, d, model);
+        for (size_t i = 0; i < nm; i++)
+            hs[nh++] = (rld_header){model[i].name, model[i].value};
     }
     rld_reply(r, d->allowed ? 200 : deny_status, with_body ? "application/json" : NULL, hs, nh);
     rld_buf_reset(&policy);
@@ -151,7 +158,7 @@ static void acquire_answer(rld_app *app, rld_req *r, acq *a, int rc)
     }
     const rl_config *cfg = rl_limiter_config(app->lim);
     rld_metrics_decision(app->metrics, &a->d, a->q.dry_run, a->req.cost);
-    reply_decision(r, cfg, &a->d, 429, 1);
+    reply_decision(r, app, cfg, &a->d, 429, 1);
     rl_decision_done(&a->d);
     rld_acquire_req_clear(&a->q); /* the decision's keys may point into the request */
 }
@@ -219,6 +226,7 @@ static void h_check(void *ctx, rld_req *r)
     rl_request req = {.desc = c.q.desc,
                       .ndesc = c.q.ndesc,
                       .cost = c.q.cost,
+                      .usage = c.q.usage.given ? &c.q.usage : NULL,
                       .priority = c.q.priority,
                       .flags = 0,
                       .now = rld_app_time(app, 0, 0)};
@@ -231,7 +239,7 @@ static void h_check(void *ctx, rld_req *r)
         return;
     }
     rld_metrics_decision(app->metrics, &d, 0, req.cost);
-    reply_decision(r, c.cfg, &d, deny, 0);
+    reply_decision(r, app, c.cfg, &d, deny, 0);
     rl_decision_done(&d);
 }
 

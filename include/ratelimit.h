@@ -379,6 +379,8 @@ typedef struct rl_decision {
     size_t napplied;
     rl_applied applied[RL_MAX_APPLIED];
     rl_rules *held; /* reference kept on a custom rule list until rl_decision_done */
+    int has_amt;     /* the request carried usage: amt holds its amounts */
+    rl_fp amt[RL_UNITS]; /* by unit: dollars (nano-dollars) and each dimension; 0 and 1 unused */
     size_t keyused;
     char keybuf[RL_DECISION_KEYS]; /* composed keys */
 } rl_decision;

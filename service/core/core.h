@@ -364,12 +364,11 @@ typedef struct rl__levels {
     rl__level_key lv[RL_MAX_LEVELS];
     size_t nrules; /* over every level, at most RL_MAX_APPLIED */
     rl_fp cost;    /* > 0 */
-    const rl_fp *amt;      /* NULL, or amtv: the request's amounts by unit (rl_plan.amt) */
+    const rl_fp *amt;      /* NULL, or the decision's amt: the request's amounts by unit */
     const rl_price *price; /* the prices its dollars came from, or NULL */
     int64_t priority;
     unsigned flags; /* RL_DRY_RUN or 0 (a request that reserves is planned) */
     rl_ns now;
-    rl_fp amtv[RL_UNITS];
 } rl__levels;
 
 /* What decide_levels returns when it leaves the request to the plan. */

@@ -603,11 +603,13 @@ static const rl_descriptor *find_descriptor(const rl_request *req, const char *n
 
 /* q's amounts by unit from the request's usage: each declared dimension's, and the dollars
  * at the prices of the request's model when the configuration has prices and names it. */
-static int usage_amounts(rl_limiter *lim, const rl_request *req, rl__levels *q, rl_err *err)
+static int usage_amounts(rl_limiter *lim, const rl_request *req, rl__levels *q, rl_decision *d,
+                         rl_err *err)
 {
     const rl_config *cfg = lim->cfg;
     const rl_usage *u = req->usage;
-    memset(q->amtv, 0, sizeof q->amtv);
+    rl_fp *amt = d->amt;
+    memset(amt, 0, sizeof d->amt);
     for (size_t k = 0; k < RL_MAX_DIMS; k++) {
         if (!(u->given >> k & 1u))
             continue;
@@ -616,13 +618,13 @@ static int usage_amounts(rl_limiter *lim, const rl_request *req, rl__levels *q, 
         if (u->v[k] < 0 || u->v[k] > RL_FP_MAX)
             return rl_errf(err, RL_EINVAL,
                            "usage.%s: must be a number from 0 to 1000000000000", cfg->dims[k]);
-        q->amtv[RL_UNIT_DIM0 + k] = u->v[k];
+        amt[RL_UNIT_DIM0 + k] = u->v[k];
     }
     if (cfg->price_by) {
         const rl_descriptor *m = find_descriptor(req, cfg->price_by);
         q->price = m ? rl_config_price(cfg, m->value, m->value_len) : NULL;
         if (q->price)
-            q->amtv[RL_UNIT_USD] = rl_usage_usd(u, q->price);
+            amt[RL_UNIT_USD] = rl_usage_usd(u, q->price);
         else if (__atomic_load_n(&lim->usd, __ATOMIC_RELAXED))
             return m ? rl_errf(err, RL_EINVAL, "keys.%s: no prices for \"%.*s\"", cfg->price_by,
                                (int)m->value_len, m->value)
@@ -631,7 +633,8 @@ static int usage_amounts(rl_limiter *lim, const rl_request *req, rl__levels *q, 
     } else if (__atomic_load_n(&lim->usd, __ATOMIC_RELAXED)) {
         return rl_errf(err, RL_EINVAL, "usage: no prices are configured to count dollars");
     }
-    q->amt = q->amtv;
+    q->amt = amt;
+    d->has_amt = 1;
     return RL_OK;
 }
 
@@ -656,7 +659,7 @@ resolve_levels(rl_limiter *lim, const rl_request *req, rl_decision *d, rl__level
                         "cost: must be a positive number no larger than 1000000000000");
     if ((rc = read_descriptors(lim, req, val, vlen, err)) != RL_OK)
         return rc;
-    if (req->usage && (rc = usage_amounts(lim, req, q, err)) != RL_OK)
+    if (req->usage && (rc = usage_amounts(lim, req, q, d, err)) != RL_OK)
         return rc;
     for (size_t li = 0, nl = lim->cfg->nlevels; li < nl; li++) {
         const lvinfo *v = &lim->lv[li];
@@ -715,6 +718,7 @@ static inline void acquire_start(const rl_request *req, rl_decision *d)
     d->held = NULL;
     d->keyused = 0;
     d->now = req->now;
+    d->has_amt = 0;
 }
 
 /* A request's plan, up to the store's decision: RL_OK with plan ready, or an error (d done). */

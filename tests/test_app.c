@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "app/app.h"
+#include "app/model_headers.h"
 #include "testutil.h"
 
 /* One token bucket of capacity cap on "user". */
@@ -118,6 +119,30 @@ static const rld_part_ops fake_ops = {.name = "fake",
                                       .stopping = part_stopping};
 /* A part with no method but reload: the others are optional. */
 static const rld_part_ops bare_ops = {.name = "bare", .reload = part_reload};
+
+/* Durations as OpenAI's headers write them (Go's time.Duration), rounded up to the ms. */
+START_TEST(durations_as_openai_writes_them)
+{
+    static const struct {
+        rl_ns ns;
+        const char *want;
+    } rows[] = {{0, "0s"},
+                {1, "1ms"},
+                {20 * 1000000LL, "20ms"},
+                {999 * 1000000LL + 1, "1s"},
+                {1500 * 1000000LL, "1.5s"},
+                {1201 * 1000000LL, "1.201s"},
+                {360 * RL_NS_PER_SEC, "6m0s"},
+                {90 * RL_NS_PER_SEC, "1m30s"},
+                {3600 * RL_NS_PER_SEC, "1h0m0s"},
+                {3723 * RL_NS_PER_SEC + 250000000, "1h2m3.25s"}};
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        char buf[40];
+        rld_go_duration(buf, sizeof buf, rows[i].ns);
+        ck_assert_str_eq(buf, rows[i].want);
+    }
+}
+END_TEST
 
 START_TEST(a_reload_reaches_every_part)
 {
@@ -290,6 +315,7 @@ static Suite *app_suite(void)
     Suite *s = suite_create("app");
     TCase *tc = tcase_create("parts");
     tcase_add_test(tc, a_reload_reaches_every_part);
+    tcase_add_test(tc, durations_as_openai_writes_them);
     tcase_add_test(tc, a_part_can_refuse_a_reload);
     tcase_add_test(tc, parts_are_bounded);
     tcase_add_test(tc, quotas_health_and_metrics_go_to_the_store);

@@ -232,9 +232,13 @@ int rl_rule_set_unit_in(rl_rule *r, const char *const *dims, size_t ndims, const
     size_t n = 0;
     for (size_t k = 0; k < ndims && n < sizeof list; k++)
         n += (size_t)snprintf(list + n, sizeof list - n, ", \"%s\"", dims[k]);
+    if (!ndims)
+        return rl_errf(err, RL_EINVAL,
+                       "unit: must be \"cost\", \"requests\" or \"usd\" (not \"%s\"); other "
+                       "units are declared in \"dimensions\"", unit);
     return rl_errf(err, RL_EINVAL,
-                   "unit: must be \"cost\", \"requests\", \"usd\"%s (not \"%s\")",
-                   ndims ? " or a declared dimension" : "", unit);
+                   "unit: must be \"cost\", \"requests\", \"usd\" or a declared dimension (%s) "
+                   "(not \"%s\")", list + 2, unit);
 }
 
 /* Keeps a rule counting dollars in nano-dollars: its amounts and rates times RL_USD_SCALE. */

@@ -93,6 +93,7 @@ typedef struct rld_settings {
     char *grpc_listen;          /* "ADDR:PORT" of the gRPC server; NULL: no gRPC server */
     int grpc_ratelimit_headers; /* RateLimit headers in ShouldRateLimit's answers */
     int grpc_max_message;       /* bytes of the largest request message */
+    char *grpc_hits_addend;     /* a dimension hits_addend counts in; NULL: the cost */
     char *ratelimit_config; /* envoyproxy/ratelimit's YAML instead of levels; NULL: none */
     int model_headers;      /* RLD_MODEL_HEADERS_* bits (model_headers.h): 0, 1, 2 or 3 */
 } rld_settings;

@@ -518,6 +518,10 @@ int rld_config_parse(const char *text, size_t len, rl_registry *reg, rld_setting
         rl_config_free(cfg);
         return RL_OK;
     }
+    if (rc == RL_OK && set->grpc_hits_addend &&
+        rl_config_dimension(cfg, set->grpc_hits_addend, strlen(set->grpc_hits_addend)) < 0)
+        rc = fail(err, "grpc.hits_addend: \"%.64s\" is not a declared dimension",
+                  set->grpc_hits_addend);
     if (rc == RL_OK)
         rc = rl_config_finish(cfg, default_tier, err);
     json_decref(root);

@@ -279,6 +279,15 @@ static const rld_setting grpc_rows[] = {
      .def = 0,
      .help = "ShouldRateLimit answers carry the IETF `RateLimit-Policy` and `RateLimit` headers "
              "in `response_headers_to_add` (Envoy adds them to the response)"},
+    {.name = "hits_addend",
+     .kind = RLD_SET_STRING,
+     .offset = OFF(grpc_hits_addend),
+     .min = 1,
+     .max = 64,
+     .doc_value = "dimension",
+     .help = "with a native configuration, a request's `hits_addend` is its usage in this "
+             "declared dimension (its cost is then 1) instead of its cost; see "
+             "[Model usage](usage.md#over-grpc)"},
     {.name = "max_message",
      .kind = RLD_SET_INT,
      .offset = OFF(grpc_max_message),

@@ -150,6 +150,9 @@ static size_t descs(const char *keys, char *buf, size_t cap, rl_descriptor *ds)
     return n;
 }
 
+/* The usage the differential replay's next acquire carries (NULL: none). */
+static const rl_usage *replay_usage;
+
 static int acquire(rl_limiter *lim, const char *keys, rl_fp cost, rl_ns now, unsigned flags,
                    int64_t priority, rl_decision *d)
 {
@@ -158,6 +161,7 @@ static int acquire(rl_limiter *lim, const char *keys, rl_fp cost, rl_ns now, uns
     rl_request req = {.desc = ds,
                       .ndesc = descs(keys, buf, sizeof buf, ds),
                       .cost = cost,
+                      .usage = replay_usage,
                       .priority = priority,
                       .flags = flags,
                       .now = now};
@@ -587,11 +591,50 @@ static size_t rnd_rule(uint64_t *s, int t, int idx, char *b, size_t n)
     return u;
 }
 
+/* 1 while the differential replay runs with dimensions d0 and d1 and model m's prices: half
+ * the rules count d0, d1 or dollars, and requests carry usage. */
+static int replay_dims;
+
+/* A rule counting d0, d1 or usd (token bucket, GCRA or a window), sized so that the requests'
+ * usage (up to a few thousand units, cents of dollars) is denied now and then. */
+static size_t rnd_dim_rule(uint64_t *s, int idx, char *b, size_t n)
+{
+    static const char *const units[] = {"d0", "d1", "usd"};
+    int unit = (int)rnd(s, 3), t = (int)rnd(s, 3);
+    char x[40], y[40];
+    rl_fp amount = unit == 2 ? 1000 + (rl_fp)rnd(s, RL_FP_ONE / 10) /* up to $0.1 */
+                             : (rl_fp)(100 + rnd(s, 10000)) * RL_FP_ONE;
+    rl_fp rate = amount / (rl_fp)(1 + rnd(s, 20));
+    put_fp(x, sizeof x, amount);
+    put_fp(y, sizeof y, rate > 0 ? rate : 1);
+    size_t u = (size_t)snprintf(b, n, "{\"type\": \"%s\", \"name\": \"r%d\", \"unit\": \"%s\"",
+                                t == 0 ? "token_bucket" : t == 1 ? "gcra" : "fixed_window", idx,
+                                units[unit]);
+    if (t == 0)
+        u += (size_t)snprintf(b + u, n - u, ", \"capacity\": %s, \"per_second\": %s}", x, y);
+    else if (t == 1)
+        u += (size_t)snprintf(b + u, n - u, ", \"burst\": %s, \"per_second\": %s}", x, y);
+    else
+        u += (size_t)snprintf(b + u, n - u, ", \"limit\": %s, \"window\": %d}", x,
+                              (int)(1 + rnd(s, 120)));
+    return u;
+}
+
 /* A random configuration of 1 to 3 levels of 1 to 3 rules; level 0 starts with type force. */
 static void rnd_config(uint64_t *s, int force, char *b, size_t n)
 {
     size_t u =
         (size_t)snprintf(b, n, "{\"reservation_ttl\": %d, \"levels\": [", (int)(1 + rnd(s, 600)));
+    if (replay_dims) {
+        char p0[40], p1[40];
+        put_fp(p0, sizeof p0, (rl_fp)rnd(s, 20 * RL_FP_ONE));
+        put_fp(p1, sizeof p1, (rl_fp)rnd(s, 20 * RL_FP_ONE));
+        u = (size_t)snprintf(b, n,
+                             "{\"dimensions\": [\"d0\", \"d1\"], \"prices\": {\"by\": \"model\", "
+                             "\"models\": {\"m\": {\"d0\": %s, \"d1\": %s}}}, \"reservation_ttl\": %d, "
+                             "\"levels\": [",
+                             p0, p1, (int)(1 + rnd(s, 600)));
+    }
     int nlevels = 1 + (int)rnd(s, 3);
     for (int l = 0; l < nlevels; l++) {
         u += (size_t)snprintf(b + u, n - u, "%s{\"name\": \"l%d\", %s%s\"rules\": [",
@@ -603,7 +646,10 @@ static void rnd_config(uint64_t *s, int force, char *b, size_t n)
             int t = l == 0 && i == 0 ? force : (int)rnd(s, (uint64_t)NTYPES - (on_cluster != 0));
             if (i)
                 u += (size_t)snprintf(b + u, n - u, ", ");
-            u += rnd_rule(s, t, i, b + u, n - u);
+            if (replay_dims && rnd(s, 2) == 0)
+                u += rnd_dim_rule(s, i, b + u, n - u);
+            else
+                u += rnd_rule(s, t, i, b + u, n - u);
         }
         u += (size_t)snprintf(b + u, n - u, "]}");
     }
@@ -622,6 +668,17 @@ static rl_fp rnd_cost(uint64_t *s)
     if (k < 19)
         return 1 + (rl_fp)rnd(s, 1000);
     return 1 + (rl_fp)rnd(s, (uint64_t)RL_FP_MAX);
+}
+
+/* An amount of usage: mostly hundreds of units, sometimes 0 or a fraction. */
+static rl_fp rnd_usage(uint64_t *s)
+{
+    uint64_t k = rnd(s, 10);
+    if (k == 0)
+        return 0;
+    if (k == 1)
+        return 1 + (rl_fp)rnd(s, RL_FP_ONE);
+    return (rl_fp)rnd(s, 3000) * RL_FP_ONE;
 }
 
 /* One of n reservations, mostly a recent one. */
@@ -776,10 +833,15 @@ static void replay(uint64_t seed, int force, int steps, const char *prefix, size
         }
         if (op < 7 || nids == 0) {
             char keys[64] = "";
-            for (size_t l = 0, u = 0; l < nlevels; l++)
+            size_t u = 0;
+            for (size_t l = 0; l < nlevels; l++)
                 if (rnd(&s, 8) != 0)
                     u += (size_t)snprintf(keys + u, sizeof keys - u, "%sl%zu=%s", u ? "," : "", l,
                                           values[rnd(&s, 6)]);
+            rl_usage usage = {(uint32_t)rnd(&s, 4), {rnd_usage(&s), rnd_usage(&s)}};
+            replay_usage = replay_dims ? &usage : NULL;
+            if (replay_dims)
+                snprintf(keys + u, sizeof keys - u, "%smodel=m", u ? "," : "");
             rl_fp cost = rnd_cost(&s);
             unsigned flags = rnd(&s, 10) == 0 ? RL_DRY_RUN : 0;
             flags |= rnd(&s, 5) < 2 ? RL_RESERVE : 0;
@@ -794,6 +856,7 @@ static void replay(uint64_t seed, int force, int steps, const char *prefix, size
             }
             int ra = acquire(p.mem, keys, cost, now, flags, prio, &a);
             int rb = acquire(p.red, keys, cost, now, flags, prio, &b);
+            replay_usage = NULL;
             ck_assert_msg(ra == RL_OK && rb == RL_OK, "%s: acquire %d / %d", ctx, ra, rb);
             compare(&a, &b, ctx);
             if (a.reservation[0]) {
@@ -812,8 +875,11 @@ static void replay(uint64_t seed, int force, int steps, const char *prefix, size
             rl_err e1, e2;
             if (getenv("RL_TRACE"))
                 fprintf(stderr, "trace: %s: settle %zu %lld\n", ctx, k, (long long)actual);
-            int ra = rl_settle(p.mem, ids[k][0], actual, now, &x, &e1);
-            int rb = rl_settle(p.red, ids[k][1], actual, now, &y, &e2);
+            rl_actual act = {.has_cost = !replay_dims || rnd(&s, 2) == 0, .cost = actual,
+                             .usage = {replay_dims ? (uint32_t)rnd(&s, 4) : 0u,
+                                       {rnd_usage(&s), rnd_usage(&s)}}};
+            int ra = rl_settle_usage(p.mem, ids[k][0], &act, now, &x, &e1);
+            int rb = rl_settle_usage(p.red, ids[k][1], &act, now, &y, &e2);
             ck_assert_msg(ra == rb, "%s: settle %d vs %d (%s)", ctx, ra, rb,
                           rb == RL_ESTORE ? e2.msg : "");
             ck_assert_msg(memcmp(&x, &y, sizeof x) == 0, "%s: settlement differs", ctx);
@@ -849,6 +915,19 @@ END_TEST
 /* The same with the Redis side deciding runs of 1 to 12 requests in one call
  * (rl_acquire_many: their scripts in one write, run in order): the answers must be those of
  * deciding them one by one. */
+/* The same with dimensions and dollars: rules counting d0, d1 or usd beside the others,
+ * requests with random usage of model m, settlements with random actual usage. */
+START_TEST(differential_replay_usage)
+{
+    uint64_t seed = 0x05a9e000u + (uint64_t)_i;
+    char prefix[40];
+    snprintf(prefix, sizeof prefix, "diffu%" PRIx64 ":", seed);
+    replay_dims = 1;
+    replay(seed, _i % NTYPES, STEPS, prefix, 0);
+    replay_dims = 0;
+}
+END_TEST
+
 START_TEST(differential_replay_batched)
 {
     uint64_t seed = 0xba7c0000u + (uint64_t)_i;
@@ -975,6 +1054,20 @@ END_TEST
 /* The same on a Redis Cluster: the levels' states lie in other slots, mostly on other primaries,
  * so a denial by a later level gives back what the earlier ones took; every answer must still
  * be the memory store's. Every type that can live on a cluster (not the plug-in's). */
+/* Usage on a cluster: reservations settled per dimension by undo scripts, slot by slot. */
+START_TEST(differential_replay_usage_cluster)
+{
+    replay_dims = 1;
+    for (int t = 0; t < NTYPES - 1; t++) {
+        uint64_t seed = 0xc1a5e000u + (uint64_t)t;
+        char prefix[40];
+        snprintf(prefix, sizeof prefix, "clu%" PRIx64 ":", seed);
+        replay(seed, t, STEPS, prefix, 0);
+    }
+    replay_dims = 0;
+}
+END_TEST
+
 START_TEST(differential_replay_cluster)
 {
     for (int t = 0; t < NTYPES - 1; t++) { /* one cluster for a trace of each type */
@@ -2439,6 +2532,7 @@ Suite *redis_store_suite(void)
     tcase_add_checked_fixture(tc, srv_up, srv_down);
     tcase_set_timeout(tc, 300);
     tcase_add_loop_test(tc, differential_replay, 0, TRACES);
+    tcase_add_loop_test(tc, differential_replay_usage, 0, 2 * NTYPES);
     tcase_add_loop_test(tc, differential_replay_batched, 0, NTYPES);
     tcase_add_test(tc, many_decisions_share_one_write);
     tcase_add_test(tc, many_decisions_with_long_calls);
@@ -2452,6 +2546,7 @@ Suite *redis_store_suite(void)
     tcase_add_checked_fixture(tc, cl_up, cl_down);
     tcase_set_timeout(tc, 300);
     tcase_add_loop_test(tc, differential_replay_cluster, 0, 2);
+    tcase_add_test(tc, differential_replay_usage_cluster);
     tcase_add_test(tc, cluster_refuses_types_that_cannot_give_back);
     tcase_add_test(tc, quotas_on_a_cluster);
     tcase_add_test(tc, sharded_level_spreads_on_a_cluster);

@@ -243,7 +243,8 @@ $(BUILD)/tools/settings_doc: tools/settings_doc.c $(BUILD)/service/config/settin
 # runs bench/run.sh, which starts what it needs on free loopback ports and stops it again.
 BENCH_BUILD  := build-bench
 BENCH_CFLAGS := -O2 -g -DNDEBUG
-BENCH_BIN    := $(BUILD)/bench/bench_core $(BUILD)/bench/loadgen $(BUILD)/bench/lua_scripts
+BENCH_BIN    := $(BUILD)/bench/bench_core $(BUILD)/bench/loadgen $(BUILD)/bench/lua_scripts \
+                $(BUILD)/bench/bench_usage
 
 $(BUILD)/bench/bench_core.o: bench/bench_core.c
 	@mkdir -p $(dir $@)
@@ -266,6 +267,16 @@ $(BUILD)/bench/lua_scripts: $(BUILD)/bench/lua_scripts.o $(BUILD)/service/redis/
                             $(BUILD)/gen/redis_scripts.o
 	$(call say,LD,$@)
 	$(Q)$(CC) $^ -o $@ $(LDFLAGS_ALL)
+
+# What counting a model call in three dimensions costs a decision (bench/callgrind_usage.sh).
+$(BUILD)/bench/bench_usage.o: bench/bench_usage.c | $(BUILD)/gen/redis_args.h
+	@mkdir -p $(dir $@)
+	$(call say,CC,$<)
+	$(Q)$(CC) $(BASE_CPPFLAGS) $(GEN_CPPFLAGS) -Iservice $(SVC_CFLAGS) $(ALL_CFLAGS) -c $< -o $@
+
+$(BUILD)/bench/bench_usage: $(BUILD)/bench/bench_usage.o $(SVC_LIB_OBJ) $(BUILD)/librl.a
+	$(call say,LD,$@)
+	$(Q)$(CC) $^ -o $@ $(LDFLAGS_ALL) $(TEST_LIBS)
 
 $(BUILD)/bench/loadgen: bench/loadgen.c
 	@mkdir -p $(dir $@)

@@ -538,6 +538,7 @@ static int start_serving(daemon_parts *dp)
                                .max_connections = (unsigned)set->max_connections,
                                .connection_timeout = (unsigned)set->connection_timeout,
                                .admin_token = set->admin_token,
+                               .admin_closed = rld_auth_admin_closed(set),
                                .acquire_token = set->acquire_token,
                                .metrics_token = set->metrics_token,
                                .tls_cert_pem = dp->tls_cert,
@@ -566,6 +567,14 @@ static int start_serving(daemon_parts *dp)
         rld_http_stop(dp->http, 0);
         return 1;
     }
+    if (rld_auth_admin_closed(set))
+        rld_log("note: the admin endpoints (/quota, /admin/reload) answer 403: listening on %s, "
+                "not on loopback, without admin_token",
+                set->address);
+    else if (rld_auth_admin_exposed(set))
+        rld_log("warn: the admin endpoints (/quota, /admin/reload) are open to anyone who "
+                "reaches %s%s%s:%d: \"admin_open\": true and no admin_token",
+                v6 ? "[" : "", set->address, v6 ? "]" : "", port);
     rld_log("started: listening on %s%s%s:%d, %d threads, %s, %s clock, configuration %s",
             v6 ? "[" : "", set->address, v6 ? "]" : "", port, dp->hc.threads, dp->store_name,
             dp->o->manual_clock ? "manual" : "real", dp->source);

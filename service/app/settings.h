@@ -54,7 +54,8 @@ typedef struct rld_settings {
     int max_connections;   /* connections served at once */
     int max_keys;          /* key states the memory store holds at most; 0: no bound */
     int connection_timeout; /* seconds a connection may stay idle */
-    char *admin_token;     /* NULL: admin endpoints are open */
+    char *admin_token;     /* NULL: admin endpoints are open on loopback, closed off it */
+    int admin_open;        /* off loopback without admin_token: the admin endpoints open anyway */
     char *admin_token_file;   /* where admin_token is read from (auth.h) */
     char *acquire_token;      /* NULL: the decision endpoints are open */
     char *acquire_token_file;

@@ -394,14 +394,24 @@ static const rld_setting root_rows[] = {
      .offset = OFF(admin_token),
      .min = 1,
      .max = 1024,
-     .help = "when set, /quota/&lt;user&gt; needs `Authorization: Bearer <token>`; also from "
-             "`admin_token_file` or the environment variable `RATELIMITD_ADMIN_TOKEN`"},
+     .help = "when set, /quota/&lt;user&gt; and /admin/reload need `Authorization: Bearer "
+             "<token>`; also from `admin_token_file` or the environment variable "
+             "`RATELIMITD_ADMIN_TOKEN`. Without it they are open on a loopback `listen.address` "
+             "and closed (403) on any other, unless `admin_open`"},
     {.name = "admin_token_file",
      .kind = RLD_SET_STRING,
      .offset = OFF(admin_token_file),
      .min = 1,
      .max = 4096,
      .help = "a file holding `admin_token` (one trailing newline is dropped)"},
+    {.name = "admin_open",
+     .kind = RLD_SET_BOOL,
+     .offset = OFF(admin_open),
+     .def = 0,
+     .help = "`true`: without `admin_token`, the admin endpoints answer anyone who reaches a "
+             "`listen.address` off loopback (127.0.0.0/8, ::1), and the log warns at every "
+             "start. `false`: they answer 403 there until `admin_token` is set. See [Admin "
+             "endpoints off loopback](operations.md#admin-endpoints-off-loopback)"},
     {.name = "acquire_token",
      .kind = RLD_SET_STRING,
      .offset = OFF(acquire_token),

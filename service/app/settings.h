@@ -94,6 +94,10 @@ typedef struct rld_settings {
     char *grpc_listen;          /* "ADDR:PORT" of the gRPC server; NULL: no gRPC server */
     int grpc_ratelimit_headers; /* RateLimit headers in ShouldRateLimit's answers */
     int grpc_max_message;       /* bytes of the largest request message */
+    char *grpc_tls_cert;        /* PEM files of "grpc": {"tls"}; cert NULL: cleartext */
+    char *grpc_tls_key;
+    char *grpc_tls_client_ca;   /* NULL: no client certificate asked */
+    char *grpc_tls_client_san;  /* NULL: any client certificate the CA signed */
     char *ratelimit_config; /* envoyproxy/ratelimit's YAML instead of levels; NULL: none */
 } rld_settings;
 
@@ -144,7 +148,7 @@ struct rld_setting_table {
 
 extern const rld_setting_table rld_settings_root, rld_settings_listen, rld_settings_store,
     rld_settings_level, rld_settings_log, rld_settings_tls, rld_settings_grpc,
-    rld_settings_sentinel;
+    rld_settings_grpc_tls, rld_settings_sentinel;
 
 /* Splits "ADDR:PORT" ("127.0.0.1:8081", "[::1]:8081"; PORT 0 to 65535) into addr (len bytes)
  * and *port. NULL on success, else why not ("must be ADDRESS:PORT"). */

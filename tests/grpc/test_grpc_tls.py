@@ -200,6 +200,21 @@ class GrpcTlsTest(unittest.TestCase):
             r.descriptors.add().entries.add(key="user", value=user)
             return srl(r, timeout=timeout)
 
+    def call_many(self, addr, entries, pad):
+        """One ShouldRateLimit with a descriptor per (key, value) of entries, each with a pad
+        entry of pad bytes that no limit names."""
+        creds = grpc.ssl_channel_credentials(root_certificates=read(self.d, "server-ca.pem"))
+        with grpc.secure_channel(addr, creds) as ch:
+            srl = ch.unary_unary(RLS, request_serializer=self.Req.SerializeToString,
+                                 response_deserializer=self.Resp.FromString)
+            r = self.Req(domain="edge")
+            for k, v in entries:
+                d = r.descriptors.add()
+                d.entries.add(key=k, value=v)
+                d.entries.add(key="pad", value="p" * pad)
+            self.assertGreater(r.ByteSize(), 60000)
+            return srl(r, timeout=5)
+
     def assert_refused(self, addr, client, why, log):
         with self.assertRaises(grpc.RpcError) as e:
             self.call(addr, client)
@@ -215,6 +230,11 @@ class GrpcTlsTest(unittest.TestCase):
             self.assertEqual(r.overall_code, self.Resp.Code.Value("OK"))
             self.assertEqual(r.statuses[0].limit_remaining, 2)
             self.assertEqual(self.call(dm.addr).statuses[0].limit_remaining, 1)
+            # a message of 60 KB comes in several TLS records, all read: bob's first call
+            r = self.call_many(dm.addr, [("user", "bob")], pad=60000)
+            self.assertEqual(r.overall_code, self.Resp.Code.Value("OK"))
+            self.assertEqual(r.statuses[0].limit_remaining, 2)
+            self.assertEqual(self.call(dm.addr, user="bob").statuses[0].limit_remaining, 1)
             # ALPN: h2 chosen; a client that offers only http/1.1 is refused
             with raw_tls(dm.port, os.path.join(d, "server-ca.pem")) as s:
                 self.assertEqual(s.selected_alpn_protocol(), "h2")

@@ -169,43 +169,46 @@ static int go_bool(const char *v)
 static int grpc_tls_files(const rld_settings *set, rld_net_tls_files *f, int *on, rl_err *err)
 {
     const char *use = getenv("GRPC_SERVER_USE_TLS");
-    memset(f, 0, sizeof *f);
-    f->alpn = "h2";
-    f->what = "grpc";
     *on = 0;
     if (set->grpc_tls_cert || set->grpc_tls_key || set->grpc_tls_client_ca ||
         set->grpc_tls_client_san) {
-        *f = (rld_net_tls_files){set->grpc_tls_cert,       "grpc.tls.cert",
-                                 set->grpc_tls_key,        "grpc.tls.key",
-                                 set->grpc_tls_client_ca,  "grpc.tls.client_ca",
-                                 set->grpc_tls_client_san, "grpc.tls.client_san",
-                                 "h2",                     "grpc"};
+        *f = (rld_net_tls_files){.cert = set->grpc_tls_cert,
+                                 .cert_name = "grpc.tls.cert",
+                                 .key = set->grpc_tls_key,
+                                 .key_name = "grpc.tls.key",
+                                 .client_ca = set->grpc_tls_client_ca,
+                                 .client_ca_name = "grpc.tls.client_ca",
+                                 .client_san = set->grpc_tls_client_san,
+                                 .client_san_name = "grpc.tls.client_san"};
         if (!f->cert || !f->key)
             return rl_errf(err, RL_EINVAL, "grpc.tls: give both cert and key");
     } else if (use && *use) {
         int v = go_bool(use);
         if (v < 0)
-            return rl_errf(err, RL_EINVAL, "GRPC_SERVER_USE_TLS: must be true or false (1, t, "
-                                           "true, TRUE, True, 0, f, false, FALSE, False)");
+            return rl_errf(err, RL_EINVAL,
+                           "GRPC_SERVER_USE_TLS: must be true or false (1, t, true, TRUE, True, "
+                           "0, f, false, FALSE, False)");
         if (!v)
             return RL_OK;
-        const char *vals[4];
-        static const char *const vars[4] = {"GRPC_SERVER_TLS_CERT", "GRPC_SERVER_TLS_KEY",
-                                            "GRPC_CLIENT_TLS_CACERT", "GRPC_CLIENT_TLS_SAN"};
+        *f = (rld_net_tls_files){.cert_name = "GRPC_SERVER_TLS_CERT",
+                                 .key_name = "GRPC_SERVER_TLS_KEY",
+                                 .client_ca_name = "GRPC_CLIENT_TLS_CACERT",
+                                 .client_san_name = "GRPC_CLIENT_TLS_SAN"};
+        const char **vals[4] = {&f->cert, &f->key, &f->client_ca, &f->client_san};
+        const char *names[4] = {f->cert_name, f->key_name, f->client_ca_name, f->client_san_name};
         for (int i = 0; i < 4; i++)
-            vals[i] = getenv(vars[i]) && *getenv(vars[i]) ? getenv(vars[i]) : NULL;
-        *f = (rld_net_tls_files){vals[0], vars[0], vals[1], vars[1], vals[2], vars[2],
-                                 vals[3], vars[3], "h2",    "grpc"};
+            *vals[i] = getenv(names[i]) && *getenv(names[i]) ? getenv(names[i]) : NULL;
         if (!f->cert || !f->key)
             return rl_errf(err, RL_EINVAL, "%s: GRPC_SERVER_USE_TLS is true: give the %s file",
-                           f->cert ? vars[1] : vars[0], f->cert ? "key" : "certificate");
+                           f->cert ? f->key_name : f->cert_name, f->cert ? "key" : "certificate");
     } else {
         return RL_OK;
     }
     if (f->client_san && !f->client_ca)
-        return rl_errf(err, RL_EINVAL, "%s: needs %s (a client certificate to check it in)",
-                       f->client_san_name, f->cert_name[0] == 'G' ? "GRPC_CLIENT_TLS_CACERT"
-                                                                 : "grpc.tls.client_ca");
+        return rl_errf(err, RL_EINVAL, "%s: needs %s (a client certificate to find it in)",
+                       f->client_san_name, f->client_ca_name);
+    f->alpn = "h2";
+    f->what = "grpc";
     *on = 1;
     return RL_OK;
 }

@@ -132,8 +132,8 @@ static int creds_load(const rld_net_tls *t, creds **out, rl_err *err)
         (rc = read_pem(t->key, t->key_name, &key, err)) != RL_OK ||
         (t->ca && (rc = read_pem(t->ca, t->ca_name, &ca, err)) != RL_OK))
         goto done;
-    if ((g = gnutls_certificate_set_x509_key_mem2(c->cred, &cert, &key, GNUTLS_X509_FMT_PEM,
-                                                  NULL, 0)) < 0) {
+    if ((g = gnutls_certificate_set_x509_key_mem2(c->cred, &cert, &key, GNUTLS_X509_FMT_PEM, NULL,
+                                                  0)) < 0) {
         /* which file is at fault: the certificate when it does not parse alone */
         gnutls_x509_crt_t crt = NULL;
         int cert_bad = gnutls_x509_crt_init(&crt) < 0 ||
@@ -218,8 +218,8 @@ void rld_net_tls_free(rld_net_tls *t)
     creds_release(t->cur);
     if (t->prio)
         gnutls_priority_deinit(t->prio);
-    char *strs[] = {t->cert, t->cert_name, t->key, t->key_name, t->ca,
-                    t->ca_name, t->san, t->san_name, t->alpn, t->what};
+    char *strs[] = {t->cert,    t->cert_name, t->key,      t->key_name, t->ca,
+                    t->ca_name, t->san,       t->san_name, t->alpn,     t->what};
     for (size_t i = 0; i < sizeof strs / sizeof strs[0]; i++)
         free(strs[i]);
     pthread_mutex_destroy(&t->mu);
@@ -231,8 +231,7 @@ static void part_refresh(void *self)
     rld_net_tls *t = self;
     rl_err err = {{0}};
     if (rld_net_tls_reload(t, &err) == RL_OK)
-        rld_log("%s: certificates read again from %s (new connections get them)", t->what,
-                t->cert);
+        rld_log("%s: certificates read again from %s (new connections get them)", t->what, t->cert);
     else
         rld_log("error: %s: certificates not read again, the ones in force stay: %s", t->what,
                 err.msg);

@@ -40,6 +40,8 @@ TEST_ENV  := RL_BUILD=$(BUILD) ASAN_OPTIONS=detect_leaks=1 \
 # Libraries come from pkg-config; the core library uses none of them.
 # A library added here goes into both apt-get lines of the Dockerfile too (make container-test).
 PKG_SVC  := jansson libmicrohttpd hiredis libprotobuf-c libnghttp2 yaml-0.1
+# TLS on the gRPC port (service/net/tls.c): GnuTLS, the library libmicrohttpd serves HTTPS with
+PKG_SVC  += gnutls
 PKG_TEST := check libcurl
 PKG_ALL  := $(PKG_SVC) $(PKG_TEST)
 pc_cflags = $(shell pkg-config --cflags $(1) 2>/dev/null)
@@ -336,6 +338,7 @@ test: deps-quiet
 	@$(MAKE) --no-print-directory api-check
 	@$(MAKE) --no-print-directory docs-check
 	@$(MAKE) --no-print-directory grpc-check
+	@$(MAKE) --no-print-directory grpc-tls-check
 	@$(MAKE) --no-print-directory clients-check
 	@$(MAKE) --no-print-directory deb-check
 	@$(MAKE) --no-print-directory lua-smoke
@@ -365,6 +368,13 @@ grpc-check: $(GRPC_NODE) $(BUILD)/ratelimitd
 	$(Q)$(TEST_ENV) $(PYTHON) tests/grpc/test_grpc_yaml.py
 	@echo "== tests/grpc-js (node --test, @grpc/grpc-js)"
 	$(Q)cd tests/grpc-js && $(TEST_ENV) RL_BUILD=$(abspath $(BUILD)) node --test
+
+# TLS and mTLS on the gRPC port (net/'s GnuTLS): python3-grpcio against certificates the test
+# makes with openssl, configured natively and by envoyproxy/ratelimit's variables.
+.PHONY: grpc-tls-check
+grpc-tls-check: $(BUILD)/ratelimitd
+	@echo "== tests/grpc/test_grpc_tls.py (python3-grpcio over TLS and mTLS)"
+	$(Q)$(TEST_ENV) $(PYTHON) tests/grpc/test_grpc_tls.py
 
 # ---- the clients: clients/python and clients/node ----------------------------------------------
 # Each against a real daemon: the Python one with Debian's python3 and its python3-starlette
@@ -489,6 +499,8 @@ DEB_PKGS += valgrind
 # gRPC: messages, HTTP/2, the Python client (grpcio, protobuf, protoc), h2load
 DEB_PKGS += libprotobuf-c-dev protobuf-c-compiler libnghttp2-dev nghttp2-client protobuf-compiler \
             python3 python3-grpcio python3-protobuf
+# TLS in net/ (gRPC's port: tests/grpc/test_grpc_tls.py makes its certificates with openssl)
+DEB_PKGS += libgnutls28-dev
 # Caddy in front (config/caddy/Caddyfile, tests/test_caddy.c)
 DEB_PKGS += caddy
 # the Python client's tests (clients/python): ASGI (starlette's TestClient uses httpx), WSGI,

@@ -60,7 +60,7 @@ static const struct {
      "quotas.bob: unknown tier \"gold\""},
     {"{\"colour\": 1, \"levels\": [{\"name\": \"user\", \"rules\": [" TB "]}]}",
      "colour: unknown field (known: listen, threads, tls, max_connections, max_keys, "
-     "connection_timeout, store, admin_token, admin_token_file, acquire_token, "
+     "connection_timeout, store, admin_token, admin_token_file, admin_open, acquire_token, "
      "acquire_token_file, metrics_token, metrics_token_file, quota_file, state_file, "
      "state_interval, reservation_ttl, log, domain, grpc, plugins, levels, ratelimit_config, "
      "model_headers, dimensions, prices, tiers, default_tier, quotas)"},
@@ -193,7 +193,7 @@ static const struct {
     {"{\"grpc\": {\"max_message\": 10}, \"levels\": [{\"name\": \"user\", \"rules\": [" TB "]}]}",
      "grpc.max_message: must be a whole number from 64 to 4194304"},
     {"{\"grpc\": {\"port\": 1}, \"levels\": [{\"name\": \"user\", \"rules\": [" TB "]}]}",
-     "grpc.port: unknown field (known: listen, ratelimit_headers, max_message)"},
+     "grpc.port: unknown field (known: listen, ratelimit_headers, max_message, tls)"},
     {"{\"domain\": \"\", \"levels\": [{\"name\": \"user\", \"rules\": [" TB "]}]}",
      "domain: must be a string of 1 to 255 characters"},
 };

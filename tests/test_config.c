@@ -193,7 +193,7 @@ static const struct {
     {"{\"grpc\": {\"max_message\": 10}, \"levels\": [{\"name\": \"user\", \"rules\": [" TB "]}]}",
      "grpc.max_message: must be a whole number from 64 to 4194304"},
     {"{\"grpc\": {\"port\": 1}, \"levels\": [{\"name\": \"user\", \"rules\": [" TB "]}]}",
-     "grpc.port: unknown field (known: listen, ratelimit_headers, max_message, tls)"},
+     "grpc.port: unknown field (known: listen, ratelimit_headers, hits_addend, max_message, tls)"},
     {"{\"domain\": \"\", \"levels\": [{\"name\": \"user\", \"rules\": [" TB "]}]}",
      "domain: must be a string of 1 to 255 characters"},
 };

@@ -94,14 +94,11 @@ typedef struct rld_settings {
     char *grpc_listen;          /* "ADDR:PORT" of the gRPC server; NULL: no gRPC server */
     int grpc_ratelimit_headers; /* RateLimit headers in ShouldRateLimit's answers */
     int grpc_max_message;       /* bytes of the largest request message */
-<<<<<<< HEAD
     char *grpc_hits_addend;     /* a dimension hits_addend counts in; NULL: the cost */
-=======
     char *grpc_tls_cert;        /* PEM files of "grpc": {"tls"}; cert NULL: cleartext */
     char *grpc_tls_key;
     char *grpc_tls_client_ca;   /* NULL: no client certificate asked */
     char *grpc_tls_client_san;  /* NULL: any client certificate the CA signed */
->>>>>>> main
     char *ratelimit_config; /* envoyproxy/ratelimit's YAML instead of levels; NULL: none */
     int model_headers;      /* RLD_MODEL_HEADERS_* bits (model_headers.h): 0, 1, 2 or 3 */
 } rld_settings;

@@ -100,7 +100,8 @@ async function startModelApi(ratelimitd) {
         res.end(JSON.stringify(body));
       }, (e) => {
         res.writeHead(500, { 'content-type': 'application/json' });
-        res.end(JSON.stringify({ error: { message: String(e), type: 'api_error' } }));
+        const why = e && e.cause ? `${e} (${e.cause.code || e.cause.message || e.cause})` : String(e);
+        res.end(JSON.stringify({ error: { message: why, type: 'api_error' } }));
       });
     });
   });

@@ -25,8 +25,8 @@ after(async () => {
 
 const client = (apiKey, maxRetries) => new Anthropic({ apiKey, baseURL: api.url, maxRetries });
 
-const ask = (c, model = 'claude-sonnet-4-5', max = 16) =>
-  c.messages.create({ model, max_tokens: max, messages: [{ role: 'user', content: PROMPT }] });
+const ask = (c, model = 'claude-sonnet-4-5', max = 16, options = undefined) =>
+  c.messages.create({ model, max_tokens: max, messages: [{ role: 'user', content: PROMPT }] }, options);
 
 const ANTHROPIC = /^anthropic-ratelimit-/;
 
@@ -144,6 +144,20 @@ test('a long answer: the output tokens reset minutes later', async () => {
   assert.strictEqual(at.status, 200);
   check(response.headers, { ...AFTER_ONE, 'anthropic-ratelimit-output-tokens-remaining': '39000' },
     { ...RESETS_ONE, 'output-tokens': [210000, 210000] }, t0, Date.now());
+});
+
+test('a call that can never fit: 429 without retry-after, x-should-retry: false, no retry', async () => {
+  // max_tokens 70000 is more than the output rule's 60000 ever holds (with a timeout: the SDK
+  // refuses a call this long without one unless it is streamed)
+  const before = api.attempts.length;
+  await assert.rejects(ask(client('sk-ant-dave', 2), 'claude-sonnet-4-5', 70000, { timeout: 60000 }), (e) => {
+    assert.ok(e instanceof Anthropic.RateLimitError, String(e));
+    assert.strictEqual(e.headers.get('retry-after'), null);
+    assert.strictEqual(e.headers.get('x-should-retry'), 'false');
+    assert.match(e.apiMessage, /^Rate limit reached \(user: output\); retry after never$/);
+    return true;
+  });
+  assert.deepStrictEqual(api.attempts.slice(before).map((a) => a.status), [429]);
 });
 
 test('a model without a price: BadRequestError naming it, not retried', async () => {

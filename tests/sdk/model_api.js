@@ -8,7 +8,8 @@
 //
 // and passing its x-ratelimit-*, anthropic-ratelimit-* and retry-after headers on. Allowed: a
 // small fake completion in the provider's shape. Denied: 429 with the provider's error body.
-// ratelimitd's 400 (say, a model without a price) is the provider's invalid_request_error.
+// A denial that no wait can cure adds x-should-retry: false, which both SDKs obey. ratelimitd's
+// 400 (say, a model without a price) is the provider's invalid_request_error.
 // Every answer is recorded in `attempts` ({api, user, model, usage, status, headers, at}, `at`
 // from performance.now()) so that a test sees the denied attempt and the retry.
 'use strict';
@@ -136,6 +137,9 @@ async function startModelApi(ratelimitd) {
     } else if (asked.status === 429) {
       status = 429;
       const wait = decision.retry_after == null ? 'never' : `${decision.retry_after}s`;
+      // a request that can never fit (retry_after null, no retry-after): the SDKs' own
+      // backoff would only ask again in vain, so tell them not to
+      if (decision.retry_after == null) headers['x-should-retry'] = 'false';
       answer = api.error(429, `Rate limit reached (${decision.blocked_by}); retry after ${wait}`,
         decision.blocked_by);
     } else if (asked.status === 400) {

@@ -125,6 +125,19 @@ test('a long answer: the token headers come from the output rule, reset in minut
   assert.deepStrictEqual(api.attempts.at(-1).usage, { input_tokens: 10, output_tokens: 36000 });
 });
 
+test('a call that can never fit: 429 without retry-after, x-should-retry: false, no retry', async () => {
+  // max_tokens 70000 is more than the output rule's 60000 ever holds
+  const before = api.attempts.length;
+  await assert.rejects(ask(client('sk-dave', 2), 'gpt-4o-mini', 70000), (e) => {
+    assert.ok(e instanceof OpenAI.RateLimitError, String(e));
+    assert.strictEqual(e.headers.get('retry-after'), null);
+    assert.strictEqual(e.headers.get('x-should-retry'), 'false');
+    assert.match(e.message, /^429 Rate limit reached \(user: output\); retry after never$/);
+    return true;
+  });
+  assert.deepStrictEqual(api.attempts.slice(before).map((a) => a.status), [429]);
+});
+
 test('a model without a price: BadRequestError naming it, not retried', async () => {
   const before = api.attempts.length;
   await assert.rejects(ask(client('sk-carol', 2), 'gpt-5'), (e) => {

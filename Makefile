@@ -342,6 +342,7 @@ test: deps-quiet
 	@$(MAKE) --no-print-directory clients-check
 	@$(MAKE) --no-print-directory deb-check
 	@$(MAKE) --no-print-directory lua-smoke
+	@$(MAKE) --no-print-directory sdk-check
 	@echo "all tests passed"
 
 # bench/lua_cost.sh's smoke run: every case of the decision script's benchmark and of its
@@ -412,6 +413,20 @@ api-check: $(API_NODE) $(BUILD)/ratelimitd
 	    ../../api/openapi.yaml
 	@echo "== tests/api (node --test)"
 	$(Q)cd tests/api && $(TEST_ENV) RL_BUILD=$(abspath $(BUILD)) node --test
+
+# The model SDKs with real clients: the official openai and @anthropic-ai/sdk packages (pinned
+# by tests/sdk/package-lock.json, installed there by npm ci) against a small model API in node
+# (tests/sdk/model_api.js) that asks the daemon before answering and passes its OpenAI and
+# Anthropic rate-limit headers on; the SDKs' retries wait as the 429 says (real clock).
+.PHONY: sdk-check
+SDK_NODE := tests/sdk/node_modules/.installed
+$(SDK_NODE): tests/sdk/package.json tests/sdk/package-lock.json
+	$(call say,NPM,tests/sdk)
+	$(Q)cd tests/sdk && npm ci --no-audit --no-fund --loglevel=error >/dev/null && touch node_modules/.installed
+
+sdk-check: $(SDK_NODE) $(BUILD)/ratelimitd
+	@echo "== tests/sdk (node --test, openai and @anthropic-ai/sdk)"
+	$(Q)cd tests/sdk && $(TEST_ENV) RL_BUILD=$(abspath $(BUILD)) node --test
 
 build-test: $(BUILD)/ratelimitd $(BUILD)/ratelimit-replay $(TEST_BIN) $(PLUGINS) $(FUZZ_REPLAY)
 
@@ -524,6 +539,7 @@ deps:
 	fi
 	@$(MAKE) --no-print-directory $(API_NODE) $(GRPC_NODE)
 	@$(MAKE) --no-print-directory $(CLIENTS_NODE)
+	@$(MAKE) --no-print-directory $(SDK_NODE)
 
 # Installs only when something is missing; quiet otherwise.
 deps-quiet:

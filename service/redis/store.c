@@ -1395,10 +1395,11 @@ static void unref_all(rl_rules **refs, size_t n)
         rl_rules_unref(refs[i]);
 }
 
-static int rs_settle(void *cls, const char *id, rl_fp actual, rl_ns now, rl_settlement *out,
-                     rl_err *err)
+static int rs_settle(void *cls, const char *id, rl_fp actual, rl_ns now, const rl_outcome *o,
+                     rl_settlement *out, rl_err *err)
 {
     redis_store *rs = cls;
+    (void)o;
     resv rv;
     abuf k, a;
     ab_init(&k);
@@ -1564,9 +1565,10 @@ static int end_resv(redis_store *rs, const char *id, const char *now_arg, int ex
     return rc;
 }
 
-static int rs_release(void *cls, const char *id, rl_ns now, rl_err *err)
+static int rs_release(void *cls, const char *id, rl_ns now, const rl_outcome *o, rl_err *err)
 {
     redis_store *rs = cls;
+    (void)o;
     char nowbuf[24] = "";
     int settled, holds;
     if (!valid_id(id))

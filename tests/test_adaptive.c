@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "ratelimit_store.h"
+#include "srvutil.h"
 #include "testutil.h"
 
 #define STEP S(0.01)
@@ -438,6 +439,88 @@ START_TEST(config_errors)
 }
 END_TEST
 
+/* ---- POST /release and /refund with latency_ms and outcome ------------------------------- */
+
+static const char *const manual[] = {"--manual-clock", NULL};
+
+static char *http_acquire(su_server *s, double now, int want_status, const char *policy)
+{
+    char body[128];
+    snprintf(body, sizeof body, "{\"keys\": {\"backend\": \"llm\"}, \"now\": %g}", now);
+    su_resp r = su_req(s, "POST", "/acquire", body, NULL);
+    ck_assert_msg(r.status == want_status, "status %ld: %s", r.status, r.body);
+    if (policy)
+        ck_assert_str_eq(su_header(&r, "RateLimit-Policy"), policy);
+    char *id = want_status == 200 ? strdup(su_str(&r, "reservation")) : NULL;
+    su_resp_free(&r);
+    return id;
+}
+
+START_TEST(http_release_outcome)
+{
+    su_server s;
+    char body[256];
+    su_tmpdir(&s);
+    su_start(&s,
+             "{\"levels\": [{\"name\": \"backend\", \"rules\": [{\"type\": "
+             "\"adaptive_concurrency\", \"name\": \"llm\", \"algorithm\": \"aimd\", "
+             "\"initial_limit\": 4, \"window\": 0.001, \"window_size\": 1}]}]}",
+             manual);
+    char *a = http_acquire(&s, 0, 200, "\"backend.llm\";q=4;qu=\"concurrent-requests\"");
+    char *b = http_acquire(&s, 0, 200, NULL);
+    /* a bad outcome or latency is a 400 naming the field, and releases nothing */
+    static const struct {
+        const char *fields, *error;
+    } bad[] = {
+        {"\"outcome\": \"failed\"",
+         "outcome: must be \"ok\", \"error\", \"timeout\" or \"dropped\""},
+        {"\"outcome\": 1", "outcome: must be \"ok\", \"error\", \"timeout\" or \"dropped\""},
+        {"\"latency_ms\": -1", "latency_ms: must be a number from 0 to 3600000"},
+        {"\"latency_ms\": \"12\"", "latency_ms: must be a number from 0 to 3600000"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        for (int path = 0; path < 2; path++) {
+            snprintf(body, sizeof body, "{\"reservation\": \"%s\", %s%s}", a, bad[i].fields,
+                     path ? ", \"actual_cost\": 1" : "");
+            su_resp r = su_req(&s, "POST", path ? "/refund" : "/release", body, NULL);
+            ck_assert_msg(r.status == 400, "status %ld: %s", r.status, r.body);
+            ck_assert_str_eq(su_error(&r), bad[i].error);
+            su_resp_free(&r);
+        }
+    }
+    /* released ok, the window closes: 2 in flight of 4 is busy, 4 + 1 */
+    snprintf(body, sizeof body,
+             "{\"reservation\": \"%s\", \"latency_ms\": 120, \"outcome\": \"ok\", "
+             "\"now\": 1}",
+             a);
+    su_resp r = su_req(&s, "POST", "/release", body, NULL);
+    ck_assert_int_eq(r.status, 200);
+    ck_assert_str_eq(r.body, "{\"released\":true}");
+    su_resp_free(&r);
+    free(http_acquire(&s, 1, 200, "\"backend.llm\";q=5;qu=\"concurrent-requests\""));
+    /* a refund with an error: 5 * 0.9 = 4.5, 4 whole slots; the slot stays held */
+    snprintf(body, sizeof body,
+             "{\"reservation\": \"%s\", \"actual_cost\": 1, \"outcome\": \"error\", "
+             "\"now\": 2}",
+             b);
+    r = su_req(&s, "POST", "/refund", body, NULL);
+    ck_assert_int_eq(r.status, 200);
+    su_resp_free(&r);
+    free(http_acquire(&s, 2, 200, "\"backend.llm\";q=4;qu=\"concurrent-requests\""));
+    free(http_acquire(&s, 2, 200, NULL)); /* 4 held */
+    http_acquire(&s, 2, 429, "\"backend.llm\";q=4;qu=\"concurrent-requests\"");
+    /* a release without outcome changes only the slot */
+    snprintf(body, sizeof body, "{\"reservation\": \"%s\", \"now\": 3}", b);
+    r = su_req(&s, "POST", "/release", body, NULL);
+    ck_assert_int_eq(r.status, 200);
+    su_resp_free(&r);
+    free(http_acquire(&s, 3, 200, "\"backend.llm\";q=4;qu=\"concurrent-requests\""));
+    free(a);
+    free(b);
+    ck_assert_int_eq(su_stop(&s), 0);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("adaptive");
@@ -456,5 +539,9 @@ int main(void)
     tcase_add_test(tc, snapshot_keeps_limit);
     tcase_add_test(tc, config_errors);
     suite_add_tcase(s, tc);
-    return tu_run(s) ? EXIT_FAILURE : EXIT_SUCCESS;
+    tc = tcase_create("http");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, http_release_outcome);
+    suite_add_tcase(s, tc);
+    return su_main(s) ? EXIT_FAILURE : EXIT_SUCCESS;
 }

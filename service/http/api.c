@@ -248,7 +248,7 @@ static void h_refund(void *ctx, rld_req *r)
     rl_err err;
     if (settle_body_or_reply(app, r, 1, &b) == 0) {
         rl_ns now = rld_app_time(app, b.has_now, b.now);
-        int rc = rl_settle(app->lim, b.reservation, b.actual, now, &s, &err);
+        int rc = rl_settle_outcome(app->lim, b.reservation, b.actual, now, &b.outcome, &s, &err);
         if (rc != RL_OK) {
             reply_rc(r, rc, &err);
         } else {
@@ -268,7 +268,7 @@ static void h_release(void *ctx, rld_req *r)
     rl_err err;
     if (settle_body_or_reply(app, r, 0, &b) == 0) {
         rl_ns now = rld_app_time(app, b.has_now, b.now);
-        int rc = rl_release(app->lim, b.reservation, now, &err);
+        int rc = rl_release_outcome(app->lim, b.reservation, now, &b.outcome, &err);
         if (rc != RL_OK) {
             reply_rc(r, rc, &err);
         } else {

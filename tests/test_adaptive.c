@@ -27,6 +27,8 @@
 #include <unistd.h>
 
 #include "ratelimit_store.h"
+#include "redis/store.h"
+#include "redis_server.h"
 #include "srvutil.h"
 #include "testutil.h"
 
@@ -93,7 +95,7 @@ static void sim_step(sim *s)
     for (;;) {
         rl_request rq = {.desc = &backend, .ndesc = 1, .cost = RL_FP_ONE, .now = s->now};
         rl_decision d;
-        ck_assert_int_eq(rl_acquire(s->lim, &rq, &d, &err), RL_OK);
+        ck_assert_msg(rl_acquire(s->lim, &rq, &d, &err) == RL_OK, "%s", err.msg);
         int ok = d.allowed;
         if (ok) {
             ck_assert_uint_lt(s->n, MAX_CALLS);
@@ -149,6 +151,8 @@ static char *config(const char *algo, int initial, int min, int max)
 }
 
 static const char *const algos[] = {"aimd", "gradient"};
+static rl_registry *registries[8];
+static int nregistries;
 
 /* ---- the worked example of adaptive_concurrency.c ------------------------------------------ */
 
@@ -439,6 +443,71 @@ START_TEST(config_errors)
 }
 END_TEST
 
+/* ---- the same trace through the Redis store ---------------------------------------------- */
+
+static rt_redis srv;
+static void srv_up(void) { rt_redis_start(&srv); }
+static void srv_down(void) { rt_redis_stop(&srv); }
+
+/* A limiter over a Redis store on the manual clock, its keys under prefix. */
+static rl_limiter *redis_limiter(const char *json, const char *prefix)
+{
+    rld_settings set;
+    rl_config *cfg;
+    rl_err err = {{0}};
+    rl_registry *reg = rl_registry_new();
+    ck_assert_int_eq(rld_config_parse(json, strlen(json), reg, &set, &cfg, &err), RL_OK);
+    rld_settings_clear(&set);
+    rld_redis_options o = {.url = srv.url,
+                           .prefix = prefix,
+                           .timeout_ms = 10000,
+                           .pool = 2,
+                           .manual_clock = 1,
+                           .ttl_floor_ms = 3600 * 1000};
+    rl_store *st;
+    rl_limiter *lim;
+    ck_assert_int_eq(rld_redis_store_new(&o, &st, &err), RL_OK);
+    ck_assert_msg(rl_limiter_new(cfg, st, &lim, &err) == RL_OK, "%s", err.msg);
+    registries[nregistries++] = reg;
+    return lim;
+}
+
+/* The limit at every step of seconds of the simulation, into out (100 per second). */
+static void trace(rl_limiter *lim, int seconds, int burst_at, rl_fp *out)
+{
+    sim *s = malloc(sizeof *s);
+    sim_init(s, lim);
+    s->now = S(1000); /* a time a Redis key can be written at */
+    for (int k = 0; k < seconds * 100; k++) {
+        s->errors = burst_at && k >= burst_at * 100 && k < (burst_at + 3) * 100;
+        sim_step(s);
+        out[k] = sim_limit(s);
+    }
+    free(s);
+}
+
+/* The simulation from 200 (errors, timeouts, cuts, the gradient's baseline) and an error burst,
+ * through both stores: the same limit at every step. */
+START_TEST(redis_same_limits)
+{
+    enum { SECONDS = 42 };
+    static rl_fp mem[SECONDS * 100], red[SECONDS * 100];
+    const char *cfg = config(algos[_i], 200, 1, 1000);
+    rl_limiter *a = tu_limiter(cfg);
+    char prefix[32];
+    snprintf(prefix, sizeof prefix, "ac%d:", _i);
+    rl_limiter *b = redis_limiter(cfg, prefix);
+    trace(a, SECONDS, 20, mem);
+    trace(b, SECONDS, 20, red);
+    for (int k = 0; k < SECONDS * 100; k++)
+        ck_assert_msg(mem[k] == red[k], "step %d: memory %lld, redis %lld", k,
+                      (long long)mem[k], (long long)red[k]);
+    ck_assert_int_ge(mem[SECONDS * 100 - 1], FP(36)); /* converged and recovered */
+    tu_free(a);
+    rl_limiter_free(b);
+}
+END_TEST
+
 /* ---- POST /release and /refund with latency_ms and outcome ------------------------------- */
 
 static const char *const manual[] = {"--manual-clock", NULL};
@@ -538,6 +607,11 @@ int main(void)
     tcase_add_test(tc, expiry_is_a_timeout);
     tcase_add_test(tc, snapshot_keeps_limit);
     tcase_add_test(tc, config_errors);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("redis");
+    tcase_set_timeout(tc, 300);
+    tcase_add_checked_fixture(tc, srv_up, srv_down); /* one server per test, in its process */
+    tcase_add_loop_test(tc, redis_same_limits, 0, 2);
     suite_add_tcase(s, tc);
     tc = tcase_create("http");
     tcase_set_timeout(tc, 60);

@@ -3,7 +3,9 @@
 --
 -- KEYS: the reservation, then the state keys of the items to settle.
 -- ARGV: as args.def lists them: now ('' = Redis TIME), actual cost, least TTL (ms), TTL of held
---       slots (ms), then per state key: type tag and the rule's parameters (T.params).
+--       slots (ms), how the call went (kind and latency, as release.lua takes them), then per
+--       state key: type tag and the rule's parameters (T.params). A type with T.learn learns
+--       the outcome (its slots stay held).
 -- Returns {'ok', reserved cost}, {'notfound'} (unknown or expired) or {'settled'}.
 
 clock(ARGV[A_NOW])
@@ -12,7 +14,9 @@ if not h[1] or not ispos(rel_of_dec(h[1])) then return {'notfound'} end
 if h[2] == '1' then return {'settled'} end
 redis.call('HSET', KEYS[1], 'settled', '1')
 local amount = sub(N(h[3]), N(ARGV[A_ACTUAL]))
-if not iszero(amount) then
+local kind, latency = tonumber(ARGV[A_KIND]), tonumber(ARGV[A_LATENCY])
+local learn = kind ~= 0 or latency >= 0
+if not iszero(amount) or learn then
     local at = rel_of_dec(h[4])
     local floor_ms, hold_ms = tonumber(ARGV[A_FLOOR_MS]), tonumber(ARGV[A_HOLD_MS])
     local o = A_FIELDS
@@ -20,9 +24,13 @@ if not iszero(amount) then
         local T = rule_type(ARGV[o + I_TAG])
         local st, found = load_state(T, KEYS[i])
         o = read_params(T, st, ARGV, o + I_FIELDS)
-        if found and T.refund then
+        if found and T.refund and not iszero(amount) then
             T.prep(st, st)
             T.refund(st, st, at, amount)
+            save_state(T, st, st, KEYS[i], floor_ms, hold_ms)
+        elseif found and T.learn and learn then
+            T.prep(st, st)
+            T.learn(st, st, at, kind, latency)
             save_state(T, st, st, KEYS[i], floor_ms, hold_ms)
         end
     end

@@ -1399,7 +1399,6 @@ static int rs_settle(void *cls, const char *id, rl_fp actual, rl_ns now, const r
                      rl_settlement *out, rl_err *err)
 {
     redis_store *rs = cls;
-    (void)o;
     resv rv;
     abuf k, a;
     ab_init(&k);
@@ -1433,13 +1432,22 @@ static int rs_settle(void *cls, const char *id, rl_fp actual, rl_ns now, const r
         case RLD_SETTLE_HOLD_MS:
             ab_i64(&a, hold_ms(rs));
             break;
+        case RLD_SETTLE_KIND:
+            ab_i64(&a, o ? (int64_t)o->kind : 0);
+            break;
+        case RLD_SETTLE_LATENCY:
+            ab_i64(&a, o ? o->latency : -1);
+            break;
         }
     }
     for (size_t i = 0; i < rv.n; i++) {
         const ritem *it = &rv.item[i];
         const type_info *ti;
         rl_rules *ref;
-        const rl_rule *rule = it->refundable ? rule_now(rs, it, &ti, &ref) : NULL;
+        /* the slots a reservation holds learn its outcome (not on Redis Cluster, whose
+         * settlements go key by key through undo.lua) */
+        int learns = o && it->holds && !it->refundable && !rs->cluster;
+        const rl_rule *rule = it->refundable || learns ? rule_now(rs, it, &ti, &ref) : NULL;
         if (!rule)
             continue;
         if (rs->cluster) {
@@ -1486,8 +1494,8 @@ static int rs_settle(void *cls, const char *id, rl_fp actual, rl_ns now, const r
 
 /* Ends a reservation: released by its client, or expired by housekeeping (now_arg is the
  * script's now: a decimal, or "" for Redis TIME). *settled tells whether it had been settled. */
-static int end_resv(redis_store *rs, const char *id, const char *now_arg, int expire, int *settled,
-                    int *holds, rl_err *err)
+static int end_resv(redis_store *rs, const char *id, const char *now_arg, int expire,
+                    const rl_outcome *o, int *settled, int *holds, rl_err *err)
 {
     resv rv;
     abuf k, a;
@@ -1520,6 +1528,12 @@ static int end_resv(redis_store *rs, const char *id, const char *now_arg, int ex
             break;
         case RLD_RELEASE_HOLD_MS:
             ab_i64(&a, hold_ms(rs));
+            break;
+        case RLD_RELEASE_KIND:
+            ab_i64(&a, o ? (int64_t)o->kind : 0);
+            break;
+        case RLD_RELEASE_LATENCY:
+            ab_i64(&a, o ? o->latency : -1);
             break;
         }
     }
@@ -1568,7 +1582,6 @@ static int end_resv(redis_store *rs, const char *id, const char *now_arg, int ex
 static int rs_release(void *cls, const char *id, rl_ns now, const rl_outcome *o, rl_err *err)
 {
     redis_store *rs = cls;
-    (void)o;
     char nowbuf[24] = "";
     int settled, holds;
     if (!valid_id(id))
@@ -1577,7 +1590,7 @@ static int rs_release(void *cls, const char *id, rl_ns now, const rl_outcome *o,
         return rl_errf(err, RL_EINVAL, "now: must not be negative with the Redis store");
     if (rs->manual)
         snprintf(nowbuf, sizeof nowbuf, "%lld", (long long)now);
-    int rc = end_resv(rs, id, nowbuf, 0, &settled, &holds, err);
+    int rc = end_resv(rs, id, nowbuf, 0, o, &settled, &holds, err);
     if (rc == RL_ENOTFOUND)
         return rl_errf(err, RL_ENOTFOUND, "reservation: unknown, expired or released");
     return rc;
@@ -1631,7 +1644,7 @@ static void expire_part(redis_store *rs, rl_ns now, unsigned n, int64_t *active)
             const redisReply *e = r->element[i];
             int settled, holds;
             if (e->type != REDIS_REPLY_STRING || !valid_id(e->str) ||
-                end_resv(rs, e->str, now_arg, 1, &settled, &holds, NULL) != RL_OK)
+                end_resv(rs, e->str, now_arg, 1, NULL, &settled, &holds, NULL) != RL_OK)
                 continue;
             part--;
             if (!settled || holds) /* the client never finished it */

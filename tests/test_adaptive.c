@@ -584,6 +584,13 @@ START_TEST(http_release_outcome)
     ck_assert_int_eq(r.status, 200);
     su_resp_free(&r);
     free(http_acquire(&s, 3, 200, "\"backend.llm\";q=4;qu=\"concurrent-requests\""));
+    /* /metrics: the limit and the slots in flight as that decision left them */
+    r = su_req(&s, "GET", "/metrics", NULL, NULL);
+    ck_assert_int_eq(r.status, 200);
+    ck_assert_ptr_nonnull(strstr(r.body, "# TYPE ratelimit_adaptive_limit gauge\n"
+                                         "ratelimit_adaptive_limit{level=\"backend\",rule=\"llm\"} 4\n"));
+    ck_assert_ptr_nonnull(strstr(r.body, "ratelimit_adaptive_in_flight{level=\"backend\",rule=\"llm\"} 4\n"));
+    su_resp_free(&r);
     free(a);
     free(b);
     ck_assert_int_eq(su_stop(&s), 0);

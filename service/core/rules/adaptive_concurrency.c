@@ -42,6 +42,10 @@ enum { ALGO_AIMD = 0, ALGO_GRADIENT = 1 };
 #define WARMUP 10
 /* A key with nothing in flight keeps what it learnt this long after its last use. */
 #define KEEP ((rl_ns)3600 * RL_NS_PER_SEC)
+/* The largest limit any rule of the type allows (max_limit's bound), in rl_fp. */
+#define LIMIT_MAX ((rl_fp)100000 * RL_FP_ONE)
+/* The longest latency an outcome states, in us. */
+#define LAT_MAX_US (RL_OUTCOME_LATENCY_MAX / 1000)
 /* Latency sums saturate here (2^52 us), far beyond any window. */
 #define SUM_MAX ((int64_t)1 << 52)
 
@@ -81,9 +85,16 @@ typedef struct ac_ev {
     rl_ns now;
 } ac_ev;
 
+static rl_fp clamp(const ac_params *p, rl_fp v)
+{
+    return v < p->min ? p->min : v > p->max ? p->max : v;
+}
+
+/* The key's limit: initial_limit for a new key, and within the bounds of the rule now in
+ * force (a snapshot's state may come from a rule with other bounds). */
 static rl_fp limit_of(const ac_params *p, const ac_state *s)
 {
-    return s->limit ? s->limit : p->initial;
+    return clamp(p, s->limit ? s->limit : p->initial);
 }
 
 /* The whole slots of the limit. */
@@ -122,8 +133,7 @@ static void ac_commit(const void *pp, void *st, rl_eval *ev, rl_fp cost)
     const ac_params *p = pp;
     ac_state *s = st;
     ac_ev *e = (ac_ev *)(void *)ev;
-    if (!s->limit)
-        s->limit = p->initial;
+    s->limit = limit_of(p, s);
     s->held = rl__used_add(s->held, cost);
     if (s->held > s->win_inflight)
         s->win_inflight = s->held;
@@ -131,11 +141,6 @@ static void ac_commit(const void *pp, void *st, rl_eval *ev, rl_fp cost)
         s->last = e->now;
     e->held = s->held;
     e->limit = s->limit;
-}
-
-static rl_fp clamp(const ac_params *p, rl_fp v)
-{
-    return v < p->min ? p->min : v > p->max ? p->max : v;
 }
 
 /* The gradient's baseline takes the window's mean latency short (us). */
@@ -163,6 +168,8 @@ static void close_window(const ac_params *p, ac_state *s, rl_ns now)
             limit += p->step;
     } else {
         int64_t shrt = s->win_lat_n ? s->win_lat_sum / s->win_lat_n : 0;
+        if (shrt > LAT_MAX_US) /* a mean of latencies never above it, but for a damaged sum */
+            shrt = LAT_MAX_US;
         if (!s->win_drop && shrt > 0)
             baseline(p, s, shrt);
         if (s->win_drop || busy) {
@@ -214,8 +221,7 @@ static void ac_release_outcome(const void *pp, void *st, rl_ns now, rl_ns taken_
 {
     const ac_params *p = pp;
     ac_state *s = st;
-    if (!s->limit)
-        s->limit = p->initial;
+    s->limit = limit_of(p, s);
     if (o && (o->kind != RL_OUTCOME_NONE || o->latency >= 0))
         learn(p, s, now, taken_at, o);
     s->held = amount >= s->held ? 0 : s->held - amount;
@@ -252,15 +258,15 @@ static void ac_report(const void *pp, const rl_eval *ev, rl_ns now, rl_rule_stat
 
 static int ac_state_valid(const void *pp, const void *st)
 {
-    const ac_params *p = pp;
     const ac_state *s = st;
-    return rl__used_ok(s->held) && s->limit >= 0 && s->limit <= p->max &&
+    (void)pp;
+    return rl__used_ok(s->held) && s->limit >= 0 && s->limit <= LIMIT_MAX &&
            rl__time_ok(s->last) && rl__time_ok(s->win_start) && rl__time_ok(s->cut_at) &&
            s->win_n >= 0 &&
            s->win_lat_n >= 0 && s->win_lat_n <= s->win_n && s->win_lat_sum >= 0 &&
            s->win_lat_sum <= SUM_MAX && (s->win_drop == 0 || s->win_drop == 1) &&
            rl__used_ok(s->win_inflight) && s->long_rtt >= 0 &&
-           s->long_rtt <= RL_OUTCOME_LATENCY_MAX / 1000 &&
+           s->long_rtt <= LAT_MAX_US &&
            s->long_n >= 0 && s->long_n <= WARMUP;
 }
 

@@ -44,8 +44,12 @@ register_rule('ac', function()
         end
         return 'A' .. table.concat(out, ',')
     end
+    -- C's limit_of, kept in s: initial_limit for a new key, within the rule's bounds
     function T.prep(p, s)
-        if s.limit == 0 then s.limit = p.initial_limit end
+        local l = s.limit
+        if l == 0 then l = p.initial_limit end
+        if l < p.min_limit then l = p.min_limit elseif l > p.max_limit then l = p.max_limit end
+        s.limit = l
     end
     local function whole(l) return l - l % ONE end
     function T.wait(p, s, need)
@@ -88,6 +92,7 @@ register_rule('ac', function()
         else
             local shrt = 0
             if s.win_lat_n > 0 then shrt = floor(s.win_lat_sum / s.win_lat_n) end
+            if shrt > 3600000000 then shrt = 3600000000 end
             if s.win_drop == 0 and shrt > 0 then baseline(p, s, shrt) end
             if s.win_drop == 1 or busy then
                 local g = ONE

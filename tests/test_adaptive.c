@@ -477,7 +477,7 @@ static void trace(rl_limiter *lim, int seconds, int burst_at, rl_fp *out)
 {
     sim *s = malloc(sizeof *s);
     sim_init(s, lim);
-    s->now = S(1000); /* a time a Redis key can be written at */
+    s->now = (rl_ns)1764000000 * RL_NS_PER_SEC; /* a date: times of a new key (0) are far */
     for (int k = 0; k < seconds * 100; k++) {
         s->errors = burst_at && k >= burst_at * 100 && k < (burst_at + 3) * 100;
         sim_step(s);

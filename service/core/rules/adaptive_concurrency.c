@@ -5,8 +5,10 @@
  * error, timeout or dropped, and a latency); a reservation that expires is a timeout.
  *
  * Samples are gathered in windows, as Netflix concurrency-limits' WindowedLimit does (its
- * defaults: a window of at least 1 s and at least 10 samples); a window closes on the first
- * sample that finds both reached, and the limit moves once per window:
+ * defaults: a window of at least 1 s and at least 10 samples); a window opens when the last
+ * one closed (a new key's at time 0), closes on the first sample that finds both reached,
+ * and the limit moves once per window. A failure of a call taken before the limit last went
+ * down is not counted (the cut was for it already):
  *
  *   aimd      (Netflix AIMDLimit) a window with an error, a timeout, a dropped call or a
  *             latency above timeout: limit * backoff_ratio (0.9); else, when the window's most

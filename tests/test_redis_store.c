@@ -320,8 +320,8 @@ static int put_ns(char *b, size_t n, rl_ns v)
 /* Every built-in type, then a plug-in's with state and its own Redis port
  * (tests/plugins/rule_leaky_bucket.c). */
 static const char *const type_names[] = {
-    "token_bucket", "gcra",      "fixed_window", "sliding_window", "sliding_window_counter",
-    "concurrency",  "deny_list", "leaky_bucket"};
+    "token_bucket", "gcra",      "fixed_window",         "sliding_window", "sliding_window_counter",
+    "concurrency",  "deny_list", "adaptive_concurrency", "leaky_bucket"};
 #define NTYPES ((int)(sizeof type_names / sizeof type_names[0]))
 #define DENY_LIST 6
 
@@ -357,11 +357,27 @@ static size_t rnd_rule(uint64_t *s, int t, int idx, char *b, size_t n)
         put_ns(y, sizeof y, rnd_duration(s, 31622400));
         u += (size_t)snprintf(b + u, n - u, ", \"limit\": %s, \"window\": %s", x, y);
         break;
-    case 7:
+    case 8:
         put_fp(x, sizeof x, rnd_amount(s, 1000000000000));
         put_fp(y, sizeof y, rnd_rate(s));
         u += (size_t)snprintf(b + u, n - u, ", \"capacity\": %s, \"per_second\": %s", x, y);
         break;
+    case 7: {
+        /* limits from 1 to 60 in a few slots; windows short or long, of 1 to 20 calls */
+        int lo = 1 + (int)rnd(s, 10), init = lo + (int)rnd(s, 20), hi = init + (int)rnd(s, 30);
+        put_ns(x, sizeof x, rnd_duration(s, 10));
+        put_ns(y, sizeof y, rnd_duration(s, 60));
+        u += (size_t)snprintf(
+            b + u, n - u,
+            ", \"algorithm\": \"%s\", \"initial_limit\": %d, \"min_limit\": %d, "
+            "\"max_limit\": %d, \"window\": %s, \"window_size\": %d, \"timeout\": %s, "
+            "\"backoff_ratio\": 0.%02d, \"step\": %d, \"tolerance\": 1.%d, \"smoothing\": "
+            "0.%02d, \"queue_size\": %d, \"long_window\": %d",
+            rnd(s, 2) ? "aimd" : "gradient", init, lo, hi, x, 1 + (int)rnd(s, 20), y,
+            50 + (int)rnd(s, 50), 1 + (int)rnd(s, 3), (int)rnd(s, 10), 1 + (int)rnd(s, 99),
+            (int)rnd(s, 8), 1 + (int)rnd(s, 1000));
+        break;
+    }
     case 5:
         put_fp(x, sizeof x, rnd_amount(s, 20));
         put_ns(y, sizeof y, rnd_duration(s, 3600));
@@ -373,7 +389,7 @@ static size_t rnd_rule(uint64_t *s, int t, int idx, char *b, size_t n)
         u += (size_t)snprintf(b + u, n - u, ", \"keys\": [\"zz\", \"dflt\"]");
         break;
     }
-    if ((t < 5 || t == 7) && rnd(s, 4) == 0)
+    if ((t < 5 || t == 8) && rnd(s, 4) == 0)
         u += (size_t)snprintf(b + u, n - u, ", \"unit\": \"requests\"");
     /* shadow and charge rules (shadow wins when both are set) */
     uint64_t opt = rnd(s, 16);
@@ -410,6 +426,16 @@ static void rnd_config(uint64_t *s, int force, char *b, size_t n)
         u += (size_t)snprintf(b + u, n - u, "]}");
     }
     snprintf(b + u, n - u, "]}");
+}
+
+/* How a call went, as a release or settlement says (adaptive_concurrency learns from it; the
+ * other types ignore it): any kind, ok more often than not, a latency up to 10 s or none. */
+static rl_outcome rnd_outcome(uint64_t *s)
+{
+    rl_outcome o = {rnd(s, 2) ? RL_OUTCOME_OK : (rl_outcome_kind)rnd(s, 5), -1};
+    if (rnd(s, 4))
+        o.latency = (rl_ns)rnd(s, 10 * (uint64_t)RL_NS_PER_SEC);
+    return o;
 }
 
 static rl_fp rnd_cost(uint64_t *s)
@@ -614,8 +640,10 @@ static void replay(uint64_t seed, int force, int steps, const char *prefix, size
             rl_err e1, e2;
             if (getenv("RL_TRACE"))
                 fprintf(stderr, "trace: %s: settle %zu %lld\n", ctx, k, (long long)actual);
-            int ra = rl_settle(p.mem, ids[k][0], actual, now, &x, &e1);
-            int rb = rl_settle(p.red, ids[k][1], actual, now, &y, &e2);
+            rl_outcome oc = rnd_outcome(&s);
+            const rl_outcome *o = rnd(&s, 3) ? &oc : NULL;
+            int ra = rl_settle_outcome(p.mem, ids[k][0], actual, now, o, &x, &e1);
+            int rb = rl_settle_outcome(p.red, ids[k][1], actual, now, o, &y, &e2);
             ck_assert_msg(ra == rb, "%s: settle %d vs %d (%s)", ctx, ra, rb,
                           rb == RL_ESTORE ? e2.msg : "");
             ck_assert_msg(memcmp(&x, &y, sizeof x) == 0, "%s: settlement differs", ctx);
@@ -624,8 +652,10 @@ static void replay(uint64_t seed, int force, int steps, const char *prefix, size
             rl_err e1, e2;
             if (getenv("RL_TRACE"))
                 fprintf(stderr, "trace: %s: release %zu\n", ctx, k);
-            int ra = rl_release(p.mem, ids[k][0], now, &e1);
-            int rb = rl_release(p.red, ids[k][1], now, &e2);
+            rl_outcome oc = rnd_outcome(&s);
+            const rl_outcome *o = rnd(&s, 4) ? &oc : NULL;
+            int ra = rl_release_outcome(p.mem, ids[k][0], now, o, &e1);
+            int rb = rl_release_outcome(p.red, ids[k][1], now, o, &e2);
             ck_assert_msg(ra == rb, "%s: release %d vs %d (%s)", ctx, ra, rb,
                           rb == RL_ESTORE ? e2.msg : "");
         }

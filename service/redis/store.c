@@ -763,9 +763,13 @@ typedef struct uitem {
 } uitem;
 
 /* Runs undo.lua for u[0..n-1], one call per slot of their state keys, in their order. Every
- * call is made; the first failure is returned. at: when the amounts were taken (decimal). */
+ * call is made; the first failure is returned. at: when the amounts were taken (decimal); o:
+ * how the call went, for the 'h' items (NULL: not said; UNDO_EXPIRED: the reservation
+ * expired). */
+static const rl_outcome undo_expired = {RL_OUTCOME_NONE, -1};
+#define UNDO_EXPIRED (&undo_expired)
 static int undo(redis_store *rs, const char *now_arg, const char *at, const uitem *u, size_t n,
-                rl_err *err)
+                const rl_outcome *o, rl_err *err)
 {
     int rc = RL_OK, done[RL_MAX_APPLIED] = {0};
     for (size_t first = 0; first < n; first++) {
@@ -784,6 +788,8 @@ static int undo(redis_store *rs, const char *now_arg, const char *at, const uite
         ab_str(&a, at && at[0] ? at : "0");
         ab_i64(&a, rs->floor_ms);
         ab_i64(&a, hold_ms(rs));
+        ab_i64(&a, o == UNDO_EXPIRED ? -1 : o ? (int64_t)o->kind : 0);
+        ab_i64(&a, o && o != UNDO_EXPIRED ? o->latency : -1);
         for (size_t i = first; i < n; i++) {
             const uitem *x = &u[i];
             size_t before = k.n;
@@ -889,7 +895,7 @@ static int undo_groups(redis_store *rs, const rl_plan *plan, const rl_decision *
         if (!g->took[j])
             continue;
         size_t n = taken_of(rs, plan, d, g, j, shard, out, u);
-        int c = n ? undo(rs, nowbuf, g->at[j], u, n, err) : RL_OK;
+        int c = n ? undo(rs, nowbuf, g->at[j], u, n, NULL, err) : RL_OK;
         if (c != RL_OK && rc == RL_OK)
             rc = c;
         g->took[j] = 0;
@@ -1446,12 +1452,12 @@ static int rs_settle(void *cls, const char *id, rl_fp actual, rl_ns now, const r
         rl_rules *ref;
         /* the slots a reservation holds learn its outcome (not on Redis Cluster, whose
          * settlements go key by key through undo.lua) */
-        int learns = o && it->holds && !it->refundable && !rs->cluster;
+        int learns = o && it->holds && !it->refundable;
         const rl_rule *rule = it->refundable || learns ? rule_now(rs, it, &ti, &ref) : NULL;
         if (!rule)
             continue;
         if (rs->cluster) {
-            defer_item(rs, it, ti, rule, ref, 'r', u, refs, &nu);
+            defer_item(rs, it, ti, rule, ref, learns ? 'h' : 'r', u, refs, &nu);
             continue;
         }
         ab_item(rs, &k, &a, it, ti, rule, 0);
@@ -1467,13 +1473,13 @@ static int rs_settle(void *cls, const char *id, rl_fp actual, rl_ns now, const r
     }
     if (reply_is(r, "ok") && r->elements == 2) {
         rl_fp cost = parse_i64(r->element[1]);
-        if (nu && cost != actual) { /* the states, each slot by its own script */
+        if (nu && (cost != actual || o)) { /* the states, each slot by its own script */
             char nowbuf[24] = "";
             if (rs->manual)
                 snprintf(nowbuf, sizeof nowbuf, "%lld", (long long)now);
-            for (size_t i = 0; i < nu; i++)
-                u[i].amount = cost - actual;
-            rc = undo(rs, nowbuf, rv.at, u, nu, err);
+            for (size_t i = 0; i < nu; i++) /* an outcome to learn leaves held slots held */
+                u[i].amount = u[i].op == 'h' ? 0 : cost - actual;
+            rc = undo(rs, nowbuf, rv.at, u, nu, o, err);
         }
         out->reserved = cost;
         out->actual = actual;
@@ -1566,7 +1572,7 @@ static int end_resv(redis_store *rs, const char *id, const char *now_arg, int ex
         *settled =
             r->element[1]->type == REDIS_REPLY_STRING && strcmp(r->element[1]->str, "1") == 0;
         if (nu) /* the held slots, each slot's states by their own script */
-            rc = undo(rs, now_arg, rv.at, u, nu, err);
+            rc = undo(rs, now_arg, rv.at, u, nu, expire ? UNDO_EXPIRED : o, err);
     } else if (reply_is(r, "notfound") || reply_is(r, "early")) {
         rc = RL_ENOTFOUND;
     } else {

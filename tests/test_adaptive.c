@@ -67,8 +67,8 @@ static void sim_init(sim *s, rl_limiter *lim)
 /* The key's current limit (whole slots), from a dry run. */
 static rl_fp sim_limit(sim *s)
 {
-    rl_request rq = {.desc = &backend, .ndesc = 1, .cost = RL_FP_ONE, .flags = RL_DRY_RUN,
-                     .now = s->now};
+    rl_request rq = {
+        .desc = &backend, .ndesc = 1, .cost = RL_FP_ONE, .flags = RL_DRY_RUN, .now = s->now};
     rl_decision d;
     rl_err err;
     ck_assert_int_eq(rl_acquire(s->lim, &rq, &d, &err), RL_OK);
@@ -84,8 +84,7 @@ static void sim_step(sim *s)
     rl_err err;
     for (size_t i = 0; i < s->n;) {
         if (s->c[i].end <= s->now) {
-            ck_assert_msg(rl_release_outcome(s->lim, s->c[i].id, s->now, &s->c[i].o, &err) ==
-                              RL_OK,
+            ck_assert_msg(rl_release_outcome(s->lim, s->c[i].id, s->now, &s->c[i].o, &err) == RL_OK,
                           "%s", err.msg);
             s->c[i] = s->c[--s->n]; /* the last one takes its place */
             continue;
@@ -133,8 +132,8 @@ static rl_fp sim_run(sim *s, int seconds, int from_window, double band_lo, doubl
         if (band_hi > 0 && s->now >= start + S(1) * from_window)
             ck_assert_msg(l >= FP(band_lo) && l <= FP(band_hi),
                           "limit %.0f at %.2f s, outside [%g, %g] from window %d",
-                          rl_fp_to_double(l), rl_ns_to_seconds(s->now - start), band_lo,
-                          band_hi, from_window);
+                          rl_fp_to_double(l), rl_ns_to_seconds(s->now - start), band_lo, band_hi,
+                          from_window);
     }
     return sim_limit(s);
 }
@@ -158,10 +157,10 @@ static int nregistries;
 
 START_TEST(worked_example)
 {
-    rl_limiter *lim = tu_limiter(
-        "{\"levels\": [{\"name\": \"backend\", \"rules\": [{\"type\": "
-        "\"adaptive_concurrency\", \"algorithm\": \"aimd\", \"initial_limit\": 10, "
-        "\"window_size\": 2}]}]}");
+    rl_limiter *lim =
+        tu_limiter("{\"levels\": [{\"name\": \"backend\", \"rules\": [{\"type\": "
+                   "\"adaptive_concurrency\", \"algorithm\": \"aimd\", \"initial_limit\": 10, "
+                   "\"window_size\": 2}]}]}");
     sim s;
     sim_init(&s, lim);
     rl_request rq = {.desc = &backend, .ndesc = 1, .cost = RL_FP_ONE, .now = 0};
@@ -208,10 +207,10 @@ END_TEST
 /* A release without an outcome changes only the slot. */
 START_TEST(release_without_outcome)
 {
-    rl_limiter *lim = tu_limiter(
-        "{\"levels\": [{\"name\": \"backend\", \"rules\": [{\"type\": "
-        "\"adaptive_concurrency\", \"algorithm\": \"aimd\", \"initial_limit\": 4, "
-        "\"window\": 0.001, \"window_size\": 1}]}]}");
+    rl_limiter *lim =
+        tu_limiter("{\"levels\": [{\"name\": \"backend\", \"rules\": [{\"type\": "
+                   "\"adaptive_concurrency\", \"algorithm\": \"aimd\", \"initial_limit\": 4, "
+                   "\"window\": 0.001, \"window_size\": 1}]}]}");
     sim s;
     sim_init(&s, lim);
     rl_err err;
@@ -326,8 +325,8 @@ START_TEST(one_limit_per_key)
     sim_run(s, 20, 0, 0, 0);
     ck_assert_int_ge(sim_limit(s), FP(25));
     rl_descriptor other = {"backend", 7, "other", 5};
-    rl_request rq = {.desc = &other, .ndesc = 1, .cost = RL_FP_ONE, .flags = RL_DRY_RUN,
-                     .now = s->now};
+    rl_request rq = {
+        .desc = &other, .ndesc = 1, .cost = RL_FP_ONE, .flags = RL_DRY_RUN, .now = s->now};
     rl_decision d;
     rl_err err;
     ck_assert_int_eq(rl_acquire(lim, &rq, &d, &err), RL_OK);
@@ -342,11 +341,11 @@ END_TEST
  * 0; once the limit is 9, 0.2 of 9 = 1.8 keeps 2 (7 + 1 + 1.8 > 9). */
 START_TEST(reserved_share_moves)
 {
-    rl_limiter *lim = tu_limiter(
-        "{\"levels\": [{\"name\": \"backend\", \"rules\": [{\"type\": "
-        "\"adaptive_concurrency\", \"algorithm\": \"aimd\", \"initial_limit\": 10, "
-        "\"window\": 0.001, \"window_size\": 1, \"reserved\": {\"fraction\": 0.2, "
-        "\"min_priority\": 1}}]}]}");
+    rl_limiter *lim =
+        tu_limiter("{\"levels\": [{\"name\": \"backend\", \"rules\": [{\"type\": "
+                   "\"adaptive_concurrency\", \"algorithm\": \"aimd\", \"initial_limit\": 10, "
+                   "\"window\": 0.001, \"window_size\": 1, \"reserved\": {\"fraction\": 0.2, "
+                   "\"min_priority\": 1}}]}]}");
     rl_err err;
     rl_decision d;
     char ids[10][RL_RESERVATION_ID];
@@ -362,8 +361,7 @@ START_TEST(reserved_share_moves)
             break;
     }
     ck_assert_int_eq(n, 8);
-    rl_request hi = {.desc = &backend, .ndesc = 1, .cost = RL_FP_ONE, .priority = 1,
-                     .now = S(1)};
+    rl_request hi = {.desc = &backend, .ndesc = 1, .cost = RL_FP_ONE, .priority = 1, .now = S(1)};
     ck_assert_int_eq(rl_acquire(lim, &hi, &d, &err), RL_OK);
     ck_assert(d.allowed);
     memcpy(ids[n++], d.reservation, RL_RESERVATION_ID);
@@ -446,8 +444,14 @@ END_TEST
 /* ---- the same trace through the Redis store ---------------------------------------------- */
 
 static rt_redis srv;
-static void srv_up(void) { rt_redis_start(&srv); }
-static void srv_down(void) { rt_redis_stop(&srv); }
+static void srv_up(void)
+{
+    rt_redis_start(&srv);
+}
+static void srv_down(void)
+{
+    rt_redis_stop(&srv);
+}
 
 /* A limiter over a Redis store on the manual clock, its keys under prefix. */
 static rl_limiter *redis_limiter(const char *json, const char *prefix)
@@ -500,8 +504,8 @@ START_TEST(redis_same_limits)
     trace(a, SECONDS, 20, mem);
     trace(b, SECONDS, 20, red);
     for (int k = 0; k < SECONDS * 100; k++)
-        ck_assert_msg(mem[k] == red[k], "step %d: memory %lld, redis %lld", k,
-                      (long long)mem[k], (long long)red[k]);
+        ck_assert_msg(mem[k] == red[k], "step %d: memory %lld, redis %lld", k, (long long)mem[k],
+                      (long long)red[k]);
     ck_assert_int_ge(mem[SECONDS * 100 - 1], FP(36)); /* converged and recovered */
     tu_free(a);
     rl_limiter_free(b);
@@ -587,9 +591,11 @@ START_TEST(http_release_outcome)
     /* /metrics: the limit and the slots in flight as that decision left them */
     r = su_req(&s, "GET", "/metrics", NULL, NULL);
     ck_assert_int_eq(r.status, 200);
-    ck_assert_ptr_nonnull(strstr(r.body, "# TYPE ratelimit_adaptive_limit gauge\n"
-                                         "ratelimit_adaptive_limit{level=\"backend\",rule=\"llm\"} 4\n"));
-    ck_assert_ptr_nonnull(strstr(r.body, "ratelimit_adaptive_in_flight{level=\"backend\",rule=\"llm\"} 4\n"));
+    ck_assert_ptr_nonnull(strstr(r.body,
+                                 "# TYPE ratelimit_adaptive_limit gauge\n"
+                                 "ratelimit_adaptive_limit{level=\"backend\",rule=\"llm\"} 4\n"));
+    ck_assert_ptr_nonnull(
+        strstr(r.body, "ratelimit_adaptive_in_flight{level=\"backend\",rule=\"llm\"} 4\n"));
     su_resp_free(&r);
     free(a);
     free(b);

@@ -116,8 +116,8 @@ static rl_ns wait_for(const ac_params *p, rl_fp held, rl_fp limit, rl_fp need)
     return held + slots + reserve <= lim ? 0 : p->retry;
 }
 
-static rl_ns ac_evaluate(const void *pp, const void *st, const char *key, size_t keylen,
-                         rl_ns now, rl_fp cost, rl_eval *ev)
+static rl_ns ac_evaluate(const void *pp, const void *st, const char *key, size_t keylen, rl_ns now,
+                         rl_fp cost, rl_eval *ev)
 {
     const ac_params *p = pp;
     const ac_state *s = st;
@@ -197,8 +197,7 @@ static void close_window(const ac_params *p, ac_state *s, rl_ns now)
 /* One call's outcome, of a call taken at taken_at: into the window, which may close. A failure
  * of a call taken before the limit last went down is not counted: it started under the
  * higher limit, which was cut for it already (one cut per congestion, as TCP does). */
-static void learn(const ac_params *p, ac_state *s, rl_ns now, rl_ns taken_at,
-                  const rl_outcome *o)
+static void learn(const ac_params *p, ac_state *s, rl_ns now, rl_ns taken_at, const rl_outcome *o)
 {
     int counts = taken_at >= s->cut_at;
     s->win_n++;
@@ -218,8 +217,8 @@ static void learn(const ac_params *p, ac_state *s, rl_ns now, rl_ns taken_at,
         close_window(p, s, now);
 }
 
-static void ac_release_outcome(const void *pp, void *st, rl_ns now, rl_ns taken_at,
-                               rl_fp amount, const rl_outcome *o)
+static void ac_release_outcome(const void *pp, void *st, rl_ns now, rl_ns taken_at, rl_fp amount,
+                               const rl_outcome *o)
 {
     const ac_params *p = pp;
     ac_state *s = st;
@@ -262,13 +261,11 @@ static int ac_state_valid(const void *pp, const void *st)
 {
     const ac_state *s = st;
     (void)pp;
-    return rl__used_ok(s->held) && s->limit >= 0 && s->limit <= LIMIT_MAX &&
-           rl__time_ok(s->last) && rl__time_ok(s->win_start) && rl__time_ok(s->cut_at) &&
-           s->win_n >= 0 &&
+    return rl__used_ok(s->held) && s->limit >= 0 && s->limit <= LIMIT_MAX && rl__time_ok(s->last) &&
+           rl__time_ok(s->win_start) && rl__time_ok(s->cut_at) && s->win_n >= 0 &&
            s->win_lat_n >= 0 && s->win_lat_n <= s->win_n && s->win_lat_sum >= 0 &&
            s->win_lat_sum <= SUM_MAX && (s->win_drop == 0 || s->win_drop == 1) &&
-           rl__used_ok(s->win_inflight) && s->long_rtt >= 0 &&
-           s->long_rtt <= LAT_MAX_US &&
+           rl__used_ok(s->win_inflight) && s->long_rtt >= 0 && s->long_rtt <= LAT_MAX_US &&
            s->long_n >= 0 && s->long_n <= WARMUP;
 }
 
@@ -354,9 +351,9 @@ static const rl_param_def ac_params_def[] = {
 
 /* The Redis port: adaptive_concurrency.lua beside this file. */
 static const char *const ac_redis_params[] = {
-    "initial_limit", "min_limit", "max_limit", "backoff_ratio", "step",        "timeout",
-    "tolerance",     "smoothing", "queue_size", "long_window",  "window",      "window_size",
-    "retry",
+    "initial_limit", "min_limit",   "max_limit", "backoff_ratio", "step",
+    "timeout",       "tolerance",   "smoothing", "queue_size",    "long_window",
+    "window",        "window_size", "retry",
 };
 static const rl_rule_redis ac_redis = {
     .tag = "ac",

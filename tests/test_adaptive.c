@@ -426,6 +426,13 @@ START_TEST(snapshot_keeps_limit)
     ck_assert_int_eq(rl_limiter_load(again, path, s->now, NULL, &err), RL_OK);
     s->lim = again;
     ck_assert_int_eq(sim_limit(s), learnt);
+    /* a rule whose parameters changed starts again from its initial_limit (snapshots keep a
+     * state only for the same rule) */
+    rl_limiter *other = tu_limiter(config("aimd", 10, 1, 15));
+    ck_assert_int_eq(rl_limiter_load(other, path, s->now, NULL, &err), RL_OK);
+    s->lim = other;
+    ck_assert_int_eq(sim_limit(s), FP(10));
+    tu_free(other);
     unlink(path);
     free(s);
     tu_free(again);
@@ -438,6 +445,14 @@ START_TEST(config_errors)
     ck_assert_str_eq(tu_config_error("{\"levels\": [{\"name\": \"b\", \"rules\": [{\"type\": "
                                      "\"adaptive_concurrency\", \"algorithm\": \"vegas\"}]}]}"),
                      "levels[0].rules[0].algorithm: must be \"aimd\" or \"gradient\"");
+    ck_assert_str_eq(tu_config_error("{\"levels\": [{\"name\": \"b\", \"rules\": [{\"type\": "
+                                     "\"adaptive_concurrency\", \"algorithm\": \"aimd\", "
+                                     "\"unit\": \"cost\"}]}]}"),
+                     "levels[0].rules[0].unit: adaptive_concurrency counts requests only");
+    ck_assert_str_eq(tu_config_error("{\"levels\": [{\"name\": \"b\", \"rules\": [{\"type\": "
+                                     "\"adaptive_concurrency\", \"algorithm\": \"gradient\", "
+                                     "\"initial_limit\": 5, \"min_limit\": 10}]}]}"),
+                     "levels[0].rules[0].initial_limit: must be from min_limit to max_limit");
 }
 END_TEST
 

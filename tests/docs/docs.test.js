@@ -1,4 +1,4 @@
-// The curl examples of README.md and docs/api.md, run against a fresh daemon and their output
+// The curl examples of README.md, docs/api.md and docs/adaptive.md, run against a fresh daemon and their output
 // compared with what the page shows, so that the docs cannot drift from the daemon.
 //
 //   RL_BUILD=build node --test tests/docs/      (make docs-check; make test runs it)

@@ -55,6 +55,11 @@ static int set_param(rl_rule *r, const char *k, const json_t *v, rl_err *err)
                                      r->type->params[i].name);
         return fail(err, "%s: unknown parameter of %s (known: %s)", k, r->type->name, known);
     }
+    if (kind == RL_PARAM_STRINGS && json_is_string(v)) { /* a list of one */
+        const char *s1 = json_string_value(v);
+        size_t len1 = json_string_length(v);
+        return rl_rule_set_strings(r, k, &s1, &len1, 1, err);
+    }
     if (kind == RL_PARAM_STRINGS) {
         size_t n = json_array_size(v);
         if (!json_is_array(v))
@@ -199,7 +204,10 @@ json_t *rld_rule_to_json(const rl_rule *r, const rl_config *cfg)
     json_object_set_new(o, "name", json_string(r->name));
     for (size_t i = 0; i < r->type->nparams; i++) {
         const rl_param_def *d = &r->type->params[i];
-        if (d->kind == RL_PARAM_STRINGS) {
+        if (d->kind == RL_PARAM_STRINGS && d->max == 1 && rl_rule_get_strings(r, d)->n == 1) {
+            const rl_strings *s = rl_rule_get_strings(r, d); /* a choice: its one string */
+            json_object_set_new(o, d->name, json_stringn(s->v[0], s->len[0]));
+        } else if (d->kind == RL_PARAM_STRINGS) {
             const rl_strings *s = rl_rule_get_strings(r, d);
             json_t *a = json_array();
             for (size_t k = 0; k < s->n; k++)

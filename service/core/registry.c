@@ -112,6 +112,12 @@ const rl_rule_per_unit *rl_rule_type_per_unit(const rl_rule_type *t)
     return t->api_version >= 4 ? t->per_unit : NULL;
 }
 
+void (*rl_rule_release_outcome(const rl_rule_type *t))(const void *, void *, rl_ns, rl_ns, rl_fp,
+                                                        const rl_outcome *)
+{
+    return t->api_version >= 5 ? t->release_outcome : NULL;
+}
+
 /* Whether name is NULL (when it may be) or one of t's parameters of kind k. */
 static int param_is(const rl_rule_type *t, const char *name, rl_param_kind k, int may_be_null)
 {

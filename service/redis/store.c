@@ -1953,6 +1953,38 @@ static void rs_destroy(void *cls)
     free(rs);
 }
 
+/* Deletes the state of every rule of key at level (each shard's): one DEL per state key, so
+ * that on a cluster each goes to its own slot. */
+static int rs_reset(void *cls, size_t level, const char *key, size_t keylen, size_t *cleared,
+                    rl_err *err)
+{
+    redis_store *rs = cls;
+    *cleared = 0;
+    for (unsigned slot = 0; slot < RL_MAX_RULES; slot++) {
+        rl_rules *ref = NULL;
+        const rl_rule *rule = rs->res->rule_at(rs->res->ctx, level, slot, key, keylen, &ref);
+        rl_rules_unref(ref);
+        if (!rule)
+            break;
+        unsigned nshards = rs->shards[level] > 1 ? rs->shards[level] : 1;
+        for (unsigned sh = 0; sh < nshards; sh++) {
+            abuf k;
+            redisReply *r;
+            ab_init(&k);
+            ab_str(&k, "DEL");
+            ab_state_key(rs, &k, level, slot, sh, key, keylen);
+            int rc = command(rs, &k, &r, err);
+            ab_free(&k);
+            if (rc != RL_OK)
+                return rc;
+            if (r->type == REDIS_REPLY_INTEGER)
+                *cleared += (size_t)r->integer;
+            freeReplyObject(r);
+        }
+    }
+    return RL_OK;
+}
+
 static const rl_store_ops redis_ops = {
     .name = "redis",
     .attach = rs_attach,
@@ -1963,6 +1995,7 @@ static const rl_store_ops redis_ops = {
     .tick = rs_tick,
     .keys = rs_keys,
     .stats = rs_stats,
+    .reset = rs_reset,
     .destroy = rs_destroy,
 };
 

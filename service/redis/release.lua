@@ -3,8 +3,9 @@
 --
 -- KEYS: the reservation, the reservation index, then the state keys of the held items.
 -- ARGV: as args.def lists them: now ('' = Redis TIME), mode ('release' or 'expire'), the
---       reservation id, least TTL (ms), TTL of held slots (ms), then per state key: type tag,
---       the amount held and the rule's parameters (T.params).
+--       reservation id, least TTL (ms), TTL of held slots (ms), the channel of given-back
+--       states (announce), then per state key: type tag, the amount held and the rule's
+--       parameters (T.params).
 -- Returns {'ok', settled ('1'/'0')}, {'notfound'}, or {'early'} when it is not yet due.
 
 clock(ARGV[A_NOW])
@@ -21,6 +22,7 @@ redis.call('DEL', KEYS[1])
 redis.call('ZREM', KEYS[2], ARGV[A_ID])
 local floor_ms, hold_ms = tonumber(ARGV[A_FLOOR_MS]), tonumber(ARGV[A_HOLD_MS])
 local o = A_FIELDS
+local given = {}
 for i = 3, #KEYS do
     local T = rule_type(ARGV[o + I_TAG])
     local held = ARGV[o + I_HELD]
@@ -30,6 +32,8 @@ for i = 3, #KEYS do
         T.prep(st, st)
         T.release(st, st, N(held))
         save_state(T, st, st, KEYS[i], floor_ms, hold_ms)
+        given[#given + 1] = KEYS[i]
     end
 end
+announce(ARGV[A_CHANNEL], given, 1)
 return {'ok', h[2]}

@@ -3,7 +3,8 @@
 --
 -- KEYS: the reservation, then the state keys of the items to settle.
 -- ARGV: as args.def lists them: now ('' = Redis TIME), actual cost, least TTL (ms), TTL of held
---       slots (ms), then per state key: type tag and the rule's parameters (T.params).
+--       slots (ms), the channel of given-back states (announce), then per state key: type tag
+--       and the rule's parameters (T.params).
 -- Returns {'ok', reserved cost}, {'notfound'} (unknown or expired) or {'settled'}.
 
 clock(ARGV[A_NOW])
@@ -16,6 +17,7 @@ if not iszero(amount) then
     local at = rel_of_dec(h[4])
     local floor_ms, hold_ms = tonumber(ARGV[A_FLOOR_MS]), tonumber(ARGV[A_HOLD_MS])
     local o = A_FIELDS
+    local given = {}
     for i = 2, #KEYS do
         local T = rule_type(ARGV[o + I_TAG])
         local st, found = load_state(T, KEYS[i])
@@ -24,7 +26,9 @@ if not iszero(amount) then
             T.prep(st, st)
             T.refund(st, st, at, amount)
             save_state(T, st, st, KEYS[i], floor_ms, hold_ms)
+            given[#given + 1] = KEYS[i]
         end
     end
+    announce(ARGV[A_CHANNEL], given, 1)
 end
 return {'ok', h[3]}

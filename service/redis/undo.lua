@@ -5,7 +5,8 @@
 --
 -- KEYS: the state keys of the items.
 -- ARGV: as args.def lists them: now ('' = Redis TIME), when the amounts were taken (a decimal
---       now as decide.lua returns it), least TTL (ms), TTL of held slots (ms), then per state
+--       now as decide.lua returns it), least TTL (ms), TTL of held slots (ms), the channel of
+--       given-back states (announce), then per state
 --       key: type tag, op ('r': refund the amount, negative to charge it; 'h': release that
 --       many held slots), the amount, the state's value before and after the take to give back
 --       ('' when not known), then the rule's parameters (T.params).
@@ -19,6 +20,7 @@ local at = rel_of_dec(ARGV[A_AT])
 local floor_ms, hold_ms = tonumber(ARGV[A_FLOOR_MS]), tonumber(ARGV[A_HOLD_MS])
 local o = A_FIELDS
 local changed = 0
+local given = {}
 for i = 1, #KEYS do
     local T = rule_type(ARGV[o + I_TAG])
     if not T then return redis.error_reply('no rule type port for tag ' .. ARGV[o + I_TAG]) end
@@ -34,11 +36,14 @@ for i = 1, #KEYS do
             redis.call('SET', KEYS[i], before, 'KEEPTTL')
         end
         changed = changed + 1
+        given[#given + 1] = KEYS[i]
     elseif found and f and not iszero(amount) then
         T.prep(st, st)
         if op == 'h' then T.release(st, st, amount) else T.refund(st, st, at, amount) end
         save_state(T, st, st, KEYS[i], floor_ms, hold_ms)
         changed = changed + 1
+        given[#given + 1] = KEYS[i]
     end
 end
+announce(ARGV[A_CHANNEL], given, 1)
 return changed

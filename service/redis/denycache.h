@@ -8,8 +8,9 @@
  * fingerprint (type, parameters, name, options) and a need at least as large is denied too,
  * for nothing but a give-back can shorten the wait (refunds, releases and undos announce the
  * states they gave back to on the channel P"deny"; quota changes on P"quotas"). A follower
- * thread subscribes to both and forgets what they name; while it is not subscribed the cache
- * neither answers nor learns, and it starts empty at every subscription.
+ * thread subscribes to both and forgets what they name (everything for a quota change, or for a
+ * message on P"deny" that is not a list of keys, such as "reset"); while it is not subscribed
+ * the cache neither answers nor learns, and it starts empty at every subscription.
  *
  * Fixed size (DC_SETS sets of DC_WAYS entries, the entry that lapses first evicted), one mutex
  * per set. An insertion carries a ticket taken before its call went to Redis: a give-back

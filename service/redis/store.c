@@ -47,6 +47,7 @@ typedef struct type_info {
     int stateless;
     int refund; /* has refund: settling applies to it (when it counts cost) */
     int holds;
+    int builtin; /* a built-in type (its port is one of service/core/rules/) */
     size_t nparams; /* the parameters its port takes, in order */
     const rl_param_def *def[MAX_PORT_PARAMS];
 } type_info;
@@ -420,6 +421,7 @@ static void describe_type(const rl_rule_type *t, type_info *ti)
                 ti->def[i] = &t->params[j];
     ti->nparams = port->nparams;
     ti->tag = port->tag;
+    ti->builtin = !port->lua && builtin_tag(port->tag);
 }
 
 static int check_rules(const redis_store *rs, const rl_rules *rs_, const char *where, rl_err *err)
@@ -1150,8 +1152,10 @@ static void decide_end(redis_store *rs, const rl_plan *plan, rl_decision *d, con
  *
  * A denial is cached for an item whose wait blocks under every flag (neither a shadow nor a
  * charge rule: its wait is phase 1's, the same for a dry run, a reservation or an item list,
- * and denies the whole request), whose state is one key (not a sharded level) and which holds
- * no slots (held slots also come back by expiring, which nothing announces). Any such item
+ * and denies the whole request), of a built-in type (whose wait is the earliest time the amount
+ * fits, checked against the memory store by the differential replay; a plug-in's may be an
+ * estimate), whose state is one key (not a sharded level) and which holds no slots (held
+ * slots also come back by expiring, which nothing announces). Any such item
  * found denied at least as long in the cache denies the request: nothing but a give-back
  * shortens a wait, and give-backs are announced. */
 
@@ -1160,7 +1164,7 @@ static int deny_key(redis_store *rs, const rl_plan *plan, const rl_decision *d, 
 {
     const rl_applied *ap = &d->applied[i];
     const type_info *ti = info_of(rs, ap->rule);
-    if (plan->items[i].mode || !ti || ti->stateless || !ti->tag || ti->holds ||
+    if (plan->items[i].mode || !ti || !ti->builtin || ti->stateless || ti->holds ||
         rs->shards[ap->level] > 1)
         return 0;
     k->n = 0;

@@ -19,8 +19,7 @@ typedef struct dc_entry {
     uint64_t fp;
     rl_fp need;
     rl_ns at, until;
-    rl_rule_status st;
-    int has_st;
+    rld_denial dn;
     uint16_t len;
     char key[DC_KEY_MAX];
 } dc_entry;
@@ -131,9 +130,9 @@ static int same(const dc_entry *e, uint64_t h, const char *key, size_t len)
 }
 
 void rld_denycache_insert(rld_denycache *c, uint64_t ticket, uint64_t h, const char *key,
-                          size_t len, uint64_t fp, rl_fp need, rl_ns now, rl_ns wait,
-                          const rl_rule_status *st)
+                          size_t len, uint64_t fp, rl_fp need, rl_ns now, const rld_denial *dn)
 {
+    rl_ns wait = dn->wait;
     if (!ticket || len > DC_KEY_MAX || wait <= 0 || wait >= RL_WAIT_NEVER ||
         now > RL_WAIT_NEVER - wait)
         return;
@@ -158,9 +157,9 @@ void rld_denycache_insert(rld_denycache *c, uint64_t ticket, uint64_t h, const c
         v->need = need;
         v->at = now;
         v->until = now + wait;
-        v->has_st = st != NULL;
-        if (st)
-            v->st = *st;
+        v->dn = *dn;
+        if (dn->n > DC_ITEMS)
+            v->dn.sig = 0;
         v->len = (uint16_t)len;
         memcpy(v->key, key, len);
     }
@@ -173,8 +172,14 @@ static rl_ns left(rl_ns v, rl_ns elapsed)
     return v == RL_WAIT_NEVER ? v : v > elapsed ? v - elapsed : 0;
 }
 
+static void count_down(rl_rule_status *st, rl_ns elapsed)
+{
+    st->reset_after = left(st->reset_after, elapsed);
+    st->next = left(st->next, elapsed);
+}
+
 int rld_denycache_lookup(rld_denycache *c, uint64_t h, const char *key, size_t len, uint64_t fp,
-                         rl_fp need, rl_ns now, rl_ns *wait, rl_rule_status *st, int *has_st)
+                         rl_fp need, rl_ns now, uint64_t sig, rld_denial *out)
 {
     int hit = 0;
     if (len > DC_KEY_MAX || !rld_denycache_live(c))
@@ -188,13 +193,13 @@ int rld_denycache_lookup(rld_denycache *c, uint64_t h, const char *key, size_t l
         /* time going back to before the denial: Redis decides */
         if (e->fp == fp && need >= e->need && now >= e->at && now < e->until) {
             hit = 1;
-            *wait = e->until - now;
-            *has_st = e->has_st;
-            if (e->has_st) {
-                *st = e->st;
-                st->reset_after = left(st->reset_after, now - e->at);
-                st->next = left(st->next, now - e->at);
-            }
+            *out = e->dn;
+            out->wait = e->until - now;
+            count_down(&out->st, now - e->at);
+            if (!sig || out->sig != sig)
+                out->sig = 0;
+            for (size_t j = 0; out->sig && j < out->n; j++)
+                count_down(&out->all[j], now - e->at);
         }
         break;
     }

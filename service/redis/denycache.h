@@ -32,7 +32,23 @@
 #define DC_WAYS 8
 #define DC_KEY_MAX 160 /* longer state keys are not cached */
 
+#define DC_ITEMS 4     /* a decision of at most this many rules keeps every rule's status */
+
 typedef struct rld_denycache rld_denycache;
+
+/* What a denial answered, kept with it: the rule's wait and status, and, for a decision of at
+ * most DC_ITEMS rules, every rule's status under the decision's signature (a hash of its rules'
+ * keys, rules and amounts), so that the same decision asked again gets the same answer's
+ * shape. */
+typedef struct rld_denial {
+    rl_ns wait;
+    int has_st;
+    rl_rule_status st;
+    uint64_t sig; /* 0: the decision's statuses are not kept (or, from a lookup, do not apply) */
+    size_t n;     /* the decision's rules */
+    int has[DC_ITEMS];
+    rl_rule_status all[DC_ITEMS];
+} rld_denial;
 
 /* A new, empty cache that answers nothing until rld_denycache_follow has subscribed; NULL when
  * out of memory. */
@@ -56,16 +72,16 @@ uint64_t rld_denycache_hash(const char *key, size_t len);
 /* Before a call to Redis that may deny the state key of hash h: the ticket to insert with
  * (0 while the cache is not live: the insertion will be refused). */
 uint64_t rld_denycache_ticket(rld_denycache *c, uint64_t h);
-/* Learns that key (hash h) under a rule of fingerprint fp denied need at now with wait (> 0,
- * below RL_WAIT_NEVER), st its status then (NULL: none). Refused when ticket is stale. */
+/* Learns that key (hash h) under a rule of fingerprint fp denied need at now with dn->wait
+ * (> 0, below RL_WAIT_NEVER) and what else dn holds. Refused when ticket is stale. */
 void rld_denycache_insert(rld_denycache *c, uint64_t ticket, uint64_t h, const char *key,
-                          size_t len, uint64_t fp, rl_fp need, rl_ns now, rl_ns wait,
-                          const rl_rule_status *st);
-/* Whether a request needing need at now of key (hash h) under a rule of fingerprint fp is
- * denied by an entry: 1 with *wait the entry's wait left and, when it has one, *st its status
- * brought to now (reset_after and next counting down, has_st set), else 0. */
+                          size_t len, uint64_t fp, rl_fp need, rl_ns now, const rld_denial *dn);
+/* Whether a request needing need at now of key (hash h) under a rule of fingerprint fp, in a
+ * decision of signature sig, is denied by an entry: 1 with *out the entry's denial brought to
+ * now (the wait left; reset_after and next counting down; out->sig 0 unless the entry kept the
+ * statuses of a decision of signature sig), else 0. */
 int rld_denycache_lookup(rld_denycache *c, uint64_t h, const char *key, size_t len, uint64_t fp,
-                         rl_fp need, rl_ns now, rl_ns *wait, rl_rule_status *st, int *has_st);
+                         rl_fp need, rl_ns now, uint64_t sig, rld_denial *out);
 /* Forgets key's entry (it was given back to); voids the tickets of its set. */
 void rld_denycache_forget(rld_denycache *c, const char *key, size_t len);
 /* Forgets every entry; voids every ticket. */

@@ -83,6 +83,7 @@ typedef struct redis_store {
     size_t counting[RL_MAX_LEVELS];
     size_t counted[RL_MAX_LEVELS]; /* atomic: the last full scan's keys per level */
     rld_denycache *dc; /* NULL when denials are not cached */
+    rl_ns dc_latest;   /* atomic, with a manual clock: the latest now sent to Redis */
     int dc_started;    /* its follower runs */
 } redis_store;
 
@@ -1092,6 +1093,7 @@ typedef struct dstate {
     item_out out[RL_MAX_APPLIED];
     uint64_t ticket[RL_MAX_APPLIED]; /* for learning item i's denial; 0: not cached */
     uint64_t hash[RL_MAX_APPLIED], fp[RL_MAX_APPLIED]; /* its state key's, its rule's */
+    uint64_t sig; /* the decision's (deny_sig) */
 } dstate;
 
 /* What a decision needs before any call: each level's shard, whether it reserves, and the
@@ -1188,30 +1190,68 @@ static void status_here(const rl_plan *plan, rl_applied *ap)
     rl_applied_set_status(ap, &x);
 }
 
-/* Answers the decision from the cache when some item of it is denied there: 1 with d filled as
- * decide_end would (each such item's wait and status counting down; every other item with
- * state waiting 0 and reporting no status), counted under the level of the longest wait.
- * Otherwise 0, with the tickets for learning from Redis's answer (deny_learn) in st. */
+/* The signature of a decision: its rules, keys and amounts (0 never). */
+static uint64_t deny_sig(const rl_plan *plan, const rl_decision *d, const dstate *st)
+{
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (size_t i = 0; i < plan->n; i++) {
+        const rl_applied *ap = &d->applied[i];
+        int64_t f[6] = {ap->level, ap->slot, ap->keylen, plan->items[i].need,
+                        plan->items[i].mode, (int64_t)st->fp[i]};
+        const unsigned char *p = (const unsigned char *)f;
+        for (size_t j = 0; j < sizeof f; j++)
+            h = (h ^ p[j]) * 0x100000001b3ull;
+        for (size_t j = 0; j < ap->keylen; j++)
+            h = (h ^ (unsigned char)ap->key[j]) * 0x100000001b3ull;
+    }
+    return h ? h : 1;
+}
+
+/* Answers the decision from the cache when some item of it is denied there (not a dry run:
+ * one asks for the statuses, which only Redis has): 1 with d filled as decide_end would, each
+ * such item's wait and status counting down, every other item with state waiting 0 and
+ * reporting the status the same decision had when denied (when the cache kept it: a decision
+ * of at most DC_ITEMS rules, asked again alike) or none; counted under the level of the
+ * longest wait. Otherwise 0, with the tickets for learning from Redis's answer (deny_learn) in
+ * st. */
 static int deny_local(redis_store *rs, const rl_plan *plan, rl_decision *d, dstate *st)
 {
     abuf k;
-    rl_ns now = deny_clock(rs, plan), wait[RL_MAX_APPLIED], most = 0;
+    rl_ns now = deny_clock(rs, plan);
+    rld_denial best = {0}, one;
+    /* a manual clock may go back: the state may then have moved past a denial, at a time
+     * later than this one (Redis decides at the later of the two), so only a time not before
+     * the latest this instance sent is answered here */
+    rl_ns latest = __atomic_load_n(&rs->dc_latest, __ATOMIC_RELAXED);
+    while (rs->manual && now > latest &&
+           !__atomic_compare_exchange_n(&rs->dc_latest, &latest, now, 0, __ATOMIC_RELAXED,
+                                        __ATOMIC_RELAXED))
+        ;
+    rl_ns wait[RL_MAX_APPLIED];
     rl_rule_status sts[RL_MAX_APPLIED];
     int has[RL_MAX_APPLIED], hit[RL_MAX_APPLIED], any = 0;
+    int ask = !(plan->flags & RL_DRY_RUN) && (!rs->manual || now >= latest);
     size_t level = 0;
     ab_init(&k);
+    for (size_t i = 0; i < plan->n; i++)
+        st->fp[i] = rld_denycache_fingerprint(d->applied[i].rule);
+    st->sig = deny_sig(plan, d, st);
     for (size_t i = 0; i < plan->n; i++) {
         st->ticket[i] = 0;
         hit[i] = 0;
         if (!deny_key(rs, plan, d, i, &k))
             continue;
         st->hash[i] = rld_denycache_hash(k.buf, k.len[0]);
-        st->fp[i] = rld_denycache_fingerprint(d->applied[i].rule);
-        hit[i] = rld_denycache_lookup(rs->dc, st->hash[i], k.buf, k.len[0], st->fp[i],
-                                      plan->items[i].need, now, &wait[i], &sts[i], &has[i]);
-        if (hit[i] && wait[i] > most) {
-            most = wait[i];
-            level = d->applied[i].level;
+        hit[i] = ask && rld_denycache_lookup(rs->dc, st->hash[i], k.buf, k.len[0], st->fp[i],
+                                             plan->items[i].need, now, st->sig, &one);
+        if (hit[i]) {
+            wait[i] = one.wait;
+            sts[i] = one.st;
+            has[i] = one.has_st;
+            if (one.wait > best.wait) {
+                best = one;
+                level = d->applied[i].level;
+            }
         }
         any |= hit[i];
         if (!hit[i])
@@ -1220,6 +1260,7 @@ static int deny_local(redis_store *rs, const rl_plan *plan, rl_decision *d, dsta
     ab_free(&k);
     if (!any)
         return 0;
+    int whole = best.sig != 0 && best.n == plan->n;
     for (size_t i = 0; i < plan->n; i++) {
         rl_applied *ap = &d->applied[i];
         const type_info *ti = info_of(rs, ap->rule);
@@ -1228,11 +1269,16 @@ static int deny_local(redis_store *rs, const rl_plan *plan, rl_decision *d, dsta
             ap->has_status = ap->rule->type->report != NULL;
             if (ap->has_status)
                 status_here(plan, ap);
-        } else {
-            ap->wait = hit[i] ? wait[i] : 0;
-            ap->has_status = hit[i] && has[i];
-            if (ap->has_status)
+        } else if (hit[i]) {
+            ap->wait = wait[i];
+            ap->has_status = has[i];
+            if (has[i])
                 rl_applied_set_status(ap, &sts[i]);
+        } else {
+            ap->wait = 0;
+            ap->has_status = whole && best.has[i];
+            if (ap->has_status)
+                rl_applied_set_status(ap, &best.all[i]);
         }
         ap->shadow_denied = (plan->items[i].mode & RL_ITEM_SHADOW) && ap->wait != 0;
     }
@@ -1242,23 +1288,36 @@ static int deny_local(redis_store *rs, const rl_plan *plan, rl_decision *d, dsta
 }
 
 /* After Redis's answer (decide_end): caches each item that it denied and deny_local gave a
- * ticket. */
-static void deny_learn(redis_store *rs, const rl_plan *plan, const rl_decision *d,
-                       const dstate *st)
+ * ticket, with the decision's statuses when it has at most DC_ITEMS rules. */
+static void deny_learn(redis_store *rs, const rl_plan *plan, rl_decision *d, const dstate *st)
 {
     abuf k;
     rl_ns now = -1;
+    rld_denial dn = {0};
     ab_init(&k);
     for (size_t i = 0; i < plan->n; i++) {
         const rl_applied *ap = &d->applied[i];
         if (!st->ticket[i] || ap->wait <= 0 || ap->wait >= RL_WAIT_NEVER ||
             !deny_key(rs, plan, d, i, &k))
             continue;
-        if (now < 0)
+        if (now < 0) {
             now = deny_clock(rs, plan);
+            dn.n = plan->n;
+            dn.sig = plan->n <= DC_ITEMS ? st->sig : 0;
+            for (size_t j = 0; dn.sig && j < plan->n; j++) {
+                const rl_rule_status *x = rl_decision_status(d, j);
+                dn.has[j] = x != NULL;
+                if (x)
+                    dn.all[j] = *x;
+            }
+        }
+        const rl_rule_status *x = rl_decision_status(d, i);
+        dn.wait = ap->wait;
+        dn.has_st = x != NULL;
+        if (x)
+            dn.st = *x;
         rld_denycache_insert(rs->dc, st->ticket[i], st->hash[i], k.buf, k.len[0], st->fp[i],
-                             plan->items[i].need, now, ap->wait,
-                             ap->has_status && !ap->status_lazy ? &ap->status.st : NULL);
+                             plan->items[i].need, now, &dn);
     }
     ab_free(&k);
 }

@@ -18,8 +18,8 @@
 #include "redis_server.h"
 #include "srvutil.h"
 
-#define RATE 2000    /* requests a second, shared by the two instances */
-#define SECONDS 3    /* of flood */
+#define RATE 2000 /* requests a second, shared by the two instances */
+#define SECONDS 3 /* of flood */
 #define BODY "{\"keys\": {\"user\": \"alice\"}}"
 
 static double mono_s(void)
@@ -148,7 +148,8 @@ static void check_flood(const flood *f)
     ck_assert_msg(flood_num(f, "flood_requests") >= 0.8 * RATE * SECONDS, "too few: %s", f->text);
 }
 
-/* ---- the tests --------------------------------------------------------------------------------- */
+/* ---- the tests ---------------------------------------------------------------------------------
+ */
 
 /* Off, then on, each on a prefix of its own with Redis's counts reset. Worked out by hand: the
  * bucket starts full (10) and refills 10 a second, so over the flood's t seconds at most
@@ -178,8 +179,9 @@ START_TEST(flood_calls_fall_and_admissions_stay_within_the_limit)
         ck_assert_double_eq(metric(&s[0], "ratelimit_store_errors_total") +
                                 metric(&s[1], "ratelimit_store_errors_total"),
                             0);
-        fprintf(stderr, "cache %s: %lld script calls, %.0f admitted in %.3f s, %.0f denied "
-                        "from the cache\n",
+        fprintf(stderr,
+                "cache %s: %lld script calls, %.0f admitted in %.3f s, %.0f denied "
+                "from the cache\n",
                 cache ? "on" : "off", calls[cache], admitted[cache], seconds[cache], local);
         ck_assert_msg(admitted[cache] <= 10 + 10 * seconds[cache] + 1,
                       "cache %d: %.0f admitted in %.3f s, more than the bucket allows", cache,
@@ -193,8 +195,8 @@ START_TEST(flood_calls_fall_and_admissions_stay_within_the_limit)
             double denied = flood_num(&f, "flood_denied");
             /* every denial Redis did not make came from a cache */
             ck_assert_msg(local >= denied - (double)calls[cache],
-                          "%.0f denied, %lld calls, only %.0f from the cache", denied,
-                          calls[cache], local);
+                          "%.0f denied, %lld calls, only %.0f from the cache", denied, calls[cache],
+                          local);
             /* a denial from the cache has the answer's shape: blocked_by, retry_after at most
              * a token's 0.1 s, Retry-After and RateLimit headers */
             for (int i = 0;; i++) {
@@ -257,8 +259,8 @@ START_TEST(flood_sees_a_quota_raise_at_once)
             done_ms, last0, last1);
     ck_assert_msg(last0 <= done_ms + 20, "instance 0 denied at %.0f ms, raised at %.0f ms", last0,
                   done_ms);
-    ck_assert_msg(last1 <= done_ms + 200, "instance 1 denied at %.0f ms, raised at %.0f ms",
-                  last1, done_ms);
+    ck_assert_msg(last1 <= done_ms + 200, "instance 1 denied at %.0f ms, raised at %.0f ms", last1,
+                  done_ms);
     ck_assert_msg(last0 > 0 && last1 > 0, "no denial before the raise: %s", f.text);
     /* before the raise: the tenths of a second wholly before it */
     const char *p = strstr(f.text, "flood_allowed_per_100ms: ");
@@ -276,7 +278,8 @@ START_TEST(flood_sees_a_quota_raise_at_once)
     ck_assert_msg(before <= 10 + 10 * (slots / 10.0) + 1, "%.0f admitted in the first %d tenths",
                   before, slots);
     /* after: every request (the pro bucket holds 5,000) */
-    ck_assert_msg(flood_num(&f, "flood_allowed") >= before + 0.8 * RATE * (SECONDS - done_ms / 1000),
+    ck_assert_msg(flood_num(&f, "flood_allowed") >=
+                      before + 0.8 * RATE * (SECONDS - done_ms / 1000),
                   "too few admitted after the raise: %s", f.text);
     free(f.text);
     stop_pair(s);

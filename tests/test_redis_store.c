@@ -637,8 +637,7 @@ static void replay(uint64_t seed, int force, int steps, const char *prefix, size
             compare_replay(&a, &b, ctx);
             /* with the cache of denials, a denied request comes again within its wait, or
              * with a cost a little larger or smaller */
-            while (deny_cache && !a.allowed && a.retry_after < RL_NS_PER_SEC * 3600 &&
-                   rnd(&s, 4)) {
+            while (deny_cache && !a.allowed && a.retry_after < RL_NS_PER_SEC * 3600 && rnd(&s, 4)) {
                 now += (rl_ns)rnd(&s, (uint64_t)a.retry_after);
                 rl_fp c2 = cost + (rl_fp)rnd(&s, 3) - 1;
                 cost = c2 > 0 ? c2 : cost;

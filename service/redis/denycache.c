@@ -15,7 +15,7 @@
 #define SUBSCRIBE_TIMEOUT_MS 2000
 
 typedef struct dc_entry {
-    uint64_t h;  /* 0: empty */
+    uint64_t h; /* 0: empty */
     uint64_t fp;
     rl_fp need;
     rl_ns at, until;
@@ -32,7 +32,7 @@ typedef struct dc_set {
 
 struct rld_denycache {
     dc_set set[DC_SETS];
-    int live; /* atomic */
+    int live;                         /* atomic */
     uint64_t answered[RL_MAX_LEVELS]; /* atomic */
     uint64_t messages;                /* atomic */
     /* the follower */
@@ -95,8 +95,8 @@ static uint64_t fnv(uint64_t h, const void *p, size_t n)
 uint64_t rld_denycache_fingerprint(const rl_rule *r)
 {
     uint64_t h = 0xcbf29ce484222325ull;
-    int64_t f[6] = {(int64_t)r->type_id, (int64_t)r->unit, r->reserved, r->reserved_min_priority,
-                    r->shadow, r->charge};
+    int64_t f[6] = {(int64_t)r->type_id,      (int64_t)r->unit, r->reserved,
+                    r->reserved_min_priority, r->shadow,        r->charge};
     h = fnv(h, &r->type, sizeof r->type);
     h = fnv(h, f, sizeof f);
     h = fnv(h, r->params, r->type->params_size);
@@ -269,9 +269,9 @@ static void forget_message(rld_denycache *c, const char *m, size_t n)
 
 static void on_message(rld_denycache *c, const redisReply *m)
 {
-    if (m->type != REDIS_REPLY_ARRAY || m->elements != 3 || m->element[0]->type != REDIS_REPLY_STRING ||
-        strcmp(m->element[0]->str, "message") != 0 || m->element[1]->type != REDIS_REPLY_STRING ||
-        m->element[2]->type != REDIS_REPLY_STRING)
+    if (m->type != REDIS_REPLY_ARRAY || m->elements != 3 ||
+        m->element[0]->type != REDIS_REPLY_STRING || strcmp(m->element[0]->str, "message") != 0 ||
+        m->element[1]->type != REDIS_REPLY_STRING || m->element[2]->type != REDIS_REPLY_STRING)
         return;
     if (strcmp(m->element[1]->str, c->deny_channel) == 0)
         forget_message(c, m->element[2]->str, m->element[2]->len);

@@ -32,7 +32,7 @@
 #define DC_WAYS 8
 #define DC_KEY_MAX 160 /* longer state keys are not cached */
 
-#define DC_ITEMS 4     /* a decision of at most this many rules keeps every rule's status */
+#define DC_ITEMS 4 /* a decision of at most this many rules keeps every rule's status */
 
 typedef struct rld_denycache rld_denycache;
 

@@ -20,9 +20,9 @@
 #include <string.h>
 
 #include "app/buf.h"
+#include "app/clock.h"
 #include "fallback.h"
 #include "redis_args.h"
-#include "app/clock.h"
 #include "cluster.h"
 #include "denycache.h"
 #include "scripts.h"
@@ -47,7 +47,7 @@ typedef struct type_info {
     int stateless;
     int refund; /* has refund: settling applies to it (when it counts cost) */
     int holds;
-    int builtin; /* a built-in type (its port is one of service/core/rules/) */
+    int builtin;    /* a built-in type (its port is one of service/core/rules/) */
     size_t nparams; /* the parameters its port takes, in order */
     const rl_param_def *def[MAX_PORT_PARAMS];
 } type_info;
@@ -82,9 +82,9 @@ typedef struct redis_store {
     int duty; /* this instance holds the fleet's housekeeping claim (real clock only) */
     size_t counting[RL_MAX_LEVELS];
     size_t counted[RL_MAX_LEVELS]; /* atomic: the last full scan's keys per level */
-    rld_denycache *dc; /* NULL when denials are not cached */
-    rl_ns dc_latest;   /* atomic, with a manual clock: the latest now sent to Redis */
-    int dc_started;    /* its follower runs */
+    rld_denycache *dc;             /* NULL when denials are not cached */
+    rl_ns dc_latest;               /* atomic, with a manual clock: the latest now sent to Redis */
+    int dc_started;                /* its follower runs */
 } redis_store;
 
 static const int64_t zero_state[RL_STATE_MAX / 8];
@@ -841,8 +841,7 @@ static int undo(redis_store *rs, const char *now_arg, const char *at, const uite
         if (c == RL_OK) {
             freeReplyObject(r);
             deny_forget(rs, &k, 0);
-        }
-        else if (rc == RL_OK)
+        } else if (rc == RL_OK)
             rc = c;
         ab_free(&k);
         ab_free(&a);
@@ -1093,7 +1092,7 @@ typedef struct dstate {
     item_out out[RL_MAX_APPLIED];
     uint64_t ticket[RL_MAX_APPLIED]; /* for learning item i's denial; 0: not cached */
     uint64_t hash[RL_MAX_APPLIED], fp[RL_MAX_APPLIED]; /* its state key's, its rule's */
-    uint64_t sig; /* the decision's (deny_sig) */
+    uint64_t sig;                                      /* the decision's (deny_sig) */
 } dstate;
 
 /* What a decision needs before any call: each level's shard, whether it reserves, and the
@@ -1196,7 +1195,7 @@ static uint64_t deny_sig(const rl_plan *plan, const rl_decision *d, const dstate
     uint64_t h = 0xcbf29ce484222325ull;
     for (size_t i = 0; i < plan->n; i++) {
         const rl_applied *ap = &d->applied[i];
-        int64_t f[6] = {ap->level, ap->slot, ap->keylen, plan->items[i].need,
+        int64_t f[6] = {ap->level,           ap->slot,          ap->keylen, plan->items[i].need,
                         plan->items[i].mode, (int64_t)st->fp[i]};
         const unsigned char *p = (const unsigned char *)f;
         for (size_t j = 0; j < sizeof f; j++)

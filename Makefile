@@ -40,6 +40,8 @@ TEST_ENV  := RL_BUILD=$(BUILD) ASAN_OPTIONS=detect_leaks=1 \
 # Libraries come from pkg-config; the core library uses none of them.
 # A library added here goes into both apt-get lines of the Dockerfile too (make container-test).
 PKG_SVC  := jansson libmicrohttpd hiredis libprotobuf-c libnghttp2 yaml-0.1
+# TLS on the gRPC port (service/net/tls.c): GnuTLS, the library libmicrohttpd serves HTTPS with
+PKG_SVC  += gnutls
 PKG_TEST := check libcurl
 PKG_ALL  := $(PKG_SVC) $(PKG_TEST)
 pc_cflags = $(shell pkg-config --cflags $(1) 2>/dev/null)
@@ -243,7 +245,8 @@ $(BUILD)/tools/settings_doc: tools/settings_doc.c $(BUILD)/service/config/settin
 # runs bench/run.sh, which starts what it needs on free loopback ports and stops it again.
 BENCH_BUILD  := build-bench
 BENCH_CFLAGS := -O2 -g -DNDEBUG
-BENCH_BIN    := $(BUILD)/bench/bench_core $(BUILD)/bench/loadgen $(BUILD)/bench/lua_scripts
+BENCH_BIN    := $(BUILD)/bench/bench_core $(BUILD)/bench/loadgen $(BUILD)/bench/lua_scripts \
+                $(BUILD)/bench/bench_usage
 
 $(BUILD)/bench/bench_core.o: bench/bench_core.c
 	@mkdir -p $(dir $@)
@@ -266,6 +269,16 @@ $(BUILD)/bench/lua_scripts: $(BUILD)/bench/lua_scripts.o $(BUILD)/service/redis/
                             $(BUILD)/gen/redis_scripts.o
 	$(call say,LD,$@)
 	$(Q)$(CC) $^ -o $@ $(LDFLAGS_ALL)
+
+# What counting a model call in three dimensions costs a decision (bench/callgrind_usage.sh).
+$(BUILD)/bench/bench_usage.o: bench/bench_usage.c | $(BUILD)/gen/redis_args.h
+	@mkdir -p $(dir $@)
+	$(call say,CC,$<)
+	$(Q)$(CC) $(BASE_CPPFLAGS) $(GEN_CPPFLAGS) -Iservice $(SVC_CFLAGS) $(ALL_CFLAGS) -c $< -o $@
+
+$(BUILD)/bench/bench_usage: $(BUILD)/bench/bench_usage.o $(SVC_LIB_OBJ) $(BUILD)/librl.a
+	$(call say,LD,$@)
+	$(Q)$(CC) $^ -o $@ $(LDFLAGS_ALL) $(TEST_LIBS)
 
 $(BUILD)/bench/loadgen: bench/loadgen.c
 	@mkdir -p $(dir $@)
@@ -334,9 +347,11 @@ test: deps-quiet
 	@$(MAKE) --no-print-directory api-check
 	@$(MAKE) --no-print-directory docs-check
 	@$(MAKE) --no-print-directory grpc-check
+	@$(MAKE) --no-print-directory grpc-tls-check
 	@$(MAKE) --no-print-directory clients-check
 	@$(MAKE) --no-print-directory deb-check
 	@$(MAKE) --no-print-directory lua-smoke
+	@$(MAKE) --no-print-directory sdk-check
 	@echo "all tests passed"
 
 # bench/lua_cost.sh's smoke run: every case of the decision script's benchmark and of its
@@ -363,6 +378,13 @@ grpc-check: $(GRPC_NODE) $(BUILD)/ratelimitd
 	$(Q)$(TEST_ENV) $(PYTHON) tests/grpc/test_grpc_yaml.py
 	@echo "== tests/grpc-js (node --test, @grpc/grpc-js)"
 	$(Q)cd tests/grpc-js && $(TEST_ENV) RL_BUILD=$(abspath $(BUILD)) node --test
+
+# TLS and mTLS on the gRPC port (net/'s GnuTLS): python3-grpcio against certificates the test
+# makes with openssl, configured natively and by envoyproxy/ratelimit's variables.
+.PHONY: grpc-tls-check
+grpc-tls-check: $(BUILD)/ratelimitd
+	@echo "== tests/grpc/test_grpc_tls.py (python3-grpcio over TLS and mTLS)"
+	$(Q)$(TEST_ENV) $(PYTHON) tests/grpc/test_grpc_tls.py
 
 # ---- the clients: clients/python and clients/node ----------------------------------------------
 # Each against a real daemon: the Python one with Debian's python3 and its python3-starlette
@@ -400,6 +422,20 @@ api-check: $(API_NODE) $(BUILD)/ratelimitd
 	    ../../api/openapi.yaml
 	@echo "== tests/api (node --test)"
 	$(Q)cd tests/api && $(TEST_ENV) RL_BUILD=$(abspath $(BUILD)) node --test
+
+# The model SDKs with real clients: the official openai and @anthropic-ai/sdk packages (pinned
+# by tests/sdk/package-lock.json, installed there by npm ci) against a small model API in node
+# (tests/sdk/model_api.js) that asks the daemon before answering and passes its OpenAI and
+# Anthropic rate-limit headers on; the SDKs' retries wait as the 429 says (real clock).
+.PHONY: sdk-check
+SDK_NODE := tests/sdk/node_modules/.installed
+$(SDK_NODE): tests/sdk/package.json tests/sdk/package-lock.json
+	$(call say,NPM,tests/sdk)
+	$(Q)cd tests/sdk && npm ci --no-audit --no-fund --loglevel=error >/dev/null && touch node_modules/.installed
+
+sdk-check: $(SDK_NODE) $(BUILD)/ratelimitd
+	@echo "== tests/sdk (node --test, openai and @anthropic-ai/sdk)"
+	$(Q)cd tests/sdk && $(TEST_ENV) RL_BUILD=$(abspath $(BUILD)) node --test
 
 build-test: $(BUILD)/ratelimitd $(BUILD)/ratelimit-replay $(TEST_BIN) $(PLUGINS) $(FUZZ_REPLAY)
 
@@ -487,6 +523,8 @@ DEB_PKGS += valgrind
 # gRPC: messages, HTTP/2, the Python client (grpcio, protobuf, protoc), h2load
 DEB_PKGS += libprotobuf-c-dev protobuf-c-compiler libnghttp2-dev nghttp2-client protobuf-compiler \
             python3 python3-grpcio python3-protobuf
+# TLS in net/ (gRPC's port: tests/grpc/test_grpc_tls.py makes its certificates with openssl)
+DEB_PKGS += libgnutls28-dev
 # Caddy in front (config/caddy/Caddyfile, tests/test_caddy.c)
 DEB_PKGS += caddy
 # the Python client's tests (clients/python): ASGI (starlette's TestClient uses httpx), WSGI,
@@ -510,6 +548,7 @@ deps:
 	fi
 	@$(MAKE) --no-print-directory $(API_NODE) $(GRPC_NODE)
 	@$(MAKE) --no-print-directory $(CLIENTS_NODE)
+	@$(MAKE) --no-print-directory $(SDK_NODE)
 
 # Installs only when something is missing; quiet otherwise.
 deps-quiet:

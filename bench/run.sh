@@ -16,7 +16,7 @@
 #   BENCH_CORE_MAX=10000000   largest key count of the in-process benchmark
 #   BENCH_MEM_USERS=1000000   distinct users of the memory runs
 #   BENCH_MEM_REQUESTS=10000000   requests of the second memory figure
-#   BENCH_SECTIONS="http grpc core memory idle redis cluster flood"   the sections to run
+#   BENCH_SECTIONS="http grpc core usage memory idle redis cluster flood"   the sections to run
 #   BENCH_REDIS_ROUNDS=3  rounds of the Redis comparison (redis-benchmark and ratelimitd in turn)
 #   BENCH_CLUSTER_ROUNDS=3  rounds of one Redis against a 3-primary cluster (in turn)
 #   REDIS_THREADS=0       ratelimitd's threads in the Redis section; 0: its default with the Redis
@@ -39,7 +39,7 @@ CORE_RUNS=${BENCH_CORE_RUNS:-3}
 CORE_MAX=${BENCH_CORE_MAX:-10000000}
 MEM_USERS=${BENCH_MEM_USERS:-1000000}
 MEM_REQUESTS=${BENCH_MEM_REQUESTS:-10000000}
-SECTIONS=${BENCH_SECTIONS:-http grpc core memory idle redis cluster flood}
+SECTIONS=${BENCH_SECTIONS:-http grpc core usage memory idle redis cluster flood}
 REDIS_ROUNDS=${BENCH_REDIS_ROUNDS:-3}
 CLUSTER_ROUNDS=${BENCH_CLUSTER_ROUNDS:-3}
 THREADS=2 # ratelimitd threads and nginx workers: one per core of the reference machine
@@ -283,6 +283,18 @@ section_core() {
     done
 }
 
+# ---- model usage: a request in three dimensions against a plain one -------------------------
+
+# Instructions per decision (callgrind) on the memory and the Redis store, and Redis's own time
+# per call of the decision script: bench/callgrind_usage.sh.
+section_usage() {
+    log "usage: bench/callgrind_usage.sh (three dimensions and dollars against a plain request)"
+    "$HERE/callgrind_usage.sh" "$BUILD" >"$TMP/usage" || fail "callgrind_usage failed"
+    while read -r name value; do
+        emit "${name%:}" "$value"
+    done <"$TMP/usage"
+}
+
 # ---- 3. memory per key of the daemon --------------------------------------------------------
 
 # Sends COUNT requests over USERS users starting at FIRST; fails on errors.
@@ -411,6 +423,7 @@ for s in $SECTIONS; do
     case $s in
     http) section_http ;;
     core) section_core ;;
+    usage) section_usage ;;
     memory) section_memory ;;
     idle) section_idle ;;
     redis) section_redis ;;

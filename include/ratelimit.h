@@ -86,7 +86,31 @@ const rl_rule_type *rl_registry_at(const rl_registry *reg, size_t i);
 
 /* ---- rules ---------------------------------------------------------------------------- */
 
-typedef enum rl_unit { RL_UNIT_COST = 0, RL_UNIT_REQUESTS = 1 } rl_unit;
+/* What a rule counts. A request carries a cost (1 unless given) and, optionally, its usage in
+ * the dimensions the configuration declares (rl_config_add_dimension: input tokens, output
+ * tokens, ...); a rule counts the cost, one per request, dollars, or one dimension. Dollars
+ * are worked out from the usage and the prices of the request's model (rl_config_add_price),
+ * exactly: the sum over the dimensions of amount x price, rounded up once to a whole
+ * nano-dollar (1e-9). A rule counting dollars keeps its amounts in nano-dollars: its amount
+ * and rate parameters are given in dollars and kept multiplied by RL_USD_SCALE, and its
+ * statuses (limit, remaining) count in those units (rl_rule_scale). A rule counting a
+ * dimension the request does not carry takes 0 from it (and so only waits while its balance
+ * is below 0, after a charge). */
+#define RL_MAX_DIMS 8
+typedef enum rl_unit {
+    RL_UNIT_COST = 0,
+    RL_UNIT_REQUESTS = 1,
+    RL_UNIT_USD = 2,
+    RL_UNIT_DIM0 = 3 /* dimension k is RL_UNIT_DIM0 + k */
+} rl_unit;
+#define RL_UNITS (RL_UNIT_DIM0 + RL_MAX_DIMS)
+#define RL_USD_SCALE 1000 /* rl_fp units per dollar: RL_FP_ONE * 1000 per dollar */
+
+/* A request's usage: v[k] in dimension k when bit k of given is set (0..RL_FP_MAX each). */
+typedef struct rl_usage {
+    uint32_t given;
+    rl_fp v[RL_MAX_DIMS];
+} rl_usage;
 
 /* One configured rule: a type, its parameters and the options every rule accepts. */
 typedef struct rl_rule {
@@ -126,6 +150,16 @@ int rl_rule_set_strings(rl_rule *r, const char *param, const char *const *v, con
 int rl_rule_set_name(rl_rule *r, const char *name, rl_err *err);
 /* Sets the unit: "cost" or "requests". */
 int rl_rule_set_unit(rl_rule *r, const char *unit, rl_err *err);
+/* Sets the unit among those of a configuration with dimensions dims[0..ndims-1]: "cost",
+ * "requests", "usd" or a dimension's name. Errors name the field: "unit: must be ...". */
+int rl_rule_set_unit_in(rl_rule *r, const char *const *dims, size_t ndims, const char *unit,
+                        rl_err *err);
+/* How many of the rule's stored amount units make one unit of its own: RL_USD_SCALE for a
+ * rule counting dollars, 1 otherwise (divide a status's limit and remaining by it). */
+static inline int64_t rl_rule_scale(const rl_rule *r)
+{
+    return r->unit == RL_UNIT_USD ? RL_USD_SCALE : 1;
+}
 /* Reserves a share of the rule's quota for priorities >= min_priority. fraction in (0, 1).
  * Errors when the rule type has no quota to reserve a share of. */
 int rl_rule_set_reserved(rl_rule *r, double fraction, int64_t min_priority, rl_err *err);
@@ -191,8 +225,19 @@ typedef struct rl_quota {
     rl_rules *rules; /* a custom list, or NULL */
 } rl_quota;
 
+/* A model's prices: dollars per million units of each dimension, in rl_fp (6 decimals). */
+typedef struct rl_price {
+    char *model;
+    rl_fp per_million[RL_MAX_DIMS];
+} rl_price;
+
 typedef struct rl_config {
     rl_registry *reg; /* borrowed: must outlive the configuration */
+    size_t ndims;
+    char *dims[RL_MAX_DIMS]; /* the dimensions' names */
+    char *price_by;          /* the descriptor naming a request's model; NULL: no prices */
+    size_t nprices;
+    rl_price *prices;
     size_t nlevels;
     rl_level levels[RL_MAX_LEVELS];
     size_t ntiers;
@@ -220,6 +265,24 @@ int rl_config_add_level(rl_config *cfg, const char *name, const char *const *com
  * the descriptor of the level's name. Errors as rl_config_add_level. */
 int rl_config_add_keyed_level(rl_config *cfg, const char *name, rl_key_rules_fn fn, void *ctx,
                               rl_err *err);
+/* Declares a dimension (1..64 bytes of letters, digits, '_', '-', '.'; not "cost",
+ * "requests" or "usd"; at most RL_MAX_DIMS). Add dimensions before rules that count them. */
+int rl_config_add_dimension(rl_config *cfg, const char *name, rl_err *err);
+/* The index of the named dimension, or -1. */
+long rl_config_dimension(const rl_config *cfg, const char *name, size_t len);
+/* Names the descriptor whose value selects a request's prices (once). */
+int rl_config_set_price_by(rl_config *cfg, const char *descriptor, rl_err *err);
+/* Adds a model's prices (per_million[k] for dimension k, 0..RL_PRICE_MAX each). */
+#define RL_PRICE_MAX ((rl_fp)1000000 * RL_FP_ONE) /* a million dollars per million units */
+int rl_config_add_price(rl_config *cfg, const char *model, const rl_fp *per_million,
+                        rl_err *err);
+/* The prices of the model named (value, len), or NULL. */
+const rl_price *rl_config_price(const rl_config *cfg, const char *model, size_t len);
+/* The dollars of usage u at prices p, in the units of a rule counting dollars (nano-dollars):
+ * sum of u.v[k] x p.per_million[k] over the given dimensions, rounded up once. RL_FP_MAX at
+ * most (a larger sum is clamped there). */
+rl_fp rl_usage_usd(const rl_usage *u, const rl_price *p);
+
 /* Adds a tier; rules is stolen (also on failure). */
 int rl_config_add_tier(rl_config *cfg, const char *name, rl_rules *rules, rl_err *err);
 /* Index of the named tier, or -1. */
@@ -264,6 +327,9 @@ typedef struct rl_request {
     const rl_item *items;
     size_t nitems;
     rl_fp cost;       /* > 0 (unless items are given) */
+    /* NULL, or the usage that rules counting a dimension take, and that prices turn into
+     * dollars (the model: the descriptor rl_config.price_by names). Not with items. */
+    const rl_usage *usage;
     int64_t priority; /* compared with a rule's reserved.min_priority */
     unsigned flags;
     rl_ns now;
@@ -313,6 +379,8 @@ typedef struct rl_decision {
     size_t napplied;
     rl_applied applied[RL_MAX_APPLIED];
     rl_rules *held; /* reference kept on a custom rule list until rl_decision_done */
+    int has_amt;     /* the request carried usage: amt holds its amounts */
+    rl_fp amt[RL_UNITS]; /* by unit: dollars (nano-dollars) and each dimension; 0 and 1 unused */
     size_t keyused;
     char keybuf[RL_DECISION_KEYS]; /* composed keys */
 } rl_decision;
@@ -331,12 +399,31 @@ const rl_rule_status *rl_decision_status(const rl_decision *d, size_t i);
 /* Drops what a decision holds. Call once after reading a decision filled by rl_acquire. */
 void rl_decision_done(rl_decision *d);
 
+/* What a reservation is settled with: its actual cost (when has_cost; else the reserved
+ * cost stands) and its actual usage in the dimensions given (the others stand as reserved).
+ * Dollars are worked out again from the usage that results, at the prices the reservation
+ * was made with. */
+typedef struct rl_actual {
+    int has_cost;
+    rl_fp cost;      /* 0..RL_FP_MAX */
+    rl_usage usage;  /* 0..RL_FP_MAX each */
+} rl_actual;
+
+/* One unit's amounts in a settlement. */
+typedef struct rl_settled {
+    rl_fp reserved, actual;
+    rl_fp refunded; /* given back (reserved - actual when positive) */
+    rl_fp charged;  /* taken extra (actual - reserved when positive) */
+} rl_settled;
+
 /* The outcome of settling a reservation. */
 typedef struct rl_settlement {
     rl_fp reserved; /* the cost the reservation took */
     rl_fp actual;
     rl_fp refunded; /* given back (reserved - actual when positive) */
     rl_fp charged;  /* taken extra (actual - reserved when positive) */
+    uint32_t units; /* bit u: unit[u] holds (dollars and dimensions the reservation counted) */
+    rl_settled unit[RL_UNITS];
 } rl_settlement;
 
 typedef struct rl_limiter rl_limiter;
@@ -377,6 +464,11 @@ void rl_acquire_many(rl_limiter *lim, rl_acquisition *a, size_t n);
  * reservation, RL_ESETTLED when it was settled already. */
 int rl_settle(rl_limiter *lim, const char *id, rl_fp actual, rl_ns now, rl_settlement *out,
               rl_err *err);
+/* Settles a reservation with its actual cost and usage (rl_actual): each rule counting cost,
+ * dollars or a dimension is given back its reserved amount less the actual one, or charged
+ * the extra. Errors as rl_settle. */
+int rl_settle_usage(rl_limiter *lim, const char *id, const rl_actual *actual, rl_ns now,
+                    rl_settlement *out, rl_err *err);
 /* Releases what a reservation holds (concurrency slots) and ends it; an unsettled one is
  * settled at its reserved cost. RL_ENOTFOUND when unknown, expired or released. */
 int rl_release(rl_limiter *lim, const char *id, rl_ns now, rl_err *err);

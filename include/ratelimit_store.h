@@ -33,18 +33,35 @@ typedef struct rl_plan {
     size_t n; /* == d->napplied */
     rl_plan_item items[RL_MAX_APPLIED];
     rl_fp cost; /* the request's cost, what a reservation records */
+    /* NULL, or the request's amount in each unit (amt[RL_UNIT_USD] and the dimensions'
+     * amt[RL_UNIT_DIM0 + k]; amt[0] and amt[1] unused), with the prices its dollars came
+     * from (NULL when none): what a reservation records besides the cost, to settle with. */
+    const rl_fp *amt;
+    const rl_price *price;
     unsigned flags; /* RL_DRY_RUN, RL_RESERVE */
     rl_ns now;
 } rl_plan;
 
-/* What rule r asks of a request of cost and priority at a key of a level (level_shadow: the
- * level makes its rules shadow rules): the cost it takes (one unit for a rule counting
- * requests, when cost > 0), what it checks (with any reserved headroom the priority does not
- * reach) and its mode. hash is left 0. */
-static inline rl_plan_item rl_plan_item_of(const rl_rule *r, int level_shadow, rl_fp cost,
-                                           int64_t priority)
+/* The amount a rule counting unit u takes from a request of cost and amounts amt (NULL:
+ * none, rl_plan.amt): the cost, one unit for a rule counting requests (when cost > 0), or the
+ * request's dollars or dimension (0 without amounts). */
+static inline rl_fp rl_unit_amount(unsigned u, rl_fp cost, const rl_fp *amt)
 {
-    rl_fp c = r->unit == RL_UNIT_REQUESTS ? (cost > 0 ? RL_FP_ONE : cost) : cost;
+    if (u == RL_UNIT_COST)
+        return cost;
+    if (u == RL_UNIT_REQUESTS)
+        return cost > 0 ? RL_FP_ONE : cost;
+    return amt ? amt[u] : 0;
+}
+
+/* What rule r asks of a request of cost (and amounts amt, rl_unit_amount) and priority at a
+ * key of a level (level_shadow: the level makes its rules shadow rules): the amount it takes,
+ * what it checks (with any reserved headroom the priority does not reach) and its mode. hash
+ * is left 0. */
+static inline rl_plan_item rl_plan_item_of(const rl_rule *r, int level_shadow, rl_fp cost,
+                                           const rl_fp *amt, int64_t priority)
+{
+    rl_fp c = rl_unit_amount(r->unit, cost, amt);
     rl_fp need = r->reserved > 0 && priority < r->reserved_min_priority ? c + r->reserved : c;
     int shadow = (r->shadow | level_shadow) != 0, charge = r->charge != 0;
     rl_plan_item it = {.hash = 0, .cost = c, .need = need,
@@ -107,8 +124,11 @@ typedef struct rl_store_ops {
      * one for all of them. */
     void (*decide_many)(void *cls, const rl_plan *const *plans, rl_decision *const *ds,
                         size_t n, int *rc, rl_err *errs);
-    int (*settle)(void *cls, const char *id, rl_fp actual, rl_ns now, rl_settlement *out,
-                  rl_err *err);
+    /* Settles a reservation (rl_settle_usage): rl_settle_amounts says what each unit's actual
+     * amount is; every remembered item counting a refundable unit is given back its reserved
+     * amount less that (or charged the difference). */
+    int (*settle)(void *cls, const char *id, const rl_actual *actual, rl_ns now,
+                  rl_settlement *out, rl_err *err);
     int (*release)(void *cls, const char *id, rl_ns now, rl_err *err);
     void (*tick)(void *cls, rl_ns now);
     size_t (*keys)(void *cls, size_t level);
@@ -167,6 +187,20 @@ rl_store *rl_memory_store_new(void);
 rl_store *rl_memory_store_new_bounded(uint64_t max_keys);
 
 /* ---- what every store does the same way ------------------------------------------------ */
+
+/* Whether a rule counting unit u is settled (given back or charged) with its reservation:
+ * every unit but requests. */
+static inline int rl_unit_refundable(unsigned u)
+{
+    return u != RL_UNIT_REQUESTS;
+}
+
+/* A settlement's amounts: a reservation made with cost, amounts amt (RL_UNITS entries, or
+ * NULL for none) at prices price (NULL: none), settled with a; fills out (every field) and
+ * act[u], each unit's actual amount, that an item counting u settles with (its reserved
+ * amount less act[u]). */
+void rl_settle_amounts(rl_fp cost, const rl_fp *amt, const rl_price *price, const rl_actual *a,
+                       rl_settlement *out, rl_fp act[RL_UNITS]);
 
 /* 64 random bits from the system, or a time-derived value when none is available. */
 uint64_t rl_random64(void);

@@ -26,6 +26,7 @@
 #include "grpc/grpc_api.h"
 #include "grpc/rls_yaml_grpc.h"
 #include "http/http.h"
+#include "net/net.h"
 #include "redis/pool.h"
 #include "redis/redis.h"
 #include "redis/store.h"
@@ -146,6 +147,91 @@ static int read_tls(const rld_settings *set, char **cert, char **key, rl_err *er
     return RL_OK;
 }
 
+/* A Go boolean as envoyproxy/ratelimit reads its variables (strconv.ParseBool): 1 or 0, -1
+ * when v is none of its spellings. */
+static int go_bool(const char *v)
+{
+    static const char *const yes[] = {"1", "t", "T", "true", "True", "TRUE"};
+    static const char *const no[] = {"0", "f", "F", "false", "False", "FALSE"};
+    for (size_t i = 0; i < sizeof yes / sizeof yes[0]; i++) {
+        if (strcmp(v, yes[i]) == 0)
+            return 1;
+        if (strcmp(v, no[i]) == 0)
+            return 0;
+    }
+    return -1;
+}
+
+/* The gRPC port's TLS files: "grpc": {"tls": ...} of the configuration, else
+ * envoyproxy/ratelimit's variables (GRPC_SERVER_USE_TLS true, GRPC_SERVER_TLS_CERT and _KEY,
+ * GRPC_CLIENT_TLS_CACERT, GRPC_CLIENT_TLS_SAN), each named in messages as it was given.
+ * *on is 0 when neither asks for TLS. RL_EINVAL with err naming the setting or the variable. */
+static int grpc_tls_files(const rld_settings *set, rld_net_tls_files *f, int *on, rl_err *err)
+{
+    const char *use = getenv("GRPC_SERVER_USE_TLS");
+    *on = 0;
+    if (set->grpc_tls_cert || set->grpc_tls_key || set->grpc_tls_client_ca ||
+        set->grpc_tls_client_san) {
+        *f = (rld_net_tls_files){.cert = set->grpc_tls_cert,
+                                 .cert_name = "grpc.tls.cert",
+                                 .key = set->grpc_tls_key,
+                                 .key_name = "grpc.tls.key",
+                                 .client_ca = set->grpc_tls_client_ca,
+                                 .client_ca_name = "grpc.tls.client_ca",
+                                 .client_san = set->grpc_tls_client_san,
+                                 .client_san_name = "grpc.tls.client_san"};
+        if (!f->cert || !f->key)
+            return rl_errf(err, RL_EINVAL, "grpc.tls: give both cert and key");
+    } else if (use && *use) {
+        int v = go_bool(use);
+        if (v < 0)
+            return rl_errf(err, RL_EINVAL,
+                           "GRPC_SERVER_USE_TLS: must be true or false (1, t, true, TRUE, True, "
+                           "0, f, false, FALSE, False)");
+        if (!v)
+            return RL_OK;
+        *f = (rld_net_tls_files){.cert_name = "GRPC_SERVER_TLS_CERT",
+                                 .key_name = "GRPC_SERVER_TLS_KEY",
+                                 .client_ca_name = "GRPC_CLIENT_TLS_CACERT",
+                                 .client_san_name = "GRPC_CLIENT_TLS_SAN"};
+        const char **vals[4] = {&f->cert, &f->key, &f->client_ca, &f->client_san};
+        const char *names[4] = {f->cert_name, f->key_name, f->client_ca_name, f->client_san_name};
+        for (int i = 0; i < 4; i++)
+            *vals[i] = getenv(names[i]) && *getenv(names[i]) ? getenv(names[i]) : NULL;
+        if (!f->cert || !f->key)
+            return rl_errf(err, RL_EINVAL, "%s: GRPC_SERVER_USE_TLS is true: give the %s file",
+                           f->cert ? f->key_name : f->cert_name, f->cert ? "key" : "certificate");
+    } else {
+        return RL_OK;
+    }
+    if (f->client_san && !f->client_ca)
+        return rl_errf(err, RL_EINVAL, "%s: needs %s (a client certificate to find it in)",
+                       f->client_san_name, f->client_ca_name);
+    f->alpn = "h2";
+    f->what = "grpc";
+    *on = 1;
+    return RL_OK;
+}
+
+/* The gRPC port's TLS context (*out NULL without TLS), said in the log when log is set. RL_EINVAL
+ * with err naming the file. */
+static int grpc_tls_open(const rld_settings *set, int log, rld_net_tls **out, rl_err *err)
+{
+    rld_net_tls_files f;
+    int on, rc = grpc_tls_files(set, &f, &on, err);
+    *out = NULL;
+    if (rc != RL_OK || !on)
+        return rc;
+    if (!(*out = rld_net_tls_new(&f, err)))
+        return RL_EINVAL;
+    if (log)
+        rld_log("grpc: TLS (ALPN h2) with %s%s%s%s%s", f.cert,
+                f.client_ca ? ", client certificates required (mTLS), signed by " : "",
+                f.client_ca ? f.client_ca : "", f.client_san ? ", with the DNS name " : "",
+                f.client_san ? f.client_san : "");
+    return RL_OK;
+}
+
 /* Loads a configuration: JSON, or envoyproxy/ratelimit's YAML (a .yaml or .yml file or a
  * directory of them, alone with default settings or named by the JSON's "ratelimit_config"),
  * which makes *yrls, the matcher that decides rate limit requests (freed after the limiter).
@@ -219,6 +305,10 @@ static int check_config(const char *path)
         rc = read_tls(&set, &cert, &key, &err);
     free(cert);
     free(key);
+    rld_net_tls *gtls = NULL;
+    if (rc == RL_OK)
+        rc = grpc_tls_open(&set, 0, &gtls, &err);
+    rld_net_tls_free(gtls);
     if (rc == RL_OK && set.store == RLD_STORE_REDIS) {
         rld_redis_addr addr;
         if ((rc = rld_redis_store_addr(&set, &addr, &err)) == RL_OK)
@@ -327,7 +417,7 @@ static int grpc_wanted(const opts *o, const rld_settings *set)
 /* Starts the gRPC server when it is wanted and prints the second line of stdout. Returns 0
  * (*out NULL when none is wanted) or -1 (logged). */
 static int grpc_start(const opts *o, const rld_settings *set, rld_grpc_api *api, int threads,
-                      rld_grpc **out)
+                      rld_net_tls *tls, rld_grpc **out)
 {
     char addr[64];
     int port = 0;
@@ -348,7 +438,8 @@ static int grpc_start(const opts *o, const rld_settings *set, rld_grpc_api *api,
                           .observe = rld_grpc_observe,
                           .methods = rld_grpc_methods,
                           .nmethods = rld_grpc_nmethods,
-                          .app = api};
+                          .app = api,
+                          .tls = tls};
     if (!(*out = rld_grpc_start(&gc, &err))) {
         rld_log("error: %s", err.msg);
         return -1;
@@ -356,6 +447,7 @@ static int grpc_start(const opts *o, const rld_settings *set, rld_grpc_api *api,
     int v6 = strchr(addr, ':') != NULL;
     printf("grpc listening on %s%s%s:%d\n", v6 ? "[" : "", addr, v6 ? "]" : "",
            rld_grpc_port(*out));
+
     fflush(stdout);
     return 0;
 }
@@ -390,6 +482,7 @@ typedef struct daemon_parts {
     rld_app app;
     int app_ready;
     rld_grpc_api grpc_api; /* the gRPC methods' app, when gRPC is wanted */
+    rld_net_tls *grpc_tls; /* the gRPC port's certificates, with TLS */
     char store_name[400];
     rld_http_config hc;
     rld_http *http;
@@ -510,6 +603,15 @@ static int open_app(daemon_parts *dp)
             rld_log("error: %s", err.msg);
             return 1;
         }
+        if (grpc_tls_open(&dp->set, 1, &dp->grpc_tls, &err) != RL_OK) {
+            rld_log("error: configuration %s: %s", dp->source, err.msg);
+            return 1;
+        }
+        /* a reload reads the certificates again */
+        if (dp->grpc_tls && rld_app_attach(&dp->app, &rld_net_tls_part_ops, dp->grpc_tls) != RL_OK) {
+            rld_log("error: the app holds no more parts");
+            return 1;
+        }
         if (dp->yrls) { /* ShouldRateLimit is decided by the YAML configuration's matcher */
             dp->grpc_api.rls.decide = rld_yrls_decide_rls;
             dp->grpc_api.rls.cls = dp->yrls;
@@ -538,6 +640,7 @@ static int start_serving(daemon_parts *dp)
                                .max_connections = (unsigned)set->max_connections,
                                .connection_timeout = (unsigned)set->connection_timeout,
                                .admin_token = set->admin_token,
+                               .admin_closed = rld_auth_admin_closed(set),
                                .acquire_token = set->acquire_token,
                                .metrics_token = set->metrics_token,
                                .tls_cert_pem = dp->tls_cert,
@@ -561,11 +664,19 @@ static int start_serving(daemon_parts *dp)
     int port = rld_http_port(dp->http), v6 = strchr(set->address, ':') != NULL;
     printf("listening on %s%s%s:%d\n", v6 ? "[" : "", set->address, v6 ? "]" : "", port);
     fflush(stdout);
-    if (grpc_start(dp->o, set, &dp->grpc_api, dp->hc.threads, &dp->grpc) != 0) {
+    if (grpc_start(dp->o, set, &dp->grpc_api, dp->hc.threads, dp->grpc_tls, &dp->grpc) != 0) {
         housekeeper_stop(&dp->hk);
         rld_http_stop(dp->http, 0);
         return 1;
     }
+    if (rld_auth_admin_closed(set))
+        rld_log("note: the admin endpoints (/quota, /admin/reload) answer 403: listening on %s, "
+                "not on loopback, without admin_token",
+                set->address);
+    else if (rld_auth_admin_exposed(set))
+        rld_log("warn: the admin endpoints (/quota, /admin/reload) are open to anyone who "
+                "reaches %s%s%s:%d: \"admin_open\": true and no admin_token",
+                v6 ? "[" : "", set->address, v6 ? "]" : "", port);
     rld_log("started: listening on %s%s%s:%d, %d threads, %s, %s clock, configuration %s",
             v6 ? "[" : "", set->address, v6 ? "]" : "", port, dp->hc.threads, dp->store_name,
             dp->o->manual_clock ? "manual" : "real", dp->source);
@@ -610,6 +721,7 @@ static void parts_free(daemon_parts *dp)
         rld_app_free(&dp->app);
     }
     rl_limiter_free(dp->lim);
+    rld_net_tls_free(dp->grpc_tls); /* after the gRPC server, which uses it */
     free(dp->tls_cert);
     free(dp->tls_key);
     rld_yrls_free(dp->yrls);

@@ -159,12 +159,14 @@ void su_start(su_server *s, const char *config, const char *const *extra)
         grpc |= strcmp(extra[i], "--grpc-port") == 0;
     char line[256];
     read_line(out[0], line, sizeof line);
-    if (strncmp(line, "listening on 127.0.0.1:", 23) != 0) {
+    /* "listening on 127.0.0.1:PORT", or another address a configuration names */
+    const char *colon = strrchr(line, ':');
+    if (strncmp(line, "listening on ", 13) != 0 || !colon) {
         char *log = su_read(s->log);
         ck_abort_msg("ratelimitd did not start: stdout \"%s\", stderr: %s", line,
                      log ? log : "(none)");
     }
-    s->port = atoi(line + 23);
+    s->port = atoi(colon + 1);
     s->grpc_port = 0;
     if (grpc) {
         char second[256];

@@ -34,8 +34,8 @@ char *su_read(const char *path);
 
 /* Starts the server in s->dir (su_tmpdir first, or reuse a stopped server's dir) with
  * config (NULL: no --config, the built-in default) and extra flags (NULL-terminated, may be
- * NULL), on --port 0, and reads the port from its first line of stdout. Fails the test when
- * it does not come up. */
+ * NULL), on --port 0, and reads the port from its first line of stdout (whatever address it
+ * listens on; requests go to 127.0.0.1). Fails the test when it does not come up. */
 void su_start(su_server *s, const char *config, const char *const *extra);
 /* With "--grpc-port" among the extra flags the second line of stdout ("grpc listening on
  * 127.0.0.1:PORT") is read too, into s->grpc_port. */

@@ -1,7 +1,8 @@
 /*
  * test_app.c - the app without a protocol: what a reload tells the parts attached to it, a part
  * that refuses one, a stop, and quotas, health and metrics going to an attached store
- * (app/parts.h). The parts and the store here are fakes that write down what they were asked.
+ * (app/parts.h), the files a part reads again at every reload; the admin endpoints off loopback
+ * (app/auth.h). The parts and the store here are fakes that write down what they were asked.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,6 +10,8 @@
 #include <unistd.h>
 
 #include "app/app.h"
+#include "app/auth.h"
+#include "app/model_headers.h"
 #include "testutil.h"
 
 /* One token bucket of capacity cap on "user". */
@@ -118,6 +121,30 @@ static const rld_part_ops fake_ops = {.name = "fake",
                                       .stopping = part_stopping};
 /* A part with no method but reload: the others are optional. */
 static const rld_part_ops bare_ops = {.name = "bare", .reload = part_reload};
+
+/* Durations as OpenAI's headers write them (Go's time.Duration), rounded up to the ms. */
+START_TEST(durations_as_openai_writes_them)
+{
+    static const struct {
+        rl_ns ns;
+        const char *want;
+    } rows[] = {{0, "0s"},
+                {1, "1ms"},
+                {20 * 1000000LL, "20ms"},
+                {999 * 1000000LL + 1, "1s"},
+                {1500 * 1000000LL, "1.5s"},
+                {1201 * 1000000LL, "1.201s"},
+                {360 * RL_NS_PER_SEC, "6m0s"},
+                {90 * RL_NS_PER_SEC, "1m30s"},
+                {3600 * RL_NS_PER_SEC, "1h0m0s"},
+                {3723 * RL_NS_PER_SEC + 250000000, "1h2m3.25s"}};
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        char buf[40];
+        rld_go_duration(buf, sizeof buf, rows[i].ns);
+        ck_assert_str_eq(buf, rows[i].want);
+    }
+}
+END_TEST
 
 START_TEST(a_reload_reaches_every_part)
 {
@@ -285,16 +312,96 @@ START_TEST(without_a_store_quotas_stay_here)
 }
 END_TEST
 
+/* A part with files: refresh is its only method. */
+static void part_refresh(void *self)
+{
+    note(self, ".refresh");
+}
+
+static const rld_part_ops files_ops = {.name = "files", .refresh = part_refresh};
+
+START_TEST(files_are_read_again_whatever_the_reload_gives)
+{
+    fixture fx;
+    char log[256] = "";
+    fake_part a = {.name = "a", .log = log}, f = {.name = "f", .log = log};
+    rl_err err = {{0}};
+    fixture_open(&fx, NULL);
+    ck_assert_int_eq(rld_app_attach(&fx.app, &fake_ops, &a), RL_OK);
+    ck_assert_int_eq(rld_app_attach(&fx.app, &files_ops, &f), RL_OK);
+    /* before anything else, in the order attached: the files first */
+    ck_assert_int_eq(rld_app_reload(&fx.app, &err), RL_OK);
+    ck_assert_str_eq(log, "f.refresh a.check a.reload ");
+    /* a configuration that does not load: the files are read again all the same */
+    log[0] = '\0';
+    FILE *cf = fopen(fx.path, "w");
+    ck_assert_ptr_nonnull(cf);
+    fputs("{\"levels\": []}", cf);
+    fclose(cf);
+    ck_assert_int_ne(rld_app_reload(&fx.app, &err), RL_OK);
+    ck_assert_str_eq(log, "f.refresh a.check ");
+    /* and when a part refuses */
+    log[0] = '\0';
+    a.refuse = 1;
+    ck_assert_int_ne(rld_app_reload(&fx.app, &err), RL_OK);
+    ck_assert_str_eq(log, "f.refresh a.check ");
+    fixture_close(&fx);
+}
+END_TEST
+
+/* ---- the admin endpoints off loopback (auth.h) ------------------------------------------- */
+
+static const struct {
+    const char *address;
+    int loopback;
+} addresses[] = {
+    {"127.0.0.1", 1},       {"127.255.0.9", 1}, {"::1", 1},
+    {"::ffff:127.0.0.1", 1}, {"0.0.0.0", 0},     {"::", 0},
+    {"10.0.0.1", 0},        {"128.0.0.1", 0},   {"::2", 0},
+    {"::ffff:10.0.0.1", 0}, {"localhost", 0},   {"", 0},
+};
+
+START_TEST(loopback_addresses)
+{
+    ck_assert_msg(rld_auth_loopback(addresses[_i].address) == addresses[_i].loopback, "%s",
+                  addresses[_i].address);
+}
+END_TEST
+
+START_TEST(admin_closed_off_loopback_without_a_token)
+{
+    rld_settings set;
+    ck_assert_int_eq(rld_settings_defaults(&set), RL_OK);
+    /* the default address is loopback: open, no warning */
+    ck_assert(!rld_auth_admin_closed(&set) && !rld_auth_admin_exposed(&set));
+    snprintf(set.address, sizeof set.address, "0.0.0.0");
+    ck_assert(rld_auth_admin_closed(&set) && !rld_auth_admin_exposed(&set));
+    set.admin_open = 1;
+    ck_assert(!rld_auth_admin_closed(&set) && rld_auth_admin_exposed(&set));
+    set.admin_token = strdup("t");
+    ck_assert(!rld_auth_admin_closed(&set) && !rld_auth_admin_exposed(&set));
+    set.admin_open = 0;
+    ck_assert(!rld_auth_admin_closed(&set) && !rld_auth_admin_exposed(&set));
+    rld_settings_clear(&set);
+}
+END_TEST
+
 static Suite *app_suite(void)
 {
     Suite *s = suite_create("app");
     TCase *tc = tcase_create("parts");
     tcase_add_test(tc, a_reload_reaches_every_part);
+    tcase_add_test(tc, durations_as_openai_writes_them);
     tcase_add_test(tc, a_part_can_refuse_a_reload);
     tcase_add_test(tc, parts_are_bounded);
     tcase_add_test(tc, quotas_health_and_metrics_go_to_the_store);
     tcase_add_test(tc, without_a_store_quotas_stay_here);
+    tcase_add_test(tc, files_are_read_again_whatever_the_reload_gives);
     suite_add_tcase(s, tc);
+    TCase *auth = tcase_create("auth");
+    tcase_add_loop_test(auth, loopback_addresses, 0, sizeof addresses / sizeof addresses[0]);
+    tcase_add_test(auth, admin_closed_off_loopback_without_a_token);
+    suite_add_tcase(s, auth);
     return s;
 }
 

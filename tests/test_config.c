@@ -60,10 +60,10 @@ static const struct {
      "quotas.bob: unknown tier \"gold\""},
     {"{\"colour\": 1, \"levels\": [{\"name\": \"user\", \"rules\": [" TB "]}]}",
      "colour: unknown field (known: listen, threads, tls, max_connections, max_keys, "
-     "connection_timeout, store, admin_token, admin_token_file, acquire_token, "
+     "connection_timeout, store, admin_token, admin_token_file, admin_open, acquire_token, "
      "acquire_token_file, metrics_token, metrics_token_file, quota_file, state_file, "
      "state_interval, reservation_ttl, log, domain, grpc, plugins, levels, ratelimit_config, "
-     "tiers, default_tier, quotas)"},
+     "model_headers, dimensions, prices, tiers, default_tier, quotas)"},
     {"{\"levels\": [{\"name\": \"user\", \"rules\": [{\"type\": \"deny_list\", \"keys\": [], "
      "\"reserved\": {\"fraction\": 0.2}}]}]}",
      "levels[0].rules[0].reserved: deny_list has no quota to reserve a share of"},
@@ -72,7 +72,28 @@ static const struct {
      "levels[0].rules[0].reserved.fraction: must be a number between 0 and 1"},
     {"{\"levels\": [{\"name\": \"user\", \"rules\": [{\"type\": \"token_bucket\", \"capacity\": "
      "10, \"per_second\": 1, \"unit\": \"tokens\"}]}]}",
-     "levels[0].rules[0].unit: must be \"cost\" or \"requests\""},
+     "levels[0].rules[0].unit: must be \"cost\", \"requests\" or \"usd\" (not \"tokens\"); other "
+     "units are declared in \"dimensions\""},
+    {"{\"dimensions\": [\"in\", \"out\"], \"levels\": [{\"name\": \"user\", \"rules\": [{\"type\": "
+     "\"token_bucket\", \"capacity\": 10, \"per_second\": 1, \"unit\": \"tokens\"}]}]}",
+     "levels[0].rules[0].unit: must be \"cost\", \"requests\", \"usd\" or a declared dimension "
+     "(\"in\", \"out\") (not \"tokens\")"},
+    {"{\"dimensions\": [\"in\", \"in\"], \"levels\": [{\"name\": \"user\", \"rules\": [" TB "]}]}",
+     "dimensions: \"in\" is declared twice"},
+    {"{\"dimensions\": [\"usd\"], \"levels\": [{\"name\": \"user\", \"rules\": [" TB "]}]}",
+     "dimensions: \"usd\" is a unit of its own"},
+    {"{\"dimensions\": [\"in\"], \"prices\": {\"by\": \"model\", \"models\": {\"m\": {\"in\": "
+     "0.0000001}}}, \"levels\": [{\"name\": \"user\", \"rules\": [" TB "]}]}",
+     "prices.models.m.in: must be a number of dollars from 0 to 1000000 with at most 6 "
+     "decimals"},
+    {"{\"dimensions\": [\"in\"], \"prices\": {\"by\": \"model\", \"models\": {\"m\": {\"out\": "
+     "1}}}, \"levels\": [{\"name\": \"user\", \"rules\": [" TB "]}]}",
+     "prices.models.m.out: not a declared dimension"},
+    {"{\"prices\": {\"models\": {}}, \"levels\": [{\"name\": \"user\", \"rules\": [" TB "]}]}",
+     "prices.by: required, the descriptor naming a request's model"},
+    {"{\"levels\": [{\"name\": \"user\", \"rules\": [{\"type\": \"fixed_window\", \"limit\": "
+     "2000000000, \"window\": 60, \"unit\": \"usd\"}]}]}",
+     "levels[0].rules[0].limit: must be at most 1000000000 dollars"},
     {"{\"levels\": [{\"name\": \"user\", \"rules\": [" TB ", " TB "]}]}",
      "levels[0].rules[1].name: \"token_bucket(10, 1/s)\" is used by rule 0 of the same list; "
      "give one of them another \"name\""},
@@ -172,7 +193,7 @@ static const struct {
     {"{\"grpc\": {\"max_message\": 10}, \"levels\": [{\"name\": \"user\", \"rules\": [" TB "]}]}",
      "grpc.max_message: must be a whole number from 64 to 4194304"},
     {"{\"grpc\": {\"port\": 1}, \"levels\": [{\"name\": \"user\", \"rules\": [" TB "]}]}",
-     "grpc.port: unknown field (known: listen, ratelimit_headers, max_message)"},
+     "grpc.port: unknown field (known: listen, ratelimit_headers, hits_addend, max_message, tls)"},
     {"{\"domain\": \"\", \"levels\": [{\"name\": \"user\", \"rules\": [" TB "]}]}",
      "domain: must be a string of 1 to 255 characters"},
 };
@@ -343,7 +364,7 @@ START_TEST(rules_written_back)
         "{\"levels\": [{\"name\": \"user\", \"rules\": [{\"type\": \"token_bucket\", "
         "\"capacity\": 100, \"per_second\": 0.5, \"reserved\": {\"fraction\": 0.25, "
         "\"min_priority\": 2}}, {\"type\": \"deny_list\", \"keys\": [\"b\", \"a\", \"b\"]}]}]}");
-    json_t *j = rld_rules_to_json(rl_limiter_config(lim)->levels[0].rules);
+    json_t *j = rld_rules_to_json(rl_limiter_config(lim)->levels[0].rules, NULL);
     char *text = json_dumps(j, RLD_JSON_FLAGS | JSON_SORT_KEYS);
     ck_assert_str_eq(text,
                      "[{\"capacity\":100,\"name\":\"token_bucket(100, 0.5/s)\",\"per_second\":0.5,"
@@ -353,8 +374,8 @@ START_TEST(rules_written_back)
     /* and what is written reads back to the same rules */
     rl_rules *again;
     rl_err err;
-    ck_assert_int_eq(rld_rules_from_json(j, rl_limiter_config(lim)->reg, &again, &err), RL_OK);
-    json_t *j2 = rld_rules_to_json(again);
+    ck_assert_int_eq(rld_rules_from_json(j, rl_limiter_config(lim)->reg, NULL, &again, &err), RL_OK);
+    json_t *j2 = rld_rules_to_json(again, NULL);
     char *text2 = json_dumps(j2, RLD_JSON_FLAGS | JSON_SORT_KEYS);
     ck_assert_str_eq(text, text2);
     free(text);

@@ -358,6 +358,109 @@ static char *check_with(const su_server *s, const char *members, int *rc)
     return out;
 }
 
+static int log_has(const su_server *s, const char *text);
+
+/* Off loopback without admin_token the admin endpoints are closed (403, whatever the request
+ * carries), and nothing they would have changed changes; "admin_open": true opens them, with a
+ * warning in the log at every start. The rule is about the configured address: 0.0.0.0 is
+ * reached here through 127.0.0.1. */
+static const char *const admin_routes[][3] = {
+    {"PUT", "/quota/bob", "{\"tier\": \"gold\"}"},
+    {"DELETE", "/quota/bob", NULL},
+    {"GET", "/quota/bob", NULL},
+    {"POST", "/admin/reload", NULL},
+};
+
+static char *admin_cfg(const char *extra)
+{
+    static char cfg[700];
+    snprintf(cfg, sizeof cfg,
+             "{\"listen\": {\"address\": \"0.0.0.0\"}, %s\"levels\": [{\"name\": \"user\", "
+             "\"tiered\": true}], \"tiers\": {\"t\": [{\"type\": \"token_bucket\", \"capacity\": "
+             "5, \"per_second\": 1}], \"gold\": [{\"type\": \"token_bucket\", \"capacity\": 50, "
+             "\"per_second\": 1}]}, \"default_tier\": \"t\"}",
+             extra);
+    return cfg;
+}
+
+/* remaining after bob takes 1: 4 in tier t (capacity 5), 49 in gold (capacity 50) */
+static double bob_remaining(const su_server *s)
+{
+    su_resp r = su_req(s, "POST", "/acquire", "{\"keys\": {\"user\": \"bob\"}}", NULL);
+    ck_assert_int_eq(r.status, 200);
+    double v = json_number_value(
+        json_object_get(json_array_get(json_object_get(r.json, "limits"), 0), "remaining"));
+    su_resp_free(&r);
+    return v;
+}
+
+START_TEST(admin_endpoints_closed_off_loopback)
+{
+    su_server s;
+    su_tmpdir(&s);
+    su_start(&s, admin_cfg(""), NULL);
+    for (size_t i = 0; i < sizeof admin_routes / sizeof admin_routes[0]; i++) {
+        for (int auth = 0; auth < 2; auth++) {
+            const char *const h[] = {"Authorization: Bearer anything", NULL};
+            su_resp r = su_req(&s, admin_routes[i][0], admin_routes[i][1], admin_routes[i][2],
+                               auth ? h : NULL);
+            ck_assert_msg(r.status == 403, "%s %s: %ld %s", admin_routes[i][0],
+                          admin_routes[i][1], r.status, r.body);
+            ck_assert_str_eq(su_error(&r),
+                             "admin_token: the admin endpoints are closed: ratelimitd listens "
+                             "on 0.0.0.0, not on loopback, and no admin_token is set (set "
+                             "admin_token, or \"admin_open\": true to open them to anyone who "
+                             "reaches the port)");
+            su_resp_free(&r);
+        }
+    }
+    /* the PUT changed nothing: bob is still in tier t; the decision endpoints stay open */
+    ck_assert_double_eq(bob_remaining(&s), 4);
+    ck_assert(log_has(&s, "note: the admin endpoints (/quota, /admin/reload) answer 403: "
+                          "listening on 0.0.0.0, not on loopback, without admin_token"));
+    ck_assert(!log_has(&s, "warn: the admin endpoints"));
+    ck_assert(!log_has(&s, "configuration reloaded"));
+    ck_assert_int_eq(su_stop(&s), 0);
+
+    /* "admin_open": true: the PUT passes, and the log warns */
+    su_tmpdir(&s); /* a log of its own */
+    su_start(&s, admin_cfg("\"admin_open\": true, "), NULL);
+    su_resp r = su_req(&s, "PUT", "/quota/bob", "{\"tier\": \"gold\"}", NULL);
+    ck_assert_msg(r.status == 200, "%ld %s", r.status, r.body);
+    su_resp_free(&r);
+    ck_assert_double_eq(bob_remaining(&s), 49);
+    char want[200];
+    snprintf(want, sizeof want,
+             "warn: the admin endpoints (/quota, /admin/reload) are open to anyone who reaches "
+             "0.0.0.0:%d: \"admin_open\": true and no admin_token",
+             s.port);
+    ck_assert(log_has(&s, want));
+    ck_assert_int_eq(su_stop(&s), 0);
+
+    /* with admin_token off loopback: the token opens them, as on loopback */
+    su_tmpdir(&s);
+    su_start(&s, admin_cfg("\"admin_token\": \"adm\", "), NULL);
+    ck_assert_int_eq(status_with(&s, "PUT", "/quota/bob", "{\"tier\": \"t\"}", NULL), 401);
+    ck_assert_int_eq(status_with(&s, "PUT", "/quota/bob", "{\"tier\": \"t\"}", "Bearer adm"),
+                     200);
+    ck_assert(!log_has(&s, "the admin endpoints"));
+    ck_assert_int_eq(su_stop(&s), 0);
+
+    /* on loopback without a token they stay open, with no warning */
+    su_start(&s, su_replace_once(strdup(admin_cfg("")), "0.0.0.0", "127.0.0.1", "admin_cfg"),
+             NULL);
+    ck_assert_int_eq(status_with(&s, "GET", "/quota/bob", NULL, NULL), 200);
+    ck_assert_int_eq(su_stop(&s), 0);
+
+    /* a value that is not a boolean names the field */
+    int rc;
+    char *out = check_with(&s, "\"admin_open\": \"yes\"", &rc);
+    ck_assert_int_eq(rc, 1);
+    ck_assert_msg(strstr(out, "admin_open"), "%s", out);
+    free(out);
+}
+END_TEST
+
 START_TEST(bad_token_settings_are_refused)
 {
     su_server s;
@@ -908,6 +1011,7 @@ static Suite *hardening_suite(void)
     tcase_add_test(tc, acquire_token_from_the_config);
     tcase_add_test(tc, tokens_from_a_file_and_the_environment);
     tcase_add_test(tc, bad_token_settings_are_refused);
+    tcase_add_test(tc, admin_endpoints_closed_off_loopback);
     tcase_add_test(tc, https_with_a_certificate_made_here);
     tcase_add_test(tc, snapshot_round_trip_with_elapsed_time);
     tcase_add_test(tc, sigkill_loses_at_most_the_interval);

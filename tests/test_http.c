@@ -54,6 +54,58 @@ static const char *bucket_cfg =
     " {\"name\": \"global\", \"default_key\": \"*\", \"rules\": [{\"type\": \"fixed_window\", "
     "\"name\": \"g\", \"limit\": 100, \"window\": 10}]}]}";
 
+/* Model usage over HTTP (docs/usage.md): OpenAI's and Anthropic's headers on a denial, and
+ * the amounts in /metrics. A team's output bucket of 1000 (10 a second) and a user's $1 a day;
+ * model m at $2 and $10 per million input and output tokens. At t = 100: {100 in, 900 out}
+ * passes ($0.0002 + $0.009 = $0.0092); {0 in, 200 out} is denied: 100 left, 100 missing at 10
+ * a second is 10 s (Retry-After 10), the bucket is full again in 90 s; requests (a window of
+ * 10 a minute) have 9 left, full at t = 120. */
+START_TEST(model_headers_and_usage_metrics)
+{
+    su_server s;
+    su_tmpdir(&s);
+    su_start(&s,
+             "{\"model_headers\": \"both\", \"dimensions\": [\"input_tokens\", \"output_tokens\"],"
+             " \"prices\": {\"by\": \"model\", \"models\": {\"m\": {\"input_tokens\": 2,"
+             " \"output_tokens\": 10}}}, \"levels\": ["
+             " {\"name\": \"user\", \"rules\": [{\"type\": \"fixed_window\", \"name\": \"usd\","
+             " \"limit\": 1, \"window\": 86400, \"unit\": \"usd\"}]},"
+             " {\"name\": \"team\", \"rules\": [{\"type\": \"token_bucket\", \"name\": \"otpm\","
+             " \"capacity\": 1000, \"per_second\": 10, \"unit\": \"output_tokens\"}]},"
+             " {\"name\": \"global\", \"default_key\": \"*\", \"rules\": [{\"type\": \"fixed_window\","
+             " \"name\": \"rpm\", \"limit\": 10, \"window\": 60, \"unit\": \"requests\"}]}]}",
+             manual);
+    su_resp r = acquire(&s, "{\"keys\": {\"user\": \"u\", \"team\": \"t\", \"model\": \"m\"},"
+                            " \"usage\": {\"input_tokens\": 100, \"output_tokens\": 900}, \"now\": 100}");
+    ck_assert_int_eq(r.status, 200);
+    su_resp_free(&r);
+    r = acquire(&s, "{\"keys\": {\"user\": \"u\", \"team\": \"t\", \"model\": \"m\"},"
+                    " \"usage\": {\"output_tokens\": 200}, \"now\": 100}");
+    ck_assert_int_eq(r.status, 429);
+    ck_assert_str_eq(su_header(&r, "Retry-After"), "10");
+    ck_assert_str_eq(su_header(&r, "x-ratelimit-limit-tokens"), "1000");
+    ck_assert_str_eq(su_header(&r, "x-ratelimit-remaining-tokens"), "100");
+    ck_assert_str_eq(su_header(&r, "x-ratelimit-reset-tokens"), "1m30s");
+    ck_assert_str_eq(su_header(&r, "x-ratelimit-limit-requests"), "10");
+    ck_assert_str_eq(su_header(&r, "x-ratelimit-remaining-requests"), "9");
+    ck_assert_str_eq(su_header(&r, "x-ratelimit-reset-requests"), "20s");
+    ck_assert_str_eq(su_header(&r, "anthropic-ratelimit-output-tokens-remaining"), "100");
+    ck_assert_str_eq(su_header(&r, "anthropic-ratelimit-output-tokens-reset"),
+                     "1970-01-01T00:03:10Z");
+    ck_assert_str_eq(su_header(&r, "anthropic-ratelimit-requests-reset"), "1970-01-01T00:02:00Z");
+    ck_assert_ptr_null(su_header(&r, "anthropic-ratelimit-input-tokens-limit"));
+    su_resp_free(&r);
+    r = su_req(&s, "GET", "/metrics", NULL, NULL);
+    ck_assert_ptr_nonnull(strstr(r.body, "\nratelimit_taken_total{level=\"user\",unit=\"usd\"} 0.0092\n"));
+    ck_assert_ptr_nonnull(
+        strstr(r.body, "\nratelimit_taken_total{level=\"team\",unit=\"output_tokens\"} 900\n"));
+    ck_assert_ptr_nonnull(strstr(r.body, "\nratelimit_denied_amount_total{level=\"team\","
+                                         "rule=\"otpm\",unit=\"output_tokens\"} 200\n"));
+    su_resp_free(&r);
+    ck_assert_int_eq(su_stop(&s), 0);
+}
+END_TEST
+
 START_TEST(acquire_body_and_headers)
 {
     su_server s;
@@ -265,7 +317,7 @@ static const struct {
     {"{\"keys\": {\"user\": \"v\"}, \"now\": 1}",
      "now: only accepted when ratelimitd runs with --manual-clock"},
     {"{\"keys\": {\"user\": \"v\"}, \"bogus\": 1}",
-     "bogus: unknown field (known: keys, cost, priority, reserve, dry_run, now)"},
+     "bogus: unknown field (known: keys, cost, usage, priority, reserve, dry_run, now)"},
 };
 
 static void check_error(const su_resp *r, int status, const char *want)
@@ -533,7 +585,7 @@ START_TEST(settle_bad_requests)
         {"/refund", "\"r-1\"", "body: must be a JSON object"},
         {"/refund", "{\"actual_cost\": 1}", "reservation: required"},
         {"/refund", "{\"reservation\": 7, \"actual_cost\": 1}", "reservation: must be a string"},
-        {"/refund", "{\"reservation\": \"r-1\"}", "actual_cost: required"},
+        {"/refund", "{\"reservation\": \"r-1\"}", "actual_cost: required (or actual_usage)"},
         {"/refund", "{\"reservation\": \"r-1\", \"actual_cost\": -1}",
          "actual_cost: must be a number from 0 to 1000000000000"},
         {"/refund", "{\"reservation\": \"r-1\", \"actual_cost\": \"5\"}",
@@ -541,7 +593,7 @@ START_TEST(settle_bad_requests)
         {"/refund", "{\"reservation\": \"r-1\", \"actual_cost\": 1, \"now\": 3}",
          "now: only accepted when ratelimitd runs with --manual-clock"},
         {"/refund", "{\"reservation\": \"r-1\", \"actual_cost\": 1, \"cost\": 3}",
-         "cost: unknown field (known: reservation, actual_cost, now)"},
+         "cost: unknown field (known: reservation, actual_cost, actual_usage, now)"},
         {"/release", "{}", "reservation: required"},
         {"/release", "{\"reservation\": \"r-1\", \"actual_cost\": 1}",
          "actual_cost: unknown field (known: reservation, now)"},
@@ -1425,6 +1477,7 @@ static Suite *http_suite(void)
     tcase_add_test(tc, concurrent_clients_get_exactly_the_limit);
     tcase_add_test(tc, connections_are_spread_over_the_workers);
     tcase_add_test(tc, metrics_exposition);
+    tcase_add_test(tc, model_headers_and_usage_metrics);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -1455,7 +1455,7 @@ static int ps_decide(void *cls, const rl_plan *plan, rl_decision *d, rl_err *err
     return p->inner->ops->decide(p->inner->cls, plan, d, err);
 }
 
-static int ps_settle(void *cls, const char *id, rl_fp actual, rl_ns now, rl_settlement *out,
+static int ps_settle(void *cls, const char *id, const rl_actual *actual, rl_ns now, rl_settlement *out,
                      rl_err *err)
 {
     plain_store *p = cls;

@@ -398,7 +398,7 @@ START_TEST(local_mode_with_tiers_and_custom_quotas)
     json_t *arr = json_loads(
         "[{\"type\": \"token_bucket\", \"capacity\": 10, \"per_second\": 0.001}]", 0, NULL);
     rl_rules *rs;
-    ck_assert_int_eq(rld_rules_from_json(arr, in.reg, &rs, &err), RL_OK);
+    ck_assert_int_eq(rld_rules_from_json(arr, in.reg, NULL, &rs, &err), RL_OK);
     json_decref(arr);
     ck_assert_int_eq(rl_quota_set(in.lim, "ann", NULL, rs, &err), RL_OK);
     rl_request req = {.desc = ds, .ndesc = 1, .cost = FP(5), .flags = RL_RESERVE, .now = wall()};

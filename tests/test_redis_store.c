@@ -159,6 +159,9 @@ static size_t descs(const char *keys, char *buf, size_t cap, rl_descriptor *ds)
     return n;
 }
 
+/* The usage the differential replay's next acquire carries (NULL: none). */
+static const rl_usage *replay_usage;
+
 static int acquire(rl_limiter *lim, const char *keys, rl_fp cost, rl_ns now, unsigned flags,
                    int64_t priority, rl_decision *d)
 {
@@ -167,6 +170,7 @@ static int acquire(rl_limiter *lim, const char *keys, rl_fp cost, rl_ns now, uns
     rl_request req = {.desc = ds,
                       .ndesc = descs(keys, buf, sizeof buf, ds),
                       .cost = cost,
+                      .usage = replay_usage,
                       .priority = priority,
                       .flags = flags,
                       .now = now};
@@ -178,6 +182,204 @@ static int acquire(rl_limiter *lim, const char *keys, rl_fp cost, rl_ns now, uns
         rl_decision_done(d);
     return rc;
 }
+
+/* ---- model usage: dimensions and dollars, on both stores ------------------------------------- */
+
+/* A request with usage in=in_tokens, out=out_tokens (and cached when >= 0), model m. */
+static int acquire_usage(rl_limiter *lim, const char *keys, double in, double out, double cached,
+                         rl_ns now, unsigned flags, rl_decision *d)
+{
+    char buf[512];
+    rl_descriptor ds[16];
+    rl_usage u = {3u | (cached >= 0 ? 4u : 0u), {FP(in), FP(out), cached >= 0 ? FP(cached) : 0}};
+    rl_request req = {.desc = ds,
+                      .ndesc = descs(keys, buf, sizeof buf, ds),
+                      .cost = FP(1),
+                      .usage = &u,
+                      .flags = flags,
+                      .now = now};
+    rl_err err = {{0}};
+    int rc = rl_acquire(lim, &req, d, &err);
+    ck_assert_msg(rc == RL_OK, "acquire: %s", err.msg);
+    return d->allowed;
+}
+
+/* Levels: user counts dollars (a day's $1), team input (1000) and output (500) tokens in buckets
+ * that refill 1 a second, global requests (100 a day). Model m: $3 and $15 per million input
+ * and output tokens, $0.30 cached. */
+static const char usage_cfg[] =
+    "{\"dimensions\": [\"in\", \"out\", \"cached\"],"
+    " \"prices\": {\"by\": \"model\", \"models\": {\"m\": {\"in\": 3, \"out\": 15,"
+    " \"cached\": 0.30}}},"
+    " \"levels\": ["
+    "  {\"name\": \"user\", \"rules\": [{\"type\": \"fixed_window\", \"limit\": 1, \"window\": 86400,"
+    "   \"unit\": \"usd\", \"name\": \"dollars\"}]},"
+    "  {\"name\": \"team\", \"rules\": ["
+    "   {\"type\": \"token_bucket\", \"capacity\": 1000, \"per_second\": 1, \"unit\": \"in\", \"name\": \"in\"},"
+    "   {\"type\": \"token_bucket\", \"capacity\": 500, \"per_second\": 1, \"unit\": \"out\", \"name\": \"out\"}]},"
+    "  {\"name\": \"global\", \"default_key\": \"all\", \"rules\": [{\"type\": \"fixed_window\","
+    "   \"limit\": 100, \"window\": 86400, \"unit\": \"requests\", \"name\": \"requests\"}]}]}";
+
+#define UKEYS "user=u,team=t,model=m"
+
+/* A request denied on output tokens takes nothing from input tokens, dollars or requests. At
+ * t = 0: {100 in, 400 out} costs 100 x 3 + 400 x 15 = 6300 millionths of a dollar; then {100
+ * in, 200 out} needs 200 output tokens where 100 are left: denied by team's "out", 100 s to
+ * wait (1 a second), and a dry run after it sees 900 input tokens, $0.9937 and 99 requests. */
+START_TEST(usage_denied_on_one_dimension_takes_nothing)
+{
+    pair p;
+    pair_new(&p, usage_cfg, "udeny:");
+    rl_limiter *both[2] = {p.mem, p.red};
+    for (int i = 0; i < 2; i++) {
+        rl_decision d;
+        ck_assert(acquire_usage(both[i], UKEYS, 100, 400, -1, S(0), 0, &d));
+        ck_assert(!acquire_usage(both[i], UKEYS, 100, 200, -1, S(0), 0, &d));
+        ck_assert_int_eq(d.blocked, 2); /* user's dollars, team's in, team's out */
+        ck_assert_str_eq(d.applied[d.blocked].rule->name, "out");
+        ck_assert_int_eq(d.retry_after, S(100));
+        ck_assert(acquire_usage(both[i], UKEYS, 0, 0, -1, S(0), RL_DRY_RUN, &d));
+        ck_assert_int_eq(tu_status(&d, 0)->remaining, 993700000); /* nano-dollars */
+        ck_assert_int_eq(tu_status(&d, 1)->remaining, FP(900));
+        ck_assert_int_eq(tu_status(&d, 2)->remaining, FP(100));
+        ck_assert_int_eq(tu_status(&d, 3)->remaining, FP(99));
+    }
+    pair_free(&p);
+}
+END_TEST
+
+/* A reservation of {1000 in, 4000 out} (team's out bucket made 10000 here) settled with {1000
+ * in, 900 out, 600 cached}: out gives back 3100, cached is charged 600, and the dollars are
+ * worked out again: reserved 1000 x 3 + 4000 x 15 = 63000 millionths ($0.063), actual 1000 x 3
+ * + 900 x 15 + 600 x 0.30 = 16680 millionths ($0.01668), 46320 millionths given back. */
+START_TEST(usage_reservation_settles_each_dimension)
+{
+    char cfg[sizeof usage_cfg + 8];
+    const char *cap = strstr(usage_cfg, "500");
+    snprintf(cfg, sizeof cfg, "%.*s10000%s", (int)(cap - usage_cfg), usage_cfg, cap + 3);
+    pair p;
+    pair_new(&p, cfg, "usettle:");
+    rl_limiter *both[2] = {p.mem, p.red};
+    for (int i = 0; i < 2; i++) {
+        rl_decision d;
+        rl_err err = {{0}};
+        ck_assert(acquire_usage(both[i], UKEYS, 1000, 4000, -1, S(0), RL_RESERVE, &d));
+        char id[RL_RESERVATION_ID];
+        memcpy(id, d.reservation, sizeof id);
+        ck_assert_int_eq(tu_status(&d, 0)->remaining, 1000000000 - 63000000);
+        rl_actual a = {.has_cost = 0, .usage = {7u, {FP(1000), FP(900), FP(600)}}};
+        rl_settlement st;
+        ck_assert_int_eq(rl_settle_usage(both[i], id, &a, S(0), &st, &err), RL_OK);
+        const rl_settled *out = &st.unit[RL_UNIT_DIM0 + 1], *cached = &st.unit[RL_UNIT_DIM0 + 2];
+        const rl_settled *usd = &st.unit[RL_UNIT_USD];
+        ck_assert_int_eq(out->reserved, FP(4000));
+        ck_assert_int_eq(out->refunded, FP(3100));
+        ck_assert_int_eq(cached->charged, FP(600));
+        ck_assert_int_eq(usd->reserved, 63000000);
+        ck_assert_int_eq(usd->actual, 16680000);
+        ck_assert_int_eq(usd->refunded, 46320000);
+        ck_assert_int_eq(st.actual, FP(1)); /* the cost stands */
+        ck_assert(acquire_usage(both[i], UKEYS, 0, 0, -1, S(0), RL_DRY_RUN, &d));
+        ck_assert_int_eq(tu_status(&d, 0)->remaining, 1000000000 - 16680000);
+        ck_assert_int_eq(tu_status(&d, 1)->remaining, FP(0)); /* 1000 in, as reserved */
+        ck_assert_int_eq(tu_status(&d, 2)->remaining, FP(10000 - 900));
+        ck_assert_int_eq(rl_settle_usage(both[i], id, &a, S(0), &st, &err), RL_ESETTLED);
+    }
+    pair_free(&p);
+}
+END_TEST
+
+/* A budget of $10 with prices of six decimals: {1000 in, 1000 out} at $5.000001 and $14.999999
+ * per million is 0.005000001 + 0.014999999 = $0.02 exactly, so the budget admits exactly 500
+ * (summing to $10.00 on paper) and denies the 501st; in binary floating point 500 x 0.02
+ * overshoots 10 and a limiter adding doubles would deny the 500th. One input token at
+ * $0.000001 per million is 10^-12 dollars, rounded up to one nano-dollar. */
+START_TEST(usage_dollar_budget_is_exact)
+{
+    const char *cfg =
+        "{\"dimensions\": [\"in\", \"out\"], \"prices\": {\"by\": \"model\", \"models\": {"
+        " \"m\": {\"in\": 5.000001, \"out\": 14.999999}, \"tiny\": {\"in\": 0.000001}}},"
+        " \"levels\": [{\"name\": \"user\", \"rules\": [{\"type\": \"fixed_window\", \"limit\": 10,"
+        " \"window\": 86400, \"unit\": \"usd\"}]}]}";
+    pair p;
+    pair_new(&p, cfg, "ubudget:");
+    rl_limiter *both[2] = {p.mem, p.red};
+    for (int i = 0; i < 2; i++) {
+        rl_decision d;
+        for (int k = 0; k < 500; k++)
+            ck_assert_msg(acquire_usage(both[i], "user=u,model=m", 1000, 1000, -1, S(1), 0, &d),
+                          "request %d of 500 denied", k + 1);
+        ck_assert_int_eq(tu_status(&d, 0)->remaining, 0);
+        ck_assert(!acquire_usage(both[i], "user=u,model=m", 1000, 1000, -1, S(1), 0, &d));
+        ck_assert(acquire_usage(both[i], "user=v,model=tiny", 1, 0, -1, S(1), 0, &d));
+        ck_assert_int_eq(tu_status(&d, 0)->remaining, FP(10) * 1000 - 1);
+    }
+    pair_free(&p);
+}
+END_TEST
+
+/* A reservation's amounts and prices survive a restart of the memory store (its snapshot):
+ * settled after the load as before it, the dollars worked out at the prices it was made with. */
+START_TEST(usage_reservation_survives_a_snapshot)
+{
+    rl_registry *reg = rl_registry_new();
+    rl_limiter *a = memory_limiter(reg, usage_cfg), *b = memory_limiter(reg, usage_cfg);
+    rl_decision d;
+    rl_err err = {{0}};
+    char path[] = "/tmp/rlusage.XXXXXX";
+    int fd = mkstemp(path);
+    ck_assert_int_ge(fd, 0);
+    close(fd);
+    ck_assert(acquire_usage(a, UKEYS, 100, 400, -1, S(0), RL_RESERVE, &d));
+    char id[RL_RESERVATION_ID];
+    memcpy(id, d.reservation, sizeof id);
+    ck_assert_int_eq(rl_limiter_save(a, path, &err), RL_OK);
+    size_t loaded = 0;
+    ck_assert_int_eq(rl_limiter_load(b, path, S(0), &loaded, &err), RL_OK);
+    unlink(path);
+    rl_actual act = {.has_cost = 0, .usage = {2u, {0, FP(100)}}};
+    rl_settlement st;
+    ck_assert_int_eq(rl_settle_usage(b, id, &act, S(0), &st, &err), RL_OK);
+    /* 100 x 3 + 400 x 15 = 6300 millionths reserved; 100 x 3 + 100 x 15 = 1800 actual */
+    ck_assert_int_eq(st.unit[RL_UNIT_USD].refunded, 4500000);
+    ck_assert(acquire_usage(b, UKEYS, 0, 0, -1, S(0), RL_DRY_RUN, &d));
+    ck_assert_int_eq(tu_status(&d, 0)->remaining, 1000000000 - 1800000);
+    ck_assert_int_eq(tu_status(&d, 2)->remaining, FP(400));
+    rl_limiter_free(a);
+    rl_limiter_free(b);
+    rl_registry_free(reg);
+}
+END_TEST
+
+/* Bad usage: an undeclared dimension, and a model without prices where a rule counts dollars,
+ * are refused naming them, and change nothing. */
+START_TEST(usage_errors_name_the_field)
+{
+    rl_registry *reg = rl_registry_new();
+    rl_limiter *lim = memory_limiter(reg, usage_cfg);
+    char buf[128];
+    rl_descriptor ds[4];
+    rl_usage u = {1u << 5, {0}};
+    rl_request req = {.desc = ds, .ndesc = descs("user=u,team=t,model=m", buf, sizeof buf, ds),
+                      .cost = FP(1), .usage = &u, .now = 0};
+    rl_decision d;
+    rl_err err = {{0}};
+    ck_assert_int_eq(rl_acquire(lim, &req, &d, &err), RL_EINVAL);
+    ck_assert_str_eq(err.msg, "usage: dimension 5 is not declared");
+    u.given = 1;
+    u.v[0] = FP(10);
+    req.ndesc = descs("user=u,team=t,model=x", buf, sizeof buf, ds);
+    ck_assert_int_eq(rl_acquire(lim, &req, &d, &err), RL_EINVAL);
+    ck_assert_str_eq(err.msg, "keys.model: no prices for \"x\"");
+    req.ndesc = descs("user=u,team=t", buf, sizeof buf, ds);
+    ck_assert_int_eq(rl_acquire(lim, &req, &d, &err), RL_EINVAL);
+    ck_assert_str_eq(err.msg, "keys.model: required to count dollars");
+    ck_assert(acquire_usage(lim, UKEYS, 0, 0, -1, S(0), RL_DRY_RUN, &d));
+    ck_assert_int_eq(tu_status(&d, 1)->remaining, FP(1000));
+    rl_limiter_free(lim);
+    rl_registry_free(reg);
+}
+END_TEST
 
 /* ---- a conformance table ------------------------------------------------------------------- */
 
@@ -398,11 +600,50 @@ static size_t rnd_rule(uint64_t *s, int t, int idx, char *b, size_t n)
     return u;
 }
 
+/* 1 while the differential replay runs with dimensions d0 and d1 and model m's prices: half
+ * the rules count d0, d1 or dollars, and requests carry usage. */
+static int replay_dims;
+
+/* A rule counting d0, d1 or usd (token bucket, GCRA or a window), sized so that the requests'
+ * usage (up to a few thousand units, cents of dollars) is denied now and then. */
+static size_t rnd_dim_rule(uint64_t *s, int idx, char *b, size_t n)
+{
+    static const char *const units[] = {"d0", "d1", "usd"};
+    int unit = (int)rnd(s, 3), t = (int)rnd(s, 3);
+    char x[40], y[40];
+    rl_fp amount = unit == 2 ? 1000 + (rl_fp)rnd(s, RL_FP_ONE / 10) /* up to $0.1 */
+                             : (rl_fp)(100 + rnd(s, 10000)) * RL_FP_ONE;
+    rl_fp rate = amount / (rl_fp)(1 + rnd(s, 20));
+    put_fp(x, sizeof x, amount);
+    put_fp(y, sizeof y, rate > 0 ? rate : 1);
+    size_t u = (size_t)snprintf(b, n, "{\"type\": \"%s\", \"name\": \"r%d\", \"unit\": \"%s\"",
+                                t == 0 ? "token_bucket" : t == 1 ? "gcra" : "fixed_window", idx,
+                                units[unit]);
+    if (t == 0)
+        u += (size_t)snprintf(b + u, n - u, ", \"capacity\": %s, \"per_second\": %s}", x, y);
+    else if (t == 1)
+        u += (size_t)snprintf(b + u, n - u, ", \"burst\": %s, \"per_second\": %s}", x, y);
+    else
+        u += (size_t)snprintf(b + u, n - u, ", \"limit\": %s, \"window\": %d}", x,
+                              (int)(1 + rnd(s, 120)));
+    return u;
+}
+
 /* A random configuration of 1 to 3 levels of 1 to 3 rules; level 0 starts with type force. */
 static void rnd_config(uint64_t *s, int force, char *b, size_t n)
 {
     size_t u =
         (size_t)snprintf(b, n, "{\"reservation_ttl\": %d, \"levels\": [", (int)(1 + rnd(s, 600)));
+    if (replay_dims) {
+        char p0[40], p1[40];
+        put_fp(p0, sizeof p0, (rl_fp)rnd(s, 20 * RL_FP_ONE));
+        put_fp(p1, sizeof p1, (rl_fp)rnd(s, 20 * RL_FP_ONE));
+        u = (size_t)snprintf(b, n,
+                             "{\"dimensions\": [\"d0\", \"d1\"], \"prices\": {\"by\": \"model\", "
+                             "\"models\": {\"m\": {\"d0\": %s, \"d1\": %s}}}, \"reservation_ttl\": %d, "
+                             "\"levels\": [",
+                             p0, p1, (int)(1 + rnd(s, 600)));
+    }
     int nlevels = 1 + (int)rnd(s, 3);
     for (int l = 0; l < nlevels; l++) {
         u += (size_t)snprintf(b + u, n - u, "%s{\"name\": \"l%d\", %s%s\"rules\": [",
@@ -414,7 +655,10 @@ static void rnd_config(uint64_t *s, int force, char *b, size_t n)
             int t = l == 0 && i == 0 ? force : (int)rnd(s, (uint64_t)NTYPES - (on_cluster != 0));
             if (i)
                 u += (size_t)snprintf(b + u, n - u, ", ");
-            u += rnd_rule(s, t, i, b + u, n - u);
+            if (replay_dims && rnd(s, 2) == 0)
+                u += rnd_dim_rule(s, i, b + u, n - u);
+            else
+                u += rnd_rule(s, t, i, b + u, n - u);
         }
         u += (size_t)snprintf(b + u, n - u, "]}");
     }
@@ -433,6 +677,17 @@ static rl_fp rnd_cost(uint64_t *s)
     if (k < 19)
         return 1 + (rl_fp)rnd(s, 1000);
     return 1 + (rl_fp)rnd(s, (uint64_t)RL_FP_MAX);
+}
+
+/* An amount of usage: mostly hundreds of units, sometimes 0 or a fraction. */
+static rl_fp rnd_usage(uint64_t *s)
+{
+    uint64_t k = rnd(s, 10);
+    if (k == 0)
+        return 0;
+    if (k == 1)
+        return 1 + (rl_fp)rnd(s, RL_FP_ONE);
+    return (rl_fp)rnd(s, 3000) * RL_FP_ONE;
 }
 
 /* One of n reservations, mostly a recent one. */
@@ -609,10 +864,15 @@ static void replay(uint64_t seed, int force, int steps, const char *prefix, size
         }
         if (op < 7 || nids == 0) {
             char keys[64] = "";
-            for (size_t l = 0, u = 0; l < nlevels; l++)
+            size_t u = 0;
+            for (size_t l = 0; l < nlevels; l++)
                 if (rnd(&s, 8) != 0)
                     u += (size_t)snprintf(keys + u, sizeof keys - u, "%sl%zu=%s", u ? "," : "", l,
                                           values[rnd(&s, 6)]);
+            rl_usage usage = {(uint32_t)rnd(&s, 4), {rnd_usage(&s), rnd_usage(&s)}};
+            replay_usage = replay_dims ? &usage : NULL;
+            if (replay_dims)
+                snprintf(keys + u, sizeof keys - u, "%smodel=m", u ? "," : "");
             rl_fp cost = rnd_cost(&s);
             unsigned flags = rnd(&s, 10) == 0 ? RL_DRY_RUN : 0;
             flags |= rnd(&s, 5) < 2 ? RL_RESERVE : 0;
@@ -633,6 +893,7 @@ static void replay(uint64_t seed, int force, int steps, const char *prefix, size
             }
             int ra = acquire(p.mem, keys, cost, now, flags, prio, &a);
             int rb = acquire(p.red, keys, cost, now, flags, prio, &b);
+            replay_usage = NULL;
             ck_assert_msg(ra == RL_OK && rb == RL_OK, "%s: acquire %d / %d", ctx, ra, rb);
             compare_replay(&a, &b, ctx);
             /* with the cache of denials, a denied request comes again within its wait, or
@@ -662,8 +923,11 @@ static void replay(uint64_t seed, int force, int steps, const char *prefix, size
             rl_err e1, e2;
             if (getenv("RL_TRACE"))
                 fprintf(stderr, "trace: %s: settle %zu %lld\n", ctx, k, (long long)actual);
-            int ra = rl_settle(p.mem, ids[k][0], actual, now, &x, &e1);
-            int rb = rl_settle(p.red, ids[k][1], actual, now, &y, &e2);
+            rl_actual act = {.has_cost = !replay_dims || rnd(&s, 2) == 0, .cost = actual,
+                             .usage = {replay_dims ? (uint32_t)rnd(&s, 4) : 0u,
+                                       {rnd_usage(&s), rnd_usage(&s)}}};
+            int ra = rl_settle_usage(p.mem, ids[k][0], &act, now, &x, &e1);
+            int rb = rl_settle_usage(p.red, ids[k][1], &act, now, &y, &e2);
             ck_assert_msg(ra == rb, "%s: settle %d vs %d (%s)", ctx, ra, rb,
                           rb == RL_ESTORE ? e2.msg : "");
             ck_assert_msg(memcmp(&x, &y, sizeof x) == 0, "%s: settlement differs", ctx);
@@ -701,6 +965,19 @@ END_TEST
 /* The same with the Redis side deciding runs of 1 to 12 requests in one call
  * (rl_acquire_many: their scripts in one write, run in order): the answers must be those of
  * deciding them one by one. */
+/* The same with dimensions and dollars: rules counting d0, d1 or usd beside the others,
+ * requests with random usage of model m, settlements with random actual usage. */
+START_TEST(differential_replay_usage)
+{
+    uint64_t seed = 0x05a9e000u + (uint64_t)_i;
+    char prefix[40];
+    snprintf(prefix, sizeof prefix, "diffu%" PRIx64 ":", seed);
+    replay_dims = 1;
+    replay(seed, _i % NTYPES, STEPS, prefix, 0);
+    replay_dims = 0;
+}
+END_TEST
+
 START_TEST(differential_replay_batched)
 {
     uint64_t seed = 0xba7c0000u + (uint64_t)_i;
@@ -827,6 +1104,20 @@ END_TEST
 /* The same on a Redis Cluster: the levels' states lie in other slots, mostly on other primaries,
  * so a denial by a later level gives back what the earlier ones took; every answer must still
  * be the memory store's. Every type that can live on a cluster (not the plug-in's). */
+/* Usage on a cluster: reservations settled per dimension by undo scripts, slot by slot. */
+START_TEST(differential_replay_usage_cluster)
+{
+    replay_dims = 1;
+    for (int t = 0; t < NTYPES - 1; t++) {
+        uint64_t seed = 0xc1a5e000u + (uint64_t)t;
+        char prefix[40];
+        snprintf(prefix, sizeof prefix, "clu%" PRIx64 ":", seed);
+        replay(seed, t, STEPS, prefix, 0);
+    }
+    replay_dims = 0;
+}
+END_TEST
+
 START_TEST(differential_replay_cluster)
 {
     for (int t = 0; t < NTYPES - 1; t++) { /* one cluster for a trace of each type */
@@ -1906,7 +2197,7 @@ START_TEST(tier_changes_alike)
         json_t *arr =
             json_loads("[{\"type\": \"fixed_window\", \"limit\": 4, \"window\": 60}]", 0, NULL);
         rl_rules *rs;
-        ck_assert_int_eq(rld_rules_from_json(arr, reg, &rs, &err), RL_OK);
+        ck_assert_int_eq(rld_rules_from_json(arr, reg, NULL, &rs, &err), RL_OK);
         json_decref(arr);
         ck_assert_int_eq(rl_quota_set(both[w], "k", NULL, rs, &err), RL_OK);
     }
@@ -2406,6 +2697,7 @@ Suite *redis_store_suite(void)
     tcase_add_checked_fixture(tc, srv_up, srv_down);
     tcase_set_timeout(tc, 300);
     tcase_add_loop_test(tc, differential_replay, 0, TRACES);
+    tcase_add_loop_test(tc, differential_replay_usage, 0, 2 * NTYPES);
     tcase_add_loop_test(tc, differential_replay_batched, 0, NTYPES);
     tcase_add_test(tc, many_decisions_share_one_write);
     tcase_add_test(tc, many_decisions_with_long_calls);
@@ -2421,6 +2713,7 @@ Suite *redis_store_suite(void)
     tcase_set_timeout(tc, 300);
     tcase_add_loop_test(tc, differential_replay_cluster, 0, 2);
     tcase_add_test(tc, differential_replay_cluster_deny_cache);
+    tcase_add_test(tc, differential_replay_usage_cluster);
     tcase_add_test(tc, cluster_refuses_types_that_cannot_give_back);
     tcase_add_test(tc, quotas_on_a_cluster);
     tcase_add_test(tc, sharded_level_spreads_on_a_cluster);
@@ -2431,6 +2724,11 @@ Suite *redis_store_suite(void)
     tcase_add_checked_fixture(tc, srv_up, srv_down);
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, every_key_written_has_a_ttl);
+    tcase_add_test(tc, usage_denied_on_one_dimension_takes_nothing);
+    tcase_add_test(tc, usage_reservation_settles_each_dimension);
+    tcase_add_test(tc, usage_dollar_budget_is_exact);
+    tcase_add_test(tc, usage_errors_name_the_field);
+    tcase_add_test(tc, usage_reservation_survives_a_snapshot);
     tcase_add_test(tc, ttl_follows_the_state);
     tcase_add_test(tc, sharded_level_splits_the_quota);
     tcase_add_test(tc, functions_or_evalsha);

@@ -184,6 +184,45 @@ START_TEST(replay_decides_as_the_server_does)
 }
 END_TEST
 
+/* A trace with usage: a reservation of {2000 input, 8000 output} tokens of a model at $3 and
+ * $15 per million ($0.126), settled with 1200 output tokens ($0.024): as the server answers,
+ * and $0.102 back by hand. */
+START_TEST(replay_with_usage)
+{
+    static const char cfg[] =
+        "{\"dimensions\": [\"input_tokens\", \"output_tokens\"], \"prices\": {\"by\": \"model\","
+        " \"models\": {\"m\": {\"input_tokens\": 3, \"output_tokens\": 15}}}, \"levels\": ["
+        " {\"name\": \"user\", \"rules\": [{\"type\": \"fixed_window\", \"name\": \"usd\", \"limit\": 50,"
+        " \"window\": 86400, \"unit\": \"usd\"}, {\"type\": \"token_bucket\", \"name\": \"out\","
+        " \"capacity\": 100000, \"per_second\": 1, \"unit\": \"output_tokens\"}]}]}";
+    static const char usage_trace[] =
+        "{\"now\": 1, \"keys\": {\"user\": \"a\", \"model\": \"m\"}, \"usage\": {\"input_tokens\":"
+        " 2000, \"output_tokens\": 8000}, \"reserve\": true}\n"
+        "{\"refund\": 1, \"actual_usage\": {\"output_tokens\": 1200}, \"now\": 1}\n"
+        "{\"now\": 1, \"keys\": {\"user\": \"a\", \"model\": \"m\"}, \"usage\": {\"tokens\": 1}}\n";
+    su_server s;
+    char *out = NULL;
+    su_tmpdir(&s);
+    const char *args[] = {"--config", put(s.dir, "m.json", cfg), NULL};
+    ck_assert_int_eq(replay(s.dir, args, usage_trace, &out), 0);
+    const char *manual[] = {"--manual-clock", NULL};
+    su_start(&s, cfg, manual);
+    char *server = server_answers(&s, usage_trace);
+    ck_assert_int_eq(su_stop(&s), 0);
+    char *summary = strstr(out, "{\"summary\":");
+    ck_assert_ptr_nonnull(summary);
+    *summary = '\0';
+    mask_ids(out);
+    mask_ids(server);
+    ck_assert_str_eq(out, server);
+    ck_assert_ptr_nonnull(strstr(out, "\"usd\":{\"reserved\":0.126,\"actual\":0.024,"
+                                      "\"refunded\":0.102,\"charged\":0}"));
+    ck_assert_ptr_nonnull(strstr(out, "\"error\":\"usage.tokens: unknown dimension"));
+    free(server);
+    free(out);
+}
+END_TEST
+
 START_TEST(replay_summary_by_hand)
 {
     su_server s;
@@ -302,6 +341,7 @@ static Suite *replay_suite(void)
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, replay_decides_as_the_server_does);
     tcase_add_test(tc, replay_summary_by_hand);
+    tcase_add_test(tc, replay_with_usage);
     tcase_add_test(tc, replay_compare_shows_where_configurations_differ);
     tcase_add_test(tc, replay_redis_store_decides_the_same);
     tcase_add_test(tc, replay_refuses_bad_arguments);

@@ -309,6 +309,43 @@ START_TEST(ratelimit_headers_when_asked)
 }
 END_TEST
 
+/* grpc.hits_addend names a dimension: a request's hits are its usage there and its cost is 1.
+ * Team t's output bucket holds 1000; user u's window counts requests (3 a minute); prices turn
+ * 400 output tokens of model m at $10 per million into $0.004 of u's $0.01 a day. Calls of 400
+ * and 400 pass (200 tokens, 2 requests and $0.002 left), a third of 400 is denied by the
+ * bucket and takes nothing: one of 200 passes and leaves 0 tokens, 0 requests. */
+START_TEST(hits_addend_counts_a_dimension)
+{
+    rl_limiter *ul = tu_limiter(
+        "{\"dimensions\": [\"output_tokens\"], \"prices\": {\"by\": \"model\", \"models\": {\"m\":"
+        " {\"output_tokens\": 10}}}, \"levels\": ["
+        " {\"name\": \"user\", \"rules\": [{\"type\": \"fixed_window\", \"name\": \"rpm\", \"limit\": 3,"
+        "  \"window\": 60, \"unit\": \"requests\"}, {\"type\": \"fixed_window\", \"name\": \"usd\","
+        "  \"limit\": 0.01, \"window\": 86400, \"unit\": \"usd\"}]},"
+        " {\"name\": \"team\", \"rules\": [{\"type\": \"token_bucket\", \"name\": \"otpm\","
+        "  \"capacity\": 1000, \"per_second\": 0.000001, \"unit\": \"output_tokens\"}]}]}");
+    rl_limiter *saved = rls.lim;
+    rls.lim = ul;
+    rls.hits_dim = "output_tokens";
+    static const struct {
+        uint32_t hits;
+        int code;
+        uint32_t team_left, user_left;
+    } rows[] = {{400, OK_CODE, 600, 2}, {400, OK_CODE, 200, 1}, {400, OVER, 200, 1},
+                {200, OK_CODE, 0, 0}};
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        resp_t *r = call_ok("edge", rows[i].hits, "user=u|team=t|model=m", 0);
+        ck_assert_int_eq(r->overall_code, rows[i].code);
+        ck_assert_int_eq(r->statuses[1]->limit_remaining, rows[i].team_left);
+        ck_assert_int_eq(r->statuses[0]->limit_remaining, rows[i].user_left);
+        resp_free(r);
+    }
+    rls.lim = saved;
+    rls.hits_dim = NULL;
+    tu_free(ul);
+}
+END_TEST
+
 static Suite *rls_suite(void)
 {
     Suite *s = suite_create("rls");
@@ -320,6 +357,7 @@ static Suite *rls_suite(void)
     tcase_add_loop_test(tc, bad_requests_name_the_field, 0, sizeof bad / sizeof bad[0]);
     tcase_add_test(tc, malformed_and_oversized_messages);
     tcase_add_test(tc, ratelimit_headers_when_asked);
+    tcase_add_test(tc, hits_addend_counts_a_dimension);
     suite_add_tcase(s, tc);
     return s;
 }

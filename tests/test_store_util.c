@@ -84,7 +84,7 @@ static int down_decide(void *cls, const rl_plan *plan, rl_decision *d, rl_err *e
     (void)cls, (void)plan, (void)d;
     return rl_errf(err, RL_ESTORE, "store: down");
 }
-static int down_settle(void *cls, const char *id, rl_fp actual, rl_ns now, rl_settlement *out,
+static int down_settle(void *cls, const char *id, const rl_actual *actual, rl_ns now, rl_settlement *out,
                        rl_err *err)
 {
     (void)cls, (void)id, (void)actual, (void)now, (void)out;

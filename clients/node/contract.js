@@ -25,7 +25,7 @@ export const FIELDS = {
       reservation: 'reservation', actual_cost: 'actualCost', actual_usage: 'actualUsage',
       now: 'now',
     },
-    response: ['reservation', 'reserved_cost', 'actual_cost', 'refunded', 'charged'],
+    response: ['reservation', 'reserved_cost', 'actual_cost', 'refunded', 'charged', 'usage', 'usd'],
   },
   release: {
     path: '/release',
@@ -34,13 +34,9 @@ export const FIELDS = {
   },
 };
 
-// Fields the client sends only when the caller gives them, for daemons that count named
-// dimensions (input and output tokens, ...): api/openapi.yaml does not have them, and a daemon
-// without them answers 400 naming the field, which the client throws as a RateLimitdError.
-export const PENDING = {
-  acquire: ['usage'],
-  refund: ['actual_usage'],
-};
+// Fields of this table that api/openapi.yaml does not have yet (sent only when the caller gives
+// them; a daemon without them answers 400 naming the field): none today.
+export const PENDING = {};
 
 // The names of `fields` that are not inside a list ('limits', not 'limits[].level').
 export const top = (fields) => fields.filter((f) => !f.includes('[].'));

@@ -11,9 +11,9 @@
 #include "buf.h"
 #include "values.h"
 
-#define KNOWN "keys, cost, priority, reserve, dry_run, now"
+#define KNOWN "keys, cost, usage, priority, reserve, dry_run, now"
 
-enum { F_KEYS = 1, F_COST = 2, F_PRIORITY = 4, F_RESERVE = 8, F_DRY_RUN = 16, F_NOW = 32 };
+enum { F_KEYS = 1, F_COST = 2, F_PRIORITY = 4, F_RESERVE = 8, F_DRY_RUN = 16, F_NOW = 32, F_USAGE = 64 };
 
 #define fail(err, ...) rl_errf(err, -1, __VA_ARGS__)
 
@@ -27,6 +27,7 @@ static void req_zero(rld_acquire_req *req)
     req->dry_run = 0;
     req->has_now = 0;
     req->now = 0;
+    req->usage = NULL;
     req->root = NULL;
 }
 
@@ -38,6 +39,8 @@ static int field_of(const char *s, size_t n)
         return memcmp(s, "now", 3) == 0 ? F_NOW : 0;
     case 4:
         return memcmp(s, "keys", 4) == 0 ? F_KEYS : memcmp(s, "cost", 4) == 0 ? F_COST : 0;
+    case 5:
+        return memcmp(s, "usage", 5) == 0 ? F_USAGE : 0;
     case 7:
         return memcmp(s, "reserve", 7) == 0   ? F_RESERVE
                : memcmp(s, "dry_run", 7) == 0 ? F_DRY_RUN
@@ -313,6 +316,11 @@ static int json_field(const char *k, json_t *v, rld_acquire_req *req, rl_err *er
     case F_NOW:
         req->has_now = 1;
         return rld_value_seconds("now", num, &req->now, err);
+    case F_USAGE:
+        if (!json_is_object(v))
+            return fail(err, "usage: must be an object of dimension names to amounts");
+        req->usage = v; /* its names are the configuration's: read where it is known */
+        return 0;
     default:
         return fail(err, "%.64s: unknown field (known: " KNOWN ")", k);
     }

@@ -2,7 +2,7 @@
  * acquire_req.h - the body of POST /acquire, parsed once.
  *
  *   {"keys": {"user": "u1", "team": "acme"}, "cost": 1, "priority": 0, "reserve": false,
- *    "dry_run": false, "now": 0.0}
+ *    "dry_run": false, "now": 0.0, "usage": {"input_tokens": 1200}}
  *
  * Two parsers give the same result: a hand-written one for the common shape (ASCII text
  * without escapes, no duplicate members), which allocates nothing and points into the body,
@@ -33,6 +33,7 @@ typedef struct rld_acquire_req {
     int dry_run;
     int has_now;
     rl_ns now; /* when has_now; checked (values.h) */
+    const json_t *usage; /* "usage" (an object, borrowed from root; read by usage.h), or NULL */
     json_t *root; /* the document when jansson parsed it (new reference), else NULL */
 } rld_acquire_req;
 

@@ -77,11 +77,12 @@ int rld_app_init(rld_app *app, const rld_app_config *c, rl_err *err);
  * stops and asked for metrics, in the order attached. RL_EFULL past RLD_APP_MAX_PARTS. Before
  * serving: the list is read without a lock. */
 int rld_app_attach(rld_app *app, const rld_part_ops *ops, void *self);
-/* Reads config_path again and puts its limiter configuration in force (levels, tiers, quotas,
- * reservation_ttl, max_keys; the other settings wait for a restart): a new limiter over a new
- * memory store, the quota file applied to it, and the state carried over as a snapshot would
- * carry it (matched by level name, rule position and type), swapped in while no request is in
- * flight, and every part told. On failure (a bad file, a store, a part that cannot follow) the
+/* First tells every part to read its own files again (refresh: the gRPC port's certificates),
+ * whatever comes of the rest. Then reads config_path again and puts its limiter configuration
+ * in force (levels, tiers, quotas, reservation_ttl, max_keys; the other settings wait for a
+ * restart): a new limiter over a new memory store, the quota file applied to it, and the state
+ * carried over as a snapshot would carry it (matched by level name, rule position and type),
+ * swapped in while no request is in flight, and every part told. On failure (a bad file, a store, a part that cannot follow) the
  * configuration in force stays, err says why, and it is logged; both outcomes are counted.
  * Not from a request holding the gate. */
 int rld_app_reload(rld_app *app, rl_err *err);

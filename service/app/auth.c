@@ -1,6 +1,7 @@
 /*
  * auth.c - see auth.h.
  */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -101,4 +102,26 @@ int rld_auth_matches(const char *want, const char *authorization)
     for (size_t i = 0; i < gl; i++)
         diff |= (unsigned char)got[i] ^ (unsigned char)want[i < wl ? i : 0];
     return diff == 0;
+}
+
+int rld_auth_loopback(const char *address)
+{
+    unsigned char a[16];
+    static const unsigned char v6_loopback[16] = {[15] = 1};
+    static const unsigned char v4_mapped[12] = {[10] = 0xff, [11] = 0xff};
+    if (inet_pton(AF_INET, address, a) == 1)
+        return a[0] == 127;
+    if (inet_pton(AF_INET6, address, a) != 1)
+        return 0;
+    return memcmp(a, v6_loopback, 16) == 0 || (memcmp(a, v4_mapped, 12) == 0 && a[12] == 127);
+}
+
+int rld_auth_admin_closed(const rld_settings *set)
+{
+    return !set->admin_token && !set->admin_open && !rld_auth_loopback(set->address);
+}
+
+int rld_auth_admin_exposed(const rld_settings *set)
+{
+    return !set->admin_token && set->admin_open && !rld_auth_loopback(set->address);
 }

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "metrics.h"
+#include "ratelimit_store.h"
 #include "render.h"
 
 /* Status codes the service answers with; anything else is counted as code="other". */
@@ -49,6 +50,9 @@ typedef struct call_counts {
 typedef struct slot {
     uint64_t allowed, denied;
     uint64_t cost, refunded, charged; /* fixed point */
+    /* fixed point, by level and unit: what allowed requests took in dollars (nano-dollars:
+     * RL_USD_SCALE) and each dimension */
+    uint64_t taken[RL_MAX_LEVELS][RL_UNITS];
     call_counts ep[MAX_ENDPOINTS];
     call_counts grpc[MAX_GRPC + 1];
 } __attribute__((aligned(64))) slot;
@@ -56,6 +60,7 @@ typedef struct slot {
 typedef struct rule_entry {
     uint64_t count;
     uint16_t level;
+    uint8_t unit; /* the rule's unit (denied amounts; 0 in the other tables) */
     char rule[129]; /* "" marks an empty entry */
 } rule_entry;
 
@@ -77,6 +82,7 @@ struct rld_metrics {
     slot *slots;
     rule_counts denied; /* by the rule that blocked */
     rule_counts shadow; /* by the shadow rule that would have denied */
+    rule_counts denied_amount; /* fixed point: what the blocking rules were asked, by unit */
     uint64_t snapshots_corrupt; /* atomic */
     uint64_t keys_refused;      /* atomic */
     uint64_t reloads[2];        /* atomic: refused, ok */
@@ -112,18 +118,20 @@ rld_metrics *rld_metrics_new(size_t nendpoints, const char *const *names)
     m->nendpoints = nendpoints;
     m->names = names;
     m->slots = aligned_alloc(64, sizeof(slot) * NSLOTS);
-    m->denied.e = calloc(MAX_DENIED, sizeof *m->denied.e);
-    m->shadow.e = calloc(MAX_DENIED, sizeof *m->shadow.e);
-    if (!m->slots || !m->denied.e || !m->shadow.e) {
+    rule_counts *t[3] = {&m->denied, &m->shadow, &m->denied_amount};
+    int ok = m->slots != NULL;
+    for (int i = 0; i < 3; i++)
+        ok &= (t[i]->e = calloc(MAX_DENIED, sizeof *t[i]->e)) != NULL;
+    if (!ok) {
         free(m->slots);
-        free(m->denied.e);
-        free(m->shadow.e);
+        for (int i = 0; i < 3; i++)
+            free(t[i]->e);
         free(m);
         return NULL;
     }
     memset(m->slots, 0, sizeof(slot) * NSLOTS);
-    pthread_mutex_init(&m->denied.mu, NULL);
-    pthread_mutex_init(&m->shadow.mu, NULL);
+    for (int i = 0; i < 3; i++)
+        pthread_mutex_init(&t[i]->mu, NULL);
     return m;
 }
 
@@ -131,11 +139,12 @@ void rld_metrics_free(rld_metrics *m)
 {
     if (!m)
         return;
-    pthread_mutex_destroy(&m->denied.mu);
-    pthread_mutex_destroy(&m->shadow.mu);
+    rule_counts *t[3] = {&m->denied, &m->shadow, &m->denied_amount};
+    for (int i = 0; i < 3; i++) {
+        pthread_mutex_destroy(&t[i]->mu);
+        free(t[i]->e);
+    }
     free(m->slots);
-    free(m->denied.e);
-    free(m->shadow.e);
     free(m);
 }
 
@@ -200,9 +209,10 @@ void rld_metrics_grpc(rld_metrics *m, int method, int code, rl_ns duration)
 
 /* Adds count to (level, rule) in t, under t->mu; past the table's room to the level's
  * "other". */
-static void add_rule_count(rule_counts *t, size_t level, const char *rule, uint64_t count)
+static void add_rule_count(rule_counts *t, size_t level, unsigned unit, const char *rule,
+                           uint64_t count)
 {
-    size_t n = strlen(rule), h = level * 31;
+    size_t n = strlen(rule), h = level * 31 + unit;
     if (n >= sizeof t->e[0].rule)
         n = sizeof t->e[0].rule - 1;
     for (size_t i = 0; i < n; i++)
@@ -214,13 +224,15 @@ static void add_rule_count(rule_counts *t, size_t level, const char *rule, uint6
             if (t->n >= MAX_DENIED * 3 / 4)
                 break;
             e->level = (uint16_t)level;
+            e->unit = (uint8_t)unit;
             memcpy(e->rule, rule, n);
             e->rule[n] = '\0';
             e->count = count;
             t->n++;
             return;
         }
-        if (e->level == level && strncmp(e->rule, rule, n) == 0 && e->rule[n] == '\0') {
+        if (e->level == level && e->unit == unit && strncmp(e->rule, rule, n) == 0 &&
+            e->rule[n] == '\0') {
             e->count += count;
             return;
         }
@@ -228,11 +240,27 @@ static void add_rule_count(rule_counts *t, size_t level, const char *rule, uint6
     t->other[level] += count;
 }
 
-static void count_rule(rule_counts *t, size_t level, const char *rule)
+static void count_rule(rule_counts *t, size_t level, unsigned unit, const char *rule,
+                       uint64_t count)
 {
     pthread_mutex_lock(&t->mu);
-    add_rule_count(t, level, rule, 1);
+    add_rule_count(t, level, unit, rule, count);
     pthread_mutex_unlock(&t->mu);
+}
+
+/* What allowed request d took in dollars and each dimension, by level: once per level and
+ * unit however many of the level's rules count it. */
+static void count_taken(slot *s, const rl_decision *d)
+{
+    uint32_t seen[RL_MAX_LEVELS] = {0};
+    for (size_t i = 0; i < d->napplied; i++) {
+        const rl_applied *a = &d->applied[i];
+        unsigned u = a->rule->unit;
+        if (u < RL_UNIT_USD || !d->amt[u] || (seen[a->level] >> u & 1u) || a->shadow_denied)
+            continue;
+        seen[a->level] |= 1u << u;
+        add(&s->taken[a->level][u], (uint64_t)d->amt[u]);
+    }
 }
 
 void rld_metrics_decision(rld_metrics *m, const rl_decision *d, int dry_run, rl_fp cost)
@@ -240,18 +268,25 @@ void rld_metrics_decision(rld_metrics *m, const rl_decision *d, int dry_run, rl_
     slot *s = my_slot(m);
     for (size_t i = 0; i < d->napplied; i++)
         if (d->applied[i].shadow_denied)
-            count_rule(&m->shadow, d->applied[i].level, d->applied[i].rule->name);
+            count_rule(&m->shadow, d->applied[i].level, 0, d->applied[i].rule->name, 1);
     if (d->allowed) {
         add(&s->allowed, 1);
-        if (!dry_run)
+        if (!dry_run) {
             add(&s->cost, (uint64_t)cost);
+            if (d->has_amt)
+                count_taken(s, d);
+        }
         return;
     }
     add(&s->denied, 1);
     if (d->blocked >= 0) {
         const rl_applied *a = &d->applied[d->blocked];
-        count_rule(&m->denied, a->level,
-                   a->fallback == RL_FALLBACK_CLOSED ? RLD_STORE_UNAVAILABLE : a->rule->name);
+        int closed = a->fallback == RL_FALLBACK_CLOSED;
+        count_rule(&m->denied, a->level, 0, closed ? RLD_STORE_UNAVAILABLE : a->rule->name, 1);
+        rl_fp asked = rl_unit_amount(a->rule->unit, cost, d->has_amt ? d->amt : NULL);
+        if (!closed && asked > 0)
+            count_rule(&m->denied_amount, a->level, a->rule->unit, a->rule->name,
+                       (uint64_t)asked);
     }
 }
 
@@ -313,7 +348,8 @@ static void remap_rule_counts(rule_counts *t, const rl_config *from, const rl_co
     memcpy(t->other, other, sizeof other);
     for (size_t i = 0; i < MAX_DENIED; i++)
         if (old[i].rule[0] && old[i].level < from->nlevels && map[old[i].level] >= 0)
-            add_rule_count(t, (size_t)map[old[i].level], old[i].rule, old[i].count);
+            add_rule_count(t, (size_t)map[old[i].level], old[i].unit, old[i].rule,
+                           old[i].count);
     pthread_mutex_unlock(&t->mu);
     free(old);
 }
@@ -322,9 +358,30 @@ void rld_metrics_levels_changed(rld_metrics *m, const rl_config *from, const rl_
 {
     remap_rule_counts(&m->denied, from, to);
     remap_rule_counts(&m->shadow, from, to);
+    remap_rule_counts(&m->denied_amount, from, to);
 }
 
-static void render_rule_counts(rld_buf *o, const char *name, rule_counts *t, const rl_config *cfg)
+/* The name of unit u in cfg ("usd", a dimension's, "cost", "requests"). */
+static const char *unit_name(const rl_config *cfg, unsigned u)
+{
+    return u == RL_UNIT_COST       ? "cost"
+           : u == RL_UNIT_REQUESTS ? "requests"
+           : u == RL_UNIT_USD      ? "usd"
+           : u - RL_UNIT_DIM0 < cfg->ndims ? cfg->dims[u - RL_UNIT_DIM0]
+                                           : "other";
+}
+
+/* An amount of unit u as a sample value: fixed point, dollars for usd. */
+static void amount_line(rld_buf *o, unsigned u, uint64_t v)
+{
+    rld_buf_putc(o, ' ');
+    rld_buf_fp(o, (rl_fp)(u == RL_UNIT_USD ? v / RL_USD_SCALE : v));
+    rld_buf_putc(o, '\n');
+}
+
+/* amounts: t counts amounts (with a unit label) rather than decisions. */
+static void render_rule_counts(rld_buf *o, const char *name, rule_counts *t, const rl_config *cfg,
+                               int amounts)
 {
     pthread_mutex_lock(&t->mu);
     for (size_t i = 0; i < MAX_DENIED; i++) {
@@ -335,6 +392,13 @@ static void render_rule_counts(rld_buf *o, const char *name, rule_counts *t, con
         label(o, cfg->levels[e->level].name);
         rld_buf_puts(o, "\",rule=\"");
         label(o, e->rule);
+        if (amounts) {
+            rld_buf_puts(o, "\",unit=\"");
+            label(o, unit_name(cfg, e->unit));
+            rld_buf_puts(o, "\"}");
+            amount_line(o, e->unit, e->count);
+            continue;
+        }
         rld_buf_puts(o, "\"}");
         u64_line(o, e->count);
     }
@@ -507,6 +571,35 @@ static uint64_t load_u64(const uint64_t *v)
     return __atomic_load_n(v, __ATOMIC_RELAXED);
 }
 
+/* What allowed requests took in dollars and each dimension by level (series with a value
+ * only), and what denied ones asked of the rule that blocked them. */
+static void render_units(rld_buf *o, rld_metrics *m, unsigned used, const rl_config *cfg)
+{
+    if (!cfg->ndims && !cfg->price_by)
+        return;
+    family(o, "ratelimit_taken_total", "counter",
+           "Amounts taken by allowed requests of POST /acquire and GET /check in dollars and "
+           "each dimension, by level (dry runs excluded).");
+    for (size_t l = 0; l < cfg->nlevels; l++)
+        for (unsigned u = RL_UNIT_USD; u < RL_UNIT_DIM0 + cfg->ndims; u++) {
+            uint64_t v = 0;
+            for (unsigned i = 0; i < used; i++)
+                v += get(&m->slots[i].taken[l][u]);
+            if (!v)
+                continue;
+            rld_buf_puts(o, "ratelimit_taken_total{level=\"");
+            label(o, cfg->levels[l].name);
+            rld_buf_puts(o, "\",unit=\"");
+            label(o, unit_name(cfg, u));
+            rld_buf_puts(o, "\"}");
+            amount_line(o, u, v);
+        }
+    family(o, "ratelimit_denied_amount_total", "counter",
+           "Amounts denied requests asked of the rule that blocked them, by level, rule and "
+           "unit.");
+    render_rule_counts(o, "ratelimit_denied_amount_total", &m->denied_amount, cfg, 1);
+}
+
 /* The decisions' outcomes and amounts, summed over the slots in use. */
 static void render_decisions(rld_buf *o, rld_metrics *m, unsigned used, const rl_config *cfg)
 {
@@ -534,11 +627,12 @@ static void render_decisions(rld_buf *o, rld_metrics *m, unsigned used, const rl
     render_scalars(o, outcomes, sizeof outcomes / sizeof outcomes[0]);
     family(o, "ratelimit_denied_total", "counter",
            "Denied decisions by the level and rule that blocked them.");
-    render_rule_counts(o, "ratelimit_denied_total", &m->denied, cfg);
+    render_rule_counts(o, "ratelimit_denied_total", &m->denied, cfg, 0);
     family(o, "ratelimit_shadow_denied_total", "counter",
            "Decisions a shadow rule would have denied (it never denies), by level and rule.");
-    render_rule_counts(o, "ratelimit_shadow_denied_total", &m->shadow, cfg);
+    render_rule_counts(o, "ratelimit_shadow_denied_total", &m->shadow, cfg, 0);
     render_scalars(o, amounts, sizeof amounts / sizeof amounts[0]);
+    render_units(o, m, used, cfg);
 }
 
 /* What the store holds and what the daemon has done besides deciding. */

@@ -20,6 +20,10 @@
 
 typedef struct rld_part_ops {
     const char *name; /* for messages: "grpc", "yaml configuration" */
+    /* At every reload, first, whatever comes of the configuration: the part reads its own
+     * files again (a certificate) and logs what came of it; a failure keeps what it had and
+     * does not stop the reload. NULL: no files. */
+    void (*refresh)(void *self);
     /* Before a reload prepares anything: RL_OK to let it go on, or an error with err saying
      * why this part cannot follow one (the configuration in force then stays). NULL: always
      * RL_OK. */

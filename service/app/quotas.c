@@ -105,7 +105,7 @@ static int parse_override(const json_t *v, rl_limiter *lim, rl_registry *reg, co
                            : NULL;
     if (!rs)
         return rl_errf(err, RL_EINVAL, "must be a tier name, {\"rules\": [...]} or null");
-    int rc = rld_rules_from_json(rs, reg, rules, err);
+    int rc = rld_rules_from_json(rs, reg, cfg, rules, err);
     if (rc != RL_OK) {
         char rest[sizeof err->msg];
         snprintf(rest, sizeof rest, "%s", err->msg);
@@ -296,13 +296,13 @@ int rld_quota_body_parse(rl_limiter *lim, rl_registry *reg, const char *user, co
         out->value = json_string(tier);
         out->tier = json_string_value(out->value);
     } else {
-        if ((rc = rld_rules_from_json(rules_json, reg, &out->rules, err)) != RL_OK) {
+        if ((rc = rld_rules_from_json(rules_json, reg, rl_limiter_config(lim), &out->rules, err)) != RL_OK) {
             char rest[sizeof err->msg];
             snprintf(rest, sizeof rest, "%s", err->msg);
             rl_errf(err, rc, "rules%s", rest);
             goto out;
         }
-        out->value = json_pack("{s:o}", "rules", rld_rules_to_json(out->rules));
+        out->value = json_pack("{s:o}", "rules", rld_rules_to_json(out->rules, rl_limiter_config(lim)));
     }
     if (!out->value)
         rc = rl_errf(err, RL_ENOMEM, "out of memory");
@@ -363,7 +363,7 @@ json_t *rld_quota_to_json(rl_limiter *lim, const char *user)
         return NULL;
     json_t *o = json_pack("{s:s, s:o, s:o}", "user", user, "tier",
                           tier ? json_string(tier) : json_null(), "rules",
-                          rld_rules_to_json(rules));
+                          rld_rules_to_json(rules, rl_limiter_config(lim)));
     rl_rules_unref(rules);
     return o;
 }

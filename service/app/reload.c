@@ -95,6 +95,9 @@ int rld_app_reload(rld_app *app, rl_err *err)
     generation g;
     /* systemd: reloading from now until READY=1, the configuration in force either way */
     rld_notifyf("RELOADING=1\nMONOTONIC_USEC=%lld", (long long)(rld_mono_ns() / 1000));
+    for (size_t i = 0; i < app->nparts; i++)
+        if (app->parts[i].ops->refresh)
+            app->parts[i].ops->refresh(app->parts[i].self);
     int rc = prepare(app, &g, err);
     if (rc == RL_OK) {
         pthread_rwlock_wrlock(&app->gate);

@@ -272,6 +272,13 @@ size_t rld_render_answer(rld_buf *body, rld_buf *policy, rld_buf *state, const r
         const rl_rule_status *st = rl_decision_status(d, i);
         if (!st)
             continue;
+        rl_rule_status dollars;
+        if (a->rule->unit == RL_UNIT_USD) { /* shown in dollars, to the millionth */
+            dollars = *st;
+            dollars.limit /= RL_USD_SCALE;
+            dollars.remaining /= RL_USD_SCALE;
+            st = &dollars;
+        }
         const char *level = cfg->levels[a->level].name;
         const member *m = member_of(level, a, st);
         if (body)
@@ -296,7 +303,37 @@ size_t rld_render_ratelimit(rld_buf *policy, rld_buf *state, const rl_config *cf
     return rld_render_answer(NULL, policy, state, cfg, d);
 }
 
-void rld_render_settlement(rld_buf *o, const char *reservation, const rl_settlement *s)
+/* An amount of a rule counting dollars (nano-dollars) in dollars, exactly: up to 9 decimals. */
+static void put_dollars(rld_buf *o, rl_fp v)
+{
+    char b[48];
+    const int64_t nano = RL_FP_ONE * RL_USD_SCALE;
+    int64_t w = v / nano, f = v % nano;
+    int n = f ? snprintf(b, sizeof b, "%lld.%09lld", (long long)w, (long long)f)
+              : snprintf(b, sizeof b, "%lld", (long long)w);
+    while (f && b[n - 1] == '0')
+        n--;
+    rld_buf_put(o, b, (size_t)n);
+}
+
+/* {"reserved":..,"actual":..,"refunded":..,"charged":..} of one unit (dollars: in dollars). */
+static void put_settled(rld_buf *o, const rl_settled *u, int dollars)
+{
+    const rl_fp v[4] = {u->reserved, u->actual, u->refunded, u->charged};
+    static const char *const name[4] = {"{\"reserved\":", ",\"actual\":", ",\"refunded\":",
+                                        ",\"charged\":"};
+    for (int i = 0; i < 4; i++) {
+        rld_buf_puts(o, name[i]);
+        if (dollars)
+            put_dollars(o, v[i]);
+        else
+            rld_buf_fp(o, v[i]);
+    }
+    rld_buf_putc(o, '}');
+}
+
+void rld_render_settlement(rld_buf *o, const rl_config *cfg, const char *reservation,
+                           const rl_settlement *s)
 {
     rld_buf_puts(o, "{\"reservation\":");
     rld_buf_json_str(o, reservation, strlen(reservation));
@@ -308,5 +345,21 @@ void rld_render_settlement(rld_buf *o, const char *reservation, const rl_settlem
     rld_buf_fp(o, s->refunded);
     rld_buf_puts(o, ",\"charged\":");
     rld_buf_fp(o, s->charged);
+    int first = 1;
+    for (size_t k = 0; k < cfg->ndims; k++) {
+        if (!(s->units >> (RL_UNIT_DIM0 + k) & 1u))
+            continue;
+        rld_buf_puts(o, first ? ",\"usage\":{" : ",");
+        rld_buf_json_str(o, cfg->dims[k], strlen(cfg->dims[k]));
+        rld_buf_putc(o, ':');
+        put_settled(o, &s->unit[RL_UNIT_DIM0 + k], 0);
+        first = 0;
+    }
+    if (!first)
+        rld_buf_putc(o, '}');
+    if (s->units >> RL_UNIT_USD & 1u) {
+        rld_buf_puts(o, ",\"usd\":");
+        put_settled(o, &s->unit[RL_UNIT_USD], 1);
+    }
     rld_buf_putc(o, '}');
 }

@@ -37,9 +37,12 @@ void rld_render_decision(rld_buf *o, const rl_config *cfg, const rl_decision *d)
  * of list members written (0: send neither header). */
 size_t rld_render_ratelimit(rld_buf *policy, rld_buf *state, const rl_config *cfg,
                             const rl_decision *d);
-/* Appends the answer to POST /refund and /release: {"reservation", "reserved_cost",
- * "actual_cost", "refunded", "charged"}. */
-void rld_render_settlement(rld_buf *o, const char *reservation, const rl_settlement *s);
+/* Appends the answer to POST /refund: {"reservation", "reserved_cost", "actual_cost",
+ * "refunded", "charged"}, then "usage" (each dimension the reservation counted or the
+ * settlement gave: {"reserved", "actual", "refunded", "charged"}) and "usd" (the same in
+ * dollars, to the nano-dollar) when it has them. */
+void rld_render_settlement(rld_buf *o, const rl_config *cfg, const char *reservation,
+                           const rl_settlement *s);
 /* The Retry-After value for a finite wait: whole seconds, rounded up. */
 int64_t rld_retry_after_seconds(rl_ns wait);
 

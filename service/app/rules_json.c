@@ -119,7 +119,8 @@ static int set_flag(int *flag, const char *k, const json_t *v, rl_err *err)
 }
 
 /* Builds rule r (uninitialised) from a JSON object; errors are relative to the object. */
-static int rule_from_json(const json_t *o, rl_registry *reg, rl_rule *r, rl_err *err)
+static int rule_from_json(const json_t *o, rl_registry *reg, const rl_config *cfg, rl_rule *r,
+                          rl_err *err)
 {
     const char *k;
     const json_t *v;
@@ -142,8 +143,11 @@ static int rule_from_json(const json_t *o, rl_registry *reg, rl_rule *r, rl_err 
             rc = json_is_string(v) ? rl_rule_set_name(r, json_string_value(v), err)
                                    : fail(err, "name: must be a string");
         else if (strcmp(k, "unit") == 0)
-            rc = json_is_string(v) ? rl_rule_set_unit(r, json_string_value(v), err)
-                                   : fail(err, "unit: must be \"cost\" or \"requests\"");
+            rc = json_is_string(v) ? rl_rule_set_unit_in(r, cfg ? (const char *const *)cfg->dims
+                                                                    : NULL,
+                                                         cfg ? cfg->ndims : 0,
+                                                         json_string_value(v), err)
+                                   : fail(err, "unit: must be a string");
         else if (strcmp(k, "reserved") == 0)
             rc = set_reserved(r, v, err);
         else if (strcmp(k, "shadow") == 0)
@@ -158,7 +162,8 @@ static int rule_from_json(const json_t *o, rl_registry *reg, rl_rule *r, rl_err 
     return rl_rule_finish(r, err);
 }
 
-int rld_rules_from_json(const json_t *arr, rl_registry *reg, rl_rules **out, rl_err *err)
+int rld_rules_from_json(const json_t *arr, rl_registry *reg, const rl_config *cfg, rl_rules **out,
+                        rl_err *err)
 {
     char path[32];
     *out = NULL;
@@ -168,7 +173,7 @@ int rld_rules_from_json(const json_t *arr, rl_registry *reg, rl_rules **out, rl_
     if (!rs)
         return fail(err, ": out of memory");
     for (size_t i = 0; i < rs->n; i++) {
-        int rc = rule_from_json(json_array_get(arr, i), reg, &rs->v[i], err);
+        int rc = rule_from_json(json_array_get(arr, i), reg, cfg, &rs->v[i], err);
         if (rc != RL_OK) {
             snprintf(path, sizeof path, "[%zu]", i);
             rl_rules_unref(rs);
@@ -179,7 +184,15 @@ int rld_rules_from_json(const json_t *arr, rl_registry *reg, rl_rules **out, rl_
     return RL_OK;
 }
 
-json_t *rld_rule_to_json(const rl_rule *r)
+const char *rld_rule_unit_name(const rl_rule *r, const rl_config *cfg)
+{
+    unsigned u = r->unit;
+    if (u == RL_UNIT_COST || u == RL_UNIT_REQUESTS || u == RL_UNIT_USD)
+        return u == RL_UNIT_COST ? "cost" : u == RL_UNIT_REQUESTS ? "requests" : "usd";
+    return cfg && u - RL_UNIT_DIM0 < cfg->ndims ? cfg->dims[u - RL_UNIT_DIM0] : "?";
+}
+
+json_t *rld_rule_to_json(const rl_rule *r, const rl_config *cfg)
 {
     json_t *o = json_object();
     json_object_set_new(o, "type", json_string(r->type->name));
@@ -196,7 +209,7 @@ json_t *rld_rule_to_json(const rl_rule *r)
             json_object_set_new(o, d->name, rld_json_number(rl_rule_get_number(r, d)));
         }
     }
-    json_object_set_new(o, "unit", json_string(r->unit == RL_UNIT_REQUESTS ? "requests" : "cost"));
+    json_object_set_new(o, "unit", json_string(rld_rule_unit_name(r, cfg)));
     if (r->shadow)
         json_object_set_new(o, "shadow", json_true());
     if (r->charge)
@@ -208,11 +221,11 @@ json_t *rld_rule_to_json(const rl_rule *r)
     return o;
 }
 
-json_t *rld_rules_to_json(const rl_rules *rs)
+json_t *rld_rules_to_json(const rl_rules *rs, const rl_config *cfg)
 {
     json_t *a = json_array();
     for (size_t i = 0; rs && i < rs->n; i++)
-        json_array_append_new(a, rld_rule_to_json(&rs->v[i]));
+        json_array_append_new(a, rld_rule_to_json(&rs->v[i], cfg));
     return a;
 }
 
@@ -246,7 +259,8 @@ json_t *rld_config_to_json(const rl_config *cfg, const rld_settings *set)
         else
             json_object_set_new(
                 lo, "rules",
-                rld_rules_to_json(l->tiered ? cfg->tiers[cfg->default_tier].rules : l->rules));
+                rld_rules_to_json(l->tiered ? cfg->tiers[cfg->default_tier].rules : l->rules,
+                                  cfg));
         if (set && set->store == RLD_STORE_REDIS) {
             json_object_set_new(lo, "on_store_error", json_string(on_error_name(set->on_error[i])));
             if (set->shards[i] > 1)
@@ -255,8 +269,25 @@ json_t *rld_config_to_json(const rl_config *cfg, const rld_settings *set)
         json_array_append_new(levels, lo);
     }
     for (size_t i = 0; i < cfg->ntiers; i++)
-        json_object_set_new(tiers, cfg->tiers[i].name, rld_rules_to_json(cfg->tiers[i].rules));
+        json_object_set_new(tiers, cfg->tiers[i].name, rld_rules_to_json(cfg->tiers[i].rules, cfg));
     json_object_set_new(o, "levels", levels);
+    if (cfg->ndims) {
+        json_t *dims = json_array();
+        for (size_t k = 0; k < cfg->ndims; k++)
+            json_array_append_new(dims, json_string(cfg->dims[k]));
+        json_object_set_new(o, "dimensions", dims);
+    }
+    if (cfg->price_by) {
+        json_t *models = json_object();
+        for (size_t i = 0; i < cfg->nprices; i++) {
+            json_t *m = json_object();
+            for (size_t k = 0; k < cfg->ndims; k++)
+                json_object_set_new(m, cfg->dims[k],
+                                    rld_json_number(rl_fp_to_double(cfg->prices[i].per_million[k])));
+            json_object_set_new(models, cfg->prices[i].model, m);
+        }
+        json_object_set_new(o, "prices", json_pack("{s:s, s:o}", "by", cfg->price_by, "models", models));
+    }
     json_object_set_new(o, "tiers", tiers);
     json_object_set_new(o, "default_tier",
                         cfg->ntiers ? json_string(cfg->tiers[cfg->default_tier].name)

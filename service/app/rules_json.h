@@ -20,15 +20,20 @@
 #define RLD_JSON_FLAGS (JSON_COMPACT | JSON_REAL_PRECISION(15))
 
 /* A rule list from a JSON array of 1 to RL_MAX_RULES rule objects, their types looked up in
- * reg. Errors (RL_EINVAL, RL_ENOMEM) start with "[i]." or ":" (the caller adds the path of the
- * array) and return nothing. On success *out has one reference, the caller's. */
-int rld_rules_from_json(const json_t *arr, rl_registry *reg, rl_rules **out, rl_err *err);
+ * reg, their units among cfg's dimensions (cfg may be NULL: no dimensions). Errors (RL_EINVAL,
+ * RL_ENOMEM) start with "[i]." or ":" (the caller adds the path of the array) and return
+ * nothing. On success *out has one reference, the caller's. */
+int rld_rules_from_json(const json_t *arr, rl_registry *reg, const rl_config *cfg, rl_rules **out,
+                        rl_err *err);
 
-/* A new JSON object describing a rule: type, name, unit, every parameter, and shadow, charge
- * and reserved when set. rld_rules_from_json reads it back to the same rule. */
-json_t *rld_rule_to_json(const rl_rule *r);
+/* The name of what rule r counts: "cost", "requests", "usd" or one of cfg's dimensions. */
+const char *rld_rule_unit_name(const rl_rule *r, const rl_config *cfg);
+/* A new JSON object describing a rule: type, name, unit, every parameter (a rule counting
+ * dollars in dollars), and shadow, charge and reserved when set. rld_rules_from_json reads it
+ * back to the same rule. */
+json_t *rld_rule_to_json(const rl_rule *r, const rl_config *cfg);
 /* A new JSON array of the rules of a list (empty for NULL). */
-json_t *rld_rules_to_json(const rl_rules *rs);
+json_t *rld_rules_to_json(const rl_rules *rs, const rl_config *cfg);
 /* A new JSON object of the configuration in force, as GET /rules returns it: levels (a tiered
  * level with the default tier's rules), tiers, default_tier, reservation_ttl, store, and with
  * the Redis store each level's on_store_error and shards. set may be NULL (the memory store). */

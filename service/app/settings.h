@@ -54,7 +54,8 @@ typedef struct rld_settings {
     int max_connections;   /* connections served at once */
     int max_keys;          /* key states the memory store holds at most; 0: no bound */
     int connection_timeout; /* seconds a connection may stay idle */
-    char *admin_token;     /* NULL: admin endpoints are open */
+    char *admin_token;     /* NULL: admin endpoints are open on loopback, closed off it */
+    int admin_open;        /* off loopback without admin_token: the admin endpoints open anyway */
     char *admin_token_file;   /* where admin_token is read from (auth.h) */
     char *acquire_token;      /* NULL: the decision endpoints are open */
     char *acquire_token_file;
@@ -94,7 +95,13 @@ typedef struct rld_settings {
     char *grpc_listen;          /* "ADDR:PORT" of the gRPC server; NULL: no gRPC server */
     int grpc_ratelimit_headers; /* RateLimit headers in ShouldRateLimit's answers */
     int grpc_max_message;       /* bytes of the largest request message */
+    char *grpc_hits_addend;     /* a dimension hits_addend counts in; NULL: the cost */
+    char *grpc_tls_cert;        /* PEM files of "grpc": {"tls"}; cert NULL: cleartext */
+    char *grpc_tls_key;
+    char *grpc_tls_client_ca;   /* NULL: no client certificate asked */
+    char *grpc_tls_client_san;  /* NULL: any client certificate the CA signed */
     char *ratelimit_config; /* envoyproxy/ratelimit's YAML instead of levels; NULL: none */
+    int model_headers;      /* RLD_MODEL_HEADERS_* bits (model_headers.h): 0, 1, 2 or 3 */
 } rld_settings;
 
 typedef enum rld_setting_kind {
@@ -144,7 +151,7 @@ struct rld_setting_table {
 
 extern const rld_setting_table rld_settings_root, rld_settings_listen, rld_settings_store,
     rld_settings_level, rld_settings_log, rld_settings_tls, rld_settings_grpc,
-    rld_settings_sentinel;
+    rld_settings_grpc_tls, rld_settings_sentinel;
 
 /* Splits "ADDR:PORT" ("127.0.0.1:8081", "[::1]:8081"; PORT 0 to 65535) into addr (len bytes)
  * and *port. NULL on success, else why not ("must be ADDRESS:PORT"). */

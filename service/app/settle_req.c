@@ -21,6 +21,10 @@ static int member(rld_settle_req *b, const char *k, const json_t *v, int with_ac
         if (rld_value_amount("actual_cost", n, &b->actual, err) != 0)
             return -1;
         b->has_actual = 1;
+    } else if (with_actual && strcmp(k, "actual_usage") == 0) {
+        if (!json_is_object(v))
+            return fail(err, "actual_usage: must be an object of dimension names to amounts");
+        b->actual_usage = v;
     } else if (strcmp(k, "now") == 0) {
         double n = json_is_number(v) ? json_number_value(v) : NAN;
         if (rld_value_seconds("now", n, &b->now, err) != 0)
@@ -28,7 +32,8 @@ static int member(rld_settle_req *b, const char *k, const json_t *v, int with_ac
         b->has_now = 1;
     } else {
         return fail(err, "%.64s: unknown field (known: %s)", k,
-                    with_actual ? "reservation, actual_cost, now" : "reservation, now");
+                    with_actual ? "reservation, actual_cost, actual_usage, now"
+                                : "reservation, now");
     }
     return 0;
 }
@@ -55,8 +60,8 @@ int rld_settle_parse(const char *body, size_t len, int with_actual, rld_settle_r
     }
     if (rc == 0 && !b->reservation)
         rc = fail(err, "reservation: required");
-    if (rc == 0 && with_actual && !b->has_actual)
-        rc = fail(err, "actual_cost: required");
+    if (rc == 0 && with_actual && !b->has_actual && !b->actual_usage)
+        rc = fail(err, "actual_cost: required (or actual_usage)");
     if (rc != 0)
         rld_settle_req_clear(b);
     return rc;

@@ -2,6 +2,7 @@
  * settle_req.h - the bodies of POST /refund and POST /release, parsed once.
  *
  *   {"reservation": "r-...", "actual_cost": 9, "now": 0.0}     (/refund)
+ *   {"reservation": "r-...", "actual_usage": {"output_tokens": 900}}
  *   {"reservation": "r-...", "now": 0.0}                       (/release)
  */
 #ifndef RLD_APP_SETTLE_REQ_H
@@ -17,11 +18,13 @@ typedef struct rld_settle_req {
     const char *reservation; /* borrowed from root */
     int has_actual;
     rl_fp actual; /* from 0 to RL_FP_MAX, checked (values.h) */
+    const json_t *actual_usage; /* an object borrowed from root (read by usage.h), or NULL */
     int has_now;
     rl_ns now; /* checked (values.h) */
 } rld_settle_req;
 
-/* Parses and checks a body of len bytes; with_actual: the /refund body (actual_cost required),
+/* Parses and checks a body of len bytes; with_actual: the /refund body (actual_cost or
+ * actual_usage required),
  * else /release's. On success returns 0 and fills out (free with rld_settle_req_clear). On
  * failure returns -1 with a message naming the field in err ("actual_cost: must be ...") and
  * out needs no clearing. Whether now is allowed at all is the caller's. */

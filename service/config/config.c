@@ -9,6 +9,7 @@
 #include <libgen.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -309,7 +310,7 @@ static int parse_level(const json_t *o, size_t i, rl_registry *reg, rl_config *c
     if (rules_json) {
         char rpath[80];
         snprintf(rpath, sizeof rpath, "%s.rules", path);
-        if ((rc = rld_rules_from_json(rules_json, reg, &rules, err)) != RL_OK)
+        if ((rc = rld_rules_from_json(rules_json, reg, cfg, &rules, err)) != RL_OK)
             return rld_err_at(err, rc, rpath);
     }
     if ((rc = rl_config_add_level(cfg, json_string_value(name), compose, ncompose,
@@ -337,7 +338,7 @@ static int parse_quota(const char *key, const json_t *v, rl_registry *reg, rl_co
         return rc ? rld_err_at_sep(err, rc, path, ": ") : RL_OK;
     }
     rl_rules *rs;
-    if ((rc = rld_rules_from_json(rules, reg, &rs, err)) != RL_OK) {
+    if ((rc = rld_rules_from_json(rules, reg, cfg, &rs, err)) != RL_OK) {
         strncat(path, ".rules", sizeof path - strlen(path) - 1);
         return rld_err_at(err, rc, path);
     }
@@ -357,7 +358,7 @@ static int parse_tiers(const json_t *m, rl_registry *reg, rl_config *cfg, rl_err
         char path[96];
         rl_rules *rs;
         snprintf(path, sizeof path, "tiers.%.64s", k);
-        if ((rc = rld_rules_from_json(rules, reg, &rs, err)) != RL_OK)
+        if ((rc = rld_rules_from_json(rules, reg, cfg, &rs, err)) != RL_OK)
             return rld_err_at(err, rc, path);
         if ((rc = rl_config_add_tier(cfg, k, rs, err)) != RL_OK)
             return rld_err_at(err, rc, path);
@@ -375,6 +376,72 @@ static int parse_quotas(const json_t *m, rl_registry *reg, rl_config *cfg, rl_er
     json_object_foreach((json_t *)m, k, v)
     {
         if ((rc = parse_quota(k, v, reg, cfg, err)) != RL_OK)
+            return rc;
+    }
+    return RL_OK;
+}
+
+static int parse_dimensions(const json_t *m, rl_config *cfg, rl_err *err)
+{
+    if (!json_is_array(m))
+        return fail(err, "dimensions: must be a list of names");
+    for (size_t i = 0; i < json_array_size(m); i++) {
+        const json_t *v = json_array_get(m, i);
+        if (!json_is_string(v))
+            return fail(err, "dimensions[%zu]: must be a string", i);
+        int rc = rl_config_add_dimension(cfg, json_string_value(v), err);
+        if (rc != RL_OK)
+            return rc;
+    }
+    return RL_OK;
+}
+
+/* A price in dollars per million units: 0 to 1000000 with at most 6 decimals, exactly. */
+static int price_of(const json_t *v, const char *model, const char *dim, rl_fp *out, rl_err *err)
+{
+    double d = json_is_number(v) ? json_number_value(v) : -1;
+    double scaled = d * (double)RL_FP_ONE;
+    if (!(d >= 0 && d <= 1000000) || fabs(scaled - nearbyint(scaled)) > 1e-3)
+        return fail(err, "prices.models.%.64s.%s: must be a number of dollars from 0 to 1000000 "
+                    "with at most 6 decimals", model, dim);
+    *out = (rl_fp)llrint(scaled);
+    return RL_OK;
+}
+
+static int parse_prices(const json_t *m, rl_config *cfg, rl_err *err)
+{
+    const json_t *by = json_object_get(m, "by"), *models = json_object_get(m, "models");
+    const char *k, *dk;
+    json_t *v, *dv;
+    int rc;
+    if (!json_is_object(m))
+        return fail(err, "prices: must be an object {\"by\": ..., \"models\": {...}}");
+    json_object_foreach((json_t *)m, k, v)
+    {
+        if (strcmp(k, "by") != 0 && strcmp(k, "models") != 0)
+            return fail(err, "prices.%.64s: unknown field (known: by, models)", k);
+    }
+    if (!json_is_string(by))
+        return fail(err, "prices.by: required, the descriptor naming a request's model");
+    if ((rc = rl_config_set_price_by(cfg, json_string_value(by), err)) != RL_OK)
+        return rc;
+    if (!json_is_object(models))
+        return fail(err, "prices.models: required, an object of model name to prices");
+    json_object_foreach((json_t *)models, k, v)
+    {
+        rl_fp per[RL_MAX_DIMS] = {0};
+        if (!json_is_object(v))
+            return fail(err, "prices.models.%.64s: must be an object of dimension to dollars "
+                        "per million", k);
+        json_object_foreach(v, dk, dv)
+        {
+            long d = rl_config_dimension(cfg, dk, strlen(dk));
+            if (d < 0)
+                return fail(err, "prices.models.%.64s.%.64s: not a declared dimension", k, dk);
+            if ((rc = price_of(dv, k, dk, &per[d], err)) != RL_OK)
+                return rc;
+        }
+        if ((rc = rl_config_add_price(cfg, k, per, err)) != RL_OK)
             return rc;
     }
     return RL_OK;
@@ -399,6 +466,11 @@ static int parse_root(const json_t *root, rl_registry *reg, rld_settings *set, r
             return rld_err_at_sep(err, RL_EINVAL, path, ": ");
         }
 
+    /* dimensions before the rules that count them */
+    if ((m = json_object_get(root, "dimensions")) && (rc = parse_dimensions(m, cfg, err)) != RL_OK)
+        return rc;
+    if ((m = json_object_get(root, "prices")) && (rc = parse_prices(m, cfg, err)) != RL_OK)
+        return rc;
     if ((m = json_object_get(root, "tiers")) && (rc = parse_tiers(m, reg, cfg, err)) != RL_OK)
         return rc;
     if ((m = json_object_get(root, "default_tier")) && !json_is_string(m))
@@ -446,6 +518,10 @@ int rld_config_parse(const char *text, size_t len, rl_registry *reg, rld_setting
         rl_config_free(cfg);
         return RL_OK;
     }
+    if (rc == RL_OK && set->grpc_hits_addend &&
+        rl_config_dimension(cfg, set->grpc_hits_addend, strlen(set->grpc_hits_addend)) < 0)
+        rc = fail(err, "grpc.hits_addend: \"%.64s\" is not a declared dimension",
+                  set->grpc_hits_addend);
     if (rc == RL_OK)
         rc = rl_config_finish(cfg, default_tier, err);
     json_decref(root);

@@ -67,6 +67,7 @@ static const char *const store_types[] = {"memory", "redis", NULL};
 static const char *const on_error_modes[] = {"open", "closed", "local", NULL};
 static const char *const log_levels[] = {"error", "warn", "info", NULL};
 static const char *const log_formats[] = {"text", "json", NULL};
+static const char *const model_header_sets[] = {"none", "openai", "anthropic", "both", NULL};
 
 /* clang-format off: one setting a row */
 static const rld_setting listen_rows[] = {
@@ -286,6 +287,15 @@ static const rld_setting grpc_rows[] = {
      .def = 0,
      .help = "ShouldRateLimit answers carry the IETF `RateLimit-Policy` and `RateLimit` headers "
              "in `response_headers_to_add` (Envoy adds them to the response)"},
+    {.name = "hits_addend",
+     .kind = RLD_SET_STRING,
+     .offset = OFF(grpc_hits_addend),
+     .min = 1,
+     .max = 64,
+     .doc_value = "dimension",
+     .help = "with a native configuration, a request's `hits_addend` is its usage in this "
+             "declared dimension (its cost is then 1) instead of its cost; see "
+             "[Model usage](usage.md#over-grpc)"},
     {.name = "max_message",
      .kind = RLD_SET_INT,
      .offset = OFF(grpc_max_message),
@@ -294,6 +304,45 @@ static const rld_setting grpc_rows[] = {
      .def = 65536,
      .help = "bytes of the largest request message; a larger one is answered "
              "`RESOURCE_EXHAUSTED`"},
+    {.name = "tls",
+     .kind = RLD_SET_OBJECT,
+     .sub = &rld_settings_grpc_tls,
+     .doc_value = "object",
+     .help = "`{\"cert\", \"key\", \"client_ca\", \"client_san\"}`: serve gRPC over TLS only "
+             "(ALPN `h2`), with client certificates (mTLS) when `client_ca` is given; see the "
+             "`grpc.tls` table below and [TLS and mTLS on the gRPC "
+             "port](envoy.md#tls-and-mtls-on-the-grpc-port)"},
+};
+
+static const rld_setting grpc_tls_rows[] = {
+    {.name = "cert",
+     .kind = RLD_SET_STRING,
+     .offset = OFF(grpc_tls_cert),
+     .min = 1,
+     .max = 4096,
+     .help = "PEM file of the gRPC port's certificate (with its chain), relative to the working "
+             "directory; read again at every reload (SIGHUP): new connections get the new one, "
+             "open ones keep theirs"},
+    {.name = "key",
+     .kind = RLD_SET_STRING,
+     .offset = OFF(grpc_tls_key),
+     .min = 1,
+     .max = 4096,
+     .help = "PEM file of its private key (unencrypted)"},
+    {.name = "client_ca",
+     .kind = RLD_SET_STRING,
+     .offset = OFF(grpc_tls_client_ca),
+     .min = 1,
+     .max = 4096,
+     .help = "mTLS: PEM file of the CAs a client certificate must be signed by; a client without "
+             "a certificate, or with one they did not sign, fails the handshake"},
+    {.name = "client_san",
+     .kind = RLD_SET_STRING,
+     .offset = OFF(grpc_tls_client_san),
+     .min = 1,
+     .max = 253,
+     .help = "with `client_ca`: a DNS name the client certificate's subjectAltName must hold, "
+             "exactly (envoyproxy/ratelimit's `GRPC_CLIENT_TLS_SAN`)"},
 };
 
 static const rld_setting level_rows[] = {
@@ -402,14 +451,24 @@ static const rld_setting root_rows[] = {
      .offset = OFF(admin_token),
      .min = 1,
      .max = 1024,
-     .help = "when set, /quota/&lt;user&gt; needs `Authorization: Bearer <token>`; also from "
-             "`admin_token_file` or the environment variable `RATELIMITD_ADMIN_TOKEN`"},
+     .help = "when set, /quota/&lt;user&gt; and /admin/reload need `Authorization: Bearer "
+             "<token>`; also from `admin_token_file` or the environment variable "
+             "`RATELIMITD_ADMIN_TOKEN`. Without it they are open on a loopback `listen.address` "
+             "and closed (403) on any other, unless `admin_open`"},
     {.name = "admin_token_file",
      .kind = RLD_SET_STRING,
      .offset = OFF(admin_token_file),
      .min = 1,
      .max = 4096,
      .help = "a file holding `admin_token` (one trailing newline is dropped)"},
+    {.name = "admin_open",
+     .kind = RLD_SET_BOOL,
+     .offset = OFF(admin_open),
+     .def = 0,
+     .help = "`true`: without `admin_token`, the admin endpoints answer anyone who reaches a "
+             "`listen.address` off loopback (127.0.0.0/8, ::1), and the log warns at every "
+             "start. `false`: they answer 403 there until `admin_token` is set. See [Admin "
+             "endpoints off loopback](operations.md#admin-endpoints-off-loopback)"},
     {.name = "acquire_token",
      .kind = RLD_SET_STRING,
      .offset = OFF(acquire_token),
@@ -487,8 +546,8 @@ static const rld_setting root_rows[] = {
      .kind = RLD_SET_OBJECT,
      .sub = &rld_settings_grpc,
      .doc_value = "object",
-     .help = "`{\"listen\", \"ratelimit_headers\", \"max_message\"}`, see the `grpc` table "
-             "below"},
+     .help = "`{\"listen\", \"ratelimit_headers\", \"max_message\", \"tls\"}`, see the `grpc` "
+             "table below"},
     {.name = "plugins",
      .kind = RLD_SET_STRINGS,
      .offset = OFF(plugins),
@@ -512,6 +571,26 @@ static const rld_setting root_rows[] = {
      .help = "envoyproxy/ratelimit's YAML configuration instead of `levels`: a `.yaml` or `.yml` "
              "file or a directory of them, relative to the working directory (see [Coming from "
              "envoyproxy/ratelimit](envoy.md#coming-from-envoyproxyratelimit))"},
+    {.name = "model_headers",
+     .kind = RLD_SET_ENUM,
+     .offset = OFF(model_headers),
+     .choices = model_header_sets,
+     .help = "the rate-limit headers of model APIs that `/acquire` and `/check` add to the IETF "
+             "`RateLimit` ones: `\"openai\"` (`x-ratelimit-*`), `\"anthropic\"` "
+             "(`anthropic-ratelimit-*`), `\"both\"` or `\"none\"` (the default); see "
+             "[Model usage](usage.md#the-headers-model-clients-read)"},
+    {.name = "dimensions",
+     .kind = RLD_SET_CONFIG,
+     .doc_value = "list of names",
+     .help = "what requests' `usage` may count besides `cost`, such as `[\"input_tokens\", "
+             "\"output_tokens\"]` (at most 8): a rule's `unit` may name one (see "
+             "[Model usage](usage.md))"},
+    {.name = "prices",
+     .kind = RLD_SET_CONFIG,
+     .doc_value = "object",
+     .help = "`{\"by\": \"model\", \"models\": {\"m1\": {\"input_tokens\": 3}}}`: the "
+             "descriptor naming a request's model and each model's dollars per million units of "
+             "each dimension (up to 6 decimals), for rules whose `unit` is `usd`"},
     {.name = "tiers",
      .kind = RLD_SET_CONFIG,
      .doc_value = "object",
@@ -538,11 +617,14 @@ const rld_setting_table rld_settings_sentinel = {"sentinel", sentinel_rows, COUN
                                                  NULL, 0};
 const rld_setting_table rld_settings_tls = {"tls", tls_rows, COUNT(tls_rows), NULL, 0};
 const rld_setting_table rld_settings_grpc = {"grpc", grpc_rows, COUNT(grpc_rows), NULL, 0};
+const rld_setting_table rld_settings_grpc_tls = {"grpc.tls", grpc_tls_rows, COUNT(grpc_tls_rows),
+                                                 NULL, 0};
 
 static const rld_setting_table *const all_tables[] = {&rld_settings_root,  &rld_settings_listen,
                                                       &rld_settings_store, &rld_settings_level,
                                                       &rld_settings_log,   &rld_settings_tls,
-                                                      &rld_settings_grpc,  &rld_settings_sentinel};
+                                                      &rld_settings_grpc,  &rld_settings_sentinel,
+                                                      &rld_settings_grpc_tls};
 
 const rld_setting *rld_setting_find(const rld_setting_table *t, const char *name, size_t len)
 {

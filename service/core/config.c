@@ -43,6 +43,7 @@ void rl_config_free(rl_config *cfg)
         rl_rules_unref(cfg->quotas[i].rules);
     free_strv(cfg->quota_keys, cfg->nquotas);
     free(cfg->quotas);
+    rl__config_free_usage(cfg);
     free(cfg);
 }
 

@@ -56,6 +56,9 @@ int rl__rules_check(const rl_rules *rs, rl_err *err);
 /* Why a level, tier or descriptor name is invalid, or NULL when it is fine. */
 const char *rl__name_problem(const char *s);
 
+/* Frees a configuration's dimensions and prices (usage.c). */
+void rl__config_free_usage(rl_config *cfg);
+
 /* Duplicates n bytes as a NUL-terminated string; NULL when out of memory. */
 char *rl__strndup(const char *s, size_t n);
 
@@ -361,6 +364,8 @@ typedef struct rl__levels {
     rl__level_key lv[RL_MAX_LEVELS];
     size_t nrules; /* over every level, at most RL_MAX_APPLIED */
     rl_fp cost;    /* > 0 */
+    const rl_fp *amt;      /* NULL, or the decision's amt: the request's amounts by unit */
+    const rl_price *price; /* the prices its dollars came from, or NULL */
     int64_t priority;
     unsigned flags; /* RL_DRY_RUN or 0 (a request that reserves is planned) */
     rl_ns now;

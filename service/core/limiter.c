@@ -63,6 +63,7 @@ struct rl_limiter {
     uint32_t deschead[MAX_DESC], desctail[MAX_DESC]; /* name_ends of each */
     uint8_t descmap[DESC_SLOTS]; /* by desc_slot: index + 1, 0 for none, DESC_SHARED for two */
     lvinfo lv[RL_MAX_LEVELS];
+    int usd;      /* atomic: some rule counts dollars (a request with usage needs prices) */
     long nquotas; /* atomic: lets the hot path skip the quota lookup when none are set */
     qstripe q[QSTRIPES];
 };
@@ -130,6 +131,15 @@ static const rl_rules *quota_rules(rl_limiter *lim, const char *key, size_t klen
     return rs;
 }
 
+/* Whether a rule of rs (may be NULL) counts dollars. */
+static int counts_usd(const rl_rules *rs)
+{
+    for (size_t i = 0; rs && i < rs->n; i++)
+        if (rs->v[i].unit == RL_UNIT_USD)
+            return 1;
+    return 0;
+}
+
 int rl_quota_set(rl_limiter *lim, const char *key, const char *tier, rl_rules *rules,
                  rl_err *err)
 {
@@ -159,6 +169,8 @@ int rl_quota_set(rl_limiter *lim, const char *key, const char *tier, rl_rules *r
         goto fail;
     }
 
+    if (counts_usd(rules))
+        __atomic_store_n(&lim->usd, 1, __ATOMIC_RELAXED);
     uint64_t h = rl__hash(key, klen, lim->seed);
     qstripe *s = stripe_of(lim, h);
     rl_rules *old = NULL;
@@ -342,6 +354,12 @@ int rl_limiter_new(rl_config *cfg, rl_store *store, rl_limiter **out, rl_err *er
                 v->part[k] = (uint8_t)desc_index(lim, l->compose[k]);
         }
     }
+    if (cfg->price_by)
+        desc_index(lim, cfg->price_by); /* a descriptor requests may carry */
+    for (size_t i = 0; i < cfg->nlevels; i++)
+        lim->usd |= counts_usd(cfg->levels[i].rules);
+    for (size_t i = 0; i < cfg->ntiers; i++)
+        lim->usd |= counts_usd(cfg->tiers[i].rules);
     lim->res.rule_at = rule_at;
     lim->res.ctx = lim;
     lim->store = store ? store : rl_memory_store_new();
@@ -522,7 +540,8 @@ static inline const rl_rules *key_rules(rl_limiter *lim, size_t li, const char *
  * rule counting requests, when cost > 0), with the store's prefetch hint. */
 static inline __attribute__((always_inline)) int
 plan_rules(rl_limiter *lim, size_t li, const rl_rules *rs, const char *key, size_t klen,
-           int64_t prio, rl_fp cost, rl_decision *d, rl_plan *plan, rl_err *err)
+           int64_t prio, rl_fp cost, const rl_fp *amt, rl_decision *d, rl_plan *plan,
+           rl_err *err)
 {
     size_t n = rs->n, base = d->napplied;
     if (base + n > RL_MAX_APPLIED)
@@ -532,7 +551,7 @@ plan_rules(rl_limiter *lim, size_t li, const rl_rules *rs, const char *key, size
     d->napplied = base + n;
     for (size_t si = 0; si < n; si++) {
         const rl_rule *r = &rs->v[si];
-        rl_plan_item it = rl_plan_item_of(r, lshadow, cost, prio);
+        rl_plan_item it = rl_plan_item_of(r, lshadow, cost, amt, prio);
         it.hash = hint;
         plan->items[base + si] = it;
         rl__applied_set(&d->applied[base + si], r, it.mode, key, (uint32_t)klen, (uint16_t)li,
@@ -547,6 +566,8 @@ plan_items(rl_limiter *lim, const rl_request *req, rl_decision *d, rl_plan *plan
 {
     if (req->flags & RL_RESERVE)
         return rl_errf(err, RL_EINVAL, "reserve: not with items");
+    if (req->usage)
+        return rl_errf(err, RL_EINVAL, "usage: not with items");
     for (size_t i = 0; i < req->nitems; i++) {
         const rl_item *it = &req->items[i];
         if (it->level >= lim->cfg->nlevels)
@@ -559,12 +580,61 @@ plan_items(rl_limiter *lim, const rl_request *req, rl_decision *d, rl_plan *plan
                             "items[%zu].cost: must be a number from 0 to 1000000000000", i);
         const rl_rules *rs = key_rules(lim, it->level, it->key, it->keylen, d);
         int rc = rs && rs->n ? plan_rules(lim, it->level, rs, it->key, it->keylen,
-                                          req->priority, it->cost, d, plan, err)
+                                          req->priority, it->cost, NULL, d, plan, err)
                              : RL_OK;
         if (rc != RL_OK)
             return rc;
     }
     plan->cost = 0;
+    plan->amt = NULL;
+    plan->price = NULL;
+    return RL_OK;
+}
+
+/* The value of the descriptor named name in the request, or NULL. */
+static const rl_descriptor *find_descriptor(const rl_request *req, const char *name)
+{
+    size_t n = strlen(name);
+    for (size_t i = 0; i < req->ndesc; i++)
+        if (req->desc[i].name_len == n && memcmp(req->desc[i].name, name, n) == 0)
+            return &req->desc[i];
+    return NULL;
+}
+
+/* q's amounts by unit from the request's usage: each declared dimension's, and the dollars
+ * at the prices of the request's model when the configuration has prices and names it. */
+static int usage_amounts(rl_limiter *lim, const rl_request *req, rl__levels *q, rl_decision *d,
+                         rl_err *err)
+{
+    const rl_config *cfg = lim->cfg;
+    const rl_usage *u = req->usage;
+    rl_fp *amt = d->amt;
+    memset(amt, 0, sizeof d->amt);
+    for (size_t k = 0; k < RL_MAX_DIMS; k++) {
+        if (!(u->given >> k & 1u))
+            continue;
+        if (k >= cfg->ndims)
+            return rl_errf(err, RL_EINVAL, "usage: dimension %zu is not declared", k);
+        if (u->v[k] < 0 || u->v[k] > RL_FP_MAX)
+            return rl_errf(err, RL_EINVAL,
+                           "usage.%s: must be a number from 0 to 1000000000000", cfg->dims[k]);
+        amt[RL_UNIT_DIM0 + k] = u->v[k];
+    }
+    if (cfg->price_by) {
+        const rl_descriptor *m = find_descriptor(req, cfg->price_by);
+        q->price = m ? rl_config_price(cfg, m->value, m->value_len) : NULL;
+        if (q->price)
+            amt[RL_UNIT_USD] = rl_usage_usd(u, q->price);
+        else if (__atomic_load_n(&lim->usd, __ATOMIC_RELAXED))
+            return m ? rl_errf(err, RL_EINVAL, "keys.%s: no prices for \"%.*s\"", cfg->price_by,
+                               (int)m->value_len, m->value)
+                     : rl_errf(err, RL_EINVAL, "keys.%s: required to count dollars",
+                               cfg->price_by);
+    } else if (__atomic_load_n(&lim->usd, __ATOMIC_RELAXED)) {
+        return rl_errf(err, RL_EINVAL, "usage: no prices are configured to count dollars");
+    }
+    q->amt = amt;
+    d->has_amt = 1;
     return RL_OK;
 }
 
@@ -579,6 +649,8 @@ resolve_levels(rl_limiter *lim, const rl_request *req, rl_decision *d, rl__level
     q->n = 0; /* whole before any return: rl_errf's code is not known to be an error */
     q->nrules = 0;
     q->cost = req->cost;
+    q->amt = NULL;
+    q->price = NULL;
     q->priority = req->priority;
     q->flags = req->flags;
     q->now = req->now;
@@ -586,6 +658,8 @@ resolve_levels(rl_limiter *lim, const rl_request *req, rl_decision *d, rl__level
         return rl_errf(err, RL_EINVAL,
                         "cost: must be a positive number no larger than 1000000000000");
     if ((rc = read_descriptors(lim, req, val, vlen, err)) != RL_OK)
+        return rc;
+    if (req->usage && (rc = usage_amounts(lim, req, q, d, err)) != RL_OK)
         return rc;
     for (size_t li = 0, nl = lim->cfg->nlevels; li < nl; li++) {
         const lvinfo *v = &lim->lv[li];
@@ -622,10 +696,12 @@ plan_levels(rl_limiter *lim, const rl__levels *q, rl_decision *d, rl_plan *plan)
     d->napplied = 0;
     for (size_t k = 0; k < q->n; k++) {
         const rl__level_key *lk = &q->lv[k];
-        plan_rules(lim, lk->level, lk->rules, lk->key, lk->keylen, q->priority, q->cost, d,
-                   plan, NULL); /* q holds at most RL_MAX_APPLIED rules: cannot fail */
+        plan_rules(lim, lk->level, lk->rules, lk->key, lk->keylen, q->priority, q->cost,
+                   q->amt, d, plan, NULL); /* q holds at most RL_MAX_APPLIED rules: cannot fail */
     }
     plan->cost = q->cost;
+    plan->amt = q->amt;
+    plan->price = q->price;
     plan->n = d->napplied;
     plan->flags = q->flags;
     plan->now = q->now;
@@ -642,6 +718,7 @@ static inline void acquire_start(const rl_request *req, rl_decision *d)
     d->held = NULL;
     d->keyused = 0;
     d->now = req->now;
+    d->has_amt = 0;
 }
 
 /* A request's plan, up to the store's decision: RL_OK with plan ready, or an error (d done). */
@@ -777,6 +854,26 @@ int rl_settle(rl_limiter *lim, const char *id, rl_fp actual, rl_ns now, rl_settl
     if (actual < 0 || actual > RL_FP_MAX)
         return rl_errf(err, RL_EINVAL,
                         "actual_cost: must be a number from 0 to 1000000000000");
+    rl_actual a = {.has_cost = 1, .cost = actual, .usage = {0, {0}}};
+    return lim->store->ops->settle(lim->store->cls, id, &a, now, out, err);
+}
+
+int rl_settle_usage(rl_limiter *lim, const char *id, const rl_actual *actual, rl_ns now,
+                    rl_settlement *out, rl_err *err)
+{
+    if (actual->has_cost && (actual->cost < 0 || actual->cost > RL_FP_MAX))
+        return rl_errf(err, RL_EINVAL,
+                        "actual_cost: must be a number from 0 to 1000000000000");
+    for (size_t k = 0; k < RL_MAX_DIMS; k++) {
+        if (!(actual->usage.given >> k & 1u))
+            continue;
+        if (k >= lim->cfg->ndims)
+            return rl_errf(err, RL_EINVAL, "actual_usage: dimension %zu is not declared", k);
+        if (actual->usage.v[k] < 0 || actual->usage.v[k] > RL_FP_MAX)
+            return rl_errf(err, RL_EINVAL,
+                           "actual_usage.%s: must be a number from 0 to 1000000000000",
+                           lim->cfg->dims[k]);
+    }
     return lim->store->ops->settle(lim->store->cls, id, actual, now, out, err);
 }
 

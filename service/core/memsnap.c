@@ -8,9 +8,12 @@
  *   records, each starting with a tag byte:
  *     'k'  u16 level, u8 slot, u8 type, u64 rule, u16 key length, key, u32 state length,
  *          state
- *     'r'  u64 id, i64 taken_at, i64 expires, i64 cost, u8 settled, u8 holds, u16 items,
+ *     'u'  u64 id, i64 taken_at, i64 expires, i64 cost, u8 settled, u8 holds, u16 items,
  *          then per item: u16 level, u16 slot, u8 type, u64 rule, u8 refundable, u8 holds,
- *          i64 taken, u32 key length, key
+ *          u8 unit, i64 taken, u32 key length, key; then i64 amounts by unit (RL_UNITS),
+ *          u8 priced, i64 prices by dimension (RL_MAX_DIMS)
+ *     'r'  the same without units, amounts and prices (every item counted cost), as files
+ *          written before dimensions have them
  *   'E', u64 key states, u64 reservations   (a file without it is incomplete)
  *
  * Levels and types are matched by name on load, and each state goes to the rule of its level
@@ -110,7 +113,7 @@ static uint64_t rule_fp(mem_store *ms, size_t level, size_t slot, const char *ke
 
 static int save_reservation(mem_store *ms, FILE *f, const resv *rv)
 {
-    uint8_t tag = 'r';
+    uint8_t tag = 'u';
     const char *keys = (const char *)(rv->item + rv->n);
     int rc = put(f, &tag, 1) || put(f, &rv->id, 8) || put(f, &rv->taken_at, 8) ||
              put(f, &rv->expires, 8) || put(f, &rv->cost, 8) || put(f, &rv->settled, 1) ||
@@ -120,10 +123,11 @@ static int save_reservation(mem_store *ms, FILE *f, const resv *rv)
         uint64_t fp = rule_fp(ms, it->level, it->slot, keys + it->keyoff, it->keylen);
         rc = put(f, &it->level, 2) || put(f, &it->slot, 2) || put(f, &it->type, 1) ||
              put(f, &fp, 8) || put(f, &it->refundable, 1) || put(f, &it->holds, 1) ||
-             put(f, &it->taken, 8) || put(f, &it->keylen, 4) ||
+             put(f, &it->unit, 1) || put(f, &it->taken, 8) || put(f, &it->keylen, 4) ||
              put(f, keys + it->keyoff, it->keylen);
     }
-    return rc;
+    return rc || put(f, rv->amt, sizeof rv->amt) || put(f, &rv->priced, 1) ||
+           put(f, rv->price.per_million, sizeof rv->price.per_million);
 }
 
 int rl__ms_save(void *cls, FILE *f, rl_err *err)
@@ -337,7 +341,7 @@ static int load_key(reader *rd, int has_fp)
 
 /* One 'r' record (or 'R' without the fingerprints). Returns 1 when loaded, 0 when skipped, -1
  * when malformed. */
-static int load_reservation(reader *rd, int has_fp)
+static int load_reservation(reader *rd, int has_fp, int has_units)
 {
     mem_store *ms = rd->ms;
     resv head;
@@ -356,8 +360,8 @@ static int load_reservation(reader *rd, int has_fp)
         memset(&it, 0, sizeof it);
         if (get(rd->f, &it.level, 2) || get(rd->f, &it.slot, 2) || get(rd->f, &it.type, 1) ||
             (has_fp && get(rd->f, &fp, 8)) || get(rd->f, &it.refundable, 1) ||
-            get(rd->f, &it.holds, 1) ||
-            get(rd->f, &it.taken, 8) || get(rd->f, &it.keylen, 4) || it.keylen == 0 ||
+            get(rd->f, &it.holds, 1) || (has_units && get(rd->f, &it.unit, 1)) ||
+            it.unit >= RL_UNITS || get(rd->f, &it.taken, 8) || get(rd->f, &it.keylen, 4) || it.keylen == 0 ||
             it.keylen > sizeof keys - used || get(rd->f, keys + used, it.keylen) ||
             it.level >= rd->nl || it.type == 0 || it.type > rd->nt)
             return -1;
@@ -380,6 +384,9 @@ static int load_reservation(reader *rd, int has_fp)
         used += it.keylen;
         items[kept++] = it;
     }
+    if (has_units && (get(rd->f, head.amt, sizeof head.amt) || get(rd->f, &head.priced, 1) ||
+                      get(rd->f, head.price.per_million, sizeof head.price.per_million)))
+        return -1;
     size_t size = offsetof(resv, item) + kept * sizeof(ritem) + used;
     resv *rv = calloc(1, size);
     if (!rv)
@@ -469,8 +476,8 @@ int rl__ms_load(void *cls, FILE *f, rl_ns now, size_t *loaded, rl_err *err)
         if (tag == 'K' || tag == 'k') {
             r = load_key(rd, tag == 'k');
             nrec++;
-        } else if (tag == 'R' || tag == 'r') {
-            r = load_reservation(rd, tag == 'r');
+        } else if (tag == 'R' || tag == 'r' || tag == 'u') {
+            r = load_reservation(rd, tag != 'R', tag == 'u');
             nres++;
         } else {
             goto done;

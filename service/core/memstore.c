@@ -176,8 +176,8 @@ static resv *resv_new(const rl_plan *plan, const rl_decision *d, const uint8_t *
     size_t keys = 0, n = 0;
     for (size_t i = 0; i < plan->n; i++) {
         const rl_rule *r = d->applied[i].rule;
-        if (takes[i] &&
-            ((r->unit == RL_UNIT_COST && r->type->refund) || (r->type->flags & RL_RULE_HOLDS))) {
+        if (takes[i] && ((rl_unit_refundable(r->unit) && r->type->refund) ||
+                         (r->type->flags & RL_RULE_HOLDS))) {
             keys += d->applied[i].keylen;
             n++;
         }
@@ -191,7 +191,7 @@ static resv *resv_new(const rl_plan *plan, const rl_decision *d, const uint8_t *
     for (size_t i = 0; i < plan->n; i++) {
         const rl_applied *a = &d->applied[i];
         const rl_rule *r = a->rule;
-        int refundable = r->unit == RL_UNIT_COST && r->type->refund;
+        int refundable = rl_unit_refundable(r->unit) && r->type->refund;
         int holds = (r->type->flags & RL_RULE_HOLDS) != 0;
         if (!takes[i] || (!refundable && !holds))
             continue;
@@ -202,6 +202,7 @@ static resv *resv_new(const rl_plan *plan, const rl_decision *d, const uint8_t *
         it->type = type_code(r->type_id);
         it->refundable = (uint8_t)refundable;
         it->holds = (uint8_t)holds;
+        it->unit = (uint8_t)r->unit;
         it->taken = plan->items[i].cost;
         it->keyoff = (uint32_t)off;
         it->keylen = a->keylen;
@@ -212,6 +213,12 @@ static resv *resv_new(const rl_plan *plan, const rl_decision *d, const uint8_t *
     rv->taken_at = plan->now;
     rv->expires = rl__add_sat(plan->now, ttl);
     rv->cost = plan->cost;
+    if (plan->amt)
+        memcpy(rv->amt, plan->amt, sizeof rv->amt);
+    if (plan->price) {
+        rv->priced = 1;
+        memcpy(rv->price.per_million, plan->price->per_million, sizeof rv->price.per_million);
+    }
     return rv;
 }
 
@@ -719,7 +726,7 @@ evaluate_level_as(run *x, rl_plan *plan, const rl__levels *q, size_t k, rl__seg 
         rl_applied *a = &x->d->applied[i];
         rl_plan_item it = {.hash = 0, .cost = cost, .need = cost, .mode = 0};
         if (!as_cost)
-            it = rl_plan_item_of(r, lshadow, cost, prio);
+            it = rl_plan_item_of(r, lshadow, cost, q->amt, prio);
         found f = phase1(r, it, flags, seg, rl__rec_hash(kh, (unsigned)si), (unsigned)si, key,
                          klen, now, &a->status.ev);
         x->rec[i] = f.rec; /* phase 2 needs no more: a missing record declines */
@@ -762,6 +769,8 @@ static int ms_decide_levels(void *cls, const rl__levels *q, rl_decision *d)
         return RL__DECLINED; /* ms_decide makes room first */
     plan.n = q->nrules;
     plan.cost = q->cost;
+    plan.amt = q->amt;
+    plan.price = q->price;
     plan.flags = q->flags;
     plan.now = q->now;
     x.ms = ms;
@@ -800,8 +809,8 @@ static int ms_decide_levels(void *cls, const rl__levels *q, rl_decision *d)
     return RL_OK;
 }
 
-static int ms_settle(void *cls, const char *id, rl_fp actual, rl_ns now, rl_settlement *out,
-                     rl_err *err)
+static int ms_settle(void *cls, const char *id, const rl_actual *actual, rl_ns now,
+                     rl_settlement *out, rl_err *err)
 {
     mem_store *ms = cls;
     uint64_t v;
@@ -828,14 +837,14 @@ static int ms_settle(void *cls, const char *id, rl_fp actual, rl_ns now, rl_sett
         return rc;
 
     /* The copy is applied outside rmu: a decision holds segment locks while it takes rmu. */
-    out->reserved = copy->cost;
-    out->actual = actual;
-    out->refunded = actual < copy->cost ? copy->cost - actual : 0;
-    out->charged = actual > copy->cost ? actual - copy->cost : 0;
-    if (actual != copy->cost)
-        for (uint16_t k = 0; k < copy->n; k++)
-            if (copy->item[k].refundable)
-                resv_apply(ms, copy, &copy->item[k], now, copy->cost - actual, 0);
+    rl_fp act[RL_UNITS];
+    rl_settle_amounts(copy->cost, copy->amt, copy->priced ? &copy->price : NULL, actual, out,
+                      act);
+    for (uint16_t k = 0; k < copy->n; k++) {
+        const ritem *it = &copy->item[k];
+        if (it->refundable && it->taken != act[it->unit])
+            resv_apply(ms, copy, it, now, it->taken - act[it->unit], 0);
+    }
     free(copy);
     return RL_OK;
 }

@@ -16,6 +16,7 @@ typedef struct ritem {
     uint8_t type;
     uint8_t refundable; /* counted cost: settling gives back or charges */
     uint8_t holds;      /* holds slots until release */
+    uint8_t unit;       /* what the rule counted (rl_unit) */
     rl_fp taken;
     uint32_t keyoff, keylen;
 } ritem;
@@ -26,6 +27,9 @@ typedef struct resv {
     uint64_t id;
     rl_ns taken_at, expires;
     rl_fp cost;
+    rl_fp amt[RL_UNITS];     /* the request's amounts by unit (rl_plan.amt; zero without) */
+    uint8_t priced;          /* price holds the prices its dollars came from */
+    rl_price price;          /* model unused */
     size_t size; /* bytes allocated, keys included */
     uint8_t settled;
     uint8_t holds; /* some item holds slots */

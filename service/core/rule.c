@@ -214,6 +214,59 @@ int rl_rule_set_unit(rl_rule *r, const char *unit, rl_err *err)
     return RL_OK;
 }
 
+int rl_rule_set_unit_in(rl_rule *r, const char *const *dims, size_t ndims, const char *unit,
+                        rl_err *err)
+{
+    if (strcmp(unit, "usd") == 0) {
+        r->unit = RL_UNIT_USD;
+        return RL_OK;
+    }
+    for (size_t k = 0; k < ndims; k++)
+        if (strcmp(unit, dims[k]) == 0) {
+            r->unit = (rl_unit)(RL_UNIT_DIM0 + k);
+            return RL_OK;
+        }
+    if (rl_rule_set_unit(r, unit, NULL) == RL_OK)
+        return RL_OK;
+    char list[RL_MAX_DIMS * 70] = "";
+    size_t n = 0;
+    for (size_t k = 0; k < ndims && n < sizeof list; k++)
+        n += (size_t)snprintf(list + n, sizeof list - n, ", \"%s\"", dims[k]);
+    if (!ndims)
+        return rl_errf(err, RL_EINVAL,
+                       "unit: must be \"cost\", \"requests\" or \"usd\" (not \"%s\"); other "
+                       "units are declared in \"dimensions\"", unit);
+    return rl_errf(err, RL_EINVAL,
+                   "unit: must be \"cost\", \"requests\", \"usd\" or a declared dimension (%s) "
+                   "(not \"%s\")", list + 2, unit);
+}
+
+/* Keeps a rule counting dollars in nano-dollars: its amounts and rates times RL_USD_SCALE. */
+static int scale_usd(rl_rule *r, rl_err *err)
+{
+    const rl_rule_type *t = r->type;
+    for (size_t i = 0; i < t->nparams; i++) {
+        const rl_param_def *d = &t->params[i];
+        if (d->kind != RL_PARAM_AMOUNT && d->kind != RL_PARAM_RATE)
+            continue;
+        int64_t v;
+        memcpy(&v, (char *)r->params + d->offset, sizeof v);
+        if (v > RL_FP_MAX / RL_USD_SCALE)
+            return rl_errf(err, RL_EINVAL, "%s: must be at most 1000000000 dollars", d->name);
+        v *= RL_USD_SCALE;
+        memcpy((char *)r->params + d->offset, &v, sizeof v);
+    }
+    return RL_OK;
+}
+
+static const char *unit_name(const rl_rule *r)
+{
+    return r->unit == RL_UNIT_REQUESTS ? "requests"
+           : r->unit == RL_UNIT_COST   ? "cost"
+           : r->unit == RL_UNIT_USD    ? "usd"
+                                       : "a dimension";
+}
+
 int rl_rule_set_reserved(rl_rule *r, double fraction, int64_t min_priority, rl_err *err)
 {
     if (!r->type->capacity)
@@ -245,21 +298,28 @@ int rl_rule_finish(rl_rule *r, rl_err *err)
     char msg[256] = "";
     if (t->prepare && t->prepare(r->params, msg, sizeof msg) != 0)
         return rl_errf(err, RL_EINVAL, "%s", msg[0] ? msg : "invalid parameters");
-    if (r->reserved_fraction > 0) {
-        rl_fp cap = t->capacity(r->params);
-        r->reserved = (rl_fp)llround((double)cap * r->reserved_fraction);
-    }
     if (!r->name) {
         char buf[160];
         t->default_name(r->params, buf, sizeof buf);
         int def_requests = (t->flags & RL_RULE_UNIT_REQUESTS) != 0;
         size_t n = strlen(buf);
-        if ((r->unit == RL_UNIT_REQUESTS) != def_requests && n > 0 && buf[n - 1] == ')')
-            snprintf(buf + n - 1, sizeof buf - (n - 1), ", %s)",
-                     r->unit == RL_UNIT_REQUESTS ? "requests" : "cost");
+        if ((r->unit == RL_UNIT_REQUESTS) != def_requests && r->unit < RL_UNIT_USD && n > 0 &&
+            buf[n - 1] == ')')
+            snprintf(buf + n - 1, sizeof buf - (n - 1), ", %s)", unit_name(r));
         r->name = rl__strndup(buf, strlen(buf));
         if (!r->name)
             return rl_errf(err, RL_ENOMEM, "out of memory");
+    }
+    if (r->unit == RL_UNIT_USD) { /* the name above speaks in dollars */
+        int rc = scale_usd(r, err);
+        if (rc != RL_OK)
+            return rc;
+        if (t->prepare && t->prepare(r->params, msg, sizeof msg) != 0)
+            return rl_errf(err, RL_EINVAL, "%s", msg[0] ? msg : "invalid parameters");
+    }
+    if (r->reserved_fraction > 0) {
+        rl_fp cap = t->capacity(r->params);
+        r->reserved = (rl_fp)llround((double)cap * r->reserved_fraction);
     }
     return RL_OK;
 }
@@ -286,7 +346,7 @@ double rl_rule_get_number(const rl_rule *r, const rl_param_def *d)
     switch (d->kind) {
     case RL_PARAM_AMOUNT:
     case RL_PARAM_RATE:
-        return rl_fp_to_double(v);
+        return rl_fp_to_double(v) / (double)rl_rule_scale(r);
     case RL_PARAM_DURATION:
         return rl_ns_to_seconds(v);
     default:

@@ -476,12 +476,9 @@ static int conn_flush(conn *c)
         }
         if (c->outoff == c->outlen)
             return 0;
-        ssize_t w = send(c->base.fd, c->out + c->outoff, c->outlen - c->outoff, MSG_NOSIGNAL);
-        if (w < 0) {
-            if (errno == EINTR)
-                continue;
+        ssize_t w = rld_net_write(&c->base, c->out + c->outoff, c->outlen - c->outoff);
+        if (w < 0)
             return errno == EAGAIN || errno == EWOULDBLOCK ? 0 : -1;
-        }
         c->outoff += (size_t)w;
         if (c->outoff == c->outlen)
             c->outoff = c->outlen = 0;
@@ -527,9 +524,7 @@ static void grpc_on_event(rld_net_conn *nc, unsigned events)
     uint8_t buf[16384];
     int hup = (events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)) != 0;
     while (events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) {
-        ssize_t n = recv(c->base.fd, buf, sizeof buf, 0);
-        if (n < 0 && errno == EINTR)
-            continue;
+        ssize_t n = rld_net_read(&c->base, buf, sizeof buf);
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
             break;
         if (n <= 0 || nghttp2_session_mem_recv(c->s, buf, (size_t)n) < 0) {
@@ -665,6 +660,7 @@ rld_grpc *rld_grpc_start(const rld_grpc_config *cfg, rl_err *err)
                          .idle_ms = cfg->idle_timeout_ms,
                          .drain_connections = 1,
                          .setting = "grpc.listen",
+                         .tls = cfg->tls,
                          .ops = &grpc_net_ops,
                          .ctx = g};
     for (unsigned i = 0; i < RLD_NET_MAX_WORKERS; i++)

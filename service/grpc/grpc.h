@@ -1,6 +1,7 @@
 /*
  * grpc.h - a gRPC server for unary methods: HTTP/2 over cleartext with prior knowledge (what
- * Envoy speaks to a cluster with http2_protocol_options), libnghttp2 sessions fed from the
+ * Envoy speaks to a cluster with http2_protocol_options) or over TLS with ALPN h2 (and client
+ * certificates, mTLS: the connection layer's, net/net.h), libnghttp2 sessions fed from the
  * connection layer's loop (net/net.h: one epoll per worker thread, new connections handed
  * round-robin by one accepting thread, the same as HTTP's), many concurrent streams per
  * connection, nghttp2's flow control.
@@ -64,6 +65,10 @@ typedef struct rld_grpc_config {
     const rld_grpc_method *methods;
     size_t nmethods;
     void *app; /* handed to the methods */
+    /* NULL: HTTP/2 in cleartext with prior knowledge. Else TLS with these certificates (ALPN
+     * h2; net/net.h's rld_net_tls_new, borrowed, outliving the server), done by net/ before
+     * the first byte of HTTP/2: the methods never see it. */
+    struct rld_net_tls *tls;
 } rld_grpc_config;
 
 typedef struct rld_grpc rld_grpc;

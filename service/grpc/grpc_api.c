@@ -130,6 +130,7 @@ int rld_grpc_api_init(rld_grpc_api *api, rld_app *app, rl_err *err)
     api->rls = (rld_rls){.lim = app->lim,
                          .domain = app->set->domain,
                          .ratelimit_headers = app->set->grpc_ratelimit_headers,
+                         .hits_dim = app->set->grpc_hits_addend,
                          .metrics = app->metrics};
     if (rld_app_attach(app, &grpc_part, api) != RL_OK)
         return rl_errf(err, RL_EFULL, "grpc: the app holds no more parts");

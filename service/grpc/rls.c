@@ -142,11 +142,12 @@ int rld_rls_status_from_rule(rld_rls_status *st, const rl_rule *rule, const rl_r
         return -1;
     envoy__service__ratelimit__v3__rate_limit_response__rate_limit__init(l);
     google__protobuf__duration__init(d);
+    int64_t scale = rl_rule_scale(rule); /* a rule counting dollars: in dollars */
     l->name = rule->name;
     l->unit = (Envoy__Service__Ratelimit__V3__RateLimitResponse__RateLimit__Unit)rld_unit_of_limit(
-        rs->limit, rs->window, &l->requests_per_unit);
+        rs->limit / scale, rs->window, &l->requests_per_unit);
     st->current_limit = l;
-    rl_fp rem = rs->remaining > 0 ? rs->remaining / RL_FP_ONE : 0;
+    rl_fp rem = rs->remaining > 0 ? rs->remaining / scale / RL_FP_ONE : 0;
     st->limit_remaining = rem > UINT32_MAX ? UINT32_MAX : (uint32_t)rem;
     rl_ns reset = rs->reset_after == RL_WAIT_NEVER ? 0 : rs->reset_after > 0 ? rs->reset_after : 0;
     d->seconds = reset / RL_NS_PER_SEC;
@@ -174,12 +175,13 @@ static int statuses_new(rld_rls_response *resp, size_t n, rld_arena *a)
 
 /* ---- the native mapping ------------------------------------------------------------------ */
 
+/* Whether a level reads the entry named key, or it names the model of the prices. */
 static int any_level_reads(const rl_config *cfg, const char *key)
 {
     for (size_t i = 0; i < cfg->nlevels; i++)
         if (rl_level_reads(&cfg->levels[i], key, strlen(key)))
             return 1;
-    return 0;
+    return cfg->price_by && strcmp(key, cfg->price_by) == 0;
 }
 
 /* 1 when level l's key comes from descriptor d, or from none of the request's descriptors
@@ -359,6 +361,14 @@ rld_grpc_code rld_rls_decide_native(const rld_rls *rls, const rld_rls_request *r
         (code = gather_entries(cfg, req, desc, &r.ndesc, err)) != RLD_GRPC_OK)
         return code;
     r.flags = dry ? RL_DRY_RUN : 0u;
+    rl_usage usage;
+    long k = rls->hits_dim ? rl_config_dimension(cfg, rls->hits_dim, strlen(rls->hits_dim)) : -1;
+    if (k >= 0) { /* the hits are the usage in that dimension; the request counts 1 */
+        usage.given = 1u << k;
+        usage.v[k] = dry ? 0 : r.cost;
+        r.cost = RL_FP_ONE;
+        r.usage = &usage;
+    }
     if (!(d = rld_arena_alloc(a, sizeof *d)))
         return rl_errf(err, RLD_GRPC_RESOURCE_EXHAUSTED, "out of memory");
     int rc = rl_acquire(rls->lim, &r, d, err);

@@ -93,6 +93,7 @@ struct rld_rls {
     rl_limiter *lim;          /* borrowed */
     const char *domain;       /* the native configuration's "domain"; NULL: any domain */
     int ratelimit_headers;    /* add the IETF RateLimit and RateLimit-Policy headers */
+    const char *hits_dim;     /* native: hits_addend is the usage in this dimension; NULL: cost */
     rld_metrics *metrics;     /* counts the decisions; may be NULL */
     rld_rls_decide_fn decide; /* NULL: the native mapping (rld_rls_decide_native) */
     void *cls;                /* the matcher's own state */

@@ -19,7 +19,9 @@
 #include "app/log.h"
 #include "app/render.h"
 #include "app/rules_json.h"
+#include "app/model_headers.h"
 #include "app/settle_req.h"
+#include "app/usage.h"
 #include "check_req.h"
 #include "http.h"
 
@@ -73,12 +75,13 @@ static int check_now_or_reply(const rld_app *app, rld_req *r, int has_now)
 
 /* Answers a decision, with its JSON body or (with_body 0) none: 200 or deny_status, the
  * RateLimit headers, and Retry-After on a denial with a finite wait. */
-static void reply_decision(rld_req *r, const rl_config *cfg, const rl_decision *d,
-                           int deny_status, int with_body)
+static void reply_decision(rld_req *r, const rld_app *app, const rl_config *cfg,
+                           const rl_decision *d, int deny_status, int with_body)
 {
     char pbuf[1024], sbuf[1024], retry[24], by[256];
     rld_buf policy, state;
-    rld_header hs[3];
+    rld_header hs[3 + RLD_MODEL_FIELDS];
+    rld_field model[RLD_MODEL_FIELDS];
     size_t nh = 0;
     if (!d->allowed && rld_req_access_logged(r)) {
         rld_render_blocked_by(by, sizeof by, cfg, d);
@@ -95,6 +98,11 @@ static void reply_decision(rld_req *r, const rl_config *cfg, const rl_decision *
                  (long long)rld_retry_after_seconds(d->retry_after));
         hs[nh++] = (rld_header){"Retry-After", retry};
     }
+    if (app->set->model_headers) {
+        size_t nm = rld_model_headers((unsigned)app->set->model_headers, cfg, d, model);
+        for (size_t i = 0; i < nm; i++)
+            hs[nh++] = (rld_header){model[i].name, model[i].value};
+    }
     rld_reply(r, d->allowed ? 200 : deny_status, with_body ? "application/json" : NULL, hs, nh);
     rld_buf_reset(&policy);
     rld_buf_reset(&state);
@@ -103,6 +111,7 @@ static void reply_decision(rld_req *r, const rl_config *cfg, const rl_decision *
 /* One request of POST /acquire's batch. */
 typedef struct acq {
     rld_acquire_req q;
+    rl_usage usage;
     rl_request req;
     rl_decision d;
     rl_err err;
@@ -120,9 +129,15 @@ static int acquire_parse(rld_app *app, rld_req *r, acq *a, rl_ns now)
         rld_acquire_req_clear(&a->q);
         return -1;
     }
+    if (a->q.usage &&
+        rld_usage_read(rl_limiter_config(app->lim), a->q.usage, "usage", &a->usage, &a->err)) {
+        rld_acquire_req_clear(&a->q);
+        return rld_reply_error(r, 400, "%s", a->err.msg);
+    }
     a->req = (rl_request){.desc = a->q.desc,
                           .ndesc = a->q.ndesc,
                           .cost = a->q.cost,
+                          .usage = a->q.usage ? &a->usage : NULL,
                           .priority = a->q.priority,
                           .flags = (a->q.dry_run ? RL_DRY_RUN : 0u) |
                                    (a->q.reserve ? RL_RESERVE : 0u),
@@ -143,7 +158,7 @@ static void acquire_answer(rld_app *app, rld_req *r, acq *a, int rc)
     }
     const rl_config *cfg = rl_limiter_config(app->lim);
     rld_metrics_decision(app->metrics, &a->d, a->q.dry_run, a->req.cost);
-    reply_decision(r, cfg, &a->d, 429, 1);
+    reply_decision(r, app, cfg, &a->d, 429, 1);
     rl_decision_done(&a->d);
     rld_acquire_req_clear(&a->q); /* the decision's keys may point into the request */
 }
@@ -211,6 +226,7 @@ static void h_check(void *ctx, rld_req *r)
     rl_request req = {.desc = c.q.desc,
                       .ndesc = c.q.ndesc,
                       .cost = c.q.cost,
+                      .usage = c.q.usage.given ? &c.q.usage : NULL,
                       .priority = c.q.priority,
                       .flags = 0,
                       .now = rld_app_time(app, 0, 0)};
@@ -223,7 +239,7 @@ static void h_check(void *ctx, rld_req *r)
         return;
     }
     rld_metrics_decision(app->metrics, &d, 0, req.cost);
-    reply_decision(r, c.cfg, &d, deny, 0);
+    reply_decision(r, app, c.cfg, &d, deny, 0);
     rl_decision_done(&d);
 }
 
@@ -248,13 +264,18 @@ static void h_refund(void *ctx, rld_req *r)
     rl_err err;
     if (settle_body_or_reply(app, r, 1, &b) == 0) {
         rl_ns now = rld_app_time(app, b.has_now, b.now);
-        int rc = rl_settle(app->lim, b.reservation, b.actual, now, &s, &err);
+        const rl_config *cfg = rl_limiter_config(app->lim);
+        rl_actual act = {.has_cost = b.has_actual, .cost = b.actual, .usage = {0, {0}}};
+        int rc = b.actual_usage &&
+                         rld_usage_read(cfg, b.actual_usage, "actual_usage", &act.usage, &err)
+                     ? RL_EINVAL
+                     : rl_settle_usage(app->lim, b.reservation, &act, now, &s, &err);
         if (rc != RL_OK) {
             reply_rc(r, rc, &err);
         } else {
             rld_buf *o = rld_req_out(r);
             rld_metrics_settle(app->metrics, &s);
-            rld_render_settlement(o, b.reservation, &s);
+            rld_render_settlement(o, cfg, b.reservation, &s);
             rld_reply_json(r, 200);
         }
     }

@@ -16,6 +16,7 @@ void rld_check_req_init(rld_check_req *q)
     q->has_cost = q->has_priority = 0;
     q->cost = RL_FP_ONE;
     q->priority = 0;
+    q->usage.given = 0;
 }
 
 /* A whole number, optionally signed, in int64 range. */
@@ -64,7 +65,35 @@ static const char *descriptor_of(const rl_config *cfg, const char *part, size_t 
             if (names(part, n, lv->compose[k]))
                 return lv->compose[k];
     }
+    if (cfg->price_by && names(part, n, cfg->price_by))
+        return cfg->price_by;
     return NULL;
+}
+
+#define USAGE_LEN (sizeof "Usage-" - 1)
+
+/* X-RateLimit-Usage-<dimension>: the request's amount in that dimension. */
+static int usage_header(rld_check_req *q, const rl_config *cfg, const char *part, size_t n,
+                        const char *value, size_t vl, rl_err *err)
+{
+    const char *dim = part + USAGE_LEN;
+    size_t dn = n - USAGE_LEN;
+    for (size_t k = 0; k < cfg->ndims; k++) {
+        if (!names(dim, dn, cfg->dims[k]))
+            continue;
+        char field[96];
+        snprintf(field, sizeof field, RLD_CHECK_PREFIX "%.*s", (int)n, part);
+        if (q->usage.given >> k & 1u)
+            return rl_errf(err, -1, "%s: given twice", field);
+        rl_fp v = 0;
+        int zero = vl == 1 && value[0] == '0';
+        if (!zero && rld_value_cost_text(field, value, vl, &v, err) != 0)
+            return -1;
+        q->usage.v[k] = v;
+        q->usage.given |= 1u << k;
+        return 0;
+    }
+    return rl_errf(err, -1, RLD_CHECK_PREFIX "%.*s: no such dimension", (int)n, part);
 }
 
 int rld_check_header(rld_check_req *q, const rl_config *cfg, const char *name, size_t nl,
@@ -90,6 +119,8 @@ int rld_check_header(rld_check_req *q, const rl_config *cfg, const char *name, s
         q->has_priority = 1;
         return 0;
     }
+    if (n > USAGE_LEN && strncasecmp(part, "usage-", USAGE_LEN) == 0)
+        return usage_header(q, cfg, part, n, value, vl, err);
     if (q->ndesc == RLD_MAX_KEYS)
         return rl_errf(err, -1, RLD_CHECK_PREFIX "*: at most %d descriptors", RLD_MAX_KEYS);
     const char *d = descriptor_of(cfg, part, n);

@@ -6,6 +6,7 @@
  *   X-RateLimit-Team: acme
  *   X-RateLimit-Cost: 3            optional, 1 by default
  *   X-RateLimit-Priority: 2        optional, 0 by default
+ *   X-RateLimit-Usage-Input-Tokens: 1200   optional: the usage in a declared dimension
  *
  * The part after "X-RateLimit-" names a descriptor of the configuration, compared without
  * regard to case and with '-' standing for '_' too (X-RateLimit-Api-Key is api_key), since
@@ -31,6 +32,7 @@ typedef struct rld_check_req {
     int has_cost, has_priority;
     rl_fp cost; /* RL_FP_ONE unless given */
     int64_t priority;
+    rl_usage usage; /* given: none unless X-RateLimit-Usage-<dimension> headers came */
 } rld_check_req;
 
 /* An empty request: no descriptors, cost 1, priority 0. */

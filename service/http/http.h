@@ -75,7 +75,9 @@ typedef struct rld_http_config {
     unsigned max_connections;    /* open at once; past it a new one gets 503 and is closed (0:
                                     no limit) */
     unsigned connection_timeout; /* seconds idle before a connection is closed (0: 30) */
-    const char *admin_token;   /* NULL: admin routes are open */
+    const char *admin_token;   /* NULL: admin routes are open (unless admin_closed) */
+    int admin_closed; /* 1: admin routes answer 403, whatever the request carries (off loopback
+                         without a token: app/auth.h's rld_auth_admin_closed) */
     const char *acquire_token; /* NULL: RLD_ACQUIRE routes are open */
     const char *metrics_token; /* NULL: RLD_METRICS routes are open */
     const char *tls_cert_pem;  /* both set: HTTPS only, with this certificate and key (PEM */

@@ -150,6 +150,8 @@ void rld__req_route(rld_req *r, const char *method, const char *url,
         r->early = routed;
     else if (length > RLD_MAX_BODY)
         r->early = 413;
+    else if ((r->m->flags & RLD_ADMIN) && h->cfg.admin_closed)
+        r->early = 403;
     else if (!authorized(h, r->m->flags, authorization))
         r->early = 401;
 }
@@ -241,6 +243,12 @@ void rld__req_reply_early(rld_req *r)
                              r->method, rt->path, rt->allow);
     } else if (r->early == 413) {
         rld_reply_error(r, 413, "body: larger than %d bytes", RLD_MAX_BODY);
+    } else if (r->early == 403) {
+        rld_reply_error(r, 403,
+                        "admin_token: the admin endpoints are closed: ratelimitd listens on %s, "
+                        "not on loopback, and no admin_token is set (set admin_token, or "
+                        "\"admin_open\": true to open them to anyone who reaches the port)",
+                        r->h->cfg.address);
     } else {
         rld_header www = {"WWW-Authenticate", "Bearer realm=\"ratelimitd\""};
         rld_reply_error_with(r, 401, &www, 1,

@@ -92,8 +92,9 @@ void rld__req_begin(rld_http *h, rld_req *r, rl_ns t0);
 /* Frees what the request allocated (a grown body or output); r can be begun again. */
 void rld__req_end(rld_req *r);
 /* Routes method and url (url stays borrowed until the answer) and decides what the headers
- * decide: sets r->early to 404, 405, 413 (declared length past the cap: answer at once) or
- * 401 (authorization is the Authorization header's value, NULL when absent). */
+ * decide: sets r->early to 404, 405, 413 (declared length past the cap: answer at once), 403
+ * (an admin route while admin_closed) or 401 (authorization is the Authorization header's
+ * value, NULL when absent). */
 void rld__req_route(rld_req *r, const char *method, const char *url,
                     unsigned long long length, const char *authorization);
 /* Appends a piece of the body (kept up to the cap; counted in r->seen). */

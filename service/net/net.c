@@ -27,6 +27,7 @@
 #include "app/clock.h"
 #include "app/log.h"
 #include "net.h"
+#include "tls.h"
 
 #define MS ((rl_ns)1000000)
 
@@ -111,6 +112,7 @@ void rld_net_close(rld_net_conn *c)
     worker *w = (worker *)c->w;
     rld_net *n = w->pub.net;
     epoll_ctl(w->ep, EPOLL_CTL_DEL, c->fd, NULL);
+    rld__tls_close(c);
     close(c->fd);
     unlink_conn(w, c);
     if (n->cfg.drain_connections)
@@ -122,6 +124,28 @@ void rld_net_close(rld_net_conn *c)
 void rld_net_closed(rld_net *n)
 {
     __atomic_sub_fetch(&n->open, 1, __ATOMIC_RELAXED);
+}
+
+ssize_t rld_net_read(rld_net_conn *c, void *buf, size_t len)
+{
+    if (c->tls)
+        return rld__tls_read(c, buf, len);
+    for (;;) {
+        ssize_t n = recv(c->fd, buf, len, 0);
+        if (n >= 0 || errno != EINTR)
+            return n;
+    }
+}
+
+ssize_t rld_net_write(rld_net_conn *c, const void *buf, size_t len)
+{
+    if (c->tls)
+        return rld__tls_write(c, buf, len);
+    for (;;) {
+        ssize_t n = send(c->fd, buf, len, MSG_NOSIGNAL);
+        if (n >= 0 || errno != EINTR)
+            return n;
+    }
 }
 
 /* ---- the accepting thread ---------------------------------------------------------------- */
@@ -141,6 +165,13 @@ static int hand_over(rld_net *n, unsigned i, int fd, const struct sockaddr *sa, 
     c->w = &w->pub;
     c->prev = NULL;
     c->timeout = 0;
+    c->tls = NULL;
+    if (n->cfg.tls && rld__tls_open(n->cfg.tls, c, sa, sl) != 0) {
+        n->ops->on_close(c);
+        close(fd);
+        errno = ENOMEM;
+        return -1;
+    }
     pthread_mutex_lock(&w->mu);
     int was_empty = w->incoming == NULL;
     c->next = w->incoming;
@@ -172,8 +203,10 @@ static void accept_ready(rld_net *n, unsigned *next)
         int one = 1;
         if (n->cfg.max_connections &&
             __atomic_load_n(&n->open, __ATOMIC_RELAXED) >= (long)n->cfg.max_connections) {
-            /* the client learns at once that the server is full rather than waiting */
-            n->ops->refuse(n->cfg.ctx, fd);
+            /* the client learns at once that the server is full rather than waiting (over
+             * TLS from the closed connection alone) */
+            if (!n->cfg.tls)
+                n->ops->refuse(n->cfg.ctx, fd);
             close(fd);
             continue;
         }
@@ -262,6 +295,22 @@ static void take_incoming(worker *w)
     }
 }
 
+/* An event of c: the handshake's first, then the protocol's (told of both directions when the
+ * handshake ends: what arrived with it is waiting). */
+static void deliver(const rld_net_ops *ops, rld_net_conn *c, unsigned events)
+{
+    if (c->tls && !rld__tls_ready(c)) {
+        int r = rld__tls_handshake(c);
+        if (r < 0)
+            rld_net_close(c);
+        if (r <= 0)
+            return;
+        c->last = c->w->now;
+        events |= EPOLLIN | EPOLLOUT;
+    }
+    ops->on_event(c, events); /* may close it */
+}
+
 /* Closes the connections quiet for their timeout (idle, stalled in a request, or not reading
  * their answers); looks every `every` ns. */
 static void close_idle(worker *w, rl_ns idle, rl_ns every)
@@ -332,7 +381,7 @@ static void *worker_main(void *arg)
             if (evs[i].data.ptr == w)
                 take_incoming(w);
             else
-                ops->on_event(evs[i].data.ptr, evs[i].events); /* may close it */
+                deliver(ops, evs[i].data.ptr, evs[i].events); /* may close it */
         }
         timeout = ops->on_turn ? ops->on_turn(&w->pub) : -1;
         if (w->conns)

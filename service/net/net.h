@@ -11,6 +11,13 @@
  * 64 connections opened at once often landed 50 or more on one of two workers, which then did
  * nearly all the work. Round-robin shares them evenly.
  *
+ * TLS is net's too (GnuTLS, tls.c): with a TLS context in the configuration every connection
+ * does its handshake on its worker's loop before the protocol hears of it, and the protocol
+ * reads and writes plaintext through rld_net_read and rld_net_write, the same calls as over
+ * cleartext; it never sees TLS. The certificates are read again by rld_net_tls_reload (the
+ * part rld_net_tls_part_ops does it at every reload): new connections get the new ones, open
+ * connections keep theirs.
+ *
  * A connection is the protocol's struct with rld_net_conn as its first member. It is made on
  * the accepting thread (ops.open, off the workers), then belongs to its worker alone: every
  * other callback runs there. Sockets are watched edge-triggered for reading and writing
@@ -21,7 +28,9 @@
 #define RLD_NET_H
 
 #include <sys/socket.h>
+#include <sys/types.h>
 
+#include "app/parts.h"
 #include "ratelimit.h"
 
 /* Most workers of one server. */
@@ -29,6 +38,8 @@
 
 typedef struct rld_net rld_net;
 typedef struct rld_net_worker rld_net_worker;
+typedef struct rld_net_tls rld_net_tls;
+typedef struct rld_net_tls_conn rld_net_tls_conn;
 
 typedef struct rld_net_conn {
     int fd;
@@ -39,6 +50,7 @@ typedef struct rld_net_conn {
     rl_ns last;
     /* 0: the server's idle timeout; else this one (a shorter linger after the last answer). */
     rl_ns timeout;
+    rld_net_tls_conn *tls; /* net's: the TLS session, NULL over cleartext */
 } rld_net_conn;
 
 struct rld_net_worker {
@@ -87,6 +99,10 @@ typedef struct rld_net_config {
     int batch;                /* workers run as SCHED_BATCH threads */
     int drain_connections;    /* the drain waits for connections, not only for busy work */
     const char *setting;      /* names the address in a message ("grpc.listen") */
+    /* NULL: cleartext. Else every connection is TLS with this context (borrowed, outlives the
+     * server); past max_connections a new connection is closed without a word (a refusal in
+     * cleartext would mean nothing to a TLS client). */
+    rld_net_tls *tls;
     const rld_net_ops *ops;
     void *ctx; /* handed to refuse and hand */
 } rld_net_config;
@@ -121,6 +137,47 @@ void rld_net_free(rld_net *n);
 void rld_net_close(rld_net_conn *c);
 /* With ops.hand: a connection handed over has closed. */
 void rld_net_closed(rld_net *n);
+
+/* On c's worker: reads up to len bytes of c's plaintext. Returns the count (> 0), 0 when the
+ * peer closed, or -1 with errno set (EAGAIN: nothing more now, the next bytes bring an event;
+ * another: the connection is broken). It fills buf unless the socket has nothing more now, so a
+ * count below len means the socket is drained (what an edge-triggered loop needs: over TLS a
+ * record is smaller than the bytes waiting). */
+ssize_t rld_net_read(rld_net_conn *c, void *buf, size_t len);
+/* On c's worker: writes up to len bytes of plaintext. Returns the count taken (> 0), or -1
+ * with errno set (EAGAIN: no room now; the next call, after the next event, must start with
+ * the same bytes, at least as many: over TLS a record half sent is finished first). */
+ssize_t rld_net_write(rld_net_conn *c, const void *buf, size_t len);
+
+/* ---- TLS ---------------------------------------------------------------------------------- */
+
+/* What a TLS context is read from. Each file is named in messages by its setting (name). */
+typedef struct rld_net_tls_files {
+    const char *cert, *cert_name; /* PEM: the server's certificate with its chain; required */
+    const char *key, *key_name;   /* PEM: its private key, unencrypted; required */
+    /* PEM: the CAs a client certificate must be signed by; NULL: no client certificate is
+     * asked for. With it, a client without a certificate, or with one these CAs did not sign
+     * (or whose extended key usage excludes client authentication), fails the handshake. */
+    const char *client_ca, *client_ca_name;
+    /* With client_ca: a DNS name the client certificate's subjectAltName must hold exactly
+     * (as envoyproxy/ratelimit's GRPC_CLIENT_TLS_SAN); NULL: any. */
+    const char *client_san, *client_san_name;
+    const char *alpn; /* the one ALPN protocol ("h2"); a client that offers others fails */
+    const char *what; /* names the server in log lines ("grpc") */
+} rld_net_tls_files;
+
+/* Reads the files and makes a TLS context (the strings are copied). NULL with err naming the
+ * setting of the file at fault ("grpc.tls.cert: c.pem: No such file or directory"). */
+rld_net_tls *rld_net_tls_new(const rld_net_tls_files *f, rl_err *err);
+/* Reads the same files again and puts them in force for the connections accepted from now on;
+ * open connections keep the certificates they began with. On failure (err names the file)
+ * nothing changes. Any thread. */
+int rld_net_tls_reload(rld_net_tls *t, rl_err *err);
+/* Frees t, once no server uses it. NULL is fine. */
+void rld_net_tls_free(rld_net_tls *t);
+/* app/parts.h's part of a TLS context (self is the rld_net_tls): at every reload the files are
+ * read again (rld_net_tls_reload), logged either way. */
+extern const rld_part_ops rld_net_tls_part_ops;
 
 /* Adds n to w's busy work (on w's thread only: a plain store the drain reads). */
 static inline void rld_net_busy_add(rld_net_worker *w, long n)

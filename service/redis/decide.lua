@@ -107,6 +107,10 @@ if allowed and not dry then
     if resv then
         local exp = dec_of_rel(sat_time(N(ARGV[A_RESERVATION_TTL])))
         local cmd = {'HSET', rk, 'cost', ARGV[A_COST], 'at', now_str(), 'exp', exp, 'settled', '0'}
+        if ARGV[A_USAGE] ~= '' then
+            cmd[#cmd + 1] = 'usage'
+            cmd[#cmd + 1] = ARGV[A_USAGE]
+        end
         local m = 0
         for i = 1, n do
             if items[i].rec ~= '' and takes(items[i]) then

@@ -58,8 +58,7 @@ static rl_rules *scale_rules(const rl_registry *reg, const rl_rules *src, unsign
                 v = rl_fp_to_double(rl_param_share(d, rl_fp_from_double(v), n));
             rc = rl_rule_set_number(r, d->name, v, &err);
         }
-        if (rc == RL_OK)
-            rc = rl_rule_set_unit(r, o->unit == RL_UNIT_REQUESTS ? "requests" : "cost", &err);
+        r->unit = o->unit; /* a rule counting dollars is scaled again when finished */
         if (rc == RL_OK && o->reserved_fraction > 0)
             rc = rl_rule_set_reserved(r, o->reserved_fraction, o->reserved_min_priority, &err);
         if (rc == RL_OK)
@@ -257,6 +256,8 @@ static int fall_back(fb_store *fs, const rl_plan *plan, rl_decision *d, rl_err *
     if (rc == RL_OK) {
         lp->n = ld->napplied;
         lp->cost = plan->cost;
+        lp->amt = plan->amt;
+        lp->price = plan->price;
         lp->flags = plan->flags | (closed ? RL_DRY_RUN : 0);
         lp->now = plan->now;
         rc = fs->local->ops->decide(fs->local->cls, lp, ld, err);
@@ -305,8 +306,8 @@ static void fb_decide_many(void *cls, const rl_plan *const *plans, rl_decision *
     }
 }
 
-static int fb_settle(void *cls, const char *id, rl_fp actual, rl_ns now, rl_settlement *out,
-                     rl_err *err)
+static int fb_settle(void *cls, const char *id, const rl_actual *actual, rl_ns now,
+                     rl_settlement *out, rl_err *err)
 {
     fb_store *fs = cls;
     int rc = fs->local->ops->settle(fs->local->cls, id, actual, now, out, err);

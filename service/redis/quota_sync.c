@@ -100,7 +100,7 @@ static int apply(rl_limiter *lim, const char *key, const char *json, size_t len,
     } else if (rules) {
         rl_rules *rs;
         rl_registry *reg = rl_limiter_config(lim)->reg;
-        rc = rld_rules_from_json(rules, reg, &rs, err);
+        rc = rld_rules_from_json(rules, reg, rl_limiter_config(lim), &rs, err);
         if (rc == RL_OK)
             rc = rl_quota_set(lim, key, NULL, rs, err);
     } else {

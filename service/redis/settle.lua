@@ -1,10 +1,11 @@
--- settle.lua - settles a reservation with its actual cost: gives reserved - actual back to (or
--- charges it to) every item the caller names, with the rule now in force there.
+-- settle.lua - settles a reservation: gives back to (or charges) each item the caller names
+-- the amount the caller worked out for it (its reserved amount less the actual one in its
+-- unit), with the rule now in force there.
 --
 -- KEYS: the reservation, then the state keys of the items to settle.
 -- ARGV: as args.def lists them: now ('' = Redis TIME), actual cost, least TTL (ms), TTL of held
---       slots (ms), the channel of given-back states (announce), then per state key: type tag
---       and the rule's parameters (T.params).
+--       slots (ms), the channel of given-back states (announce), then per state key: type tag,
+--       amount, and the rule's parameters (T.params).
 -- Returns {'ok', reserved cost}, {'notfound'} (unknown or expired) or {'settled'}.
 
 clock(ARGV[A_NOW])
@@ -12,23 +13,21 @@ local h = redis.call('HMGET', KEYS[1], 'exp', 'settled', 'cost', 'at')
 if not h[1] or not ispos(rel_of_dec(h[1])) then return {'notfound'} end
 if h[2] == '1' then return {'settled'} end
 redis.call('HSET', KEYS[1], 'settled', '1')
-local amount = sub(N(h[3]), N(ARGV[A_ACTUAL]))
-if not iszero(amount) then
-    local at = rel_of_dec(h[4])
-    local floor_ms, hold_ms = tonumber(ARGV[A_FLOOR_MS]), tonumber(ARGV[A_HOLD_MS])
-    local o = A_FIELDS
-    local given = {}
-    for i = 2, #KEYS do
-        local T = rule_type(ARGV[o + I_TAG])
-        local st, found = load_state(T, KEYS[i])
-        o = read_params(T, st, ARGV, o + I_FIELDS)
-        if found and T.refund then
-            T.prep(st, st)
-            T.refund(st, st, at, amount)
-            save_state(T, st, st, KEYS[i], floor_ms, hold_ms)
-            given[#given + 1] = KEYS[i]
-        end
+local at = rel_of_dec(h[4])
+local floor_ms, hold_ms = tonumber(ARGV[A_FLOOR_MS]), tonumber(ARGV[A_HOLD_MS])
+local o = A_FIELDS
+local given = {}
+for i = 2, #KEYS do
+    local T = rule_type(ARGV[o + I_TAG])
+    local amount = N(ARGV[o + I_AMOUNT])
+    local st, found = load_state(T, KEYS[i])
+    o = read_params(T, st, ARGV, o + I_FIELDS)
+    if found and T.refund and not iszero(amount) then
+        T.prep(st, st)
+        T.refund(st, st, at, amount)
+        save_state(T, st, st, KEYS[i], floor_ms, hold_ms)
+        given[#given + 1] = KEYS[i]
     end
-    announce(ARGV[A_CHANNEL], given, 1)
 end
+announce(ARGV[A_CHANNEL], given, 1)
 return {'ok', h[3]}

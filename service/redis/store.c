@@ -562,18 +562,41 @@ static void ab_record(const redis_store *rs, abuf *a, const rl_applied *ap, cons
                       const rl_plan_item *it, const char *id, unsigned shard)
 {
     char rec[64];
-    int refundable = ap->rule->unit == RL_UNIT_COST && ti->refund;
+    unsigned u = ap->rule->unit;
+    int refundable = rl_unit_refundable(u) && ti->refund;
     if (!id[0] || !(refundable || ti->holds)) {
         ab_str(a, "");
         return;
     }
     const char *lname = rs->cfg->levels[ap->level].name;
-    int m = snprintf(rec, sizeof rec, "%d%d|%lld|%s|%u|%u|", refundable, ti->holds,
+    /* R: '0', '1' (counts cost, as records before dimensions say) or 'A' + the unit */
+    char rc = !refundable ? '0' : u == RL_UNIT_COST ? '1' : (char)('A' + u);
+    int m = snprintf(rec, sizeof rec, "%c%d|%lld|%s|%u|%u|", rc, ti->holds,
                      (long long)it->cost, ti->tag, ap->slot, shard);
     ab_add(a, rec, (size_t)m);
     ab_cat(a, lname, strlen(lname));
     ab_cat(a, "|", 1);
     ab_cat(a, ap->key, ap->keylen);
+}
+
+/* What a reservation remembers of the request's amounts beyond its cost, to settle them:
+ * "" when it has none, else the amounts of units RL_UNIT_USD.. by commas, and after '|' the
+ * prices its dollars came from, by commas. */
+static void ab_usage(abuf *a, const rl_plan *plan, const char *id)
+{
+    char buf[RL_UNITS * 21 + RL_MAX_DIMS * 21 + 2];
+    size_t n = 0;
+    if (!id[0] || !plan->amt) {
+        ab_str(a, "");
+        return;
+    }
+    for (unsigned u = RL_UNIT_USD; u < RL_UNITS; u++)
+        n += (size_t)snprintf(buf + n, sizeof buf - n, "%s%lld", u > RL_UNIT_USD ? "," : "",
+                              (long long)plan->amt[u]);
+    for (unsigned k = 0; plan->price && k < RL_MAX_DIMS; k++)
+        n += (size_t)snprintf(buf + n, sizeof buf - n, "%c%lld", k ? ',' : '|',
+                              (long long)plan->price->per_million[k]);
+    ab_add(a, buf, n);
 }
 
 /* Item i's fields in args.def's order, then its port's parameters. ti is NULL for a rule
@@ -645,6 +668,9 @@ static void build_decide(redis_store *rs, const rl_plan *plan, rl_decision *d, c
             break;
         case RLD_DECIDE_COST:
             ab_i64(a, plan->cost);
+            break;
+        case RLD_DECIDE_USAGE:
+            ab_usage(a, plan, id);
             break;
         case RLD_DECIDE_RESERVATION_TTL:
             ab_i64(a, rs->cfg->reservation_ttl);
@@ -972,6 +998,8 @@ static int record_resv(redis_store *rs, const rl_plan *plan, rl_decision *d, con
             ab_str(&a, "0");
         else if (f == RLD_DECIDE_COST)
             ab_i64(&a, plan->cost);
+        else if (f == RLD_DECIDE_USAGE)
+            ab_usage(&a, plan, id);
         else if (f == RLD_DECIDE_RESERVATION_TTL)
             ab_i64(&a, rs->cfg->reservation_ttl);
         else if (f == RLD_DECIDE_FLOOR_MS)
@@ -1486,6 +1514,7 @@ static void rs_decide_many(void *cls, const rl_plan *const *plans, rl_decision *
 /* One rule a reservation remembers, pointing into the HGETALL reply. */
 typedef struct ritem {
     int refundable, holds;
+    unsigned unit; /* what the rule counted (rl_unit) */
     int64_t taken;
     const char *tag;
     size_t taglen;
@@ -1498,6 +1527,10 @@ typedef struct ritem {
 typedef struct resv {
     redisReply *reply;
     const char *at; /* when it was taken (decimal), "" when not recorded */
+    rl_fp cost;     /* the cost it took */
+    int has_amt, priced;
+    rl_fp amt[RL_UNITS]; /* its amounts by unit (ab_usage), when has_amt */
+    rl_price price;      /* the prices of its dollars, when priced (model unused) */
     size_t n;
     ritem item[RL_MAX_APPLIED];
 } resv;
@@ -1523,7 +1556,8 @@ static int parse_item(const redis_store *rs, const char *s, size_t len, ritem *i
     }
     if (f[1] - f[0] != 3)
         return -1;
-    it->refundable = s[0] == '1';
+    it->refundable = s[0] == '1' || (s[0] >= 'A' + RL_UNIT_USD && s[0] < 'A' + RL_UNITS);
+    it->unit = s[0] == '1' || !it->refundable ? RL_UNIT_COST : (unsigned)(s[0] - 'A');
     it->holds = s[1] == '1';
     it->taken = strtoll(f[1], NULL, 10);
     it->tag = f[2];
@@ -1534,6 +1568,25 @@ static int parse_item(const redis_store *rs, const char *s, size_t len, ritem *i
     it->key = f[6];
     it->keylen = (size_t)(end - f[6]);
     return 0;
+}
+
+/* A reservation's "usage" field (ab_usage) into out. */
+static void parse_usage(const char *s, resv *out)
+{
+    char *end;
+    out->has_amt = 1;
+    for (unsigned u = RL_UNIT_USD; u < RL_UNITS; u++) {
+        out->amt[u] = strtoll(s, &end, 10);
+        s = *end == ',' ? end + 1 : end;
+    }
+    if (*s != '|')
+        return;
+    out->priced = 1;
+    s++;
+    for (unsigned k = 0; k < RL_MAX_DIMS; k++) {
+        out->price.per_million[k] = strtoll(s, &end, 10);
+        s = *end == ',' ? end + 1 : end;
+    }
 }
 
 /* Reads a reservation's rules (they never change once written). RL_ENOTFOUND when it is gone. */
@@ -1557,9 +1610,14 @@ static int read_resv(redis_store *rs, const char *id, resv *out, rl_err *err)
     out->reply = r;
     for (size_t i = 0; i + 1 < r->elements; i += 2) {
         const redisReply *f = r->element[i], *v = r->element[i + 1];
-        if (f->type == REDIS_REPLY_STRING && v->type == REDIS_REPLY_STRING &&
-            strcmp(f->str, "at") == 0)
-            out->at = v->str;
+        if (f->type == REDIS_REPLY_STRING && v->type == REDIS_REPLY_STRING) {
+            if (strcmp(f->str, "at") == 0)
+                out->at = v->str;
+            else if (strcmp(f->str, "cost") == 0)
+                out->cost = strtoll(v->str, NULL, 10);
+            else if (strcmp(f->str, "usage") == 0)
+                parse_usage(v->str, out);
+        }
         if (f->type != REDIS_REPLY_STRING || v->type != REDIS_REPLY_STRING || f->str[0] != 'i')
             continue;
         unsigned long k_ = strtoul(f->str + 1, NULL, 10);
@@ -1594,7 +1652,7 @@ static const rl_rule *rule_now(redis_store *rs, const ritem *it, const type_info
 /* A remembered item's state key (to k), and (to a) its fields as a settlement's (release 0)
  * or a release's item in args.def's order, then its rule's port's parameters. */
 static void ab_item(const redis_store *rs, abuf *k, abuf *a, const ritem *it,
-                    const type_info *ti, const rl_rule *rule, int release)
+                    const type_info *ti, const rl_rule *rule, int release, rl_fp amount)
 {
     ab_state_key(rs, k, (size_t)it->level, it->slot, it->shard, it->key, it->keylen);
     int nf = release ? RLD_RELEASE_ITEM_FIELDS : RLD_SETTLE_ITEM_FIELDS;
@@ -1603,6 +1661,8 @@ static void ab_item(const redis_store *rs, abuf *k, abuf *a, const ritem *it,
             ab_str(a, ti->tag);
         else if (release && f == RLD_RELEASE_ITEM_HELD)
             ab_i64(a, it->taken);
+        else if (!release && f == RLD_SETTLE_ITEM_AMOUNT)
+            ab_i64(a, amount);
     }
     ab_params(a, ti, rule, rs->shards[it->level]);
 }
@@ -1624,8 +1684,8 @@ static void unref_all(rl_rules **refs, size_t n)
         rl_rules_unref(refs[i]);
 }
 
-static int rs_settle(void *cls, const char *id, rl_fp actual, rl_ns now, rl_settlement *out,
-                     rl_err *err)
+static int rs_settle(void *cls, const char *id, const rl_actual *actual, rl_ns now,
+                     rl_settlement *out, rl_err *err)
 {
     redis_store *rs = cls;
     resv rv;
@@ -1646,6 +1706,10 @@ static int rs_settle(void *cls, const char *id, rl_fp actual, rl_ns now, rl_sett
     uitem u[RL_MAX_APPLIED];
     rl_rules *refs[RL_MAX_APPLIED];
     size_t nu = 0;
+    rl_fp act[RL_UNITS];
+    rl_settlement st;
+    rl_settle_amounts(rv.cost, rv.has_amt ? rv.amt : NULL, rv.priced ? &rv.price : NULL, actual,
+                      &st, act);
     ab_resv_key(rs, &k, id);
     for (int f = 0; f < RLD_SETTLE_FIELDS; f++) {
         switch (f) {
@@ -1653,7 +1717,7 @@ static int rs_settle(void *cls, const char *id, rl_fp actual, rl_ns now, rl_sett
             rs->manual ? ab_i64(&a, now) : ab_str(&a, "");
             break;
         case RLD_SETTLE_ACTUAL:
-            ab_i64(&a, actual);
+            ab_i64(&a, act[RL_UNIT_COST]);
             break;
         case RLD_SETTLE_FLOOR_MS:
             ab_i64(&a, rs->floor_ms);
@@ -1673,11 +1737,17 @@ static int rs_settle(void *cls, const char *id, rl_fp actual, rl_ns now, rl_sett
         const rl_rule *rule = it->refundable ? rule_now(rs, it, &ti, &ref) : NULL;
         if (!rule)
             continue;
+        rl_fp amount = it->taken - act[it->unit];
         if (rs->cluster) {
+            if (amount == 0) {
+                rl_rules_unref(ref);
+                continue;
+            }
             defer_item(rs, it, ti, rule, ref, 'r', u, refs, &nu);
+            u[nu - 1].amount = amount;
             continue;
         }
-        ab_item(rs, &k, &a, it, ti, rule, 0);
+        ab_item(rs, &k, &a, it, ti, rule, 0, amount);
         rl_rules_unref(ref);
     }
     rc = eval(rs, RLD_SCRIPT_SETTLE, &k, &a, &r, err);
@@ -1691,19 +1761,13 @@ static int rs_settle(void *cls, const char *id, rl_fp actual, rl_ns now, rl_sett
         return rc;
     }
     if (reply_is(r, "ok") && r->elements == 2) {
-        rl_fp cost = parse_i64(r->element[1]);
-        if (nu && cost != actual) { /* the states, each slot by its own script */
+        if (nu) { /* the states, each slot by its own script */
             char nowbuf[24] = "";
             if (rs->manual)
                 snprintf(nowbuf, sizeof nowbuf, "%lld", (long long)now);
-            for (size_t i = 0; i < nu; i++)
-                u[i].amount = cost - actual;
             rc = undo(rs, nowbuf, rv.at, u, nu, err);
         }
-        out->reserved = cost;
-        out->actual = actual;
-        out->refunded = actual < cost ? cost - actual : 0;
-        out->charged = actual > cost ? actual - cost : 0;
+        *out = st;
     } else if (reply_is(r, "settled")) {
         rc = rl_errf(err, RL_ESETTLED, "reservation: already settled");
     } else if (reply_is(r, "notfound")) {
@@ -1772,7 +1836,7 @@ static int end_resv(redis_store *rs, const char *id, const char *now_arg, int ex
             defer_item(rs, it, ti, rule, ref, 'h', u, refs, &nu);
             continue;
         }
-        ab_item(rs, &k, &a, it, ti, rule, 1);
+        ab_item(rs, &k, &a, it, ti, rule, 1, 0);
         rl_rules_unref(ref);
     }
     rc = eval(rs, RLD_SCRIPT_RELEASE, &k, &a, &r, err);

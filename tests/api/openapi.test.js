@@ -132,7 +132,7 @@ async function startDaemon(config) {
   fs.writeFileSync(path.join(dir, 'config.json'), JSON.stringify(config));
   const { proc, m } = await startProcess(path.join(BUILD, 'ratelimitd'),
     ['--config', 'config.json', '--port', '0', '--manual-clock'], dir,
-    /^listening on 127\.0\.0\.1:(\d+)\n/);
+    /^listening on [^\n]*:(\d+)\n/);
   return { proc, dir, base: `http://127.0.0.1:${m[1]}` };
 }
 
@@ -354,6 +354,19 @@ test('the Redis store: its health, metrics and 503s while Redis is down', async 
   assert.equal(r.json.store_up, false);
   // the user level is open while Redis is down (on_store_error's default)
   r = await call('POST', '/acquire', { body: { keys: { user: 'erin' } }, status: 200 });
+  await stop(d);
+});
+
+test('off loopback without admin_token: the admin endpoints answer 403', async () => {
+  let d;
+  ({ proc: d, base } = await startDaemon({
+    ...CONFIG, admin_token: undefined, listen: { address: '0.0.0.0' },
+  }));
+  for (const [method, p, body] of [['GET', '/quota/alice'], ['PUT', '/quota/alice', { tier: 'pro' }],
+    ['DELETE', '/quota/alice'], ['POST', '/admin/reload']]) {
+    const r = await call(method, p, { body, headers: auth, status: 403 });
+    assert.match(r.json.error, /^admin_token: the admin endpoints are closed: ratelimitd listens on 0\.0\.0\.0/);
+  }
   await stop(d);
 });
 

@@ -40,7 +40,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     rl_ns now = b.has_now ? b.now : 0;
     int rc;
     if (with_actual) {
-        rl_settlement s = {0, 0, 0, 0};
+        rl_settlement s;
+        memset(&s, 0, sizeof s);
         rc = rl_settle(lim, b.reservation, b.actual, now, &s, &err);
         FZ_CHECK(rc != RL_OK || (s.refunded >= 0 && s.charged >= 0 &&
                                   s.reserved - s.refunded + s.charged == s.actual),

@@ -28,6 +28,7 @@
 #include "redis/redis.h"
 #include "app/render.h"
 #include "summary.h"
+#include "app/usage.h"
 #include "app/values.h"
 
 static const char usage[] =
@@ -153,9 +154,14 @@ static int decide(replay *rp, side *s, const rld_acquire_req *q, rld_buf *o, out
                   rl_err *err)
 {
     rl_decision d;
+    rl_usage u;
+    if (q->usage &&
+        rld_usage_read(rl_limiter_config(s->lim), q->usage, "usage", &u, err) != 0)
+        return -1;
     rl_request req = {.desc = q->desc,
                       .ndesc = q->ndesc,
                       .cost = q->cost,
+                      .usage = q->usage ? &u : NULL,
                       .priority = q->priority,
                       .flags = (q->dry_run ? RL_DRY_RUN : 0u) | (q->reserve ? RL_RESERVE : 0u),
                       .now = rp->now};
@@ -248,17 +254,22 @@ static int settle(replay *rp, side *s, json_t *root, int refund, rld_buf *o, rl_
         rld_buf_puts(o, "{\"released\":true}");
         return 0;
     }
-    json_t *ac = json_object_get(root, "actual_cost");
-    rl_fp actual;
+    json_t *ac = json_object_get(root, "actual_cost"), *au = json_object_get(root, "actual_usage");
+    const rl_config *cfg = rl_limiter_config(s->lim);
+    rl_actual act = {.has_cost = ac != NULL, .cost = 0, .usage = {0, {0}}};
     rl_settlement st;
-    if (!ac)
-        return rl_errf(err, -1, "actual_cost: required, a number from 0 to 1000000000000");
-    if (rld_value_amount("actual_cost", json_is_number(ac) ? json_number_value(ac) : NAN, &actual,
-                         err) != 0)
+    if (!ac && !au)
+        return rl_errf(err, -1, "actual_cost: required (or actual_usage), a number from 0 to "
+                       "1000000000000");
+    if (ac && rld_value_amount("actual_cost", json_is_number(ac) ? json_number_value(ac) : NAN,
+                               &act.cost, err) != 0)
         return -1;
-    if (rl_settle(s->lim, id, actual, rp->now, &st, err) != RL_OK)
+    if (au && (!json_is_object(au) ||
+               rld_usage_read(cfg, au, "actual_usage", &act.usage, err) != 0))
+        return json_is_object(au) ? -1 : rl_errf(err, -1, "actual_usage: must be an object");
+    if (rl_settle_usage(s->lim, id, &act, rp->now, &st, err) != RL_OK)
         return -1;
-    rld_render_settlement(o, id, &st);
+    rld_render_settlement(o, cfg, id, &st);
     return 0;
 }
 
@@ -270,9 +281,9 @@ static void settle_line(replay *rp, json_t *root, int refund)
     json_object_foreach(root, k, v)
     {
         if (strcmp(k, refund ? "refund" : "release") != 0 && strcmp(k, "now") != 0 &&
-            !(refund && strcmp(k, "actual_cost") == 0)) {
+            !(refund && (strcmp(k, "actual_cost") == 0 || strcmp(k, "actual_usage") == 0))) {
             snprintf(err.msg, sizeof err.msg, "%.64s: unknown field (known: %s)", k,
-                     refund ? "refund, actual_cost, now" : "release, now");
+                     refund ? "refund, actual_cost, actual_usage, now" : "release, now");
             put_line_error(rp, err.msg);
             return;
         }

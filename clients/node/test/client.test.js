@@ -118,7 +118,8 @@ describe('on the manual clock', () => {
       assert.equal(r.decision.limits[0].remaining, 50);
       return r.settle(20);
     });
-    assert.deepEqual(s, { reservation: id, reserved_cost: 50, actual_cost: 20, refunded: 30, charged: 0 });
+    assert.deepEqual(s, { reservation: id, reserved_cost: 50, actual_cost: 20, refunded: 30, charged: 0,
+      usage: null, usd: null });
     assert.equal(await balance('bea', 0), 80); // 100 - 50 + 30
     assert.equal(await c.release(id), false); // released when fn returned
   });

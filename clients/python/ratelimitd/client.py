@@ -74,6 +74,8 @@ class Settlement:
     actual_cost: float
     refunded: float
     charged: float
+    usage: dict = None  # per dimension {reserved, actual, refunded, charged}, when counted
+    usd: dict = None    # the same in dollars, when the reservation had prices
 
 
 def _body(op, values):

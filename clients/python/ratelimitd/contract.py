@@ -19,7 +19,8 @@ FIELDS = {
     "refund": {
         "path": "/refund",
         "request": ("reservation", "actual_cost", "actual_usage", "now"),
-        "response": ("reservation", "reserved_cost", "actual_cost", "refunded", "charged"),
+        "response": ("reservation", "reserved_cost", "actual_cost", "refunded", "charged",
+                     "usage", "usd"),
     },
     "release": {
         "path": "/release",
@@ -28,13 +29,9 @@ FIELDS = {
     },
 }
 
-# Fields the client sends only when the caller gives them, for daemons that count named
-# dimensions (input and output tokens, ...): api/openapi.yaml does not have them, and a daemon
-# without them answers 400 naming the field, which the client raises as an Error.
-PENDING = {
-    "acquire": ("usage",),
-    "refund": ("actual_usage",),
-}
+# Fields of this table that api/openapi.yaml does not have yet (sent only when the caller gives
+# them; a daemon without them answers 400 naming the field): none today.
+PENDING = {}
 
 
 def top(fields):

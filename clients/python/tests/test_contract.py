@@ -11,6 +11,7 @@ import json
 import os
 import threading
 import unittest
+import unittest.mock
 
 import yaml
 
@@ -104,10 +105,11 @@ class Contract(unittest.TestCase):
             "(ratelimitd/contract.py)"])
         d = copy.deepcopy(doc)
         del d["components"]["schemas"]["Settlement"]["properties"]["charged"]
-        d["components"]["schemas"]["AcquireRequest"]["properties"]["usage"] = {"type": "object"}
-        self.assertEqual(differences(d), [
-            "/acquire request field usage is in api/openapi.yaml now: drop it from PENDING",
-            "/refund answer field charged is in the client's table but not in api/openapi.yaml"])
+        with unittest.mock.patch.dict(PENDING, {"acquire": ("usage",)}):
+            self.assertEqual(differences(d), [
+                "/acquire request field usage is in api/openapi.yaml now: drop it from PENDING",
+                "/refund answer field charged is in the client's table but not in "
+                "api/openapi.yaml"])
 
     def test_the_objects_carry_the_table(self):
         names = lambda cls: {f.name for f in dataclasses.fields(cls)}

@@ -370,11 +370,26 @@ START_TEST(usage_read_and_reset_through_another_instance)
                              "\"unit\":\"cost\",\"limit\":10,\"used\":7,\"remaining\":3,"
                              "\"reset_after\":7}]}");
     su_resp_free(&g);
+    /* instance 0 is denied 7 more (3 left) and keeps that denial (the cache of denials) */
+    a = post(&s[0], "/acquire", "{\"keys\": {\"user\": \"u1\"}, \"cost\": 7, \"now\": 100}");
+    check_decision(&a, 429, "user: b");
+    su_resp_free(&a);
     su_resp d = su_req(&s[1], "DELETE", "/usage/user/u1", NULL, NULL);
     ck_assert_int_eq(d.status, 200);
     ck_assert_str_eq(d.body, "{\"level\":\"user\",\"key\":\"u1\",\"cleared\":1}");
     su_resp_free(&d);
     ck_assert_double_eq(remaining_at(&s[0], "100"), 10);
+    /* the reset reached instance 0's cache: the same 7 passes as soon as the announcement
+     * arrives (a denied try takes nothing), well within a second */
+    int passed = 0;
+    for (int i = 0; i < 50 && !passed; i++) {
+        a = post(&s[0], "/acquire", "{\"keys\": {\"user\": \"u1\"}, \"cost\": 7, \"now\": 100}");
+        passed = a.status == 200;
+        su_resp_free(&a);
+        if (!passed)
+            sleep_ms(20);
+    }
+    ck_assert_msg(passed, "instance 0 still denies after the reset");
     d = su_req(&s[0], "DELETE", "/usage/team/t1", NULL, NULL);
     ck_assert_int_eq(d.status, 404);
     su_resp_free(&d);

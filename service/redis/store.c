@@ -2201,6 +2201,11 @@ static int rs_reset(void *cls, size_t level, const char *key, size_t keylen, siz
                     rl_err *err)
 {
     redis_store *rs = cls;
+    abuf gone; /* the deleted state keys, "<len>:<key>" each, as the scripts announce them */
+    ab_init(&gone);
+    ab_str(&gone, "PUBLISH");
+    ab_key(rs, &gone, "deny", NULL);
+    ab_str(&gone, "");
     *cleared = 0;
     for (unsigned slot = 0; slot < RL_MAX_RULES; slot++) {
         rl_rules *ref = NULL;
@@ -2216,15 +2221,30 @@ static int rs_reset(void *cls, size_t level, const char *key, size_t keylen, siz
             ab_str(&k, "DEL");
             ab_state_key(rs, &k, level, slot, sh, key, keylen);
             int rc = command(rs, &k, &r, err);
-            ab_free(&k);
-            if (rc != RL_OK)
-                return rc;
-            if (r->type == REDIS_REPLY_INTEGER)
+            if (rc == RL_OK && r->type == REDIS_REPLY_INTEGER && r->integer > 0) {
+                char len[24];
                 *cleared += (size_t)r->integer;
-            freeReplyObject(r);
+                ab_cat(&gone, len, (size_t)snprintf(len, sizeof len, "%zu:", k.len[1]));
+                ab_cat(&gone, k.buf + k.off[1], k.len[1]);
+                if (rs->dc) /* here at once; the others by the announcement below */
+                    rld_denycache_forget(rs->dc, k.buf + k.off[1], k.len[1]);
+            }
+            if (rc == RL_OK)
+                freeReplyObject(r);
+            ab_free(&k);
+            if (rc != RL_OK) {
+                ab_free(&gone);
+                return rc;
+            }
         }
     }
-    return RL_OK;
+    /* every instance forgets its cached denials of these keys */
+    int rc = RL_OK;
+    redisReply *r;
+    if (*cleared && (rc = command(rs, &gone, &r, err)) == RL_OK)
+        freeReplyObject(r);
+    ab_free(&gone);
+    return rc;
 }
 
 static const rl_store_ops redis_ops = {

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "core/tz.h"
 #include "redis/store.h"
@@ -325,6 +326,78 @@ START_TEST(reset_after_to_the_next_start)
 }
 END_TEST
 
+
+static const char *berlin5 =
+    "{\"reservation_ttl\": 600, \"levels\": [{\"name\": \"k\", \"rules\": [{\"type\": "
+    "\"calendar\", \"limit\": 5, \"period\": \"day\", \"time_zone\": \"Europe/Berlin\"}]}]}";
+
+/* A snapshot keeps the period and its count: 3 of 5 taken at 12:00 UTC on 2026-03-29 (a day
+ * ending at 22:00 UTC); after a restart at 13:00, 2 fit and a 3rd waits 9 hours. */
+START_TEST(snapshot_keeps_the_period)
+{
+    rl_limiter *a = tu_limiter(berlin5);
+    rl_decision d;
+    rl_err err;
+    char path[256];
+    const char *b = getenv("RL_BUILD");
+    snprintf(path, sizeof path, "%s/cal-snap-%d.bin", b ? b : "build", (int)getpid());
+    rl_ns noon = (rl_ns)utc("2026-03-29T12:00:00") * RL_NS_PER_SEC;
+    ck_assert_int_eq(tu_acquire(a, "k=x", 3, noon, &d), 1);
+    ck_assert_int_eq(rl_limiter_save(a, path, &err), RL_OK);
+    rl_limiter *c = tu_limiter(berlin5);
+    size_t loaded = 0;
+    ck_assert_int_eq(rl_limiter_load(c, path, noon + S(H), &loaded, &err), RL_OK);
+    ck_assert_uint_eq(loaded, 1);
+    ck_assert_int_eq(tu_acquire_ex(c, "k=x", 3, noon + S(H), RL_DRY_RUN, 0, &d), 0);
+    ck_assert_int_eq(d.retry_after, S(9 * H));
+    ck_assert_int_eq(tu_acquire(c, "k=x", 2, noon + S(H), &d), 1);
+    ck_assert_int_eq(tu_status(&d, 0)->remaining, 0);
+    unlink(path);
+    tu_free(a);
+    tu_free(c);
+}
+END_TEST
+
+/* A reservation of 3 settled at 1 gives 2 back within the period; one made before midnight
+ * and settled after it gives nothing back to the new day: on both stores alike. */
+START_TEST(settle_within_and_across_periods)
+{
+    rl_registry *reg = NULL;
+    rl_limiter *lim;
+    if (_i) {
+        reg = rl_registry_new();
+        lim = redis_limiter(reg, berlin5, "calsettle:");
+    } else {
+        lim = tu_limiter(berlin5);
+    }
+    rl_decision d;
+    rl_err err;
+    rl_settlement st;
+    char id[RL_RESERVATION_ID];
+    rl_ns noon = (rl_ns)utc("2026-03-29T12:00:00") * RL_NS_PER_SEC;
+    ck_assert_int_eq(tu_acquire_ex(lim, "k=x", 3, noon, RL_RESERVE, 0, &d), 1);
+    memcpy(id, d.reservation, sizeof id);
+    ck_assert_int_eq(rl_settle(lim, id, FP(1), noon + S(60), &st, &err), RL_OK);
+    ck_assert_int_eq(st.refunded, FP(2));
+    ck_assert_int_eq(tu_acquire_ex(lim, "k=x", 4, noon + S(60), RL_DRY_RUN, 0, &d), 1);
+    ck_assert_int_eq(tu_status(&d, 0)->remaining, FP(4));
+    /* 4 reserved at 21:59, settled at 0 at 22:01, in the new day: nothing comes back */
+    rl_ns late = (rl_ns)utc("2026-03-29T21:59:00") * RL_NS_PER_SEC;
+    ck_assert_int_eq(tu_acquire_ex(lim, "k=x", 4, late, RL_RESERVE, 0, &d), 1);
+    memcpy(id, d.reservation, sizeof id);
+    ck_assert_int_eq(tu_acquire(lim, "k=x", 1, late + S(120), &d), 1);
+    ck_assert_int_eq(rl_settle(lim, id, 0, late + S(120), &st, &err), RL_OK);
+    ck_assert_int_eq(tu_acquire_ex(lim, "k=x", 1, late + S(120), RL_DRY_RUN, 0, &d), 1);
+    ck_assert_int_eq(tu_status(&d, 0)->remaining, FP(4));
+    if (_i) {
+        rl_limiter_free(lim);
+        rl_registry_free(reg);
+    } else {
+        tu_free(lim);
+    }
+}
+END_TEST
+
 static void srv_up(void) { rt_redis_start(&srv); }
 static void srv_down(void) { rt_redis_stop(&srv); }
 
@@ -343,12 +416,15 @@ Suite *calendar_suite(void)
     tc = tcase_create("memory");
     tcase_add_loop_test(tc, trace_in_memory, 0, n);
     tcase_add_test(tc, reset_after_to_the_next_start);
+    tcase_add_test(tc, snapshot_keeps_the_period);
+    tcase_add_loop_test(tc, settle_within_and_across_periods, 0, 1);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("redis");
     tcase_add_checked_fixture(tc, srv_up, srv_down);
     tcase_set_timeout(tc, 60);
     tcase_add_loop_test(tc, trace_on_redis, 0, n);
+    tcase_add_loop_test(tc, settle_within_and_across_periods, 1, 2);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -21,7 +21,8 @@ static const struct {
      "levels[1].rules[0].capacity: must be a positive number no larger than 1000000000000"},
     {"{\"levels\": [{\"name\": \"user\", \"rules\": [{\"type\": \"token_buckt\"}]}]}",
      "levels[0].rules[0].type: unknown rule type \"token_buckt\" (known: token_bucket, "
-     "sliding_window, sliding_window_counter, fixed_window, gcra, concurrency, deny_list)"},
+     "sliding_window, sliding_window_counter, fixed_window, gcra, concurrency, deny_list, "
+     "calendar)"},
     {"{\"levels\": [{\"name\": \"user\", \"rules\": [{\"type\": \"token_bucket\", \"capcity\": "
      "10, \"per_second\": 1}]}]}",
      "levels[0].rules[0].capcity: unknown parameter of token_bucket (known: type, name, unit, "

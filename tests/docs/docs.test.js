@@ -1,5 +1,5 @@
-// The curl examples of README.md, docs/api.md and docs/usage.md, run against a fresh daemon and their output
-// compared with what the page shows, so that the docs cannot drift from the daemon.
+// The curl examples of README.md, docs/api.md, docs/usage.md and docs/budgets.md, run against a
+// fresh daemon and their output compared with what the page shows, so that the docs cannot drift from the daemon.
 //
 //   RL_BUILD=build node --test tests/docs/      (make docs-check; make test runs it)
 //
@@ -36,7 +36,7 @@ const { spawn, spawnSync } = require('node:child_process');
 const ROOT = path.resolve(__dirname, '../..');
 const BUILD = path.resolve(ROOT, process.env.RL_BUILD || 'build');
 const DAEMON = path.join(BUILD, 'ratelimitd');
-const PAGES = ['README.md', 'docs/api.md', 'docs/usage.md'];
+const PAGES = ['README.md', 'docs/api.md', 'docs/usage.md', 'docs/budgets.md'];
 const CONFIG = path.join(ROOT, 'config/default.json'); // what make run serves
 
 // ---- reading a page ---------------------------------------------------------------------------

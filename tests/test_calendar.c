@@ -104,8 +104,9 @@ END_TEST
 
 START_TEST(zone_names_refused)
 {
-    static const char *const bad[] = {"Mars/Base", "../etc/passwd", "/etc/passwd", "Europe",
-                                      "", "Europe/../Europe/Berlin", "right/Europe/Berlin"};
+    static const char *const bad[] = {
+        "Mars/Base", "../etc/passwd",           "/etc/passwd",        "Europe",
+        "",          "Europe/../Europe/Berlin", "right/Europe/Berlin"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         char err[256];
         rl_tz *tz = rl__tz_load(bad[i], err, sizeof err);
@@ -126,8 +127,7 @@ START_TEST(zone_names_refused)
     msg = tu_config_error("{\"levels\": [{\"name\": \"k\", \"rules\": [{\"type\": \"calendar\", "
                           "\"limit\": 5, \"period\": \"month\", \"month_day\": 29, "
                           "\"time_zone\": \"UTC\"}]}]}");
-    ck_assert_msg(strstr(msg, "month_day: must be a whole number from 1 to 28") != NULL, "%s",
-                  msg);
+    ck_assert_msg(strstr(msg, "month_day: must be a whole number from 1 to 28") != NULL, "%s", msg);
 }
 END_TEST
 
@@ -277,8 +277,7 @@ static void run_case(const ccase *c, int redis, int idx)
         rl_decision d;
         rl_ns now = (rl_ns)utc(r->at) * RL_NS_PER_SEC;
         int ok = tu_acquire_ex(lim, "k=x", r->cost, now, 0, 0, &d);
-        ck_assert_msg(ok == r->allowed, "%s store, %s, row %d: allowed %d", store, c->name, i,
-                      ok);
+        ck_assert_msg(ok == r->allowed, "%s store, %s, row %d: allowed %d", store, c->name, i, ok);
         ck_assert_msg(d.retry_after == S(r->wait), "%s store, %s, row %d: wait %lld", store,
                       c->name, i, (long long)d.retry_after);
         const rl_rule_status *st = tu_status(&d, 0);
@@ -325,7 +324,6 @@ START_TEST(reset_after_to_the_next_start)
     tu_free(lim);
 }
 END_TEST
-
 
 static const char *berlin5 =
     "{\"reservation_ttl\": 600, \"levels\": [{\"name\": \"k\", \"rules\": [{\"type\": "
@@ -398,8 +396,14 @@ START_TEST(settle_within_and_across_periods)
 }
 END_TEST
 
-static void srv_up(void) { rt_redis_start(&srv); }
-static void srv_down(void) { rt_redis_stop(&srv); }
+static void srv_up(void)
+{
+    rt_redis_start(&srv);
+}
+static void srv_down(void)
+{
+    rt_redis_stop(&srv);
+}
 
 Suite *calendar_suite(void);
 Suite *calendar_suite(void)

@@ -151,8 +151,8 @@ static rl_ns wait_for(const cal_params *p, const cal_state *s, rl_ns now, rl_fp 
     return s->end - now;
 }
 
-static rl_ns cal_evaluate(const void *pp, const void *st, const char *key, size_t keylen,
-                          rl_ns now, rl_fp cost, rl_eval *ev)
+static rl_ns cal_evaluate(const void *pp, const void *st, const char *key, size_t keylen, rl_ns now,
+                          rl_fp cost, rl_eval *ev)
 {
     cal_ev *e = (cal_ev *)(void *)ev;
     (void)key;

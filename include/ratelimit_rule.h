@@ -77,7 +77,8 @@ typedef enum rl_param_kind {
     RL_PARAM_RATE,     /* rl_fp per second; bounds in units per second */
     RL_PARAM_DURATION, /* rl_ns; given in seconds; bounds in seconds */
     RL_PARAM_INT,      /* int64_t; must be a whole number */
-    RL_PARAM_STRINGS   /* rl_strings; a list of non-empty strings */
+    RL_PARAM_STRINGS   /* rl_strings; a list of non-empty strings (with max 1, a JSON
+                        * configuration may give the one string alone: "time_zone": "UTC") */
 } rl_param_kind;
 
 /* A list of strings owned by the rule; sorted byte-wise and without duplicates once loaded,

@@ -523,9 +523,11 @@ static int put_ns(char *b, size_t n, rl_ns v)
  * (tests/plugins/rule_leaky_bucket.c). */
 static const char *const type_names[] = {
     "token_bucket", "gcra",      "fixed_window", "sliding_window", "sliding_window_counter",
-    "concurrency",  "deny_list", "leaky_bucket"};
+    "concurrency",  "deny_list", "calendar",     "leaky_bucket"};
 #define NTYPES ((int)(sizeof type_names / sizeof type_names[0]))
 #define DENY_LIST 6
+#define CALENDAR 7
+#define LEAKY_BUCKET 8
 
 /* The path of a test plug-in (tests/plugins/<name>.c, built by the Makefile). */
 static const char *plugin_path(const char *name)
@@ -559,7 +561,23 @@ static size_t rnd_rule(uint64_t *s, int t, int idx, char *b, size_t n)
         put_ns(y, sizeof y, rnd_duration(s, 31622400));
         u += (size_t)snprintf(b + u, n - u, ", \"limit\": %s, \"window\": %s", x, y);
         break;
-    case 7:
+    case CALENDAR: {
+        /* zones with changes at 02:00, at midnight (Beirut), of half an hour (Lord Howe), in
+         * the southern hemisphere, and none */
+        static const char *const zones[] = {"UTC", "Europe/Berlin", "America/Los_Angeles",
+                                            "Asia/Beirut", "Australia/Lord_Howe", "Asia/Kolkata"};
+        static const char *const periods[] = {"day", "week", "month", "year"};
+        int per = (int)rnd(s, 4);
+        put_fp(x, sizeof x, rnd_amount(s, 1000000000000));
+        u += (size_t)snprintf(b + u, n - u, ", \"limit\": %s, \"period\": \"%s\", "
+                              "\"time_zone\": \"%s\"", x, periods[per], zones[rnd(s, 6)]);
+        if (per == 1 && rnd(s, 2))
+            u += (size_t)snprintf(b + u, n - u, ", \"week_start\": \"sunday\"");
+        if (per == 2 && rnd(s, 2))
+            u += (size_t)snprintf(b + u, n - u, ", \"month_day\": %d", (int)(1 + rnd(s, 28)));
+        break;
+    }
+    case LEAKY_BUCKET:
         put_fp(x, sizeof x, rnd_amount(s, 1000000000000));
         put_fp(y, sizeof y, rnd_rate(s));
         u += (size_t)snprintf(b + u, n - u, ", \"capacity\": %s, \"per_second\": %s", x, y);
@@ -575,7 +593,7 @@ static size_t rnd_rule(uint64_t *s, int t, int idx, char *b, size_t n)
         u += (size_t)snprintf(b + u, n - u, ", \"keys\": [\"zz\", \"dflt\"]");
         break;
     }
-    if ((t < 5 || t == 7) && rnd(s, 4) == 0)
+    if ((t < 5 || t == CALENDAR || t == LEAKY_BUCKET) && rnd(s, 4) == 0)
         u += (size_t)snprintf(b + u, n - u, ", \"unit\": \"requests\"");
     /* shadow and charge rules (shadow wins when both are set) */
     uint64_t opt = rnd(s, 16);

@@ -98,15 +98,20 @@ static int64_t next_day(const cal_params *p, int64_t first)
     }
 }
 
+/* A time in seconds as ns, no earlier than time 0: a state keeps no time before it (a period
+ * holding time 0 starts there, as a key's first time can be no earlier). */
 static rl_ns ns_of(int64_t sec)
 {
+    if (sec <= 0)
+        return 0;
     return sec > INT64_MAX / RL_NS_PER_SEC ? RL_WAIT_NEVER : sec * RL_NS_PER_SEC;
 }
 
-/* The period holding t: [*start, *end) in ns, and its first date in *first. */
+/* The period holding t: [*start, *end) in ns, and its first date in *first (a time before 0
+ * counts as 0). */
 static void period_of(const cal_params *p, rl_ns t, rl_ns *start, rl_ns *end, int64_t *first)
 {
-    int64_t sec = floor_div(t, RL_NS_PER_SEC);
+    int64_t sec = floor_div(t > 0 ? t : 0, RL_NS_PER_SEC);
     int64_t day = floor_div(sec + rl__tz_offset(p->tz, sec), 86400);
     int64_t f = first_day(p, day), nf = next_day(p, f);
     int64_t e = rl__tz_midnight(p->tz, nf);

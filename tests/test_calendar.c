@@ -102,6 +102,91 @@ START_TEST(midnight_skipped_or_repeated)
 }
 END_TEST
 
+/* A TZif file of version 2 without transitions: one local time type (offset off) and the
+ * footer tz, so that every time follows the footer's rule. */
+static rl_tz *footer_zone(int32_t off, const char *tz)
+{
+    unsigned char b[512];
+    size_t n = 0;
+    for (int part = 0; part < 2; part++) {
+        memcpy(b + n, "TZif2", 5);
+        memset(b + n + 5, 0, 15);
+        n += 20;
+        const uint32_t counts[6] = {0, 0, 0, 0, 1, 4}; /* isut isstd leap time type char */
+        for (int i = 0; i < 6; i++, n += 4) {
+            b[n] = (unsigned char)(counts[i] >> 24);
+            b[n + 1] = (unsigned char)(counts[i] >> 16);
+            b[n + 2] = (unsigned char)(counts[i] >> 8);
+            b[n + 3] = (unsigned char)counts[i];
+        }
+        uint32_t u = (uint32_t)off;
+        unsigned char tt[6] = {(unsigned char)(u >> 24),
+                               (unsigned char)(u >> 16),
+                               (unsigned char)(u >> 8),
+                               (unsigned char)u,
+                               0,
+                               0};
+        memcpy(b + n, tt, 6);
+        memcpy(b + n + 6, "STD", 4);
+        n += 10;
+    }
+    n += (size_t)snprintf((char *)b + n, sizeof b - n, "\n%s\n", tz);
+    char err[128];
+    rl_tz *z = rl__tz_parse(b, n, err, sizeof err);
+    ck_assert_msg(z != NULL, "%s: %s", tz, err);
+    return z;
+}
+
+START_TEST(footer_rules)
+{
+    /* Sydney's rule, in the southern hemisphere: summer time from the first Sunday of October
+     * at 02:00 to the first Sunday of April at 03:00 */
+    rl_tz *tz = footer_zone(36000, "AEST-10AEDT,M10.1.0,M4.1.0/3");
+    ck_assert_int_eq(rl__tz_offset(tz, utc("2027-01-15T00:00:00")), 39600);
+    ck_assert_int_eq(rl__tz_offset(tz, utc("2027-07-15T00:00:00")), 36000);
+    /* 2027-04-04 03:00 AEDT is 2027-04-03 16:00 UTC */
+    ck_assert_int_eq(rl__tz_offset(tz, utc("2027-04-03T15:59:59")), 39600);
+    ck_assert_int_eq(rl__tz_offset(tz, utc("2027-04-03T16:00:00")), 36000);
+    /* the day of 2027-04-04 lasts 25 hours: from 13:00 UTC the day before to 14:00 UTC */
+    ck_assert_int_eq(rl__tz_midnight(tz, day_of("2027-04-04")), utc("2027-04-03T13:00:00"));
+    ck_assert_int_eq(rl__tz_midnight(tz, day_of("2027-04-05")), utc("2027-04-04T14:00:00"));
+    rl__tz_free(tz);
+
+    /* a change back at 00:30 to 23:30 the day before: 2026-10-25 00:00 local first happens at
+     * 21:00 UTC (summer time, +3), and 21:45 UTC reads 23:45 on the 24th again */
+    tz = footer_zone(7200, "STD-2DST,M3.5.0,M10.5.0/0:30");
+    ck_assert_int_eq(rl__tz_midnight(tz, day_of("2026-10-25")), utc("2026-10-24T21:00:00"));
+    ck_assert_int_eq(rl__tz_offset(tz, utc("2026-10-24T21:29:59")), 10800);
+    ck_assert_int_eq(rl__tz_offset(tz, utc("2026-10-24T21:45:00")), 7200);
+    ck_assert_int_eq(rl__tz_midnight(tz, day_of("2026-10-26")), utc("2026-10-25T22:00:00"));
+    rl__tz_free(tz);
+
+    /* a fixed offset, and the POSIX defaults: one hour of summer time, on the United States'
+     * dates (second Sunday of March, first of November, at 02:00) */
+    tz = footer_zone(-18000, "<-05>5");
+    ck_assert_int_eq(rl__tz_offset(tz, utc("2026-07-01T00:00:00")), -18000);
+    rl__tz_free(tz);
+    tz = footer_zone(-18000, "EST5EDT");
+    ck_assert_int_eq(rl__tz_offset(tz, utc("2026-03-08T06:59:59")), -18000);
+    ck_assert_int_eq(rl__tz_offset(tz, utc("2026-03-08T07:00:00")), -14400);
+    rl__tz_free(tz);
+}
+END_TEST
+
+START_TEST(malformed_files_refused)
+{
+    char err[128];
+    static const unsigned char v1[44] = "TZif";
+    ck_assert_ptr_null(rl__tz_parse((const unsigned char *)"TZif2", 5, err, sizeof err));
+    ck_assert_ptr_null(rl__tz_parse(v1, sizeof v1, err, sizeof err));
+    ck_assert_ptr_nonnull(strstr(err, "version 1"));
+    ck_assert_ptr_null(rl__tz_parse((const unsigned char *)"not a zone file at all, not at all, "
+                                                           "no, not at all",
+                                    50, err, sizeof err));
+    ck_assert_ptr_nonnull(strstr(err, "not a TZif file"));
+}
+END_TEST
+
 START_TEST(zone_names_refused)
 {
     static const char *const bad[] = {
@@ -414,6 +499,8 @@ Suite *calendar_suite(void)
     tcase_add_test(tc, berlin_midnights);
     tcase_add_test(tc, midnight_skipped_or_repeated);
     tcase_add_test(tc, zone_names_refused);
+    tcase_add_test(tc, footer_rules);
+    tcase_add_test(tc, malformed_files_refused);
     suite_add_tcase(s, tc);
 
     int n = (int)(sizeof cases / sizeof cases[0]);

@@ -10,7 +10,7 @@
 
 #include "tz.h"
 
-#define TZ_FILE_MAX (1 << 20)
+#define TZ_FILE_MAX (1 << 16) /* the largest zone file is under 4 KiB */
 #define DAY 86400
 
 /* A date of a POSIX TZ rule and the local time on it when the change happens. */

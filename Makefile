@@ -285,6 +285,20 @@ $(BUILD)/bench/loadgen: bench/loadgen.c
 	$(call say,CC,$<)
 	$(Q)$(CC) $(WARN) $(CFLAGS) $(SAN) -pthread $< -o $@ $(LDFLAGS) $(SAN) -pthread
 
+# ---- adaptive concurrency: bench/adaptive.c, goodput of adaptive_concurrency against fixed
+# limits on a simulated backend (bench/run.sh's "adaptive" section)
+BENCH_BIN += $(BUILD)/bench/adaptive
+$(BUILD)/bench/adaptive.o: bench/adaptive.c
+	@mkdir -p $(dir $@)
+	$(call say,CC,$<)
+	$(Q)$(CC) $(BASE_CPPFLAGS) -Iservice $(SVC_CFLAGS) $(ALL_CFLAGS) -c $< -o $@
+
+$(BUILD)/bench/adaptive: $(BUILD)/bench/adaptive.o $(BUILD)/service/config/config.o \
+                         $(BUILD)/service/config/settings.o $(BUILD)/service/app/file.o \
+                         $(BUILD)/service/app/rules_json.o $(BUILD)/librl.a
+	$(call say,LD,$@)
+	$(Q)$(CC) $^ -o $@ $(LDFLAGS_ALL) $(SVC_LIBS)
+
 build-bench: $(BUILD)/ratelimitd $(BENCH_BIN)
 
 $(BUILD)/bench/soak: bench/soak.c

@@ -16,7 +16,8 @@
 #   BENCH_CORE_MAX=10000000   largest key count of the in-process benchmark
 #   BENCH_MEM_USERS=1000000   distinct users of the memory runs
 #   BENCH_MEM_REQUESTS=10000000   requests of the second memory figure
-#   BENCH_SECTIONS="http grpc core usage memory idle redis cluster"   the sections to run
+#   BENCH_SECTIONS="http grpc core usage memory idle redis cluster adaptive"   the sections to run
+#   BENCH_ADAPTIVE_PHASE=60   seconds (simulated) of each capacity phase of the adaptive section
 #   BENCH_REDIS_ROUNDS=3  rounds of the Redis comparison (redis-benchmark and ratelimitd in turn)
 #   BENCH_CLUSTER_ROUNDS=3  rounds of one Redis against a 3-primary cluster (in turn)
 #   REDIS_THREADS=0       ratelimitd's threads in the Redis section; 0: its default with the Redis
@@ -38,7 +39,8 @@ CORE_RUNS=${BENCH_CORE_RUNS:-3}
 CORE_MAX=${BENCH_CORE_MAX:-10000000}
 MEM_USERS=${BENCH_MEM_USERS:-1000000}
 MEM_REQUESTS=${BENCH_MEM_REQUESTS:-10000000}
-SECTIONS=${BENCH_SECTIONS:-http grpc core usage memory idle redis cluster}
+SECTIONS=${BENCH_SECTIONS:-http grpc core usage memory idle redis cluster adaptive}
+ADAPTIVE_PHASE=${BENCH_ADAPTIVE_PHASE:-60}
 REDIS_ROUNDS=${BENCH_REDIS_ROUNDS:-3}
 CLUSTER_ROUNDS=${BENCH_CLUSTER_ROUNDS:-3}
 THREADS=2 # ratelimitd threads and nginx workers: one per core of the reference machine
@@ -409,8 +411,25 @@ emit machine "$(nproc) cores, $(awk -F': ' '/model name/ { print $2; exit }' /pr
 emit kernel "$(uname -r)"
 emit nginx_version "$(nginx -v 2>&1 | sed 's/.*nginx\///')"
 
+# ---- adaptive concurrency: goodput against fixed limits --------------------------------------
+
+# bench/adaptive.c on the manual clock (simulated time, so the figures do not depend on the
+# machine): calls finished within their deadline per second while the simulated backend's
+# capacity goes 40, 20, 40, for adaptive_concurrency (aimd, gradient) and fixed limits 10..80.
+section_adaptive() {
+    local f=$TMP/adaptive
+    log "adaptive: bench/adaptive, $ADAPTIVE_PHASE s per capacity phase (simulated)"
+    "$BUILD/bench/adaptive" "$ADAPTIVE_PHASE" >"$f" 2>"$f.log" || fail "bench/adaptive failed"
+    cat "$f"
+    ADAPTIVE_aimd=$(awk -F': ' '$1 == "adaptive_goodput_aimd" { print $2 }' "$f")
+    ADAPTIVE_gradient=$(awk -F': ' '$1 == "adaptive_goodput_gradient" { print $2 }' "$f")
+    ADAPTIVE_best=$(awk -F': ' '$1 == "adaptive_goodput_best_fixed" { print $2 }' "$f")
+    ADAPTIVE_worst=$(awk -F': ' '$1 == "adaptive_goodput_worst_fixed" { print $2 }' "$f")
+}
+
 for s in $SECTIONS; do
     case $s in
+    adaptive) section_adaptive ;;
     http) section_http ;;
     core) section_core ;;
     usage) section_usage ;;
@@ -482,4 +501,10 @@ fi
 if [[ " $SECTIONS " == *" idle "* ]]; then
     emit ratio_idle_rss_growth_after_vs_before \
         "$(ratio "$IDLE_growth_after" "$IDLE_growth_before")"
+fi
+if [[ " $SECTIONS " == *" adaptive "* ]]; then
+    emit ratio_adaptive_aimd_goodput_vs_best_fixed "$(ratio "$ADAPTIVE_aimd" "$ADAPTIVE_best")"
+    emit ratio_adaptive_gradient_goodput_vs_best_fixed \
+        "$(ratio "$ADAPTIVE_gradient" "$ADAPTIVE_best")"
+    emit ratio_adaptive_aimd_goodput_vs_worst_fixed "$(ratio "$ADAPTIVE_aimd" "$ADAPTIVE_worst")"
 fi

@@ -466,12 +466,22 @@ int rl_settle(rl_limiter *lim, const char *id, rl_fp actual, rl_ns now, rl_settl
               rl_err *err);
 /* Settles a reservation with its actual cost and usage (rl_actual): each rule counting cost,
  * dollars or a dimension is given back its reserved amount less the actual one, or charged
- * the extra. Errors as rl_settle. */
+ * the extra; outcome (may be NULL) as for rl_settle_outcome. Errors as rl_settle. */
 int rl_settle_usage(rl_limiter *lim, const char *id, const rl_actual *actual, rl_ns now,
-                    rl_settlement *out, rl_err *err);
+                    const rl_outcome *outcome, rl_settlement *out, rl_err *err);
 /* Releases what a reservation holds (concurrency slots) and ends it; an unsettled one is
  * settled at its reserved cost. RL_ENOTFOUND when unknown, expired or released. */
 int rl_release(rl_limiter *lim, const char *id, rl_ns now, rl_err *err);
+/* rl_settle and rl_release that also say how the call went (outcome may be NULL: as without
+ * one; an outcome of kind RL_OUTCOME_NONE with latency -1 says nothing either). Each rule
+ * holding slots for the reservation whose type learns from outcomes (release_outcome) learns
+ * from it; a settlement leaves the slots held. Give a call's outcome once, with its settlement
+ * or its release. RL_EINVAL for a kind or latency out of range ("outcome: ...",
+ * "latency_ms: ..."). A reservation that expires unreleased is a timeout to those rules. */
+int rl_settle_outcome(rl_limiter *lim, const char *id, rl_fp actual, rl_ns now,
+                      const rl_outcome *outcome, rl_settlement *out, rl_err *err);
+int rl_release_outcome(rl_limiter *lim, const char *id, rl_ns now, const rl_outcome *outcome,
+                       rl_err *err);
 
 /* Housekeeping to call now and then (for example ten times a second), from one thread at a
  * time (decisions may run meanwhile): expires reservations whose TTL has passed, releasing

@@ -48,9 +48,9 @@ extern "C" {
 
 /* Version of this interface; a plug-in is handed the version the host implements. A type
  * declares the version it was written against in api_version: 1 (wait, take, status), 2
- * (evaluate, commit, report, and the Redis port), 3 (state_valid), 4 (per_unit) or 5 (the Redis
- * port's computed arguments, rl_rule_redis.args). */
-#define RL_RULE_API_VERSION 5
+ * (evaluate, commit, report, and the Redis port), 3 (state_valid), 4 (per_unit), 5
+ * (release_outcome) or 6 (the Redis port's computed arguments, rl_rule_redis.args). */
+#define RL_RULE_API_VERSION 6
 
 typedef int64_t rl_ns; /* nanoseconds */
 typedef int64_t rl_fp; /* fixed point amount, RL_FP_ONE units per token/request/slot */
@@ -70,6 +70,24 @@ typedef int64_t rl_fp; /* fixed point amount, RL_FP_ONE units per token/request/
 
 typedef struct rl_registry rl_registry;
 
+/* How a call that held slots went, as its release (or settlement) tells it: a type whose limit
+ * moves learns from it (release_outcome); every other type ignores it. */
+typedef enum rl_outcome_kind {
+    RL_OUTCOME_NONE = 0, /* not said: only the slots change */
+    RL_OUTCOME_OK,
+    RL_OUTCOME_ERROR,
+    RL_OUTCOME_TIMEOUT, /* also a reservation that expired before it was released */
+    RL_OUTCOME_DROPPED
+} rl_outcome_kind;
+
+typedef struct rl_outcome {
+    rl_outcome_kind kind;
+    rl_ns latency; /* the call's latency, 0..RL_OUTCOME_LATENCY_MAX; -1 when not said */
+} rl_outcome;
+
+/* Longest latency an outcome may state: one hour. */
+#define RL_OUTCOME_LATENCY_MAX ((rl_ns)3600 * 1000000000)
+
 /* Kinds of parameter. The loader converts and bounds-checks the value and stores it at
  * offset in the rule's parameter struct with the C type given here. */
 typedef enum rl_param_kind {
@@ -77,8 +95,7 @@ typedef enum rl_param_kind {
     RL_PARAM_RATE,     /* rl_fp per second; bounds in units per second */
     RL_PARAM_DURATION, /* rl_ns; given in seconds; bounds in seconds */
     RL_PARAM_INT,      /* int64_t; must be a whole number */
-    RL_PARAM_STRINGS   /* rl_strings; a list of non-empty strings (with max 1, a JSON
-                        * configuration may give the one string alone: "time_zone": "UTC") */
+    RL_PARAM_STRINGS   /* rl_strings; a list of non-empty strings */
 } rl_param_kind;
 
 /* A list of strings owned by the rule; sorted byte-wise and without duplicates once loaded,
@@ -142,7 +159,7 @@ typedef struct rl_rule_redis {
     unsigned layout; /* the version of the state's binary layout in Redis, as the port says */
     const char *lua; /* a plug-in's port, its Lua text; NULL for the built-in types, whose ports
                       * are built into the store (service/core/rules/<type>.lua) */
-    /* ---- read only from a type that declares version 5 or later ---- */
+    /* ---- read only from a type that declares version 6 or later ---- */
     /* Values the port needs that follow from the parameters and the time (a period's bounds
      * in a time zone, which only the C side can read): args writes nargs (at most
      * RL_REDIS_ARGS_MAX) integers for the time now, which the store sends after the parameters
@@ -179,6 +196,12 @@ typedef struct rl_rule_per_unit {
  * report may run after the store let go of the key, on the evaluation alone, later (when the
  * status is read) and on a copy of its bytes: an evaluation must not point into itself. */
 #define RL_RULE_EVAL_IN_STATE 0x4u
+/* The rule's limit moves (it is kept in the state), so a reserved share cannot be an amount
+ * fixed at load: the rule is asked for whole units (it counts requests; a rule of this type
+ * with unit "cost" is refused) plus fraction * RL_FP_ONE when the request's priority does not
+ * reach the share, and takes the fractional part of what it is asked to check as the share of
+ * its current limit to keep free. capacity is not called for the share. */
+#define RL_RULE_RESERVE_FRACTION 0x8u
 
 typedef struct rl_rule_type {
     unsigned api_version; /* RL_RULE_API_VERSION the type was written against */
@@ -260,6 +283,15 @@ typedef struct rl_rule_type {
 
     /* How the type takes a limit of n per unit; NULL when it takes none. */
     const rl_rule_per_unit *per_unit;
+
+    /* ---- version 5 (read only from a type that declares 5 or later) ---- */
+
+    /* In place of release for a type that learns from its calls (RL_RULE_HOLDS): gives back
+     * amount held by an earlier take made at taken_at (amount 0 when a settlement reports the
+     * outcome and the slots stay held) and learns from o when o is not NULL and o->kind is not
+     * RL_OUTCOME_NONE. NULL: release is called and the outcome ignored. */
+    void (*release_outcome)(const void *params, void *state, rl_ns now, rl_ns taken_at,
+                            rl_fp amount, const rl_outcome *o);
 } rl_rule_type;
 
 /* Adds a rule type to the registry. The type struct must outlive the registry. Returns 0, or

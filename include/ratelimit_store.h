@@ -126,10 +126,13 @@ typedef struct rl_store_ops {
                         size_t n, int *rc, rl_err *errs);
     /* Settles a reservation (rl_settle_usage): rl_settle_amounts says what each unit's actual
      * amount is; every remembered item counting a refundable unit is given back its reserved
-     * amount less that (or charged the difference). */
+     * amount less that (or charged the difference). settle and release: outcome is NULL or
+     * says something (rl_settle_outcome); the store hands it to the rule types that learn from
+     * it (rl_rule_type.release_outcome, through rl_rule_release_outcome), and a reservation its
+     * tick expires unreleased is a timeout to them (latency: from its take to now). */
     int (*settle)(void *cls, const char *id, const rl_actual *actual, rl_ns now,
-                  rl_settlement *out, rl_err *err);
-    int (*release)(void *cls, const char *id, rl_ns now, rl_err *err);
+                  const rl_outcome *outcome, rl_settlement *out, rl_err *err);
+    int (*release)(void *cls, const char *id, rl_ns now, const rl_outcome *outcome, rl_err *err);
     void (*tick)(void *cls, rl_ns now);
     size_t (*keys)(void *cls, size_t level);
     void (*stats)(void *cls, rl_stats *out);
@@ -177,6 +180,10 @@ static inline void rl_applied_set_status(rl_applied *a, const rl_rule_status *st
  * state). */
 rl_ns rl_rule_peek(const rl_rule *rule, const void *state, const char *key, size_t keylen,
                    rl_ns now, rl_fp cost, rl_rule_status *st);
+
+/* The type's release_outcome when it declares version 5 or later and has one, else NULL. */
+void (*rl_rule_release_outcome(const rl_rule_type *t))(const void *, void *, rl_ns, rl_ns, rl_fp,
+                                                        const rl_outcome *);
 
 /* A new in-memory store, or NULL when out of memory. */
 rl_store *rl_memory_store_new(void);

@@ -593,10 +593,11 @@ START_TEST(settle_bad_requests)
         {"/refund", "{\"reservation\": \"r-1\", \"actual_cost\": 1, \"now\": 3}",
          "now: only accepted when ratelimitd runs with --manual-clock"},
         {"/refund", "{\"reservation\": \"r-1\", \"actual_cost\": 1, \"cost\": 3}",
-         "cost: unknown field (known: reservation, actual_cost, actual_usage, now)"},
+         "cost: unknown field (known: reservation, actual_cost, actual_usage, now, latency_ms, "
+         "outcome)"},
         {"/release", "{}", "reservation: required"},
         {"/release", "{\"reservation\": \"r-1\", \"actual_cost\": 1}",
-         "actual_cost: unknown field (known: reservation, now)"},
+         "actual_cost: unknown field (known: reservation, now, latency_ms, outcome)"},
         {"/release", "{\"reservation\": [\"r-1\"]}", "reservation: must be a string"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {

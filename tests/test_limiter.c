@@ -1455,17 +1455,17 @@ static int ps_decide(void *cls, const rl_plan *plan, rl_decision *d, rl_err *err
     return p->inner->ops->decide(p->inner->cls, plan, d, err);
 }
 
-static int ps_settle(void *cls, const char *id, const rl_actual *actual, rl_ns now, rl_settlement *out,
-                     rl_err *err)
+static int ps_settle(void *cls, const char *id, const rl_actual *actual, rl_ns now,
+                     const rl_outcome *o, rl_settlement *out, rl_err *err)
 {
     plain_store *p = cls;
-    return p->inner->ops->settle(p->inner->cls, id, actual, now, out, err);
+    return p->inner->ops->settle(p->inner->cls, id, actual, now, o, out, err);
 }
 
-static int ps_release(void *cls, const char *id, rl_ns now, rl_err *err)
+static int ps_release(void *cls, const char *id, rl_ns now, const rl_outcome *o, rl_err *err)
 {
     plain_store *p = cls;
-    return p->inner->ops->release(p->inner->cls, id, now, err);
+    return p->inner->ops->release(p->inner->cls, id, now, o, err);
 }
 
 static void ps_tick(void *cls, rl_ns now)

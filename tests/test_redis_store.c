@@ -260,7 +260,7 @@ START_TEST(usage_reservation_settles_each_dimension)
         ck_assert_int_eq(tu_status(&d, 0)->remaining, 1000000000 - 63000000);
         rl_actual a = {.has_cost = 0, .usage = {7u, {FP(1000), FP(900), FP(600)}}};
         rl_settlement st;
-        ck_assert_int_eq(rl_settle_usage(both[i], id, &a, S(0), &st, &err), RL_OK);
+        ck_assert_int_eq(rl_settle_usage(both[i], id, &a, S(0), NULL, &st, &err), RL_OK);
         const rl_settled *out = &st.unit[RL_UNIT_DIM0 + 1], *cached = &st.unit[RL_UNIT_DIM0 + 2];
         const rl_settled *usd = &st.unit[RL_UNIT_USD];
         ck_assert_int_eq(out->reserved, FP(4000));
@@ -274,7 +274,7 @@ START_TEST(usage_reservation_settles_each_dimension)
         ck_assert_int_eq(tu_status(&d, 0)->remaining, 1000000000 - 16680000);
         ck_assert_int_eq(tu_status(&d, 1)->remaining, FP(0)); /* 1000 in, as reserved */
         ck_assert_int_eq(tu_status(&d, 2)->remaining, FP(10000 - 900));
-        ck_assert_int_eq(rl_settle_usage(both[i], id, &a, S(0), &st, &err), RL_ESETTLED);
+        ck_assert_int_eq(rl_settle_usage(both[i], id, &a, S(0), NULL, &st, &err), RL_ESETTLED);
     }
     pair_free(&p);
 }
@@ -330,7 +330,7 @@ START_TEST(usage_reservation_survives_a_snapshot)
     unlink(path);
     rl_actual act = {.has_cost = 0, .usage = {2u, {0, FP(100)}}};
     rl_settlement st;
-    ck_assert_int_eq(rl_settle_usage(b, id, &act, S(0), &st, &err), RL_OK);
+    ck_assert_int_eq(rl_settle_usage(b, id, &act, S(0), NULL, &st, &err), RL_OK);
     /* 100 x 3 + 400 x 15 = 6300 millionths reserved; 100 x 3 + 100 x 15 = 1800 actual */
     ck_assert_int_eq(st.unit[RL_UNIT_USD].refunded, 4500000);
     ck_assert(acquire_usage(b, UKEYS, 0, 0, -1, S(0), RL_DRY_RUN, &d));
@@ -522,12 +522,13 @@ static int put_ns(char *b, size_t n, rl_ns v)
 /* Every built-in type, then a plug-in's with state and its own Redis port
  * (tests/plugins/rule_leaky_bucket.c). */
 static const char *const type_names[] = {
-    "token_bucket", "gcra",      "fixed_window", "sliding_window", "sliding_window_counter",
-    "concurrency",  "deny_list", "calendar",     "leaky_bucket"};
+    "token_bucket", "gcra",      "fixed_window",         "sliding_window", "sliding_window_counter",
+    "concurrency",  "deny_list", "adaptive_concurrency", "calendar",       "leaky_bucket"};
 #define NTYPES ((int)(sizeof type_names / sizeof type_names[0]))
 #define DENY_LIST 6
-#define CALENDAR 7
-#define LEAKY_BUCKET 8
+#define ADAPTIVE 7
+#define CALENDAR 8
+#define LEAKY_BUCKET 9
 
 /* The path of a test plug-in (tests/plugins/<name>.c, built by the Makefile). */
 static const char *plugin_path(const char *name)
@@ -582,6 +583,22 @@ static size_t rnd_rule(uint64_t *s, int t, int idx, char *b, size_t n)
         put_fp(y, sizeof y, rnd_rate(s));
         u += (size_t)snprintf(b + u, n - u, ", \"capacity\": %s, \"per_second\": %s", x, y);
         break;
+    case ADAPTIVE: {
+        /* limits from 1 to 60 in a few slots; windows short or long, of 1 to 20 calls */
+        int lo = 1 + (int)rnd(s, 10), init = lo + (int)rnd(s, 20), hi = init + (int)rnd(s, 30);
+        put_ns(x, sizeof x, rnd_duration(s, 10));
+        put_ns(y, sizeof y, rnd_duration(s, 60));
+        u += (size_t)snprintf(
+            b + u, n - u,
+            ", \"algorithm\": \"%s\", \"initial_limit\": %d, \"min_limit\": %d, "
+            "\"max_limit\": %d, \"window\": %s, \"window_size\": %d, \"timeout\": %s, "
+            "\"backoff_ratio\": 0.%02d, \"step\": %d, \"tolerance\": 1.%d, \"smoothing\": "
+            "0.%02d, \"queue_size\": %d, \"long_window\": %d",
+            rnd(s, 2) ? "aimd" : "gradient", init, lo, hi, x, 1 + (int)rnd(s, 20), y,
+            50 + (int)rnd(s, 50), 1 + (int)rnd(s, 3), (int)rnd(s, 10), 1 + (int)rnd(s, 99),
+            (int)rnd(s, 8), 1 + (int)rnd(s, 1000));
+        break;
+    }
     case 5:
         put_fp(x, sizeof x, rnd_amount(s, 20));
         put_ns(y, sizeof y, rnd_duration(s, 3600));
@@ -672,6 +689,16 @@ static void rnd_config(uint64_t *s, int force, char *b, size_t n)
         u += (size_t)snprintf(b + u, n - u, "]}");
     }
     snprintf(b + u, n - u, "]}");
+}
+
+/* How a call went, as a release or settlement says (adaptive_concurrency learns from it; the
+ * other types ignore it): any kind, ok more often than not, a latency up to 10 s or none. */
+static rl_outcome rnd_outcome(uint64_t *s)
+{
+    rl_outcome o = {rnd(s, 2) ? RL_OUTCOME_OK : (rl_outcome_kind)rnd(s, 5), -1};
+    if (rnd(s, 4))
+        o.latency = (rl_ns)rnd(s, 10 * (uint64_t)RL_NS_PER_SEC);
+    return o;
 }
 
 static rl_fp rnd_cost(uint64_t *s)
@@ -896,8 +923,10 @@ static void replay(uint64_t seed, int force, int steps, const char *prefix, size
             rl_actual act = {.has_cost = !replay_dims || rnd(&s, 2) == 0, .cost = actual,
                              .usage = {replay_dims ? (uint32_t)rnd(&s, 4) : 0u,
                                        {rnd_usage(&s), rnd_usage(&s)}}};
-            int ra = rl_settle_usage(p.mem, ids[k][0], &act, now, &x, &e1);
-            int rb = rl_settle_usage(p.red, ids[k][1], &act, now, &y, &e2);
+            rl_outcome oc = rnd_outcome(&s);
+            const rl_outcome *o = rnd(&s, 3) ? &oc : NULL;
+            int ra = rl_settle_usage(p.mem, ids[k][0], &act, now, o, &x, &e1);
+            int rb = rl_settle_usage(p.red, ids[k][1], &act, now, o, &y, &e2);
             ck_assert_msg(ra == rb, "%s: settle %d vs %d (%s)", ctx, ra, rb,
                           rb == RL_ESTORE ? e2.msg : "");
             ck_assert_msg(memcmp(&x, &y, sizeof x) == 0, "%s: settlement differs", ctx);
@@ -906,8 +935,10 @@ static void replay(uint64_t seed, int force, int steps, const char *prefix, size
             rl_err e1, e2;
             if (getenv("RL_TRACE"))
                 fprintf(stderr, "trace: %s: release %zu\n", ctx, k);
-            int ra = rl_release(p.mem, ids[k][0], now, &e1);
-            int rb = rl_release(p.red, ids[k][1], now, &e2);
+            rl_outcome oc = rnd_outcome(&s);
+            const rl_outcome *o = rnd(&s, 4) ? &oc : NULL;
+            int ra = rl_release_outcome(p.mem, ids[k][0], now, o, &e1);
+            int rb = rl_release_outcome(p.red, ids[k][1], now, o, &e2);
             ck_assert_msg(ra == rb, "%s: release %d vs %d (%s)", ctx, ra, rb,
                           rb == RL_ESTORE ? e2.msg : "");
         }
@@ -2445,8 +2476,8 @@ static void check_ports(rl_registry *reg, const char *script)
         ck_assert_ptr_nonnull(r);
         ck_assert_msg(r->type == REDIS_REPLY_ARRAY, "%s: %s", t->name,
                       r->type == REDIS_REPLY_ERROR ? r->str : "not an array");
-        /* the values computed per call (rl_rule_redis.args, version 5) follow the parameters */
-        size_t nargs = t->api_version >= 5 ? port->nargs : 0;
+        /* the values computed per call (rl_rule_redis.args, version 6) follow the parameters */
+        size_t nargs = t->api_version >= 6 ? port->nargs : 0;
         ck_assert_msg(r->elements == 1 + port->nparams + nargs,
                       "%s: the port takes %zu parameters, C sends %zu", t->name, r->elements - 1,
                       port->nparams + nargs);

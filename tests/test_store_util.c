@@ -84,15 +84,15 @@ static int down_decide(void *cls, const rl_plan *plan, rl_decision *d, rl_err *e
     (void)cls, (void)plan, (void)d;
     return rl_errf(err, RL_ESTORE, "store: down");
 }
-static int down_settle(void *cls, const char *id, const rl_actual *actual, rl_ns now, rl_settlement *out,
-                       rl_err *err)
+static int down_settle(void *cls, const char *id, const rl_actual *actual, rl_ns now,
+                       const rl_outcome *o, rl_settlement *out, rl_err *err)
 {
-    (void)cls, (void)id, (void)actual, (void)now, (void)out;
+    (void)cls, (void)id, (void)actual, (void)now, (void)o, (void)out;
     return rl_errf(err, RL_ESTORE, "store: down");
 }
-static int down_release(void *cls, const char *id, rl_ns now, rl_err *err)
+static int down_release(void *cls, const char *id, rl_ns now, const rl_outcome *o, rl_err *err)
 {
-    (void)cls, (void)id, (void)now;
+    (void)cls, (void)id, (void)now, (void)o;
     return rl_errf(err, RL_ESTORE, "store: down");
 }
 static void down_tick(void *cls, rl_ns now)

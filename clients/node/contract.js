@@ -23,13 +23,13 @@ export const FIELDS = {
     path: '/refund',
     request: {
       reservation: 'reservation', actual_cost: 'actualCost', actual_usage: 'actualUsage',
-      now: 'now',
+      now: 'now', latency_ms: 'latencyMs', outcome: 'outcome',
     },
     response: ['reservation', 'reserved_cost', 'actual_cost', 'refunded', 'charged', 'usage', 'usd'],
   },
   release: {
     path: '/release',
-    request: { reservation: 'reservation', now: 'now' },
+    request: { reservation: 'reservation', now: 'now', latency_ms: 'latencyMs', outcome: 'outcome' },
     response: ['released'],
   },
 };

@@ -224,7 +224,8 @@ export class Client {
 
   // Settles a reservation with what was really used: POST /refund. Resolves to the
   // settlement (reservation, reserved_cost, actual_cost, refunded, charged). options:
-  // actualUsage (named dimensions, sent only when given), now. Rejects with RateLimitdError
+  // actualUsage (named dimensions, sent only when given), now, latencyMs and outcome (as for
+  // release). Rejects with RateLimitdError
   // (404 unknown or expired, 409 already settled) or Unavailable.
   async refund(reservation, actualCost, options = {}) {
     if (actualCost === undefined && options.actualUsage === undefined)
@@ -239,6 +240,8 @@ export class Client {
   // Ends a reservation and gives back its concurrency slots: POST /release (an unsettled one
   // is settled at its reserved cost). Resolves to true, or false when the daemon does not know
   // it (expired, or released already); rejects with Unavailable when it cannot be reached.
+  // options: now, and how the call went, which an adaptive_concurrency rule learns its limit
+  // from: latencyMs and outcome ('ok', 'error', 'timeout' or 'dropped'), sent only when given.
   async release(reservation, options = {}) {
     const r = await this._post(FIELDS.release.path, body('release', { ...options, reservation }));
     if (r.status === 404) return false;

@@ -3,6 +3,7 @@
  */
 #include <pthread.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -73,7 +74,23 @@ typedef struct rule_counts {
     uint64_t other[RL_MAX_LEVELS];
 } rule_counts;
 
+/* The rules whose limit moves (RL_RULE_RESERVE_FRACTION): by (level, rule name), the limit and
+ * the slots in flight of the key a decision last read, under mu. */
+#define MAX_MOVING 64
+typedef struct moving_entry {
+    uint16_t level;
+    char rule[129]; /* "" marks an empty entry */
+    rl_fp limit, in_flight;
+} moving_entry;
+
+typedef struct moving_rules {
+    pthread_mutex_t mu;
+    size_t n;
+    moving_entry e[MAX_MOVING];
+} moving_rules;
+
 struct rld_metrics {
+    moving_rules moving;
     size_t nendpoints;
     const char *const *names;
     size_t ngrpc; /* gRPC methods named, 0: no gRPC */
@@ -132,6 +149,7 @@ rld_metrics *rld_metrics_new(size_t nendpoints, const char *const *names)
     memset(m->slots, 0, sizeof(slot) * NSLOTS);
     for (int i = 0; i < 3; i++)
         pthread_mutex_init(&t[i]->mu, NULL);
+    pthread_mutex_init(&m->moving.mu, NULL);
     return m;
 }
 
@@ -144,6 +162,7 @@ void rld_metrics_free(rld_metrics *m)
         pthread_mutex_destroy(&t[i]->mu);
         free(t[i]->e);
     }
+    pthread_mutex_destroy(&m->moving.mu);
     free(m->slots);
     free(m);
 }
@@ -263,9 +282,37 @@ static void count_taken(slot *s, const rl_decision *d)
     }
 }
 
+/* A rule whose limit moves, as decision d left it: its (level, rule) entry takes the values
+ * (past MAX_MOVING entries, new ones are not kept). */
+static void note_moving(rld_metrics *m, const rl_decision *d, size_t i)
+{
+    const rl_applied *a = &d->applied[i];
+    const rl_rule_status *st = rl_decision_status(d, i);
+    if (!st)
+        return;
+    moving_rules *t = &m->moving;
+    pthread_mutex_lock(&t->mu);
+    size_t k = 0;
+    while (k < t->n && !(t->e[k].level == a->level && strcmp(t->e[k].rule, a->rule->name) == 0))
+        k++;
+    if (k == t->n && t->n < MAX_MOVING) {
+        t->e[k].level = a->level;
+        snprintf(t->e[k].rule, sizeof t->e[k].rule, "%s", a->rule->name);
+        t->n++;
+    }
+    if (k < t->n) {
+        t->e[k].limit = st->limit;
+        t->e[k].in_flight = st->limit - st->remaining;
+    }
+    pthread_mutex_unlock(&t->mu);
+}
+
 void rld_metrics_decision(rld_metrics *m, const rl_decision *d, int dry_run, rl_fp cost)
 {
     slot *s = my_slot(m);
+    for (size_t i = 0; i < d->napplied; i++)
+        if (d->applied[i].rule->type->flags & RL_RULE_RESERVE_FRACTION)
+            note_moving(m, d, i);
     for (size_t i = 0; i < d->napplied; i++)
         if (d->applied[i].shadow_denied)
             count_rule(&m->shadow, d->applied[i].level, 0, d->applied[i].rule->name, 1);
@@ -359,6 +406,9 @@ void rld_metrics_levels_changed(rld_metrics *m, const rl_config *from, const rl_
     remap_rule_counts(&m->denied, from, to);
     remap_rule_counts(&m->shadow, from, to);
     remap_rule_counts(&m->denied_amount, from, to);
+    pthread_mutex_lock(&m->moving.mu); /* the next decisions fill it again */
+    m->moving.n = 0;
+    pthread_mutex_unlock(&m->moving.mu);
 }
 
 /* The name of unit u in cfg ("usd", a dimension's, "cost", "requests"). */
@@ -670,6 +720,35 @@ static void render_state(rld_buf *o, rld_metrics *m, rl_limiter *lim)
     render_scalars(o, rest, sizeof rest / sizeof rest[0]);
 }
 
+/* The rules whose limit moves: their families only when the configuration has one. */
+static void render_moving(rld_buf *o, rld_metrics *m, const rl_config *cfg)
+{
+    static const struct {
+        const char *name, *help;
+    } fam[] = {{"ratelimit_adaptive_limit",
+                "The current limit of a rule whose limit moves, for the key a decision last "
+                "read, by level and rule."},
+               {"ratelimit_adaptive_in_flight",
+                "Slots held under a rule whose limit moves, for the key a decision last read, "
+                "by level and rule."}};
+    moving_rules *t = &m->moving;
+    pthread_mutex_lock(&t->mu);
+    for (size_t f = 0; f < 2 && t->n > 0; f++) {
+        family(o, fam[f].name, "gauge", fam[f].help);
+        for (size_t k = 0; k < t->n; k++) {
+            if (t->e[k].level >= cfg->nlevels)
+                continue;
+            rld_buf_printf(o, "%s{level=\"", fam[f].name);
+            label(o, cfg->levels[t->e[k].level].name);
+            rld_buf_puts(o, "\",rule=\"");
+            label(o, t->e[k].rule);
+            rl_fp v = f == 0 ? t->e[k].limit : t->e[k].in_flight;
+            rld_buf_printf(o, "\"} %g\n", rl_fp_to_double(v));
+        }
+    }
+    pthread_mutex_unlock(&t->mu);
+}
+
 void rld_metrics_render(rld_metrics *m, rl_limiter *lim, rld_buf *o)
 {
     const rl_config *cfg = rl_limiter_config(lim);
@@ -687,4 +766,5 @@ void rld_metrics_render(rld_metrics *m, rl_limiter *lim, rld_buf *o)
     render_calls(o, m, used, &http_calls);
     if (m->ngrpc)
         render_calls(o, m, used, &grpc_calls);
+    render_moving(o, m, cfg);
 }

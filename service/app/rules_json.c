@@ -42,15 +42,6 @@ json_t *rld_json_number(double v)
 
 /* ---- rules --------------------------------------------------------------------------- */
 
-/* The most strings a parameter of strings takes: 1 for one given as a single string. */
-static double strings_max(const rl_rule *r, const char *k)
-{
-    for (size_t i = 0; i < r->type->nparams; i++)
-        if (strcmp(r->type->params[i].name, k) == 0)
-            return r->type->params[i].max;
-    return 0;
-}
-
 static int set_param(rl_rule *r, const char *k, const json_t *v, rl_err *err)
 {
     int kind = rl_rule_param_kind(r, k);
@@ -64,11 +55,10 @@ static int set_param(rl_rule *r, const char *k, const json_t *v, rl_err *err)
                                      r->type->params[i].name);
         return fail(err, "%s: unknown parameter of %s (known: %s)", k, r->type->name, known);
     }
-    if (kind == RL_PARAM_STRINGS && json_is_string(v) && strings_max(r, k) == 1) {
-        /* a parameter of one string ("time_zone") is given as that string */
-        const char *one = json_string_value(v);
-        size_t len = json_string_length(v);
-        return rl_rule_set_strings(r, k, &one, &len, 1, err);
+    if (kind == RL_PARAM_STRINGS && json_is_string(v)) { /* a list of one */
+        const char *s1 = json_string_value(v);
+        size_t len1 = json_string_length(v);
+        return rl_rule_set_strings(r, k, &s1, &len1, 1, err);
     }
     if (kind == RL_PARAM_STRINGS) {
         size_t n = json_array_size(v);
@@ -214,13 +204,13 @@ json_t *rld_rule_to_json(const rl_rule *r, const rl_config *cfg)
     json_object_set_new(o, "name", json_string(r->name));
     for (size_t i = 0; i < r->type->nparams; i++) {
         const rl_param_def *d = &r->type->params[i];
-        if (d->kind == RL_PARAM_STRINGS) {
+        if (d->kind == RL_PARAM_STRINGS && d->max == 1 && rl_rule_get_strings(r, d)->n == 1) {
+            const rl_strings *s = rl_rule_get_strings(r, d); /* a choice: its one string */
+            json_object_set_new(o, d->name, json_stringn(s->v[0], s->len[0]));
+        } else if (d->kind == RL_PARAM_STRINGS) {
             const rl_strings *s = rl_rule_get_strings(r, d);
-            if (d->max == 1) { /* one string, as given; absent when not given */
-                if (s->n == 1)
-                    json_object_set_new(o, d->name, json_stringn(s->v[0], s->len[0]));
+            if (d->max == 1) /* a choice not given (its default applies): absent */
                 continue;
-            }
             json_t *a = json_array();
             for (size_t k = 0; k < s->n; k++)
                 json_array_append_new(a, json_stringn(s->v[k], s->len[k]));

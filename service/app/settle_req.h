@@ -4,6 +4,9 @@
  *   {"reservation": "r-...", "actual_cost": 9, "now": 0.0}     (/refund)
  *   {"reservation": "r-...", "actual_usage": {"output_tokens": 900}}
  *   {"reservation": "r-...", "now": 0.0}                       (/release)
+ *
+ * Both also take how the call went: "latency_ms" (0 to 3600000) and "outcome" ("ok",
+ * "error", "timeout" or "dropped"), for the rules that learn from it.
  */
 #ifndef RLD_APP_SETTLE_REQ_H
 #define RLD_APP_SETTLE_REQ_H
@@ -21,6 +24,7 @@ typedef struct rld_settle_req {
     const json_t *actual_usage; /* an object borrowed from root (read by usage.h), or NULL */
     int has_now;
     rl_ns now; /* checked (values.h) */
+    rl_outcome outcome; /* {RL_OUTCOME_NONE, -1} when the body says nothing of it */
 } rld_settle_req;
 
 /* Parses and checks a body of len bytes; with_actual: the /refund body (actual_cost or

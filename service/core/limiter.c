@@ -848,19 +848,25 @@ void rl_decision_done(rl_decision *d)
     }
 }
 
-int rl_settle(rl_limiter *lim, const char *id, rl_fp actual, rl_ns now, rl_settlement *out,
-              rl_err *err)
+/* The outcome as the stores get it: NULL when it says nothing; a guard on its range. */
+static int outcome_of(const rl_outcome *o, const rl_outcome **out, rl_err *err)
 {
-    if (actual < 0 || actual > RL_FP_MAX)
+    *out = NULL;
+    if (!o || (o->kind == RL_OUTCOME_NONE && o->latency < 0))
+        return RL_OK;
+    if (o->kind < RL_OUTCOME_NONE || o->kind > RL_OUTCOME_DROPPED)
         return rl_errf(err, RL_EINVAL,
-                        "actual_cost: must be a number from 0 to 1000000000000");
-    rl_actual a = {.has_cost = 1, .cost = actual, .usage = {0, {0}}};
-    return lim->store->ops->settle(lim->store->cls, id, &a, now, out, err);
+                        "outcome: must be \"ok\", \"error\", \"timeout\" or \"dropped\"");
+    if (o->latency < -1 || o->latency > RL_OUTCOME_LATENCY_MAX)
+        return rl_errf(err, RL_EINVAL, "latency_ms: must be a number from 0 to 3600000");
+    *out = o;
+    return RL_OK;
 }
 
 int rl_settle_usage(rl_limiter *lim, const char *id, const rl_actual *actual, rl_ns now,
-                    rl_settlement *out, rl_err *err)
+                    const rl_outcome *outcome, rl_settlement *out, rl_err *err)
 {
+    const rl_outcome *o;
     if (actual->has_cost && (actual->cost < 0 || actual->cost > RL_FP_MAX))
         return rl_errf(err, RL_EINVAL,
                         "actual_cost: must be a number from 0 to 1000000000000");
@@ -874,12 +880,36 @@ int rl_settle_usage(rl_limiter *lim, const char *id, const rl_actual *actual, rl
                            "actual_usage.%s: must be a number from 0 to 1000000000000",
                            lim->cfg->dims[k]);
     }
-    return lim->store->ops->settle(lim->store->cls, id, actual, now, out, err);
+    if (outcome_of(outcome, &o, err) != RL_OK)
+        return RL_EINVAL;
+    return lim->store->ops->settle(lim->store->cls, id, actual, now, o, out, err);
+}
+
+int rl_settle_outcome(rl_limiter *lim, const char *id, rl_fp actual, rl_ns now,
+                      const rl_outcome *outcome, rl_settlement *out, rl_err *err)
+{
+    rl_actual a = {.has_cost = 1, .cost = actual, .usage = {0, {0}}};
+    return rl_settle_usage(lim, id, &a, now, outcome, out, err);
+}
+
+int rl_settle(rl_limiter *lim, const char *id, rl_fp actual, rl_ns now, rl_settlement *out,
+              rl_err *err)
+{
+    return rl_settle_outcome(lim, id, actual, now, NULL, out, err);
+}
+
+int rl_release_outcome(rl_limiter *lim, const char *id, rl_ns now, const rl_outcome *outcome,
+                       rl_err *err)
+{
+    const rl_outcome *o;
+    if (outcome_of(outcome, &o, err) != RL_OK)
+        return RL_EINVAL;
+    return lim->store->ops->release(lim->store->cls, id, now, o, err);
 }
 
 int rl_release(rl_limiter *lim, const char *id, rl_ns now, rl_err *err)
 {
-    return lim->store->ops->release(lim->store->cls, id, now, err);
+    return rl_release_outcome(lim, id, now, NULL, err);
 }
 
 void rl_limiter_tick(rl_limiter *lim, rl_ns now)

@@ -398,7 +398,8 @@ static int load_reservation(reader *rd, int has_fp, int has_units)
     memcpy((char *)(rv->item + kept), keys, used);
     if (rv->expires <= rd->now) {
         /* it expired while the process was down: what it held goes back, as expiry does */
-        rl__ms_resv_release_all(ms, rv, rd->now);
+        rl_outcome o = rl__ms_expired_outcome(rv, rd->now);
+        rl__ms_resv_release_all(ms, rv, rd->now, &o);
         pthread_mutex_lock(&ms->rmu);
         ms->expired += !rv->settled || rv->holds;
         pthread_mutex_unlock(&ms->rmu);

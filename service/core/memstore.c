@@ -139,7 +139,7 @@ int rl__ms_resv_add(mem_store *ms, resv *r, int keep_id)
 /* Applies fn to the record an item of a reservation names, with the rule now in force there
  * when it is still of the same type. */
 static void resv_apply(mem_store *ms, const resv *rv, const ritem *it, rl_ns now, rl_fp amount,
-                       int release)
+                       int release, const rl_outcome *o)
 {
     const char *key = (const char *)(rv->item + rv->n) + it->keyoff;
     rl_rules *ref = NULL;
@@ -152,7 +152,11 @@ static void resv_apply(mem_store *ms, const resv *rv, const ritem *it, rl_ns now
         uint32_t i = rl__seg_find(s, rl__rec_hash(kh, it->slot), it->slot, key, it->keylen);
         if (i != RL__NONE && s->r[i].type == it->type) {
             void *st = rec_state(&s->r[i], rule->type);
-            if (release && rule->type->release)
+            void (*learn)(const void *, void *, rl_ns, rl_ns, rl_fp, const rl_outcome *) =
+                rl_rule_release_outcome(rule->type);
+            if (release && learn)
+                learn(rule->params, st, now, rv->taken_at, amount, o);
+            else if (release && rule->type->release)
                 rule->type->release(rule->params, st, now, amount);
             else if (!release && rule->type->refund)
                 rule->type->refund(rule->params, st, now, rv->taken_at, amount);
@@ -162,11 +166,18 @@ static void resv_apply(mem_store *ms, const resv *rv, const ritem *it, rl_ns now
     rl_rules_unref(ref);
 }
 
-void rl__ms_resv_release_all(mem_store *ms, resv *rv, rl_ns now)
+void rl__ms_resv_release_all(mem_store *ms, resv *rv, rl_ns now, const rl_outcome *o)
 {
     for (uint16_t k = 0; k < rv->n; k++)
         if (rv->item[k].holds)
-            resv_apply(ms, rv, &rv->item[k], now, rv->item[k].taken, 1);
+            resv_apply(ms, rv, &rv->item[k], now, rv->item[k].taken, 1, o);
+}
+
+rl_outcome rl__ms_expired_outcome(const resv *rv, rl_ns now)
+{
+    rl_ns lat = now > rv->taken_at ? now - rv->taken_at : 0;
+    rl_outcome o = {RL_OUTCOME_TIMEOUT, lat < RL_OUTCOME_LATENCY_MAX ? lat : RL_OUTCOME_LATENCY_MAX};
+    return o;
 }
 
 /* A reservation for the plan's takes (items i with takes[i]), not yet added; NULL when out of
@@ -810,7 +821,7 @@ static int ms_decide_levels(void *cls, const rl__levels *q, rl_decision *d)
 }
 
 static int ms_settle(void *cls, const char *id, const rl_actual *actual, rl_ns now,
-                     rl_settlement *out, rl_err *err)
+                     const rl_outcome *o, rl_settlement *out, rl_err *err)
 {
     mem_store *ms = cls;
     uint64_t v;
@@ -843,13 +854,17 @@ static int ms_settle(void *cls, const char *id, const rl_actual *actual, rl_ns n
     for (uint16_t k = 0; k < copy->n; k++) {
         const ritem *it = &copy->item[k];
         if (it->refundable && it->taken != act[it->unit])
-            resv_apply(ms, copy, it, now, it->taken - act[it->unit], 0);
+            resv_apply(ms, copy, it, now, it->taken - act[it->unit], 0, NULL);
     }
+    if (o) /* the outcome is learnt now; the slots stay held until the release */
+        for (uint16_t k = 0; k < copy->n; k++)
+            if (copy->item[k].holds)
+                resv_apply(ms, copy, &copy->item[k], now, 0, 1, o);
     free(copy);
     return RL_OK;
 }
 
-static int ms_release(void *cls, const char *id, rl_ns now, rl_err *err)
+static int ms_release(void *cls, const char *id, rl_ns now, const rl_outcome *o, rl_err *err)
 {
     mem_store *ms = cls;
     uint64_t v;
@@ -867,7 +882,7 @@ static int ms_release(void *cls, const char *id, rl_ns now, rl_err *err)
     pthread_mutex_unlock(&ms->rmu);
     if (!rv)
         return rl_errf(err, RL_ENOTFOUND, "reservation: unknown, expired or released");
-    rl__ms_resv_release_all(ms, rv, now);
+    rl__ms_resv_release_all(ms, rv, now, o);
     free(rv);
     return RL_OK;
 }
@@ -919,7 +934,8 @@ static void ms_tick(void *cls, rl_ns now)
         pthread_mutex_unlock(&ms->rmu);
         if (!rv)
             break;
-        rl__ms_resv_release_all(ms, rv, now);
+        rl_outcome o = rl__ms_expired_outcome(rv, now);
+        rl__ms_resv_release_all(ms, rv, now, &o);
         free(rv);
     }
 

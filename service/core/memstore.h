@@ -101,8 +101,11 @@ void rl__ms_state_clear(mem_store *ms, rl__rec *r);
  * refused when taken. Returns 0 or -1. */
 int rl__ms_resv_add(mem_store *ms, resv *r, int keep_id);
 
-/* Gives back the slots a reservation (already unlinked, or never added) holds. */
-void rl__ms_resv_release_all(mem_store *ms, resv *rv, rl_ns now);
+/* Gives back the slots a reservation (already unlinked, or never added) holds; o (may be
+ * NULL) is how the call went, for the types that learn from it. */
+void rl__ms_resv_release_all(mem_store *ms, resv *rv, rl_ns now, const rl_outcome *o);
+/* The outcome of a reservation that expired unreleased at now: a timeout. */
+rl_outcome rl__ms_expired_outcome(const resv *rv, rl_ns now);
 
 /* The store's snapshot methods (memsnap.c). */
 int rl__ms_save(void *cls, FILE *f, rl_err *err);

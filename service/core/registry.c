@@ -66,7 +66,7 @@ static int redis_is_wellformed(const rl_rule_type *t, const rl_rule_redis *r)
 {
     if (!r->tag || !*r->tag || strlen(r->tag) > 32 || (r->nparams > 0 && !r->params))
         return 0;
-    if (t->api_version >= 5 && (r->nargs > RL_REDIS_ARGS_MAX || (r->nargs > 0) != !!r->args))
+    if (t->api_version >= 6 && (r->nargs > RL_REDIS_ARGS_MAX || (r->nargs > 0) != !!r->args))
         return 0;
     for (const char *c = r->tag; *c; c++)
         if (!((*c >= 'a' && *c <= 'z') || (*c >= '0' && *c <= '9') || *c == '_'))
@@ -112,6 +112,12 @@ static int tag_taken(const rl_registry *reg, const rl_rule_type *t)
 const rl_rule_per_unit *rl_rule_type_per_unit(const rl_rule_type *t)
 {
     return t->api_version >= 4 ? t->per_unit : NULL;
+}
+
+void (*rl_rule_release_outcome(const rl_rule_type *t))(const void *, void *, rl_ns, rl_ns, rl_fp,
+                                                        const rl_outcome *)
+{
+    return t->api_version >= 5 ? t->release_outcome : NULL;
 }
 
 /* Whether name is NULL (when it may be) or one of t's parameters of kind k. */

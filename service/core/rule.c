@@ -298,6 +298,8 @@ int rl_rule_finish(rl_rule *r, rl_err *err)
     char msg[256] = "";
     if (t->prepare && t->prepare(r->params, msg, sizeof msg) != 0)
         return rl_errf(err, RL_EINVAL, "%s", msg[0] ? msg : "invalid parameters");
+    if ((t->flags & RL_RULE_RESERVE_FRACTION) && r->unit != RL_UNIT_REQUESTS)
+        return rl_errf(err, RL_EINVAL, "unit: %s counts requests only", t->name);
     if (!r->name) {
         char buf[160];
         t->default_name(r->params, buf, sizeof buf);
@@ -317,7 +319,12 @@ int rl_rule_finish(rl_rule *r, rl_err *err)
         if (t->prepare && t->prepare(r->params, msg, sizeof msg) != 0)
             return rl_errf(err, RL_EINVAL, "%s", msg[0] ? msg : "invalid parameters");
     }
-    if (r->reserved_fraction > 0) {
+    if (r->reserved_fraction > 0 && (t->flags & RL_RULE_RESERVE_FRACTION)) {
+        /* a share of the moving limit: the rule reads it from the fractional part */
+        r->reserved = (rl_fp)llround((double)RL_FP_ONE * r->reserved_fraction);
+        if (r->reserved >= RL_FP_ONE)
+            r->reserved = RL_FP_ONE - 1;
+    } else if (r->reserved_fraction > 0) {
         rl_fp cap = t->capacity(r->params);
         r->reserved = (rl_fp)llround((double)cap * r->reserved_fraction);
     }

@@ -269,7 +269,7 @@ static void h_refund(void *ctx, rld_req *r)
         int rc = b.actual_usage &&
                          rld_usage_read(cfg, b.actual_usage, "actual_usage", &act.usage, &err)
                      ? RL_EINVAL
-                     : rl_settle_usage(app->lim, b.reservation, &act, now, &s, &err);
+                     : rl_settle_usage(app->lim, b.reservation, &act, now, &b.outcome, &s, &err);
         if (rc != RL_OK) {
             reply_rc(r, rc, &err);
         } else {
@@ -289,7 +289,7 @@ static void h_release(void *ctx, rld_req *r)
     rl_err err;
     if (settle_body_or_reply(app, r, 0, &b) == 0) {
         rl_ns now = rld_app_time(app, b.has_now, b.now);
-        int rc = rl_release(app->lim, b.reservation, now, &err);
+        int rc = rl_release_outcome(app->lim, b.reservation, now, &b.outcome, &err);
         if (rc != RL_OK) {
             reply_rc(r, rc, &err);
         } else {

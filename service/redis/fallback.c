@@ -307,19 +307,21 @@ static void fb_decide_many(void *cls, const rl_plan *const *plans, rl_decision *
 }
 
 static int fb_settle(void *cls, const char *id, const rl_actual *actual, rl_ns now,
+                     const rl_outcome *o,
                      rl_settlement *out, rl_err *err)
 {
     fb_store *fs = cls;
-    int rc = fs->local->ops->settle(fs->local->cls, id, actual, now, out, err);
-    return rc == RL_ENOTFOUND ? fs->inner->ops->settle(fs->inner->cls, id, actual, now, out, err)
-                              : rc;
+    int rc = fs->local->ops->settle(fs->local->cls, id, actual, now, o, out, err);
+    return rc == RL_ENOTFOUND
+               ? fs->inner->ops->settle(fs->inner->cls, id, actual, now, o, out, err)
+               : rc;
 }
 
-static int fb_release(void *cls, const char *id, rl_ns now, rl_err *err)
+static int fb_release(void *cls, const char *id, rl_ns now, const rl_outcome *o, rl_err *err)
 {
     fb_store *fs = cls;
-    int rc = fs->local->ops->release(fs->local->cls, id, now, err);
-    return rc == RL_ENOTFOUND ? fs->inner->ops->release(fs->inner->cls, id, now, err) : rc;
+    int rc = fs->local->ops->release(fs->local->cls, id, now, o, err);
+    return rc == RL_ENOTFOUND ? fs->inner->ops->release(fs->inner->cls, id, now, o, err) : rc;
 }
 
 static void fb_tick(void *cls, rl_ns now)

@@ -372,7 +372,9 @@ local function enc_time(t) return pack('>I4I4', halves_of_rel(t)) end
 --   doing so (a token bucket's refill, a window's roll: doing it once lets wait, take, status
 --   and refund all start from it, which in C each redo on a copy); then wait(p, s, cost),
 --   take(p, s, cost), refund(p, s, taken_at, amount), release(p, s, amount) as in C (refund and
---   release may be absent); idle(p, s) -> C's idle_at relative to now (false: a new key's
+--   release may be absent; learn(p, s, taken_at, kind, latency) for a type that learns from
+--   how a call went, C's release_outcome: kind 0 not said, 1 ok, 2 error, 3 timeout,
+--   4 dropped, latency in ns or -1); idle(p, s) -> C's idle_at relative to now (false: a new key's
 --   already; true: never, for a state holding slots); status(p, s) -> limit, remaining,
 --   reset_after, window.
 -- Every time is relative to now (above). A zero() state holds times of 0 relative to now for

@@ -3,13 +3,15 @@
 --
 -- KEYS: the reservation, the reservation index, then the state keys of the held items.
 -- ARGV: as args.def lists them: now ('' = Redis TIME), mode ('release' or 'expire'), the
---       reservation id, least TTL (ms), TTL of held slots (ms), then per state key: type tag,
---       the amount held and the rule's parameters (T.params).
+--       reservation id, least TTL (ms), TTL of held slots (ms), how the call went (kind: 0
+--       not said, 1 ok, 2 error, 3 timeout, 4 dropped; latency in ns, -1 not said; an expiry
+--       is a timeout lasting from the take to now), then per state key: type tag, the amount
+--       held and the rule's parameters (T.params). A type with T.learn learns the outcome.
 -- Returns {'ok', settled ('1'/'0')}, {'notfound'}, or {'early'} when it is not yet due.
 
 clock(ARGV[A_NOW])
 local expire = ARGV[A_MODE] == 'expire'
-local h = redis.call('HMGET', KEYS[1], 'exp', 'settled')
+local h = redis.call('HMGET', KEYS[1], 'exp', 'settled', 'at')
 if not h[1] then
     if expire then redis.call('ZREM', KEYS[2], ARGV[A_ID]) end
     return {'notfound'}
@@ -20,6 +22,13 @@ if expire and not due then return {'early'} end
 redis.call('DEL', KEYS[1])
 redis.call('ZREM', KEYS[2], ARGV[A_ID])
 local floor_ms, hold_ms = tonumber(ARGV[A_FLOOR_MS]), tonumber(ARGV[A_HOLD_MS])
+local kind, latency = tonumber(ARGV[A_KIND]), tonumber(ARGV[A_LATENCY])
+local at = h[3] and rel_of_dec(h[3]) or 0
+if expire then
+    kind, latency = 3, sub(0, at)
+    if type(latency) ~= 'number' or latency > 3600 * NS then latency = 3600 * NS end
+    if latency < 0 then latency = 0 end
+end
 local o = A_FIELDS
 for i = 3, #KEYS do
     local T = rule_type(ARGV[o + I_TAG])
@@ -28,6 +37,9 @@ for i = 3, #KEYS do
     o = read_params(T, st, ARGV, o + I_FIELDS)
     if found and T.release then
         T.prep(st, st)
+        if T.learn and kind ~= 0 or T.learn and latency >= 0 then
+            T.learn(st, st, at, kind, latency)
+        end
         T.release(st, st, N(held))
         save_state(T, st, st, KEYS[i], floor_ms, hold_ms)
     end

@@ -4,7 +4,9 @@
 --
 -- KEYS: the reservation, then the state keys of the items to settle.
 -- ARGV: as args.def lists them: now ('' = Redis TIME), actual cost, least TTL (ms), TTL of held
---       slots (ms), then per state key: type tag, amount, and the rule's parameters (T.params).
+--       slots (ms), how the call went (kind and latency, as release.lua takes them), then per
+--       state key: type tag, amount (given back; negative: charged), and the rule's parameters
+--       (T.params). A type with T.learn learns the outcome (its slots stay held).
 -- Returns {'ok', reserved cost}, {'notfound'} (unknown or expired) or {'settled'}.
 
 clock(ARGV[A_NOW])
@@ -14,6 +16,8 @@ if h[2] == '1' then return {'settled'} end
 redis.call('HSET', KEYS[1], 'settled', '1')
 local at = rel_of_dec(h[4])
 local floor_ms, hold_ms = tonumber(ARGV[A_FLOOR_MS]), tonumber(ARGV[A_HOLD_MS])
+local kind, latency = tonumber(ARGV[A_KIND]), tonumber(ARGV[A_LATENCY])
+local learn = kind ~= 0 or latency >= 0
 local o = A_FIELDS
 for i = 2, #KEYS do
     local T = rule_type(ARGV[o + I_TAG])
@@ -23,6 +27,10 @@ for i = 2, #KEYS do
     if found and T.refund and not iszero(amount) then
         T.prep(st, st)
         T.refund(st, st, at, amount)
+        save_state(T, st, st, KEYS[i], floor_ms, hold_ms)
+    elseif found and T.learn and learn then
+        T.prep(st, st)
+        T.learn(st, st, at, kind, latency)
         save_state(T, st, st, KEYS[i], floor_ms, hold_ms)
     end
 end

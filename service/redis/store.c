@@ -425,7 +425,7 @@ static void describe_type(const rl_rule_type *t, type_info *ti)
             if (strcmp(t->params[j].name, port->params[i]) == 0)
                 ti->def[i] = &t->params[j];
     ti->nparams = port->nparams;
-    if (t->api_version >= 5 && port->nargs && port->args) {
+    if (t->api_version >= 6 && port->nargs && port->args) {
         ti->nargs = port->nargs;
         ti->args = port->args;
     }
@@ -803,9 +803,13 @@ typedef struct uitem {
 } uitem;
 
 /* Runs undo.lua for u[0..n-1], one call per slot of their state keys, in their order. Every
- * call is made; the first failure is returned. at: when the amounts were taken (decimal). */
+ * call is made; the first failure is returned. at: when the amounts were taken (decimal); o:
+ * how the call went, for the 'h' items (NULL: not said; UNDO_EXPIRED: the reservation
+ * expired). */
+static const rl_outcome undo_expired = {RL_OUTCOME_NONE, -1};
+#define UNDO_EXPIRED (&undo_expired)
 static int undo(redis_store *rs, const char *now_arg, const char *at, const uitem *u, size_t n,
-                rl_err *err)
+                const rl_outcome *o, rl_err *err)
 {
     int rc = RL_OK, done[RL_MAX_APPLIED] = {0};
     for (size_t first = 0; first < n; first++) {
@@ -824,6 +828,8 @@ static int undo(redis_store *rs, const char *now_arg, const char *at, const uite
         ab_str(&a, at && at[0] ? at : "0");
         ab_i64(&a, rs->floor_ms);
         ab_i64(&a, hold_ms(rs));
+        ab_i64(&a, o == UNDO_EXPIRED ? -1 : o ? (int64_t)o->kind : 0);
+        ab_i64(&a, o && o != UNDO_EXPIRED ? o->latency : -1);
         for (size_t i = first; i < n; i++) {
             const uitem *x = &u[i];
             size_t before = k.n;
@@ -929,7 +935,7 @@ static int undo_groups(redis_store *rs, const rl_plan *plan, const rl_decision *
         if (!g->took[j])
             continue;
         size_t n = taken_of(rs, plan, d, g, j, shard, out, u);
-        int c = n ? undo(rs, nowbuf, g->at[j], u, n, err) : RL_OK;
+        int c = n ? undo(rs, nowbuf, g->at[j], u, n, NULL, err) : RL_OK;
         if (c != RL_OK && rc == RL_OK)
             rc = c;
         g->took[j] = 0;
@@ -1471,6 +1477,7 @@ static void unref_all(rl_rules **refs, size_t n)
 }
 
 static int rs_settle(void *cls, const char *id, const rl_actual *actual, rl_ns now,
+                     const rl_outcome *o,
                      rl_settlement *out, rl_err *err)
 {
     redis_store *rs = cls;
@@ -1511,23 +1518,32 @@ static int rs_settle(void *cls, const char *id, const rl_actual *actual, rl_ns n
         case RLD_SETTLE_HOLD_MS:
             ab_i64(&a, hold_ms(rs));
             break;
+        case RLD_SETTLE_KIND:
+            ab_i64(&a, o ? (int64_t)o->kind : 0);
+            break;
+        case RLD_SETTLE_LATENCY:
+            ab_i64(&a, o ? o->latency : -1);
+            break;
         }
     }
     for (size_t i = 0; i < rv.n; i++) {
         const ritem *it = &rv.item[i];
         const type_info *ti;
         rl_rules *ref;
-        const rl_rule *rule = it->refundable ? rule_now(rs, it, &ti, &ref) : NULL;
+        /* the slots a reservation holds learn its outcome (not on Redis Cluster, whose
+         * settlements go key by key through undo.lua) */
+        int learns = o && it->holds && !it->refundable;
+        const rl_rule *rule = it->refundable || learns ? rule_now(rs, it, &ti, &ref) : NULL;
         if (!rule)
             continue;
-        rl_fp amount = it->taken - act[it->unit];
+        rl_fp amount = learns ? 0 : it->taken - act[it->unit];
         if (rs->cluster) {
-            if (amount == 0) {
+            if (amount == 0 && !learns) {
                 rl_rules_unref(ref);
                 continue;
             }
-            defer_item(rs, it, ti, rule, ref, 'r', u, refs, &nu);
-            u[nu - 1].amount = amount;
+            defer_item(rs, it, ti, rule, ref, learns ? 'h' : 'r', u, refs, &nu);
+            u[nu - 1].amount = amount; /* an outcome to learn leaves held slots held: 0 */
             continue;
         }
         ab_item(rs, &k, &a, it, ti, rule, 0, amount, now);
@@ -1546,7 +1562,7 @@ static int rs_settle(void *cls, const char *id, const rl_actual *actual, rl_ns n
             char nowbuf[24] = "";
             if (rs->manual)
                 snprintf(nowbuf, sizeof nowbuf, "%lld", (long long)now);
-            rc = undo(rs, nowbuf, rv.at, u, nu, err);
+            rc = undo(rs, nowbuf, rv.at, u, nu, o, err);
         }
         *out = st;
     } else if (reply_is(r, "settled")) {
@@ -1566,7 +1582,7 @@ static int rs_settle(void *cls, const char *id, const rl_actual *actual, rl_ns n
  * script's now: a decimal, or "" for Redis TIME; now this instance's). *settled tells whether
  * it had been settled. */
 static int end_resv(redis_store *rs, const char *id, const char *now_arg, rl_ns now, int expire,
-                    int *settled, int *holds, rl_err *err)
+                    const rl_outcome *o, int *settled, int *holds, rl_err *err)
 {
     resv rv;
     abuf k, a;
@@ -1600,6 +1616,12 @@ static int end_resv(redis_store *rs, const char *id, const char *now_arg, rl_ns 
         case RLD_RELEASE_HOLD_MS:
             ab_i64(&a, hold_ms(rs));
             break;
+        case RLD_RELEASE_KIND:
+            ab_i64(&a, o ? (int64_t)o->kind : 0);
+            break;
+        case RLD_RELEASE_LATENCY:
+            ab_i64(&a, o ? o->latency : -1);
+            break;
         }
     }
     *holds = 0;
@@ -1631,7 +1653,7 @@ static int end_resv(redis_store *rs, const char *id, const char *now_arg, rl_ns 
         *settled =
             r->element[1]->type == REDIS_REPLY_STRING && strcmp(r->element[1]->str, "1") == 0;
         if (nu) /* the held slots, each slot's states by their own script */
-            rc = undo(rs, now_arg, rv.at, u, nu, err);
+            rc = undo(rs, now_arg, rv.at, u, nu, expire ? UNDO_EXPIRED : o, err);
     } else if (reply_is(r, "notfound") || reply_is(r, "early")) {
         rc = RL_ENOTFOUND;
     } else {
@@ -1644,7 +1666,7 @@ static int end_resv(redis_store *rs, const char *id, const char *now_arg, rl_ns 
     return rc;
 }
 
-static int rs_release(void *cls, const char *id, rl_ns now, rl_err *err)
+static int rs_release(void *cls, const char *id, rl_ns now, const rl_outcome *o, rl_err *err)
 {
     redis_store *rs = cls;
     char nowbuf[24] = "";
@@ -1655,7 +1677,7 @@ static int rs_release(void *cls, const char *id, rl_ns now, rl_err *err)
         return rl_errf(err, RL_EINVAL, "now: must not be negative with the Redis store");
     if (rs->manual)
         snprintf(nowbuf, sizeof nowbuf, "%lld", (long long)now);
-    int rc = end_resv(rs, id, nowbuf, now, 0, &settled, &holds, err);
+    int rc = end_resv(rs, id, nowbuf, now, 0, o, &settled, &holds, err);
     if (rc == RL_ENOTFOUND)
         return rl_errf(err, RL_ENOTFOUND, "reservation: unknown, expired or released");
     return rc;
@@ -1709,7 +1731,7 @@ static void expire_part(redis_store *rs, rl_ns now, unsigned n, int64_t *active)
             const redisReply *e = r->element[i];
             int settled, holds;
             if (e->type != REDIS_REPLY_STRING || !valid_id(e->str) ||
-                end_resv(rs, e->str, now_arg, now, 1, &settled, &holds, NULL) != RL_OK)
+                end_resv(rs, e->str, now_arg, now, 1, NULL, &settled, &holds, NULL) != RL_OK)
                 continue;
             part--;
             if (!settled || holds) /* the client never finished it */

@@ -8,7 +8,10 @@
 --       now as decide.lua returns it), least TTL (ms), TTL of held slots (ms), then per state
 --       key: type tag, op ('r': refund the amount, negative to charge it; 'h': release that
 --       many held slots), the amount, the state's value before and after the take to give back
---       ('' when not known), then the rule's parameters (T.params).
+--       ('' when not known), then the rule's parameters (T.params). kind and latency: how the
+--       call of a released or settled reservation went, as release.lua takes them (kind -1:
+--       it expired, a timeout from its take to now), learnt by the 'h' items whose type has
+--       T.learn (a settlement sends them with amount 0: the slots stay held).
 -- A state still as its take left it goes back to its value before (or is deleted when it had
 -- none), which undoes the take exactly, saturation included; a state changed since (another
 -- request took or gave back meanwhile) is given the refund or release instead.
@@ -17,6 +20,13 @@
 clock(ARGV[A_NOW])
 local at = rel_of_dec(ARGV[A_AT])
 local floor_ms, hold_ms = tonumber(ARGV[A_FLOOR_MS]), tonumber(ARGV[A_HOLD_MS])
+local kind, latency = tonumber(ARGV[A_KIND]), tonumber(ARGV[A_LATENCY])
+if kind < 0 then
+    kind, latency = 3, sub(0, at)
+    if type(latency) ~= 'number' or latency > 3600 * NS then latency = 3600 * NS end
+    if latency < 0 then latency = 0 end
+end
+local learn = kind ~= 0 or latency >= 0
 local o = A_FIELDS
 local changed = 0
 for i = 1, #KEYS do
@@ -34,8 +44,9 @@ for i = 1, #KEYS do
             redis.call('SET', KEYS[i], before, 'KEEPTTL')
         end
         changed = changed + 1
-    elseif found and f and not iszero(amount) then
+    elseif found and f and (not iszero(amount) or op == 'h' and T.learn and learn) then
         T.prep(st, st)
+        if op == 'h' and T.learn and learn then T.learn(st, st, at, kind, latency) end
         if op == 'h' then T.release(st, st, amount) else T.refund(st, st, at, amount) end
         save_state(T, st, st, KEYS[i], floor_ms, hold_ms)
         changed = changed + 1

@@ -1,5 +1,6 @@
-// The curl examples of README.md, docs/api.md, docs/usage.md and docs/budgets.md, run against a
-// fresh daemon and their output compared with what the page shows, so that the docs cannot drift from the daemon.
+// The curl examples of README.md, docs/api.md, docs/usage.md, docs/adaptive.md and
+// docs/budgets.md, run against a fresh daemon and their output compared with what the page
+// shows, so that the docs cannot drift from the daemon.
 //
 //   RL_BUILD=build node --test tests/docs/      (make docs-check; make test runs it)
 //
@@ -20,8 +21,8 @@
 // Each page gets a fresh daemon: build/ratelimitd --config config/default.json (as make run
 // starts it) on port 0, in a temporary working directory (its quota and state files land there). A comment
 // <!-- docs-check: restart ARGS --> stops it and starts a fresh one with ARGS added (for
-// example --manual-clock, or --config config/examples/x.json: a path under config/ is the
-// repository's) for the examples after it.
+// example --manual-clock, or --config config/examples/<file>.json, read from the repository)
+// for the examples after it.
 //
 // Every line of a code block of those pages that calls curl must be part of such an example:
 // an example that is not run fails the test.
@@ -36,10 +37,14 @@ const { spawn, spawnSync } = require('node:child_process');
 const ROOT = path.resolve(__dirname, '../..');
 const BUILD = path.resolve(ROOT, process.env.RL_BUILD || 'build');
 const DAEMON = path.join(BUILD, 'ratelimitd');
-const PAGES = ['README.md', 'docs/api.md', 'docs/usage.md', 'docs/budgets.md'];
+const PAGES = ['README.md', 'docs/api.md', 'docs/usage.md', 'docs/adaptive.md', 'docs/budgets.md'];
 const CONFIG = path.join(ROOT, 'config/default.json'); // what make run serves
 
 // ---- reading a page ---------------------------------------------------------------------------
+
+// A restart argument naming a file of the repository's config/ (--config config/examples/x.json)
+// is read from the repository, whatever the daemon's working directory.
+const inRepo = (a) => (a.startsWith('config/') ? path.join(ROOT, a) : a);
 
 // The examples of a page, in order, as sessions: [{args, examples: [{cmd, expect, line}]}], and
 // the lines of its code blocks that call curl (to find examples that are not run).
@@ -91,12 +96,7 @@ function parse(text) {
       return;
     }
     const d = /^<!-- docs-check: restart(.*?)-->\s*$/.exec(t);
-    if (d) {
-      // a configuration of the repository (config/...) is named from its top
-      const args = d[1].trim().split(/\s+/).filter(Boolean)
-        .map((a) => (a.startsWith('config/') ? path.join(ROOT, a) : a));
-      sessions.push({ args, examples: [] });
-    }
+    if (d) sessions.push({ args: d[1].trim().split(/\s+/).filter(Boolean).map(inRepo), examples: [] });
   });
   assert.equal(fence, null, 'a code block is not closed');
   return { sessions, curlLines, ranLines };

@@ -267,7 +267,7 @@ static int settle(replay *rp, side *s, json_t *root, int refund, rld_buf *o, rl_
     if (au && (!json_is_object(au) ||
                rld_usage_read(cfg, au, "actual_usage", &act.usage, err) != 0))
         return json_is_object(au) ? -1 : rl_errf(err, -1, "actual_usage: must be an object");
-    if (rl_settle_usage(s->lim, id, &act, rp->now, &st, err) != RL_OK)
+    if (rl_settle_usage(s->lim, id, &act, rp->now, NULL, &st, err) != RL_OK)
         return -1;
     rld_render_settlement(o, cfg, id, &st);
     return 0;

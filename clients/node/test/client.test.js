@@ -186,6 +186,14 @@ describe('on the manual clock', () => {
     assert.equal(await c.release(again.reservation), true);
   });
 
+  test('a release says how the call went', async () => {
+    const r = await c.acquire({ backend: 'gpu' }, { now: 0 });
+    await assert.rejects(c.release(r.reservation, { outcome: 'slow' }),
+      (e) => e instanceof RateLimitdError && e.status === 400 &&
+        e.rawMessage === 'outcome: must be "ok", "error", "timeout" or "dropped"');
+    assert.equal(await c.release(r.reservation, { latencyMs: 120, outcome: 'ok' }), true);
+  });
+
   test('refused requests reject with the field', async () => {
     await assert.rejects(c.acquire({ usr: 'x' }, { now: 0 }),
       (e) => e instanceof RateLimitdError && e.status === 400 && e.rawMessage.startsWith('keys.usr: '));

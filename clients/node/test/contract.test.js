@@ -119,8 +119,9 @@ test('the client sends every request field of the table and reads every answer f
   try {
     const d = await c.acquire({ user: 'a' }, { cost: 2, usage: { input_tokens: 1 }, priority: 1,
       reserve: true, dryRun: true, now: 5 });
-    await c.refund('r-0123456789abcdef', 1, { actualUsage: { input_tokens: 1 }, now: 5 });
-    await c.release('r-0123456789abcdef', { now: 5 });
+    await c.refund('r-0123456789abcdef', 1,
+      { actualUsage: { input_tokens: 1 }, now: 5, latencyMs: 120, outcome: 'ok' });
+    await c.release('r-0123456789abcdef', { now: 5, latencyMs: 120, outcome: 'error' });
     for (const op of Object.values(FIELDS))
       assert.deepEqual(Object.keys(seen[op.path]).sort(), Object.keys(op.request).sort(), op.path);
     assert.deepEqual(Object.keys(d).sort(),

@@ -284,30 +284,37 @@ class Client:
                         reservation=None, limits=(), headers={"Retry-After": "1"},
                         unavailable=True, error=str(e))
 
-    def refund(self, reservation, actual_cost=None, actual_usage=None, now=None):
+    def refund(self, reservation, actual_cost=None, actual_usage=None, now=None, latency_ms=None,
+               outcome=None):
         """Settles a reservation with what was really used: POST /refund. Returns a Settlement.
 
         actual_cost: the cost really used (0 to 10^12): what was reserved beyond it comes back,
             what it exceeds is charged. actual_usage: named dimensions (sent only when given,
-            as `usage` in `acquire`). Raises Error: 404 unknown or expired, 409 already
-            settled; Unavailable when the daemon cannot be reached.
+            as `usage` in `acquire`). latency_ms and outcome ("ok", "error", "timeout",
+            "dropped"): how the call went, for an adaptive_concurrency rule (as in `release`).
+            Raises Error: 404 unknown or expired, 409 already settled; Unavailable when the
+            daemon cannot be reached.
         """
         if actual_cost is None and actual_usage is None:
             raise ValueError("actual_cost: required (or actual_usage)")
         _check_number("actual_cost", actual_cost)
         body = _body("refund", {"reservation": reservation, "actual_cost": actual_cost,
-                                "actual_usage": actual_usage, "now": now})
+                                "actual_usage": actual_usage, "now": now,
+                                "latency_ms": latency_ms, "outcome": outcome})
         status, _, obj = self._post(FIELDS["refund"]["path"], body)
         if status != 200:
             raise Error(status, obj.get("error", "status %d" % status))
         return _pick(Settlement, FIELDS["refund"]["response"], obj)
 
-    def release(self, reservation, now=None):
+    def release(self, reservation, now=None, latency_ms=None, outcome=None):
         """Ends a reservation and gives back its concurrency slots: POST /release. An unsettled
-        reservation is settled at its reserved cost. Returns True, or False when the daemon
+        reservation is settled at its reserved cost. latency_ms and outcome ("ok", "error",
+        "timeout", "dropped"; sent only when given): how the call went, which an
+        adaptive_concurrency rule learns its limit from. Returns True, or False when the daemon
         does not know it (expired, or released already). Raises Unavailable when it cannot be
-        reached."""
-        body = _body("release", {"reservation": reservation, "now": now})
+        reached, Error 400 for a bad latency_ms or outcome."""
+        body = _body("release", {"reservation": reservation, "now": now,
+                                 "latency_ms": latency_ms, "outcome": outcome})
         status, _, obj = self._post(FIELDS["release"]["path"], body)
         if status == 404:
             return False

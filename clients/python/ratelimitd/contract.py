@@ -18,13 +18,13 @@ FIELDS = {
     },
     "refund": {
         "path": "/refund",
-        "request": ("reservation", "actual_cost", "actual_usage", "now"),
+        "request": ("reservation", "actual_cost", "actual_usage", "now", "latency_ms", "outcome"),
         "response": ("reservation", "reserved_cost", "actual_cost", "refunded", "charged",
                      "usage", "usd"),
     },
     "release": {
         "path": "/release",
-        "request": ("reservation", "now"),
+        "request": ("reservation", "now", "latency_ms", "outcome"),
         "response": ("released",),
     },
 }

@@ -179,6 +179,14 @@ class ManualClock(unittest.TestCase):
         self.assertTrue(again.allowed)
         self.assertTrue(self.c.release(again.reservation))
 
+    def test_release_says_how_the_call_went(self):
+        d = self.c.acquire({"backend": "gpu"}, now=0)
+        with self.assertRaises(Error) as e:
+            self.c.release(d.reservation, outcome="slow")
+        self.assertEqual((e.exception.status, e.exception.message),
+                         (400, 'outcome: must be "ok", "error", "timeout" or "dropped"'))
+        self.assertTrue(self.c.release(d.reservation, latency_ms=120, outcome="ok"))
+
     def test_refused_requests_raise_with_the_field(self):
         with self.assertRaises(Error) as e:
             self.c.acquire({"usr": "x"}, now=0)

@@ -158,8 +158,10 @@ class Contract(unittest.TestCase):
         try:
             d = c.acquire({"user": "a"}, cost=2, usage={"input_tokens": 1}, priority=1,
                           reserve=True, dry_run=True, now=5)
-            s = c.refund("r-0123456789abcdef", 1, actual_usage={"input_tokens": 1}, now=5)
-            self.assertTrue(c.release("r-0123456789abcdef", now=5))
+            s = c.refund("r-0123456789abcdef", 1, actual_usage={"input_tokens": 1}, now=5,
+                         latency_ms=120, outcome="ok")
+            self.assertTrue(c.release("r-0123456789abcdef", now=5, latency_ms=120,
+                                      outcome="error"))
         finally:
             c.close()
             server.shutdown()

@@ -321,7 +321,8 @@ static const ccase cases[] = {
 
 static rt_redis srv;
 
-static rl_limiter *redis_limiter(rl_registry *reg, const char *json, const char *prefix)
+static rl_limiter *redis_limiter_clock(rl_registry *reg, const char *json, const char *prefix,
+                                       int manual)
 {
     rld_settings set;
     rl_config *cfg;
@@ -332,7 +333,7 @@ static rl_limiter *redis_limiter(rl_registry *reg, const char *json, const char 
                            .prefix = prefix,
                            .timeout_ms = 10000,
                            .pool = 2,
-                           .manual_clock = 1,
+                           .manual_clock = manual,
                            .ttl_floor_ms = 3600 * 1000};
     rl_store *st;
     rl_limiter *lim;
@@ -340,6 +341,11 @@ static rl_limiter *redis_limiter(rl_registry *reg, const char *json, const char 
     int rc = rl_limiter_new(cfg, st, &lim, &err);
     ck_assert_msg(rc == RL_OK, "limiter refused: %s", err.msg);
     return lim;
+}
+
+static rl_limiter *redis_limiter(rl_registry *reg, const char *json, const char *prefix)
+{
+    return redis_limiter_clock(reg, json, prefix, 1);
 }
 
 static void run_case(const ccase *c, int redis, int idx)
@@ -481,6 +487,37 @@ START_TEST(settle_within_and_across_periods)
 }
 END_TEST
 
+/* On Redis's own clock, Redis decides the period: an instance whose clock says last week still
+ * counts in Redis's week (the bounds it sends cover the week before and after its own), and
+ * one whose clock is years away gets an error instead of a wrong period. */
+START_TEST(redis_clock_decides_the_period)
+{
+    static const char *cfg = "{\"levels\": [{\"name\": \"k\", \"rules\": [{\"type\": "
+                             "\"calendar\", \"limit\": 1, \"period\": \"week\", "
+                             "\"time_zone\": \"UTC\"}]}]}";
+    /* weeks from Monday 00:00 UTC; 1970-01-05 was a Monday */
+    int64_t into = ((int64_t)time(NULL) - 4 * 86400) % (7 * 86400);
+    if (into > 7 * 86400 - 30) /* not across a week's end while the test runs */
+        sleep((unsigned)(7 * 86400 - into + 1));
+    rl_registry *reg = rl_registry_new();
+    rl_limiter *lim = redis_limiter_clock(reg, cfg, "calclock:", 0);
+    rl_ns wall = (rl_ns)time(NULL) * RL_NS_PER_SEC;
+    rl_decision d;
+    ck_assert_int_eq(tu_acquire_ex(lim, "k=x", 1, wall - S(7 * D), 0, 0, &d), 1); /* last week */
+    /* counted in Redis's week: it resets within 7 days of the wall clock */
+    ck_assert_int_le(tu_status(&d, 0)->reset_after, S(7 * D));
+    ck_assert_int_eq(tu_status(&d, 0)->window, S(7 * D));
+    ck_assert_int_eq(tu_acquire_ex(lim, "k=x", 1, wall, 0, 0, &d), 0);
+    ck_assert_int_le(d.retry_after, S(7 * D));
+    rl_err err;
+    ck_assert_int_ne(tu_acquire_err(lim, "k=y", 1, (rl_ns)946684800 * RL_NS_PER_SEC, &err), RL_OK);
+    ck_assert_msg(strstr(err.msg, "clock of Redis is more than a period away") != NULL, "%s",
+                  err.msg);
+    rl_limiter_free(lim);
+    rl_registry_free(reg);
+}
+END_TEST
+
 static void srv_up(void)
 {
     rt_redis_start(&srv);
@@ -516,6 +553,7 @@ Suite *calendar_suite(void)
     tcase_set_timeout(tc, 60);
     tcase_add_loop_test(tc, trace_on_redis, 0, n);
     tcase_add_loop_test(tc, settle_within_and_across_periods, 1, 2);
+    tcase_add_test(tc, redis_clock_decides_the_period);
     suite_add_tcase(s, tc);
     return s;
 }

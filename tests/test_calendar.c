@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "core/tz.h"
+#include "redis/fallback.h"
 #include "redis/store.h"
 #include "redis_server.h"
 #include "testutil.h"
@@ -518,6 +519,38 @@ START_TEST(redis_clock_decides_the_period)
 }
 END_TEST
 
+/* With Redis down and on_store_error "local", the level is decided in memory with its limit
+ * divided by the fleet: 4 a day on a fleet of 2 is 2 a day here, to the same midnight. */
+START_TEST(local_fallback_keeps_the_calendar)
+{
+    const char *json = "{\"levels\": [{\"name\": \"k\", \"rules\": [{\"type\": \"calendar\", "
+                       "\"limit\": 4, \"period\": \"day\", \"time_zone\": \"Europe/Berlin\"}]}]}";
+    rl_registry *reg = rl_registry_new();
+    rld_settings set;
+    rl_config *cfg;
+    rl_err err;
+    ck_assert_int_eq(rld_config_parse(json, strlen(json), reg, &set, &cfg, &err), RL_OK);
+    rld_settings_clear(&set);
+    rld_redis_options o = {.url = "redis://127.0.0.1:1/0", .prefix = "x:", .timeout_ms = 200,
+                           .pool = 1, .manual_clock = 1};
+    rl_store *red, *fb;
+    ck_assert_int_eq(rld_redis_store_new(&o, &red, &err), RL_OK);
+    rld_fallback_options opt = {.mode = {RLD_ON_ERROR_LOCAL}, .fleet_size = 2};
+    ck_assert_int_eq(rld_fallback_store_new(red, &opt, &fb, &err), RL_OK);
+    rl_limiter *lim;
+    ck_assert_int_eq(rl_limiter_new(cfg, fb, &lim, &err), RL_OK);
+    rl_decision d;
+    rl_ns noon = (rl_ns)utc("2026-03-29T12:00:00") * RL_NS_PER_SEC;
+    ck_assert_int_eq(tu_acquire(lim, "k=x", 2, noon, &d), 1);
+    ck_assert_int_eq(d.applied[0].fallback, RL_FALLBACK_LOCAL);
+    ck_assert_int_eq(tu_status(&d, 0)->limit, FP(2));
+    ck_assert_int_eq(tu_acquire(lim, "k=x", 1, noon, &d), 0);
+    ck_assert_int_eq(d.retry_after, S(10 * H));
+    rl_limiter_free(lim);
+    rl_registry_free(reg);
+}
+END_TEST
+
 static void srv_up(void)
 {
     rt_redis_start(&srv);
@@ -554,6 +587,7 @@ Suite *calendar_suite(void)
     tcase_add_loop_test(tc, trace_on_redis, 0, n);
     tcase_add_loop_test(tc, settle_within_and_across_periods, 1, 2);
     tcase_add_test(tc, redis_clock_decides_the_period);
+    tcase_add_test(tc, local_fallback_keeps_the_calendar);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -306,6 +306,15 @@ $(BUILD)/bench/soak: bench/soak.c
 	$(call say,CC,$<)
 	$(Q)$(CC) $(WARN) $(CFLAGS) $(SAN) -pthread $< -o $@ $(LDFLAGS) $(SAN) -pthread
 
+# The flood of one key at a steady rate (bench/flood.c): the cache of denials' test
+# (tests/test_deny_cache.c runs it) and bench/run.sh's flood section.
+$(BUILD)/bench/flood: bench/flood.c
+	@mkdir -p $(dir $@)
+	$(call say,CC,$<)
+	$(Q)$(CC) $(WARN) $(CFLAGS) $(SAN) -pthread $< -o $@ $(LDFLAGS) $(SAN) -pthread
+BENCH_BIN += $(BUILD)/bench/flood
+$(BUILD)/tests/test_deny_cache: | $(BUILD)/bench/flood
+
 # make soak: many clients far past capacity for a bounded time, against the memory store and
 # Redis (bench/soak.sh; SOAK_CLIENTS, SOAK_SECONDS, SOAK_KEYS). Not part of make test.
 soak: deps-quiet

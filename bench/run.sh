@@ -16,13 +16,14 @@
 #   BENCH_CORE_MAX=10000000   largest key count of the in-process benchmark
 #   BENCH_MEM_USERS=1000000   distinct users of the memory runs
 #   BENCH_MEM_REQUESTS=10000000   requests of the second memory figure
-#   BENCH_SECTIONS="http grpc core usage memory idle redis cluster adaptive"   the sections to run
+#   BENCH_SECTIONS="http grpc core usage memory idle redis cluster flood adaptive"   the sections to run
 #   BENCH_ADAPTIVE_PHASE=60   seconds (simulated) of each capacity phase of the adaptive section
 #   BENCH_REDIS_ROUNDS=3  rounds of the Redis comparison (redis-benchmark and ratelimitd in turn)
 #   BENCH_CLUSTER_ROUNDS=3  rounds of one Redis against a 3-primary cluster (in turn)
 #   REDIS_THREADS=0       ratelimitd's threads in the Redis section; 0: its default with the Redis
 #                         store (one per CPU, at least 8 per pooled connection: 16)
 #   REDIS_POOL=           the store's pool (connections) in the Redis section; empty: its default
+#   FLOOD_RATE=2000 FLOOD_SECONDS=10   the flood of one key in the flood section
 set -eu
 set -o pipefail
 
@@ -39,7 +40,7 @@ CORE_RUNS=${BENCH_CORE_RUNS:-3}
 CORE_MAX=${BENCH_CORE_MAX:-10000000}
 MEM_USERS=${BENCH_MEM_USERS:-1000000}
 MEM_REQUESTS=${BENCH_MEM_REQUESTS:-10000000}
-SECTIONS=${BENCH_SECTIONS:-http grpc core usage memory idle redis cluster adaptive}
+SECTIONS=${BENCH_SECTIONS:-http grpc core usage memory idle redis cluster flood adaptive}
 ADAPTIVE_PHASE=${BENCH_ADAPTIVE_PHASE:-60}
 REDIS_ROUNDS=${BENCH_REDIS_ROUNDS:-3}
 CLUSTER_ROUNDS=${BENCH_CLUSTER_ROUNDS:-3}
@@ -404,6 +405,15 @@ section_cluster() {
     cluster_bench
 }
 
+# ---- 8. The cache of denials -----------------------------------------------------------------
+
+# bench/flood.sh: one key flooded from two instances, the cache of denials off and on.
+section_flood() {
+    # shellcheck source=bench/flood.sh
+    . "$HERE/flood.sh"
+    flood_bench
+}
+
 # ---- run --------------------------------------------------------------------------------
 
 log "ratelimitd benchmarks: $(nproc) cores, $(uname -r), build $BUILD"
@@ -438,6 +448,7 @@ for s in $SECTIONS; do
     redis) section_redis ;;
     grpc) section_grpc ;;
     cluster) section_cluster ;;
+    flood) section_flood ;;
     *) fail "unknown section $s" ;;
     esac
 done
@@ -497,6 +508,9 @@ fi
 if [ -n "${CLUSTER_ratio_cpu:-}" ]; then
     emit ratio_cluster_redis_cpu_per_decision_vs_one_redis_evalsha "$CLUSTER_ratio_cpu"
     emit ratio_cluster_redis_cpu_per_decision_vs_one_redis_fcall "$CLUSTER_ratio_cpu_fcall"
+fi
+if [ -n "${FLOOD_ratio:-}" ]; then
+    emit ratio_flood_redis_calls_cache_off_vs_on "$FLOOD_ratio"
 fi
 if [[ " $SECTIONS " == *" idle "* ]]; then
     emit ratio_idle_rss_growth_after_vs_before \

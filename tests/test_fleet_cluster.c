@@ -66,12 +66,15 @@ static const char *levels =
 static rt_cluster cl;
 static su_server d[2];
 
+/* Every decision reaches the cluster (no cache of denials): the slot moved under load is seen
+ * by the denied requests too. */
 static void start_daemons(void)
 {
     char cfg[4096];
     snprintf(cfg, sizeof cfg,
              "{\"store\": {\"type\": \"redis\", \"cluster\": [\"%s\", \"%s\", \"%s\"], "
-             "\"prefix\": \"cl:\", \"timeout_ms\": 2000, \"pool\": 4, \"fleet_size\": 2}, %s}",
+             "\"prefix\": \"cl:\", \"timeout_ms\": 2000, \"pool\": 4, \"fleet_size\": 2, "
+             "\"deny_cache\": false}, %s}",
              cl.seeds[0], cl.seeds[1], cl.seeds[2], levels);
     for (int i = 0; i < 2; i++) {
         su_tmpdir(&d[i]);

@@ -50,6 +50,7 @@ static void cl_down(void)
 typedef struct pair {
     rl_registry *reg;
     rl_limiter *mem, *red;
+    rl_store *rst; /* red's store */
 } pair;
 
 static rl_config *config_of(rl_registry *reg, const char *json, rld_settings *set)
@@ -64,6 +65,8 @@ static rl_config *config_of(rl_registry *reg, const char *json, rld_settings *se
 /* 1: the stores made below call the scripts as a Functions library (FCALL); 0: EVALSHA, the
  * default. */
 static int functions;
+/* 1: the stores made below cache denials (store.deny_cache). */
+static int deny_cache;
 
 /* A limiter over a Redis store with a manual clock (unless real_clock) under prefix. */
 static rl_limiter *redis_limiter(rl_registry *reg, const char *json, const char *prefix,
@@ -77,7 +80,8 @@ static rl_limiter *redis_limiter(rl_registry *reg, const char *json, const char 
                            .pool = 4,
                            .manual_clock = !real_clock,
                            .ttl_floor_ms = real_clock ? 0 : 3600 * 1000,
-                           .functions = functions};
+                           .functions = functions,
+                           .deny_cache = deny_cache};
     for (size_t l = 0; l < RL_MAX_LEVELS; l++)
         o.shards[l] = set.shards[l];
     rld_settings_clear(&set);
@@ -97,6 +101,11 @@ static rl_limiter *redis_limiter(rl_registry *reg, const char *json, const char 
     ck_assert_int_eq(rld_redis_store_new(&o, &st, &err), RL_OK);
     int rc = rl_limiter_new(cfg, st, &lim, &err);
     ck_assert_msg(rc == RL_OK, "limiter refused: %s", err.msg);
+    /* a cache of denials answers once its follower has subscribed */
+    for (int i = 0; deny_cache && !rld_redis_store_deny_live(st); i++) {
+        ck_assert_msg(i < 500, "the cache of denials did not subscribe in 5 s");
+        usleep(10000);
+    }
     if (store_out)
         *store_out = st;
     return lim;
@@ -124,7 +133,7 @@ static void pair_new(pair *p, const char *json, const char *prefix)
     ck_assert_msg(rl_registry_load_plugin(p->reg, plugin_path("rule_leaky_bucket"), &err) == RL_OK,
                   "%s", err.msg);
     p->mem = memory_limiter(p->reg, json);
-    p->red = redis_limiter(p->reg, json, prefix, 0, NULL);
+    p->red = redis_limiter(p->reg, json, prefix, 0, &p->rst);
 }
 
 static void pair_free(pair *p)
@@ -771,6 +780,26 @@ static void compare(const rl_decision *a, const rl_decision *b, const char *ctx)
     }
 }
 
+/* As compare, but with the cache of denials on (deny_cache) a denial may come from the cache:
+ * then whether the request is allowed must be the same, the rule named blocking must block in
+ * the memory store too, and retry_after is at most its wait there: never overstated, though it
+ * may be less (the cached denial's wait counting down, when others took since or the cost is
+ * larger; the cached level's when another level waits longer). */
+static void compare_replay(const rl_decision *a, const rl_decision *b, const char *ctx)
+{
+    if (!deny_cache || a->allowed || b->allowed) {
+        compare(a, b, ctx);
+        return;
+    }
+    ck_assert_msg(b->blocked >= 0 && (size_t)b->blocked < a->napplied, "%s: blocked %d", ctx,
+                  b->blocked);
+    const rl_applied *x = &a->applied[b->blocked];
+    ck_assert_msg(x->wait > 0 && b->retry_after > 0 && b->retry_after <= x->wait,
+                  "%s: denied with %" PRId64 " by [%d] %s, whose wait is %" PRId64
+                  " (retry_after %" PRId64 ")",
+                  ctx, b->retry_after, b->blocked, x->rule->name, x->wait, a->retry_after);
+}
+
 /* Replays a random trace through a memory limiter and a Redis limiter with a manual clock;
  * every answer must be the same. force is the type of level 0's first rule. */
 /* Acquires decided on the Redis side in one rl_acquire_many, compared at the end of the run
@@ -796,7 +825,7 @@ static void flush_pending(pending *q, rl_limiter *red, char ids[64][2][RL_RESERV
         ck_assert_msg(x[i].rc == RL_OK, "%s: acquire_many %d (%s)", q->ctx[i], x[i].rc,
                       errs[i].msg);
         rl_decision_done(&q->red[i]);
-        compare(&q->mem[i], &q->red[i], q->ctx[i]);
+        compare_replay(&q->mem[i], &q->red[i], q->ctx[i]);
         if (!q->mem[i].reservation[0])
             continue;
         if (*nids == 64) {
@@ -828,6 +857,8 @@ static void queue_acquire(pending *q, rl_limiter *mem, const char *keys, rl_fp c
 /* Replays a random trace through a memory limiter and a Redis limiter with a manual clock;
  * every answer must be the same. force is the type of level 0's first rule. batch: the Redis
  * side decides runs of up to that many acquires at once (rl_acquire_many); 0: one by one. */
+static uint64_t replay_local; /* decisions the cache of denials answered in replay */
+
 static void replay(uint64_t seed, int force, int steps, const char *prefix, size_t batch)
 {
     pending *q = batch ? calloc(1, sizeof *q) : NULL;
@@ -897,13 +928,30 @@ static void replay(uint64_t seed, int force, int steps, const char *prefix, size
                         (long long)cost, flags, (long long)prio);
             if (q) {
                 queue_acquire(q, p.mem, keys, cost, now, flags, prio, ctx);
+                /* with the cache of denials, a denied request comes again within its wait */
+                while (deny_cache && q->n < want && !q->mem[q->n - 1].allowed &&
+                       q->mem[q->n - 1].retry_after < RL_NS_PER_SEC * 3600 && rnd(&s, 3)) {
+                    now += (rl_ns)rnd(&s, (uint64_t)q->mem[q->n - 1].retry_after);
+                    queue_acquire(q, p.mem, keys, cost, now, flags, prio, ctx);
+                }
                 continue;
             }
             int ra = acquire(p.mem, keys, cost, now, flags, prio, &a);
             int rb = acquire(p.red, keys, cost, now, flags, prio, &b);
             replay_usage = NULL;
             ck_assert_msg(ra == RL_OK && rb == RL_OK, "%s: acquire %d / %d", ctx, ra, rb);
-            compare(&a, &b, ctx);
+            compare_replay(&a, &b, ctx);
+            /* with the cache of denials, a denied request comes again within its wait, or
+             * with a cost a little larger or smaller */
+            while (deny_cache && !a.allowed && a.retry_after < RL_NS_PER_SEC * 3600 && rnd(&s, 4)) {
+                now += (rl_ns)rnd(&s, (uint64_t)a.retry_after);
+                rl_fp c2 = cost + (rl_fp)rnd(&s, 3) - 1;
+                cost = c2 > 0 ? c2 : cost;
+                ra = acquire(p.mem, keys, cost, now, flags, prio, &a);
+                rb = acquire(p.red, keys, cost, now, flags, prio, &b);
+                ck_assert_msg(ra == RL_OK && rb == RL_OK, "%s: again %d / %d", ctx, ra, rb);
+                compare_replay(&a, &b, ctx);
+            }
             if (a.reservation[0]) {
                 if (nids == 64) {
                     memmove(ids, ids + 1, sizeof ids[0] * 63);
@@ -946,6 +994,8 @@ static void replay(uint64_t seed, int force, int steps, const char *prefix, size
     if (q && q->n)
         flush_pending(q, p.red, ids, &nids);
     free(q);
+    for (size_t l = 0; deny_cache && l < nlevels; l++)
+        replay_local += rld_redis_store_deny_answered(p.rst, l);
     pair_free(&p);
 }
 
@@ -1128,6 +1178,21 @@ START_TEST(differential_replay_cluster)
 }
 END_TEST
 
+/* The same with the cache of denials on (on a cluster a denial's earlier slots are given back
+ * by undo.lua, which announces them). */
+START_TEST(differential_replay_cluster_deny_cache)
+{
+    deny_cache = 1;
+    for (int t = 0; t < NTYPES - 1; t++) {
+        uint64_t seed = 0xc1dc0000u + (uint64_t)t;
+        char prefix[40];
+        snprintf(prefix, sizeof prefix, "cldc%" PRIx64 ":", seed);
+        replay(seed, t, STEPS, prefix, 0);
+    }
+    deny_cache = 0;
+}
+END_TEST
+
 /* On a cluster, a rule type with state but no refund is refused: a decision across nodes may
  * have to give back what it took. */
 START_TEST(cluster_refuses_types_that_cannot_give_back)
@@ -1258,6 +1323,24 @@ START_TEST(boundaries_alike)
         compare(&a, &b, ctx);
     }
     pair_free(&p);
+}
+END_TEST
+
+/* The same with the cache of denials on, one by one and batched, one trace per type of the
+ * first rule, a denied request coming again within its wait: a request answered from the cache
+ * is denied as the memory store denies it (the settlements and releases of the trace forget
+ * what they give back to). Most traces have some answered from the cache (RL_TRACE=1 says how
+ * many); denial_cached_then_refunded_through_another_instance makes sure of it. */
+START_TEST(differential_replay_deny_cache)
+{
+    char prefix[40];
+    snprintf(prefix, sizeof prefix, "diffdc%d:", _i);
+    deny_cache = 1;
+    replay_local = 0;
+    replay(0xdc000u + (uint64_t)_i, _i % NTYPES, STEPS, prefix, (size_t)(_i / NTYPES) * 12);
+    deny_cache = 0;
+    if (getenv("RL_TRACE"))
+        fprintf(stderr, "trace: %" PRIu64 " answered from the cache\n", replay_local);
 }
 END_TEST
 
@@ -1930,6 +2013,88 @@ END_TEST
 
 /* ---- reservations across instances --------------------------------------------------------- */
 
+/* The cache of denials over two instances with a manual clock. A bucket of 10 refilling 1 a
+ * second: A reserves 8 and takes 2 at t = 0, so a cost of 1 waits 1 s. Worked out by hand: at
+ * t = 0.5 a cost of 1 (and of 3) is denied from the cache with 0.5 s left and no call; a dry
+ * run goes to Redis (it asks for the statuses), which says 0.5 remains, and a cost of 0.5 goes
+ * to Redis and fits (0.5 refilled). B settles the reservation
+ * at 3 and gives 5 back: A hears of it and the next cost of 1 passes at once, leaving 4. */
+static uint64_t calls_of(rl_store *st)
+{
+    rld_redis_health h;
+    rld_redis_store_health(st, &h);
+    return h.calls;
+}
+
+START_TEST(denial_cached_then_refunded_through_another_instance)
+{
+    const char *json = "{\"reservation_ttl\": 5, \"levels\": [{\"name\": \"user\", \"rules\": ["
+                       "{\"type\": \"token_bucket\", \"capacity\": 10, \"per_second\": 1}]}]}";
+    rl_registry *reg = rl_registry_new();
+    rl_store *sa, *sb;
+    deny_cache = 1;
+    rl_limiter *a = redis_limiter(reg, json, "dc:", 0, &sa);
+    rl_limiter *b = redis_limiter(reg, json, "dc:", 0, &sb);
+    deny_cache = 0;
+    rl_decision d;
+    rl_settlement st;
+    rl_err err;
+    char id[RL_RESERVATION_ID];
+
+    ck_assert_int_eq(acquire(a, "user=u", FP(8), S(0), RL_RESERVE, 0, &d), RL_OK);
+    ck_assert(d.allowed);
+    memcpy(id, d.reservation, sizeof id);
+    ck_assert_int_eq(acquire(a, "user=u", FP(2), S(0), 0, 0, &d), RL_OK);
+    ck_assert(d.allowed);
+    ck_assert_int_eq(acquire(a, "user=u", FP(1), S(0), 0, 0, &d), RL_OK);
+    ck_assert(!d.allowed);
+    ck_assert_int_eq(d.retry_after, S(1));
+    ck_assert_uint_eq(rld_redis_store_deny_answered(sa, 0), 0);
+
+    /* from the cache: no call, the wait counting down, the same answer's shape */
+    uint64_t calls = calls_of(sa);
+    ck_assert_int_eq(acquire(a, "user=u", FP(1), S(0) + S(1) / 2, 0, 0, &d), RL_OK);
+    ck_assert(!d.allowed);
+    ck_assert_int_eq(d.retry_after, S(1) / 2);
+    ck_assert_int_eq(d.blocked, 0);
+    ck_assert(d.applied[0].has_status);
+    ck_assert_int_eq(tu_status(&d, 0)->limit, FP(10));
+    ck_assert_int_eq(tu_status(&d, 0)->remaining, 0);
+    ck_assert_int_eq(tu_status(&d, 0)->reset_after, S(10) - S(1) / 2);
+    ck_assert_int_eq(acquire(a, "user=u", FP(3), S(0) + S(1) / 2, 0, 0, &d), RL_OK);
+    ck_assert(!d.allowed);
+    ck_assert_uint_eq(calls_of(sa), calls);
+    ck_assert_uint_eq(rld_redis_store_deny_answered(sa, 0), 2);
+
+    /* a dry run asks for the statuses, which Redis has: 0.5 refilled */
+    ck_assert_int_eq(acquire(a, "user=u", FP(1), S(0) + S(1) / 2, RL_DRY_RUN, 0, &d), RL_OK);
+    ck_assert(!d.allowed);
+    ck_assert_int_eq(tu_status(&d, 0)->remaining, FP(1) / 2);
+    ck_assert_uint_eq(calls_of(sa), calls + 1);
+
+    /* a smaller cost is Redis's to decide: 0.5 has refilled */
+    ck_assert_int_eq(acquire(a, "user=u", FP(1) / 2, S(0) + S(1) / 2, 0, 0, &d), RL_OK);
+    ck_assert(d.allowed);
+    ck_assert_uint_eq(calls_of(sa), calls + 2);
+
+    /* B gives 5 back: A forgets its denial as soon as it hears */
+    uint64_t heard = rld_redis_store_deny_messages(sa);
+    ck_assert_int_eq(rl_settle(b, id, FP(3), S(0) + S(1) / 2, &st, &err), RL_OK);
+    ck_assert_int_eq(st.refunded, FP(5));
+    for (int i = 0; rld_redis_store_deny_messages(sa) == heard; i++) {
+        ck_assert_msg(i < 200, "A did not hear of the refund in 2 s");
+        usleep(10000);
+    }
+    ck_assert_int_eq(acquire(a, "user=u", FP(1), S(0) + S(1) / 2, 0, 0, &d), RL_OK);
+    ck_assert(d.allowed);
+    ck_assert_int_eq(tu_status(&d, 0)->remaining, FP(4));
+    ck_assert_uint_eq(rld_redis_store_deny_answered(sa, 0), 2);
+    rl_limiter_free(a);
+    rl_limiter_free(b);
+    rl_registry_free(reg);
+}
+END_TEST
+
 START_TEST(refund_and_release_through_another_instance)
 {
     const char *json = "{\"reservation_ttl\": 5, \"levels\": [{\"name\": \"user\", \"rules\": ["
@@ -2589,6 +2754,7 @@ Suite *redis_store_suite(void)
     tcase_add_test(tc, many_decisions_share_one_write);
     tcase_add_test(tc, many_decisions_with_long_calls);
     tcase_add_loop_test(tc, differential_replay_functions, 0, NTYPES);
+    tcase_add_loop_test(tc, differential_replay_deny_cache, 0, 2 * NTYPES);
     tcase_add_loop_test(tc, boundaries_alike, 0, (int)(sizeof boundaries / sizeof boundaries[0]));
     tcase_add_test(tc, charges_saturate_alike);
     tcase_add_test(tc, tier_changes_alike);
@@ -2598,6 +2764,7 @@ Suite *redis_store_suite(void)
     tcase_add_checked_fixture(tc, cl_up, cl_down);
     tcase_set_timeout(tc, 300);
     tcase_add_loop_test(tc, differential_replay_cluster, 0, 2);
+    tcase_add_test(tc, differential_replay_cluster_deny_cache);
     tcase_add_test(tc, differential_replay_usage_cluster);
     tcase_add_test(tc, cluster_refuses_types_that_cannot_give_back);
     tcase_add_test(tc, quotas_on_a_cluster);
@@ -2623,6 +2790,7 @@ Suite *redis_store_suite(void)
     tcase_add_checked_fixture(tc, srv_up, srv_down);
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, refund_and_release_through_another_instance);
+    tcase_add_test(tc, denial_cached_then_refunded_through_another_instance);
     tcase_add_test(tc, two_instances_share_one_bucket);
     tcase_add_test(tc, quotas_reach_every_instance);
     suite_add_tcase(s, tc);

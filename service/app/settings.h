@@ -71,6 +71,7 @@ typedef struct rld_settings {
     int redis_timeout_ms;
     int redis_pool;
     int redis_functions; /* 0: scripts by EVALSHA; 1: as a Functions library by FCALL */
+    int redis_deny_cache; /* 1: denials answered again here until they lapse (store.deny_cache) */
     char *redis_username; /* with sentinels or a cluster: the data nodes' credentials (and,
                              with sentinels, the database) */
     char *redis_password;

@@ -146,6 +146,14 @@ static const rld_setting store_rows[] = {
              "every call) but leaves the library in Redis's data set; where Redis refuses "
              "Functions the store goes back to `EVALSHA` by itself. See "
              "[redis.md](redis.md)"},
+    {.name = "deny_cache",
+     .kind = RLD_SET_BOOL,
+     .offset = OFF(redis_deny_cache),
+     .def = 1,
+     .help = "`true`: a denial Redis gave is answered again by this instance, without Redis, "
+             "until its `retry_after` has passed, unless capacity is given back meanwhile (a "
+             "refund, a release, a quota change, announced to every instance); `false`: every "
+             "decision goes to Redis. See [redis.md](redis.md#the-cache-of-denials)"},
     {.name = "sentinel",
      .kind = RLD_SET_OBJECT,
      .sub = &rld_settings_sentinel,

@@ -468,3 +468,13 @@ end
 local function save_state(T, p, s, key, floor_ms, hold_ms)
     redis.call('SET', key, T.dump(s), 'PX', ttl_ms(T, p, s, key, floor_ms, hold_ms))
 end
+
+-- Tells every instance that the states named keys[from..] have given capacity back (a refund,
+-- a release, an undo), so that their caches of denials forget them (store.c, denycache.h):
+-- one message on channel, each key as its length, ':' and the key. Nothing when none changed.
+local function announce(channel, keys, from)
+    if from > #keys then return end
+    local parts = {}
+    for i = from, #keys do parts[#parts + 1] = #keys[i] .. ':' .. keys[i] end
+    redis.call('PUBLISH', channel, table.concat(parts))
+end

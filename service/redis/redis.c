@@ -227,6 +227,12 @@ static void metrics(void *self, rld_buf *o)
            "Instances sharing the store, this one included, as the last heartbeat counted them "
            "(0: not known yet).");
     rld_buf_printf(o, "ratelimit_store_peers %u\n", h.peers);
+    family(o, "ratelimit_deny_cache_total", "counter",
+           "Decisions denied by this instance from its cache of the denials Redis gave, without "
+           "a call to Redis, by the level whose cached denial answered (store.deny_cache).");
+    for (size_t l = 0; l < cfg->nlevels; l++)
+        rld_buf_printf(o, "ratelimit_deny_cache_total{level=\"%s\"} %llu\n", cfg->levels[l].name,
+                       (unsigned long long)rld_redis_store_deny_answered(f->redis, l));
     family(o, "ratelimit_redis_calls_total", "counter",
            "Commands and scripts written to Redis (concurrent calls share connections).");
     rld_buf_printf(o, "ratelimit_redis_calls_total %llu\n", (unsigned long long)h.calls);

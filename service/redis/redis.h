@@ -48,7 +48,9 @@ void rld_redis_free(rld_redis *f);
  *                 "store_up", "store_errors", "peers", "fleet_size", "last_error"}
  *   metrics       ratelimit_store_up, ratelimit_store_errors_total,
  *                 ratelimit_store_fallback_total{level,mode}, ratelimit_store_peers,
- *                 ratelimit_redis_calls_total, ratelimit_redis_writes_total
+ *                 ratelimit_redis_calls_total, ratelimit_redis_writes_total,
+ *                 ratelimit_deny_cache_total{level} (decisions denied from the cache of
+ *                 denials, store.deny_cache)
  *   describe      "redis store 127.0.0.1:6379/0, prefix \"rl:\"" (never the password); usable
  *                 from rld_redis_open on */
 extern const rld_app_store_ops rld_redis_store_ops;

@@ -5,8 +5,9 @@
 -- ARGV: as args.def lists them: now ('' = Redis TIME), mode ('release' or 'expire'), the
 --       reservation id, least TTL (ms), TTL of held slots (ms), how the call went (kind: 0
 --       not said, 1 ok, 2 error, 3 timeout, 4 dropped; latency in ns, -1 not said; an expiry
---       is a timeout lasting from the take to now), then per state key: type tag, the amount
---       held and the rule's parameters (T.params). A type with T.learn learns the outcome.
+--       is a timeout lasting from the take to now), the channel of given-back states
+--       (announce), then per state key: type tag, the amount held and the rule's parameters
+--       (T.params). A type with T.learn learns the outcome.
 -- Returns {'ok', settled ('1'/'0')}, {'notfound'}, or {'early'} when it is not yet due.
 
 clock(ARGV[A_NOW])
@@ -30,6 +31,7 @@ if expire then
     if latency < 0 then latency = 0 end
 end
 local o = A_FIELDS
+local given = {}
 for i = 3, #KEYS do
     local T = rule_type(ARGV[o + I_TAG])
     local held = ARGV[o + I_HELD]
@@ -42,6 +44,8 @@ for i = 3, #KEYS do
         end
         T.release(st, st, N(held))
         save_state(T, st, st, KEYS[i], floor_ms, hold_ms)
+        given[#given + 1] = KEYS[i]
     end
 end
+announce(ARGV[A_CHANNEL], given, 1)
 return {'ok', h[2]}

@@ -4,9 +4,10 @@
 --
 -- KEYS: the reservation, then the state keys of the items to settle.
 -- ARGV: as args.def lists them: now ('' = Redis TIME), actual cost, least TTL (ms), TTL of held
---       slots (ms), how the call went (kind and latency, as release.lua takes them), then per
---       state key: type tag, amount (given back; negative: charged), and the rule's parameters
---       (T.params). A type with T.learn learns the outcome (its slots stay held).
+--       slots (ms), how the call went (kind and latency, as release.lua takes them), the channel
+--       of given-back states (announce), then per state key: type tag, amount (given back;
+--       negative: charged), and the rule's parameters (T.params). A type with T.learn learns the
+--       outcome (its slots stay held).
 -- Returns {'ok', reserved cost}, {'notfound'} (unknown or expired) or {'settled'}.
 
 clock(ARGV[A_NOW])
@@ -19,6 +20,7 @@ local floor_ms, hold_ms = tonumber(ARGV[A_FLOOR_MS]), tonumber(ARGV[A_HOLD_MS])
 local kind, latency = tonumber(ARGV[A_KIND]), tonumber(ARGV[A_LATENCY])
 local learn = kind ~= 0 or latency >= 0
 local o = A_FIELDS
+local given = {}
 for i = 2, #KEYS do
     local T = rule_type(ARGV[o + I_TAG])
     local amount = N(ARGV[o + I_AMOUNT])
@@ -28,10 +30,12 @@ for i = 2, #KEYS do
         T.prep(st, st)
         T.refund(st, st, at, amount)
         save_state(T, st, st, KEYS[i], floor_ms, hold_ms)
+        given[#given + 1] = KEYS[i]
     elseif found and T.learn and learn then
         T.prep(st, st)
         T.learn(st, st, at, kind, latency)
         save_state(T, st, st, KEYS[i], floor_ms, hold_ms)
     end
 end
+announce(ARGV[A_CHANNEL], given, 1)
 return {'ok', h[3]}

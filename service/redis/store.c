@@ -20,9 +20,11 @@
 #include <string.h>
 
 #include "app/buf.h"
+#include "app/clock.h"
 #include "fallback.h"
 #include "redis_args.h"
 #include "cluster.h"
+#include "denycache.h"
 #include "scripts.h"
 #include "store.h"
 
@@ -45,6 +47,7 @@ typedef struct type_info {
     int stateless;
     int refund; /* has refund: settling applies to it (when it counts cost) */
     int holds;
+    int builtin;    /* a built-in type (its port is one of service/core/rules/) */
     size_t nparams; /* the parameters its port takes, in order */
     const rl_param_def *def[MAX_PORT_PARAMS];
     size_t nargs; /* then the values it computes for the time of the call (rl_rule_redis.args) */
@@ -81,6 +84,9 @@ typedef struct redis_store {
     int duty; /* this instance holds the fleet's housekeeping claim (real clock only) */
     size_t counting[RL_MAX_LEVELS];
     size_t counted[RL_MAX_LEVELS]; /* atomic: the last full scan's keys per level */
+    rld_denycache *dc;             /* NULL when denials are not cached */
+    rl_ns dc_latest;               /* atomic, with a manual clock: the latest now sent to Redis */
+    int dc_started;                /* its follower runs */
 } redis_store;
 
 static const int64_t zero_state[RL_STATE_MAX / 8];
@@ -430,6 +436,7 @@ static void describe_type(const rl_rule_type *t, type_info *ti)
         ti->args = port->args;
     }
     ti->tag = port->tag;
+    ti->builtin = !port->lua && builtin_tag(port->tag);
 }
 
 static int check_rules(const redis_store *rs, const rl_rules *rs_, const char *where, rl_err *err)
@@ -523,6 +530,9 @@ static int set_ports(redis_store *rs, const rl_registry *reg, rl_err *err)
     return rc;
 }
 
+static redisContext *deny_connect(void *ctx);
+static void deny_forget(redis_store *rs, const abuf *k, size_t first);
+
 static int rs_attach(void *cls, const rl_config *cfg, const rl_resolver *res, rl_err *err)
 {
     redis_store *rs = cls;
@@ -533,6 +543,14 @@ static int rs_attach(void *cls, const rl_config *cfg, const rl_resolver *res, rl
         rc = set_ports(rs, cfg->reg, err);
     if (rc != RL_OK)
         return rc;
+    if (rs->dc && !rs->dc_started) {
+        char deny[160], quotas[160];
+        snprintf(deny, sizeof deny, "%sdeny", rs->prefix);
+        snprintf(quotas, sizeof quotas, "%squotas", rs->prefix);
+        if ((rc = rld_denycache_follow(rs->dc, deny_connect, rs, deny, quotas, err)) != RL_OK)
+            return rc;
+        rs->dc_started = 1;
+    }
     rl_ns ms = (cfg->reservation_ttl + 999999) / 1000000;
     rs->hold_ms = (long)(ms > 86400000 ? 86400000 : ms) + GRACE_MS;
     return RL_OK;
@@ -825,11 +843,20 @@ static int undo(redis_store *rs, const char *now_arg, const char *at, const uite
         unsigned slot = one.oom ? 0 : rld_cluster_slot(one.buf, one.len[0]);
         ab_free(&one);
         ab_str(&a, now_arg);
-        ab_str(&a, at && at[0] ? at : "0");
-        ab_i64(&a, rs->floor_ms);
-        ab_i64(&a, hold_ms(rs));
-        ab_i64(&a, o == UNDO_EXPIRED ? -1 : o ? (int64_t)o->kind : 0);
-        ab_i64(&a, o && o != UNDO_EXPIRED ? o->latency : -1);
+        for (int f = RLD_UNDO_AT; f < RLD_UNDO_FIELDS; f++) {
+            if (f == RLD_UNDO_AT)
+                ab_str(&a, at && at[0] ? at : "0");
+            else if (f == RLD_UNDO_FLOOR_MS)
+                ab_i64(&a, rs->floor_ms);
+            else if (f == RLD_UNDO_HOLD_MS)
+                ab_i64(&a, hold_ms(rs));
+            else if (f == RLD_UNDO_KIND)
+                ab_i64(&a, o == UNDO_EXPIRED ? -1 : o ? (int64_t)o->kind : 0);
+            else if (f == RLD_UNDO_LATENCY)
+                ab_i64(&a, o && o != UNDO_EXPIRED ? o->latency : -1);
+            else if (f == RLD_UNDO_CHANNEL)
+                ab_key(rs, &a, "deny", NULL);
+        }
         for (size_t i = first; i < n; i++) {
             const uitem *x = &u[i];
             size_t before = k.n;
@@ -859,9 +886,10 @@ static int undo(redis_store *rs, const char *now_arg, const char *at, const uite
         }
         int c = k.oom || a.oom ? rl_errf(err, RL_ENOMEM, "out of memory")
                                : eval(rs, RLD_SCRIPT_UNDO, &k, &a, &r, err);
-        if (c == RL_OK)
+        if (c == RL_OK) {
             freeReplyObject(r);
-        else if (rc == RL_OK)
+            deny_forget(rs, &k, 0);
+        } else if (rc == RL_OK)
             rc = c;
         ab_free(&k);
         ab_free(&a);
@@ -1110,7 +1138,11 @@ typedef struct dstate {
     char id[RL_RESERVATION_ID];
     size_t nstate; /* items whose state Redis keeps */
     int reserve, blocked;
+    int local; /* answered from the cache of denials (deny_local) */
     item_out out[RL_MAX_APPLIED];
+    uint64_t ticket[RL_MAX_APPLIED]; /* for learning item i's denial; 0: not cached */
+    uint64_t hash[RL_MAX_APPLIED], fp[RL_MAX_APPLIED]; /* its state key's, its rule's */
+    uint64_t sig;                                      /* the decision's (deny_sig) */
 } dstate;
 
 /* What a decision needs before any call: each level's shard, whether it reserves, and the
@@ -1128,6 +1160,7 @@ static int decide_begin(redis_store *rs, const rl_plan *plan, rl_decision *d, ds
     for (size_t l = 0; l < rs->cfg->nlevels; l++)
         st->shard[l] = pick_shard(rs->shards[l]);
     st->id[0] = '\0';
+    st->local = 0;
     st->reserve = !(plan->flags & RL_DRY_RUN) && (holds || (plan->flags & RL_RESERVE));
     memset(st->out, 0, plan->n * sizeof st->out[0]);
     return decide_here(rs, plan, d, &st->nstate, &st->blocked, err);
@@ -1166,6 +1199,196 @@ static void decide_end(redis_store *rs, const rl_plan *plan, rl_decision *d, con
         memcpy(d->reservation, st->id, sizeof st->id);
 }
 
+/* ---- the cache of denials (denycache.h) ------------------------------------------------------
+ *
+ * A denial is cached for an item whose wait blocks under every flag (neither a shadow nor a
+ * charge rule: its wait is phase 1's, the same for a dry run, a reservation or an item list,
+ * and denies the whole request), of a built-in type (whose wait is the earliest time the amount
+ * fits, checked against the memory store by the differential replay; a plug-in's may be an
+ * estimate), whose state is one key (not a sharded level) and which holds no slots (held
+ * slots also come back by expiring, which nothing announces). Any such item
+ * found denied at least as long in the cache denies the request: nothing but a give-back
+ * shortens a wait, and give-backs are announced. */
+
+/* Item i's state key into k (emptied first) when its denials can be cached. */
+static int deny_key(redis_store *rs, const rl_plan *plan, const rl_decision *d, size_t i, abuf *k)
+{
+    const rl_applied *ap = &d->applied[i];
+    const type_info *ti = info_of(rs, ap->rule);
+    if (plan->items[i].mode || !ti || !ti->builtin || ti->stateless || ti->holds ||
+        rs->shards[ap->level] > 1)
+        return 0;
+    k->n = 0;
+    k->used = 0;
+    ab_state_key(rs, k, ap->level, ap->slot, 0, ap->key, ap->keylen);
+    return !k->oom && k->len[0] <= DC_KEY_MAX;
+}
+
+/* The cache's clock: the caller's with a manual clock (what Redis decided at), else this
+ * instance's monotonic clock. */
+static rl_ns deny_clock(const redis_store *rs, const rl_plan *plan)
+{
+    return rs->manual ? plan->now : rld_mono_ns();
+}
+
+/* Sets applied rule ap's status as the decision reports it, for a rule without state. */
+static void status_here(const rl_plan *plan, rl_applied *ap)
+{
+    rl_rule_status x;
+    rl_rule_peek(ap->rule, zero_state, ap->key, ap->keylen, plan->now, 0, &x);
+    rl_applied_set_status(ap, &x);
+}
+
+/* The signature of a decision: its rules, keys and amounts (0 never). */
+static uint64_t deny_sig(const rl_plan *plan, const rl_decision *d, const dstate *st)
+{
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (size_t i = 0; i < plan->n; i++) {
+        const rl_applied *ap = &d->applied[i];
+        int64_t f[6] = {ap->level,           ap->slot,          ap->keylen, plan->items[i].need,
+                        plan->items[i].mode, (int64_t)st->fp[i]};
+        const unsigned char *p = (const unsigned char *)f;
+        for (size_t j = 0; j < sizeof f; j++)
+            h = (h ^ p[j]) * 0x100000001b3ull;
+        for (size_t j = 0; j < ap->keylen; j++)
+            h = (h ^ (unsigned char)ap->key[j]) * 0x100000001b3ull;
+    }
+    return h ? h : 1;
+}
+
+/* Answers the decision from the cache when some item of it is denied there (not a dry run:
+ * one asks for the statuses, which only Redis has): 1 with d filled as decide_end would, each
+ * such item's wait and status counting down, every other item with state waiting 0 and
+ * reporting the status the same decision had when denied (when the cache kept it: a decision
+ * of at most DC_ITEMS rules, asked again alike) or none; counted under the level of the
+ * longest wait. Otherwise 0, with the tickets for learning from Redis's answer (deny_learn) in
+ * st. */
+static int deny_local(redis_store *rs, const rl_plan *plan, rl_decision *d, dstate *st)
+{
+    abuf k;
+    rl_ns now = deny_clock(rs, plan);
+    rld_denial best = {0}, one;
+    /* a manual clock may go back: the state may then have moved past a denial, at a time
+     * later than this one (Redis decides at the later of the two), so only a time not before
+     * the latest this instance sent is answered here */
+    rl_ns latest = __atomic_load_n(&rs->dc_latest, __ATOMIC_RELAXED);
+    while (rs->manual && now > latest &&
+           !__atomic_compare_exchange_n(&rs->dc_latest, &latest, now, 0, __ATOMIC_RELAXED,
+                                        __ATOMIC_RELAXED))
+        ;
+    rl_ns wait[RL_MAX_APPLIED];
+    rl_rule_status sts[RL_MAX_APPLIED];
+    int has[RL_MAX_APPLIED], hit[RL_MAX_APPLIED], any = 0;
+    int ask = !(plan->flags & RL_DRY_RUN) && (!rs->manual || now >= latest);
+    size_t level = 0;
+    ab_init(&k);
+    for (size_t i = 0; i < plan->n; i++)
+        st->fp[i] = rld_denycache_fingerprint(d->applied[i].rule);
+    st->sig = deny_sig(plan, d, st);
+    for (size_t i = 0; i < plan->n; i++) {
+        st->ticket[i] = 0;
+        hit[i] = 0;
+        if (!deny_key(rs, plan, d, i, &k))
+            continue;
+        st->hash[i] = rld_denycache_hash(k.buf, k.len[0]);
+        hit[i] = ask && rld_denycache_lookup(rs->dc, st->hash[i], k.buf, k.len[0], st->fp[i],
+                                             plan->items[i].need, now, st->sig, &one);
+        if (hit[i]) {
+            wait[i] = one.wait;
+            sts[i] = one.st;
+            has[i] = one.has_st;
+            if (one.wait > best.wait) {
+                best = one;
+                level = d->applied[i].level;
+            }
+        }
+        any |= hit[i];
+        if (!hit[i])
+            st->ticket[i] = rld_denycache_ticket(rs->dc, st->hash[i]);
+    }
+    ab_free(&k);
+    if (!any)
+        return 0;
+    int whole = best.sig != 0 && best.n == plan->n;
+    for (size_t i = 0; i < plan->n; i++) {
+        rl_applied *ap = &d->applied[i];
+        const type_info *ti = info_of(rs, ap->rule);
+        ap->has_status = 0;
+        if (ti->stateless) { /* its wait is decide_here's */
+            ap->has_status = ap->rule->type->report != NULL;
+            if (ap->has_status)
+                status_here(plan, ap);
+        } else if (hit[i]) {
+            ap->wait = wait[i];
+            ap->has_status = has[i];
+            if (has[i])
+                rl_applied_set_status(ap, &sts[i]);
+        } else {
+            ap->wait = 0;
+            ap->has_status = whole && best.has[i];
+            if (ap->has_status)
+                rl_applied_set_status(ap, &best.all[i]);
+        }
+        ap->shadow_denied = (plan->items[i].mode & RL_ITEM_SHADOW) && ap->wait != 0;
+    }
+    rld_denycache_count(rs->dc, level);
+    st->local = 1;
+    return 1;
+}
+
+/* After Redis's answer (decide_end): caches each item that it denied and deny_local gave a
+ * ticket, with the decision's statuses when it has at most DC_ITEMS rules. */
+static void deny_learn(redis_store *rs, const rl_plan *plan, rl_decision *d, const dstate *st)
+{
+    abuf k;
+    rl_ns now = -1;
+    rld_denial dn = {0};
+    ab_init(&k);
+    for (size_t i = 0; i < plan->n; i++) {
+        const rl_applied *ap = &d->applied[i];
+        if (!st->ticket[i] || ap->wait <= 0 || ap->wait >= RL_WAIT_NEVER ||
+            !deny_key(rs, plan, d, i, &k))
+            continue;
+        if (now < 0) {
+            now = deny_clock(rs, plan);
+            dn.n = plan->n;
+            dn.sig = plan->n <= DC_ITEMS ? st->sig : 0;
+            for (size_t j = 0; dn.sig && j < plan->n; j++) {
+                const rl_rule_status *x = rl_decision_status(d, j);
+                dn.has[j] = x != NULL;
+                if (x)
+                    dn.all[j] = *x;
+            }
+        }
+        const rl_rule_status *x = rl_decision_status(d, i);
+        dn.wait = ap->wait;
+        dn.has_st = x != NULL;
+        if (x)
+            dn.st = *x;
+        rld_denycache_insert(rs->dc, st->ticket[i], st->hash[i], k.buf, k.len[0], st->fp[i],
+                             plan->items[i].need, now, &dn);
+    }
+    ab_free(&k);
+}
+
+/* After a give-back made by this instance: its keys k[first..] are forgotten here at once (the
+ * others hear of it from the script's announcement). */
+static void deny_forget(redis_store *rs, const abuf *k, size_t first)
+{
+    if (!rs->dc || k->oom)
+        return;
+    for (size_t j = first; j < k->n; j++)
+        rld_denycache_forget(rs->dc, k->buf + k->off[j], k->len[j]);
+}
+
+static redisContext *deny_connect(void *ctx)
+{
+    redis_store *rs = ctx;
+    char ch[160];
+    snprintf(ch, sizeof ch, "%sdeny", rs->prefix);
+    return rld_redis_store_connect(&rs->base, ch, 2000, NULL);
+}
+
 /* Whether the decision needs a call at all (on one Redis): not when Redis keeps nothing of it
  * and it reserves nothing, for the waits decided here are final. */
 static int needs_call(const dstate *st)
@@ -1180,6 +1403,8 @@ static int rs_decide(void *cls, const rl_plan *plan, rl_decision *d, rl_err *err
     int rc;
     if ((rc = decide_begin(rs, plan, d, &st, err)) != RL_OK)
         return rc;
+    if (rs->dc && deny_local(rs, plan, d, &st))
+        return RL_OK;
     rc = DUP_ID;
     for (int attempt = 0; attempt < 3 && rc == DUP_ID; attempt++) {
         if (st.reserve)
@@ -1200,6 +1425,8 @@ static int rs_decide(void *cls, const rl_plan *plan, rl_decision *d, rl_err *err
     if (rc != RL_OK)
         return rc;
     decide_end(rs, plan, d, &st);
+    if (rs->dc)
+        deny_learn(rs, plan, d, &st);
     return RL_OK;
 }
 
@@ -1221,7 +1448,7 @@ static int many_build(redis_store *rs, const rl_plan *plan, rl_decision *d, many
     size_t sel[RL_MAX_APPLIED];
     it->call = SIZE_MAX;
     int rc = decide_begin(rs, plan, d, &it->st, err);
-    if (rc != RL_OK || !needs_call(&it->st))
+    if (rc != RL_OK || (rs->dc && deny_local(rs, plan, d, &it->st)) || !needs_call(&it->st))
         return rc;
     for (size_t i = 0; i < plan->n; i++)
         sel[i] = i;
@@ -1243,7 +1470,8 @@ static int many_finish(redis_store *rs, const rl_plan *plan, rl_decision *d, man
 {
     size_t sel[RL_MAX_APPLIED];
     if (!c) {
-        decide_end(rs, plan, d, &it->st);
+        if (!it->st.local)
+            decide_end(rs, plan, d, &it->st);
         return RL_OK;
     }
     if (c->rc != RL_OK) {
@@ -1257,8 +1485,11 @@ static int many_finish(redis_store *rs, const rl_plan *plan, rl_decision *d, man
         rc = rs_decide(rs, plan, d, err);
     else if (read_decide(c->reply, sel, plan->n, 0, it->st.out, NULL, 0) != 0)
         rc = rl_errf(err, RL_ESTORE, "redis: unexpected reply to a decision");
-    else
+    else {
         decide_end(rs, plan, d, &it->st);
+        if (rs->dc)
+            deny_learn(rs, plan, d, &it->st);
+    }
     freeReplyObject(c->reply);
     c->reply = NULL;
     return rc;
@@ -1524,6 +1755,9 @@ static int rs_settle(void *cls, const char *id, const rl_actual *actual, rl_ns n
         case RLD_SETTLE_LATENCY:
             ab_i64(&a, o ? o->latency : -1);
             break;
+        case RLD_SETTLE_CHANNEL:
+            ab_key(rs, &a, "deny", NULL);
+            break;
         }
     }
     for (size_t i = 0; i < rv.n; i++) {
@@ -1550,6 +1784,8 @@ static int rs_settle(void *cls, const char *id, const rl_actual *actual, rl_ns n
         rl_rules_unref(ref);
     }
     rc = eval(rs, RLD_SCRIPT_SETTLE, &k, &a, &r, err);
+    if (rc == RL_OK)
+        deny_forget(rs, &k, 1);
     ab_free(&k);
     ab_free(&a);
     if (rc != RL_OK) {
@@ -1622,6 +1858,9 @@ static int end_resv(redis_store *rs, const char *id, const char *now_arg, rl_ns 
         case RLD_RELEASE_LATENCY:
             ab_i64(&a, o ? o->latency : -1);
             break;
+        case RLD_RELEASE_CHANNEL:
+            ab_key(rs, &a, "deny", NULL);
+            break;
         }
     }
     *holds = 0;
@@ -1641,6 +1880,8 @@ static int end_resv(redis_store *rs, const char *id, const char *now_arg, rl_ns 
         rl_rules_unref(ref);
     }
     rc = eval(rs, RLD_SCRIPT_RELEASE, &k, &a, &r, err);
+    if (rc == RL_OK)
+        deny_forget(rs, &k, 2);
     ab_free(&k);
     ab_free(&a);
     if (rc != RL_OK) {
@@ -1961,6 +2202,7 @@ static void rs_destroy(void *cls)
             freeReplyObject(r);
         ab_free(&k);
     }
+    rld_denycache_free(rs->dc); /* its follower connects through the pool */
     rld_pool_free(rs->pool);
     rld_cluster_free(rs->cluster);
     pthread_mutex_destroy(&rs->tick_mu);
@@ -2020,6 +2262,13 @@ int rld_redis_store_new(const rld_redis_options *opt, rl_store **out, rl_err *er
         rld_cluster_use_functions(rs->cluster, opt->functions);
     else
         rld_pool_use_functions(rs->pool, opt->functions);
+    if (opt->deny_cache && !(rs->dc = rld_denycache_new())) {
+        rld_pool_free(rs->pool);
+        rld_cluster_free(rs->cluster);
+        free(rs->prefix);
+        free(rs);
+        return rl_errf(err, RL_ENOMEM, "out of memory");
+    }
     rs->plen = strlen(prefix);
     rs->manual = opt->manual_clock != 0;
     rs->floor_ms = opt->ttl_floor_ms;
@@ -2149,7 +2398,8 @@ int rld_redis_store_open(const rld_settings *set, int manual_clock, rl_store **o
                            .timeout_ms = set->redis_timeout_ms,
                            .pool = set->redis_pool,
                            .manual_clock = manual_clock,
-                           .functions = set->redis_functions};
+                           .functions = set->redis_functions,
+                           .deny_cache = set->redis_deny_cache};
     rld_fallback_options f = {.fleet_size = set->fleet_size > 0 ? (unsigned)set->fleet_size : 0,
                               .peers = rld_redis_store_peers};
     rl_store *rs;
@@ -2227,4 +2477,27 @@ redisContext *rld_redis_store_connect(rl_store *st, const char *key, int timeout
     if (!p && rld_cluster_refresh(rs->cluster, err) == RL_OK)
         p = rld_cluster_pool(rs->cluster, slot);
     return p ? rld_pool_connect(p, timeout_ms, err) : NULL;
+}
+
+int rld_redis_store_deny_cache(rl_store *st)
+{
+    return ((redis_store *)st->cls)->dc != NULL;
+}
+
+uint64_t rld_redis_store_deny_answered(rl_store *st, size_t level)
+{
+    redis_store *rs = st->cls;
+    return rs->dc ? rld_denycache_answered(rs->dc, level) : 0;
+}
+
+int rld_redis_store_deny_live(rl_store *st)
+{
+    redis_store *rs = st->cls;
+    return rs->dc ? rld_denycache_live(rs->dc) : 0;
+}
+
+uint64_t rld_redis_store_deny_messages(rl_store *st)
+{
+    redis_store *rs = st->cls;
+    return rs->dc ? rld_denycache_messages(rs->dc) : 0;
 }

@@ -66,6 +66,8 @@ typedef struct rld_redis_options {
     int functions; /* 1: call the decision, settlement, release and expiry scripts as one Redis
                       Functions library (FCALL) where Redis has Functions, EVALSHA where it
                       refuses them; 0: EVALSHA */
+    int deny_cache; /* 1: answer the denials Redis gave again here until they lapse, forgetting
+                       them when capacity is given back anywhere (denycache.h) */
 } rld_redis_options;
 
 /* A new Redis store for rl_limiter_new, which takes it. Connections open lazily: an unreachable
@@ -86,6 +88,13 @@ typedef struct rld_redis_health {
 
 /* Fills out for a store made by rld_redis_store_new (borrowed; alive while its limiter is). */
 void rld_redis_store_health(rl_store *st, rld_redis_health *out);
+/* Whether the store caches denials (options.deny_cache); the decisions of level it answered
+ * from the cache; whether the cache is subscribed (answering); and the announcements of
+ * give-backs and quota changes it has applied. */
+int rld_redis_store_deny_cache(rl_store *st);
+uint64_t rld_redis_store_deny_answered(rl_store *st, size_t level);
+int rld_redis_store_deny_live(rl_store *st);
+uint64_t rld_redis_store_deny_messages(rl_store *st);
 /* The last heartbeat's count of live instances (0: not known yet). ctx is the rl_store; the
  * signature fits rld_fallback_options.peers. */
 unsigned rld_redis_store_peers(void *ctx);

@@ -5,7 +5,8 @@
 --
 -- KEYS: the state keys of the items.
 -- ARGV: as args.def lists them: now ('' = Redis TIME), when the amounts were taken (a decimal
---       now as decide.lua returns it), least TTL (ms), TTL of held slots (ms), then per state
+--       now as decide.lua returns it), least TTL (ms), TTL of held slots (ms), the channel of
+--       given-back states (announce), then per state
 --       key: type tag, op ('r': refund the amount, negative to charge it; 'h': release that
 --       many held slots), the amount, the state's value before and after the take to give back
 --       ('' when not known), then the rule's parameters (T.params). kind and latency: how the
@@ -29,6 +30,7 @@ end
 local learn = kind ~= 0 or latency >= 0
 local o = A_FIELDS
 local changed = 0
+local given = {}
 for i = 1, #KEYS do
     local T = rule_type(ARGV[o + I_TAG])
     if not T then return redis.error_reply('no rule type port for tag ' .. ARGV[o + I_TAG]) end
@@ -44,12 +46,15 @@ for i = 1, #KEYS do
             redis.call('SET', KEYS[i], before, 'KEEPTTL')
         end
         changed = changed + 1
+        given[#given + 1] = KEYS[i]
     elseif found and f and (not iszero(amount) or op == 'h' and T.learn and learn) then
         T.prep(st, st)
         if op == 'h' and T.learn and learn then T.learn(st, st, at, kind, latency) end
         if op == 'h' then T.release(st, st, amount) else T.refund(st, st, at, amount) end
         save_state(T, st, st, KEYS[i], floor_ms, hold_ms)
         changed = changed + 1
+        given[#given + 1] = KEYS[i]
     end
 end
+announce(ARGV[A_CHANNEL], given, 1)
 return changed

@@ -501,6 +501,13 @@ int rl_limiter_save(rl_limiter *lim, const char *path, rl_err *err);
  * file (nothing is loaded from it then). */
 int rl_limiter_load(rl_limiter *lim, const char *path, rl_ns now, size_t *loaded, rl_err *err);
 
+/* Forgets what key (keylen bytes) of level has used: every rule's state there starts afresh, as
+ * for a key never seen (slots held by live reservations are forgotten too: their release gives
+ * back nothing). *cleared (may be NULL) counts the states dropped. RL_EINVAL for a bad level or
+ * key, or a store that cannot reset; RL_ESTORE when the store failed. */
+int rl_limiter_reset(rl_limiter *lim, size_t level, const char *key, size_t keylen,
+                     size_t *cleared, rl_err *err);
+
 /* Per-level key state records held by the store. */
 size_t rl_limiter_keys(rl_limiter *lim, size_t level);
 

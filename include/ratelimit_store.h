@@ -134,6 +134,10 @@ typedef struct rl_store_ops {
                   const rl_outcome *outcome, rl_settlement *out, rl_err *err);
     int (*release)(void *cls, const char *id, rl_ns now, const rl_outcome *outcome, rl_err *err);
     void (*tick)(void *cls, rl_ns now);
+    /* Optional (NULL: the store cannot): drops every rule's state of key at level, on every
+     * instance that shares the store, and counts them in *cleared (rl_limiter_reset). */
+    int (*reset)(void *cls, size_t level, const char *key, size_t keylen, size_t *cleared,
+                 rl_err *err);
     size_t (*keys)(void *cls, size_t level);
     void (*stats)(void *cls, rl_stats *out);
     /* Snapshots: save writes every key's state and every live reservation to f; load reads

@@ -345,6 +345,59 @@ static double remaining_at(const su_server *s, const char *now)
     return v;
 }
 
+/* A key's usage read and reset through the other instance: a bucket of 10 (1 a second) for u1
+ * emptied by 7 on instance 0 shows used 7 on instance 1; DELETE /usage/user/u1 there clears
+ * its one state, and instance 0 then finds it full (10). Without a level named so: 404. */
+START_TEST(usage_read_and_reset_through_another_instance)
+{
+    rt_redis r;
+    rt_redis_start(&r);
+    su_server s[2];
+    start_all(s, 2,
+              fleet_config(&r, ", \"prefix\": \"uv:\"",
+                           "\"levels\": [{\"name\": \"user\", \"rules\": [{\"type\": "
+                           "\"token_bucket\", \"name\": \"b\", \"capacity\": 10, \"per_second\": 1}]}]"),
+              manual);
+    su_resp a = post(&s[0], "/acquire", "{\"keys\": {\"user\": \"u1\"}, \"cost\": 7, \"now\": 100}");
+    check_decision(&a, 200, NULL);
+    su_resp_free(&a);
+    /* instance 1's manual clock reaches t = 100 too (an admin request carries no time) */
+    a = post(&s[1], "/acquire", "{\"keys\": {\"user\": \"u2\"}, \"dry_run\": true, \"now\": 100}");
+    su_resp_free(&a);
+    su_resp g = su_req(&s[1], "GET", "/usage/user/u1", NULL, NULL);
+    ck_assert_int_eq(g.status, 200);
+    ck_assert_str_eq(g.body, "{\"level\":\"user\",\"key\":\"u1\",\"rules\":[{\"rule\":\"b\","
+                             "\"unit\":\"cost\",\"limit\":10,\"used\":7,\"remaining\":3,"
+                             "\"reset_after\":7}]}");
+    su_resp_free(&g);
+    /* instance 0 is denied 7 more (3 left) and keeps that denial (the cache of denials) */
+    a = post(&s[0], "/acquire", "{\"keys\": {\"user\": \"u1\"}, \"cost\": 7, \"now\": 100}");
+    check_decision(&a, 429, "user: b");
+    su_resp_free(&a);
+    su_resp d = su_req(&s[1], "DELETE", "/usage/user/u1", NULL, NULL);
+    ck_assert_int_eq(d.status, 200);
+    ck_assert_str_eq(d.body, "{\"level\":\"user\",\"key\":\"u1\",\"cleared\":1}");
+    su_resp_free(&d);
+    ck_assert_double_eq(remaining_at(&s[0], "100"), 10);
+    /* the reset reached instance 0's cache: the same 7 passes as soon as the announcement
+     * arrives (a denied try takes nothing), well within a second */
+    int passed = 0;
+    for (int i = 0; i < 50 && !passed; i++) {
+        a = post(&s[0], "/acquire", "{\"keys\": {\"user\": \"u1\"}, \"cost\": 7, \"now\": 100}");
+        passed = a.status == 200;
+        su_resp_free(&a);
+        if (!passed)
+            sleep_ms(20);
+    }
+    ck_assert_msg(passed, "instance 0 still denies after the reset");
+    d = su_req(&s[0], "DELETE", "/usage/team/t1", NULL, NULL);
+    ck_assert_int_eq(d.status, 404);
+    su_resp_free(&d);
+    stop_all(s, 2);
+    rt_redis_stop(&r);
+}
+END_TEST
+
 START_TEST(reservations_settle_on_another_instance)
 {
     rt_redis r;
@@ -1155,6 +1208,7 @@ static Suite *fleet_suite(void)
     tcase_add_test(tc, two_instances_share_one_bucket);
     tcase_add_test(tc, acquires_of_one_turn_share_one_redis_write);
     tcase_add_test(tc, reservations_settle_on_another_instance);
+    tcase_add_test(tc, usage_read_and_reset_through_another_instance);
     tcase_add_test(tc, quotas_apply_to_the_fleet_and_outlive_it);
     tcase_add_test(tc, redis_killed_under_load_and_back);
     tcase_add_test(tc, starts_without_redis_and_catches_up);

@@ -363,3 +363,31 @@ void rld_render_settlement(rld_buf *o, const rl_config *cfg, const char *reserva
     }
     rld_buf_putc(o, '}');
 }
+
+void rld_render_usage_rule(rld_buf *o, const rl_config *cfg, const rl_rule *rule,
+                           const rl_rule_status *st, int first)
+{
+    int64_t scale = rl_rule_scale(rule);
+    rl_fp limit = st->limit / scale, remaining = st->remaining / scale;
+    rld_buf_puts(o, first ? "{\"rule\":" : ",{\"rule\":");
+    rld_buf_json_str(o, rule->name, strlen(rule->name));
+    const char *unit = rule->unit == RL_UNIT_COST       ? "cost"
+                       : rule->unit == RL_UNIT_REQUESTS ? "requests"
+                       : rule->unit == RL_UNIT_USD      ? "usd"
+                       : rule->unit - RL_UNIT_DIM0 < cfg->ndims ? cfg->dims[rule->unit - RL_UNIT_DIM0]
+                                                                 : "?";
+    rld_buf_puts(o, ",\"unit\":");
+    rld_buf_json_str(o, unit, strlen(unit));
+    rld_buf_puts(o, ",\"limit\":");
+    rld_buf_fp(o, limit);
+    rld_buf_puts(o, ",\"used\":");
+    rld_buf_fp(o, limit - remaining > 0 ? limit - remaining : 0);
+    rld_buf_puts(o, ",\"remaining\":");
+    rld_buf_fp(o, remaining);
+    rld_buf_puts(o, ",\"reset_after\":");
+    if (st->reset_after == RL_WAIT_NEVER)
+        rld_buf_puts(o, "null");
+    else
+        rld_buf_seconds(o, st->reset_after > 0 ? st->reset_after : 0);
+    rld_buf_putc(o, '}');
+}

@@ -907,6 +907,23 @@ int rl_release_outcome(rl_limiter *lim, const char *id, rl_ns now, const rl_outc
     return lim->store->ops->release(lim->store->cls, id, now, o, err);
 }
 
+int rl_limiter_reset(rl_limiter *lim, size_t level, const char *key, size_t keylen,
+                     size_t *cleared, rl_err *err)
+{
+    size_t n = 0;
+    if (level >= lim->cfg->nlevels)
+        return rl_errf(err, RL_EINVAL, "level: no such level");
+    const char *why = rl__key_problem(key, keylen);
+    if (keylen > RL_COMPOSED_MAX || why)
+        return rl_errf(err, RL_EINVAL, "key: %s", why ? why : "too long");
+    if (!lim->store->ops->reset)
+        return rl_errf(err, RL_EINVAL, "store: %s cannot reset a key", lim->store->ops->name);
+    int rc = lim->store->ops->reset(lim->store->cls, level, key, keylen, &n, err);
+    if (cleared)
+        *cleared = n;
+    return rc;
+}
+
 int rl_release(rl_limiter *lim, const char *id, rl_ns now, rl_err *err)
 {
     return rl_release_outcome(lim, id, now, NULL, err);

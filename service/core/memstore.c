@@ -887,6 +887,28 @@ static int ms_release(void *cls, const char *id, rl_ns now, const rl_outcome *o,
     return RL_OK;
 }
 
+static int ms_reset(void *cls, size_t level, const char *key, size_t keylen, size_t *cleared,
+                    rl_err *err)
+{
+    mem_store *ms = cls;
+    uint64_t kh = rl__hash(key, keylen, ms->seed), n = 0;
+    rl__seg *s = rl__table_seg(&ms->tables[level], kh);
+    (void)err;
+    rl__spin_lock(&s->lock);
+    for (unsigned slot = 0; slot < RL_MAX_RULES; slot++) {
+        uint32_t i = rl__seg_find(s, rl__rec_hash(kh, slot), slot, key, keylen);
+        if (i == RL__NONE)
+            continue;
+        rl__ms_state_clear(ms, &s->r[i]);
+        rl__seg_remove(s, i);
+        n++;
+    }
+    rl__spin_unlock(&s->lock);
+    rl__ms_key_drop(ms, n);
+    *cleared = (size_t)n;
+    return RL_OK;
+}
+
 /* Drops idle records in up to SWEEP_BATCH slots of s; returns the slots visited (at least 1)
  * and sets *done when the pass over the segment is complete. */
 static uint32_t sweep_seg(mem_store *ms, size_t level, rl__seg *s, rl_ns now, int *done)
@@ -1003,6 +1025,7 @@ static const rl_store_ops memory_ops = {
     .attach = ms_attach,
     .decide = ms_decide,
     .settle = ms_settle,
+    .reset = ms_reset,
     .release = ms_release,
     .tick = ms_tick,
     .keys = ms_keys,

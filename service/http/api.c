@@ -4,6 +4,7 @@
  *   POST /acquire   decide a request                 POST /refund   settle a reservation
  *   POST /release   give back a reservation's slots  GET  /rules    the configuration
  *   GET|PUT|DELETE /quota/<user>  a user's quota     GET  /metrics  Prometheus text
+ *   GET|DELETE /usage/<level>/<key>  a key's usage, and its reset
  *   GET  /healthz   readiness                        GET  /check    /acquire from headers
  *   POST /admin/reload  the configuration file read again
  *
@@ -396,6 +397,94 @@ static void h_quota_delete(void *ctx, rld_req *r)
         reply_quota(app, r, user);
 }
 
+/* ---- /usage/<level>/<key> ---------------------------------------------------------------- */
+
+/* The level and key of /usage/<level>/<key> (the key is the rest, '/' included); replies 400
+ * itself on a bad one. */
+static int level_key_or_reply(rld_app *app, rld_req *r, size_t *level, const char **key)
+{
+    const char *tail = rld_req_tail(r), *slash = strchr(tail, '/');
+    const rl_config *cfg = rl_limiter_config(app->lim);
+    size_t n = slash ? (size_t)(slash - tail) : strlen(tail);
+    for (*level = 0; *level < cfg->nlevels; (*level)++)
+        if (strlen(cfg->levels[*level].name) == n &&
+            memcmp(cfg->levels[*level].name, tail, n) == 0)
+            break;
+    if (*level == cfg->nlevels)
+        return rld_reply_error(r, 404, "level: no level named \"%.*s\"", (int)(n > 64 ? 64 : n),
+                               tail);
+    if (!slash || !slash[1])
+        return rld_reply_error(r, 400, "key: required: /usage/<level>/<key>");
+    *key = slash + 1;
+    size_t kl = strlen(*key);
+    for (size_t i = 0; i < kl; i++)
+        if ((unsigned char)(*key)[i] < 0x20 || (*key)[i] == 0x7f)
+            return rld_reply_error(r, 400, "key: must not hold control characters");
+    if (kl > RL_COMPOSED_MAX)
+        return rld_reply_error(r, 400, "key: at most %d bytes", RL_COMPOSED_MAX);
+    return 0;
+}
+
+/* {"level", "key", "rules": [{"rule", "unit", "limit", "used", "remaining", "reset_after"}]}:
+ * what each rule of the level has used at the key, from a check that takes nothing. */
+static void h_usage_get(void *ctx, rld_req *r)
+{
+    rld_app *app = ctx;
+    size_t level;
+    const char *key;
+    rl_decision d;
+    rl_err err;
+    if (level_key_or_reply(app, r, &level, &key) != 0)
+        return;
+    const rl_config *cfg = rl_limiter_config(app->lim);
+    rl_item it = {.level = level, .key = key, .keylen = strlen(key), .cost = 0};
+    rl_request req = {.items = &it, .nitems = 1, .flags = RL_DRY_RUN,
+                      .now = rld_app_time(app, 0, 0)};
+    int rc = rl_acquire(app->lim, &req, &d, &err);
+    if (rc != RL_OK) {
+        reply_rc(r, rc, &err);
+        return;
+    }
+    rld_buf *o = rld_req_out(r);
+    rld_buf_puts(o, "{\"level\":");
+    rld_buf_json_str(o, cfg->levels[level].name, strlen(cfg->levels[level].name));
+    rld_buf_puts(o, ",\"key\":");
+    rld_buf_json_str(o, key, strlen(key));
+    rld_buf_puts(o, ",\"rules\":[");
+    for (size_t i = 0, n = 0; i < d.napplied; i++) {
+        const rl_rule_status *st = rl_decision_status(&d, i);
+        if (st)
+            rld_render_usage_rule(o, cfg, d.applied[i].rule, st, n++ == 0);
+    }
+    rld_buf_puts(o, "]}");
+    rl_decision_done(&d);
+    rld_reply_json(r, 200);
+}
+
+/* Forgets what the key has used at the level (on every instance, with a shared store). */
+static void h_usage_delete(void *ctx, rld_req *r)
+{
+    rld_app *app = ctx;
+    size_t level, cleared = 0;
+    const char *key;
+    rl_err err;
+    if (level_key_or_reply(app, r, &level, &key) != 0)
+        return;
+    const rl_config *cfg = rl_limiter_config(app->lim);
+    int rc = rl_limiter_reset(app->lim, level, key, strlen(key), &cleared, &err);
+    if (rc != RL_OK) {
+        reply_rc(r, rc, &err);
+        return;
+    }
+    rld_buf *o = rld_req_out(r);
+    rld_buf_puts(o, "{\"level\":");
+    rld_buf_json_str(o, cfg->levels[level].name, strlen(cfg->levels[level].name));
+    rld_buf_puts(o, ",\"key\":");
+    rld_buf_json_str(o, key, strlen(key));
+    rld_buf_printf(o, ",\"cleared\":%zu}", cleared);
+    rld_reply_json(r, 200);
+}
+
 /* ---- the table ---------------------------------------------------------------------------- */
 
 const rld_route rld_routes[] = {
@@ -418,6 +507,12 @@ const rld_route rld_routes[] = {
      {{"GET", h_quota_get, RLD_ADMIN, NULL},
       {"PUT", h_quota_put, RLD_ADMIN, NULL},
       {"DELETE", h_quota_delete, RLD_ADMIN, NULL},
+      {NULL, NULL, 0, NULL}}},
+    {"/usage/",
+     "/usage",
+     "GET, DELETE",
+     {{"GET", h_usage_get, RLD_ADMIN, NULL},
+      {"DELETE", h_usage_delete, RLD_ADMIN, NULL},
       {NULL, NULL, 0, NULL}}},
     {"/metrics", "/metrics", "GET", {{"GET", h_metrics, RLD_METRICS, NULL}, {NULL, NULL, 0, NULL}}},
     {"/healthz", "/healthz", "GET", {{"GET", h_healthz, RLD_METRICS, NULL}, {NULL, NULL, 0, NULL}}},

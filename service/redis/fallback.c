@@ -319,6 +319,21 @@ static int fb_settle(void *cls, const char *id, const rl_actual *actual, rl_ns n
                : rc;
 }
 
+static int fb_reset(void *cls, size_t level, const char *key, size_t keylen, size_t *cleared,
+                    rl_err *err)
+{
+    fb_store *fs = cls;
+    size_t local = 0;
+    if (fs->local->ops->reset)
+        fs->local->ops->reset(fs->local->cls, level, key, keylen, &local, NULL);
+    int rc = fs->inner->ops->reset ? fs->inner->ops->reset(fs->inner->cls, level, key, keylen,
+                                                           cleared, err)
+                                   : rl_errf(err, RL_EINVAL, "store: cannot reset a key");
+    if (rc == RL_OK)
+        *cleared += local;
+    return rc;
+}
+
 static int fb_release(void *cls, const char *id, rl_ns now, const rl_outcome *o, rl_err *err)
 {
     fb_store *fs = cls;
@@ -376,6 +391,7 @@ static const rl_store_ops fallback_ops = {
     .decide = fb_decide,
     .decide_many = fb_decide_many,
     .settle = fb_settle,
+    .reset = fb_reset,
     .release = fb_release,
     .tick = fb_tick,
     .keys = fb_keys,

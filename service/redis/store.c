@@ -2211,6 +2211,58 @@ static void rs_destroy(void *cls)
     free(rs);
 }
 
+/* Deletes the state of every rule of key at level (each shard's): one DEL per state key, so
+ * that on a cluster each goes to its own slot. */
+static int rs_reset(void *cls, size_t level, const char *key, size_t keylen, size_t *cleared,
+                    rl_err *err)
+{
+    redis_store *rs = cls;
+    abuf gone; /* the deleted state keys, "<len>:<key>" each, as the scripts announce them */
+    ab_init(&gone);
+    ab_str(&gone, "PUBLISH");
+    ab_key(rs, &gone, "deny", NULL);
+    ab_str(&gone, "");
+    *cleared = 0;
+    for (unsigned slot = 0; slot < RL_MAX_RULES; slot++) {
+        rl_rules *ref = NULL;
+        const rl_rule *rule = rs->res->rule_at(rs->res->ctx, level, slot, key, keylen, &ref);
+        rl_rules_unref(ref);
+        if (!rule)
+            break;
+        unsigned nshards = rs->shards[level] > 1 ? rs->shards[level] : 1;
+        for (unsigned sh = 0; sh < nshards; sh++) {
+            abuf k;
+            redisReply *r;
+            ab_init(&k);
+            ab_str(&k, "DEL");
+            ab_state_key(rs, &k, level, slot, sh, key, keylen);
+            int rc = command(rs, &k, &r, err);
+            if (rc == RL_OK && r->type == REDIS_REPLY_INTEGER && r->integer > 0) {
+                char len[24];
+                *cleared += (size_t)r->integer;
+                ab_cat(&gone, len, (size_t)snprintf(len, sizeof len, "%zu:", k.len[1]));
+                ab_cat(&gone, k.buf + k.off[1], k.len[1]);
+                if (rs->dc) /* here at once; the others by the announcement below */
+                    rld_denycache_forget(rs->dc, k.buf + k.off[1], k.len[1]);
+            }
+            if (rc == RL_OK)
+                freeReplyObject(r);
+            ab_free(&k);
+            if (rc != RL_OK) {
+                ab_free(&gone);
+                return rc;
+            }
+        }
+    }
+    /* every instance forgets its cached denials of these keys */
+    int rc = RL_OK;
+    redisReply *r;
+    if (*cleared && (rc = command(rs, &gone, &r, err)) == RL_OK)
+        freeReplyObject(r);
+    ab_free(&gone);
+    return rc;
+}
+
 static const rl_store_ops redis_ops = {
     .name = "redis",
     .attach = rs_attach,
@@ -2221,6 +2273,7 @@ static const rl_store_ops redis_ops = {
     .tick = rs_tick,
     .keys = rs_keys,
     .stats = rs_stats,
+    .reset = rs_reset,
     .destroy = rs_destroy,
 };
 

@@ -301,6 +301,20 @@ test('every documented operation, each answer valid against the document', async
   assert.equal(r.json.tier, 'free');
   await call('POST', '/quota/alice', { headers: auth, body: {}, status: 405 });
 
+  // /usage/{level}/{key}: alice has used 1 of her 20 (her /acquire above, refilled at 10/s
+  // since: whatever it says, used + remaining is the limit)
+  await call('GET', '/usage/user/alice', { status: 401 });
+  await call('DELETE', '/usage/user/alice', { status: 401 });
+  r = await call('GET', '/usage/user/alice', { headers: auth, status: 200 });
+  assert.equal(r.json.rules[0].used + r.json.rules[0].remaining, r.json.rules[0].limit);
+  r = await call('DELETE', '/usage/user/alice', { headers: auth, status: 200 });
+  assert.equal(r.json.level, 'user');
+  await call('GET', '/usage/nope/x', { headers: auth, status: 404 });
+  await call('DELETE', '/usage/nope/x', { headers: auth, status: 404 });
+  await call('GET', '/usage/user/%01', { headers: auth, status: 400 });
+  await call('DELETE', '/usage/user/%01', { headers: auth, status: 400 });
+  await call('POST', '/usage/user/alice', { headers: auth, body: {}, status: 405 });
+
   // GET /metrics, GET /healthz
   r = await call('GET', '/metrics', { status: 200 });
   assert.match(r.text, /^# HELP /);
@@ -363,7 +377,8 @@ test('off loopback without admin_token: the admin endpoints answer 403', async (
     ...CONFIG, admin_token: undefined, listen: { address: '0.0.0.0' },
   }));
   for (const [method, p, body] of [['GET', '/quota/alice'], ['PUT', '/quota/alice', { tier: 'pro' }],
-    ['DELETE', '/quota/alice'], ['POST', '/admin/reload']]) {
+    ['DELETE', '/quota/alice'], ['POST', '/admin/reload'], ['GET', '/usage/user/alice'],
+    ['DELETE', '/usage/user/alice']]) {
     const r = await call(method, p, { body, headers: auth, status: 403 });
     assert.match(r.json.error, /^admin_token: the admin endpoints are closed: ratelimitd listens on 0\.0\.0\.0/);
   }

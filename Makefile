@@ -544,6 +544,8 @@ DEB_PKGS += caddy
 # the Python client's tests (clients/python): ASGI (starlette's TestClient uses httpx), WSGI,
 # YAML, and installing the package with pip
 DEB_PKGS += python3-starlette python3-httpx python3-flask python3-yaml python3-pip python3-setuptools
+# the calendar rule's time zones (service/core/tz.c reads /usr/share/zoneinfo)
+DEB_PKGS += tzdata
 # make deb and make deb-check: debhelper, lintian, man, systemd-analyze, strace, pgrep and kill
 DEB_PKGS += debhelper dpkg-dev lintian man-db systemd strace procps
 # node and npm for tests/api, looked for by command: a machine may have node from another

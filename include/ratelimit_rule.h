@@ -48,9 +48,9 @@ extern "C" {
 
 /* Version of this interface; a plug-in is handed the version the host implements. A type
  * declares the version it was written against in api_version: 1 (wait, take, status), 2
- * (evaluate, commit, report, and the Redis port), 3 (state_valid), 4 (per_unit) or 5
- * (release_outcome). */
-#define RL_RULE_API_VERSION 5
+ * (evaluate, commit, report, and the Redis port), 3 (state_valid), 4 (per_unit), 5
+ * (release_outcome) or 6 (the Redis port's computed arguments, rl_rule_redis.args). */
+#define RL_RULE_API_VERSION 6
 
 typedef int64_t rl_ns; /* nanoseconds */
 typedef int64_t rl_fp; /* fixed point amount, RL_FP_ONE units per token/request/slot */
@@ -159,7 +159,17 @@ typedef struct rl_rule_redis {
     unsigned layout; /* the version of the state's binary layout in Redis, as the port says */
     const char *lua; /* a plug-in's port, its Lua text; NULL for the built-in types, whose ports
                       * are built into the store (service/core/rules/<type>.lua) */
+    /* ---- read only from a type that declares version 6 or later ---- */
+    /* Values the port needs that follow from the parameters and the time (a period's bounds
+     * in a time zone, which only the C side can read): args writes nargs (at most
+     * RL_REDIS_ARGS_MAX) integers for the time now, which the store sends after the parameters
+     * on every call; the port names them after its params. nargs 0 and args NULL: none. */
+    size_t nargs;
+    size_t (*args)(const void *params, rl_ns now, int64_t *out);
 } rl_rule_redis;
+
+/* Most computed arguments a Redis port may take (rl_rule_redis.nargs). */
+#define RL_REDIS_ARGS_MAX 8
 
 /* How a rule type takes a limit stated as n per unit of time (envoyproxy/ratelimit's
  * requests_per_unit and unit, in its YAML configuration, whose algorithm names the type): the

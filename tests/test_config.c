@@ -22,7 +22,7 @@ static const struct {
     {"{\"levels\": [{\"name\": \"user\", \"rules\": [{\"type\": \"token_buckt\"}]}]}",
      "levels[0].rules[0].type: unknown rule type \"token_buckt\" (known: token_bucket, "
      "sliding_window, sliding_window_counter, fixed_window, gcra, concurrency, deny_list, "
-     "adaptive_concurrency)"},
+     "adaptive_concurrency, calendar)"},
     {"{\"levels\": [{\"name\": \"user\", \"rules\": [{\"type\": \"token_bucket\", \"capcity\": "
      "10, \"per_second\": 1}]}]}",
      "levels[0].rules[0].capcity: unknown parameter of token_bucket (known: type, name, unit, "

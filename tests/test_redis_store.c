@@ -532,9 +532,12 @@ static int put_ns(char *b, size_t n, rl_ns v)
  * (tests/plugins/rule_leaky_bucket.c). */
 static const char *const type_names[] = {
     "token_bucket", "gcra",      "fixed_window",         "sliding_window", "sliding_window_counter",
-    "concurrency",  "deny_list", "adaptive_concurrency", "leaky_bucket"};
+    "concurrency",  "deny_list", "adaptive_concurrency", "calendar",       "leaky_bucket"};
 #define NTYPES ((int)(sizeof type_names / sizeof type_names[0]))
 #define DENY_LIST 6
+#define ADAPTIVE 7
+#define CALENDAR 8
+#define LEAKY_BUCKET 9
 
 /* The path of a test plug-in (tests/plugins/<name>.c, built by the Makefile). */
 static const char *plugin_path(const char *name)
@@ -568,12 +571,28 @@ static size_t rnd_rule(uint64_t *s, int t, int idx, char *b, size_t n)
         put_ns(y, sizeof y, rnd_duration(s, 31622400));
         u += (size_t)snprintf(b + u, n - u, ", \"limit\": %s, \"window\": %s", x, y);
         break;
-    case 8:
+    case CALENDAR: {
+        /* zones with changes at 02:00, at midnight (Beirut), of half an hour (Lord Howe), in
+         * the southern hemisphere, and none */
+        static const char *const zones[] = {"UTC", "Europe/Berlin", "America/Los_Angeles",
+                                            "Asia/Beirut", "Australia/Lord_Howe", "Asia/Kolkata"};
+        static const char *const periods[] = {"day", "week", "month", "year"};
+        int per = (int)rnd(s, 4);
+        put_fp(x, sizeof x, rnd_amount(s, 1000000000000));
+        u += (size_t)snprintf(b + u, n - u, ", \"limit\": %s, \"period\": \"%s\", "
+                              "\"time_zone\": \"%s\"", x, periods[per], zones[rnd(s, 6)]);
+        if (per == 1 && rnd(s, 2))
+            u += (size_t)snprintf(b + u, n - u, ", \"week_start\": \"sunday\"");
+        if (per == 2 && rnd(s, 2))
+            u += (size_t)snprintf(b + u, n - u, ", \"month_day\": %d", (int)(1 + rnd(s, 28)));
+        break;
+    }
+    case LEAKY_BUCKET:
         put_fp(x, sizeof x, rnd_amount(s, 1000000000000));
         put_fp(y, sizeof y, rnd_rate(s));
         u += (size_t)snprintf(b + u, n - u, ", \"capacity\": %s, \"per_second\": %s", x, y);
         break;
-    case 7: {
+    case ADAPTIVE: {
         /* limits from 1 to 60 in a few slots; windows short or long, of 1 to 20 calls */
         int lo = 1 + (int)rnd(s, 10), init = lo + (int)rnd(s, 20), hi = init + (int)rnd(s, 30);
         put_ns(x, sizeof x, rnd_duration(s, 10));
@@ -600,7 +619,7 @@ static size_t rnd_rule(uint64_t *s, int t, int idx, char *b, size_t n)
         u += (size_t)snprintf(b + u, n - u, ", \"keys\": [\"zz\", \"dflt\"]");
         break;
     }
-    if ((t < 5 || t == 8) && rnd(s, 4) == 0)
+    if ((t < 5 || t == CALENDAR || t == LEAKY_BUCKET) && rnd(s, 4) == 0)
         u += (size_t)snprintf(b + u, n - u, ", \"unit\": \"requests\"");
     /* shadow and charge rules (shadow wins when both are set) */
     uint64_t opt = rnd(s, 16);
@@ -2595,7 +2614,8 @@ START_TEST(quotas_on_a_cluster)
 END_TEST
 
 /* What a rule type's C side declares its Redis port takes (rl_rule_redis: the parameters, in
- * order, and the state's layout version) is what the port itself says (T.params, T.layout), for
+ * order, then as many computed values as it declares, and the state's layout version) is what
+ * the port itself says (T.params, T.layout), for
  * every registered type with a port; every built-in port's tag belongs to a registered type,
  * and every built-in type with state has a port. */
 static const char *port_harness =
@@ -2621,9 +2641,11 @@ static void check_ports(rl_registry *reg, const char *script)
         ck_assert_ptr_nonnull(r);
         ck_assert_msg(r->type == REDIS_REPLY_ARRAY, "%s: %s", t->name,
                       r->type == REDIS_REPLY_ERROR ? r->str : "not an array");
-        ck_assert_msg(r->elements == 1 + port->nparams,
+        /* the values computed per call (rl_rule_redis.args, version 6) follow the parameters */
+        size_t nargs = t->api_version >= 6 ? port->nargs : 0;
+        ck_assert_msg(r->elements == 1 + port->nparams + nargs,
                       "%s: the port takes %zu parameters, C sends %zu", t->name, r->elements - 1,
-                      port->nparams);
+                      port->nparams + nargs);
         ck_assert_msg(strtoul(r->element[0]->str, NULL, 10) == port->layout,
                       "%s: the port's layout %s, C's %u", t->name, r->element[0]->str,
                       port->layout);

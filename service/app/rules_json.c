@@ -209,6 +209,8 @@ json_t *rld_rule_to_json(const rl_rule *r, const rl_config *cfg)
             json_object_set_new(o, d->name, json_stringn(s->v[0], s->len[0]));
         } else if (d->kind == RL_PARAM_STRINGS) {
             const rl_strings *s = rl_rule_get_strings(r, d);
+            if (d->max == 1) /* a choice not given (its default applies): absent */
+                continue;
             json_t *a = json_array();
             for (size_t k = 0; k < s->n; k++)
                 json_array_append_new(a, json_stringn(s->v[k], s->len[k]));

@@ -66,6 +66,8 @@ static int redis_is_wellformed(const rl_rule_type *t, const rl_rule_redis *r)
 {
     if (!r->tag || !*r->tag || strlen(r->tag) > 32 || (r->nparams > 0 && !r->params))
         return 0;
+    if (t->api_version >= 6 && (r->nargs > RL_REDIS_ARGS_MAX || (r->nargs > 0) != !!r->args))
+        return 0;
     for (const char *c = r->tag; *c; c++)
         if (!((*c >= 'a' && *c <= 'z') || (*c >= '0' && *c <= '9') || *c == '_'))
             return 0;

@@ -50,6 +50,8 @@ static rl_rules *scale_rules(const rl_registry *reg, const rl_rules *src, unsign
             const rl_param_def *d = &o->type->params[k];
             if (d->kind == RL_PARAM_STRINGS) {
                 const rl_strings *s = rl_rule_get_strings(o, d);
+                if (!o->given[k]) /* an optional list not given stays so ("week_start") */
+                    continue;
                 rc = rl_rule_set_strings(r, d->name, (const char *const *)s->v, s->len, s->n, &err);
                 continue;
             }

@@ -50,6 +50,8 @@ typedef struct type_info {
     int builtin;    /* a built-in type (its port is one of service/core/rules/) */
     size_t nparams; /* the parameters its port takes, in order */
     const rl_param_def *def[MAX_PORT_PARAMS];
+    size_t nargs; /* then the values it computes for the time of the call (rl_rule_redis.args) */
+    size_t (*args)(const void *params, rl_ns now, int64_t *out);
 } type_info;
 
 typedef struct redis_store {
@@ -368,13 +370,21 @@ static void ab_key(const redis_store *rs, abuf *k, const char *what, const char 
         ab_cat(k, id, strlen(id));
 }
 
-/* The parameters the rule's port takes, each shard's share of them (rl_param_share). */
-static void ab_params(abuf *a, const type_info *ti, const rl_rule *r, unsigned n)
+/* The parameters the rule's port takes, each shard's share of them (rl_param_share), then the
+ * values its type computes for the time now (a period's bounds): now is this instance's time
+ * of the call, and the port's own clock picks among what they offer. */
+static void ab_params(abuf *a, const type_info *ti, const rl_rule *r, unsigned n, rl_ns now)
 {
     for (size_t i = 0; i < ti->nparams; i++) {
         int64_t v;
         memcpy(&v, (const char *)r->params + ti->def[i]->offset, sizeof v);
         ab_i64(a, rl_param_share(ti->def[i], v, n));
+    }
+    if (ti->nargs) {
+        int64_t v[RL_REDIS_ARGS_MAX];
+        size_t k = ti->args(r->params, now, v);
+        for (size_t i = 0; i < ti->nargs; i++)
+            ab_i64(a, i < k ? v[i] : 0);
     }
 }
 
@@ -421,6 +431,10 @@ static void describe_type(const rl_rule_type *t, type_info *ti)
             if (strcmp(t->params[j].name, port->params[i]) == 0)
                 ti->def[i] = &t->params[j];
     ti->nparams = port->nparams;
+    if (t->api_version >= 6 && port->nargs && port->args) {
+        ti->nargs = port->nargs;
+        ti->args = port->args;
+    }
     ti->tag = port->tag;
     ti->builtin = !port->lua && builtin_tag(port->tag);
 }
@@ -632,7 +646,7 @@ static void ab_decide_item(redis_store *rs, abuf *k, abuf *a, const rl_plan *pla
         }
     }
     if (ti)
-        ab_params(a, ti, ap->rule, n);
+        ab_params(a, ti, ap->rule, n, plan->now);
 }
 
 /* The modes of items sel[0..n-1]: "" when every one blocks and takes, else a character per item
@@ -868,7 +882,7 @@ static int undo(redis_store *rs, const char *now_arg, const char *at, const uite
                 else if (f == RLD_UNDO_ITEM_AFTER)
                     x->after ? ab_add(&a, x->after->str, x->after->len) : ab_str(&a, "");
             }
-            ab_params(&a, x->ti, x->rule, rs->shards[x->level]);
+            ab_params(&a, x->ti, x->rule, rs->shards[x->level], strtoll(at, NULL, 10));
         }
         int c = k.oom || a.oom ? rl_errf(err, RL_ENOMEM, "out of memory")
                                : eval(rs, RLD_SCRIPT_UNDO, &k, &a, &r, err);
@@ -1660,7 +1674,8 @@ static const rl_rule *rule_now(redis_store *rs, const ritem *it, const type_info
 /* A remembered item's state key (to k), and (to a) its fields as a settlement's (release 0)
  * or a release's item in args.def's order, then its rule's port's parameters. */
 static void ab_item(const redis_store *rs, abuf *k, abuf *a, const ritem *it,
-                    const type_info *ti, const rl_rule *rule, int release, rl_fp amount)
+                    const type_info *ti, const rl_rule *rule, int release, rl_fp amount,
+                    rl_ns now)
 {
     ab_state_key(rs, k, (size_t)it->level, it->slot, it->shard, it->key, it->keylen);
     int nf = release ? RLD_RELEASE_ITEM_FIELDS : RLD_SETTLE_ITEM_FIELDS;
@@ -1672,7 +1687,7 @@ static void ab_item(const redis_store *rs, abuf *k, abuf *a, const ritem *it,
         else if (!release && f == RLD_SETTLE_ITEM_AMOUNT)
             ab_i64(a, amount);
     }
-    ab_params(a, ti, rule, rs->shards[it->level]);
+    ab_params(a, ti, rule, rs->shards[it->level], now);
 }
 
 /* On a cluster, a reservation's states lie outside its slot: the item goes to u (with the
@@ -1765,7 +1780,7 @@ static int rs_settle(void *cls, const char *id, const rl_actual *actual, rl_ns n
             u[nu - 1].amount = amount; /* an outcome to learn leaves held slots held: 0 */
             continue;
         }
-        ab_item(rs, &k, &a, it, ti, rule, 0, amount);
+        ab_item(rs, &k, &a, it, ti, rule, 0, amount, now);
         rl_rules_unref(ref);
     }
     rc = eval(rs, RLD_SCRIPT_SETTLE, &k, &a, &r, err);
@@ -1800,8 +1815,9 @@ static int rs_settle(void *cls, const char *id, const rl_actual *actual, rl_ns n
 }
 
 /* Ends a reservation: released by its client, or expired by housekeeping (now_arg is the
- * script's now: a decimal, or "" for Redis TIME). *settled tells whether it had been settled. */
-static int end_resv(redis_store *rs, const char *id, const char *now_arg, int expire,
+ * script's now: a decimal, or "" for Redis TIME; now this instance's). *settled tells whether
+ * it had been settled. */
+static int end_resv(redis_store *rs, const char *id, const char *now_arg, rl_ns now, int expire,
                     const rl_outcome *o, int *settled, int *holds, rl_err *err)
 {
     resv rv;
@@ -1860,7 +1876,7 @@ static int end_resv(redis_store *rs, const char *id, const char *now_arg, int ex
             defer_item(rs, it, ti, rule, ref, 'h', u, refs, &nu);
             continue;
         }
-        ab_item(rs, &k, &a, it, ti, rule, 1, 0);
+        ab_item(rs, &k, &a, it, ti, rule, 1, 0, now);
         rl_rules_unref(ref);
     }
     rc = eval(rs, RLD_SCRIPT_RELEASE, &k, &a, &r, err);
@@ -1902,7 +1918,7 @@ static int rs_release(void *cls, const char *id, rl_ns now, const rl_outcome *o,
         return rl_errf(err, RL_EINVAL, "now: must not be negative with the Redis store");
     if (rs->manual)
         snprintf(nowbuf, sizeof nowbuf, "%lld", (long long)now);
-    int rc = end_resv(rs, id, nowbuf, 0, o, &settled, &holds, err);
+    int rc = end_resv(rs, id, nowbuf, now, 0, o, &settled, &holds, err);
     if (rc == RL_ENOTFOUND)
         return rl_errf(err, RL_ENOTFOUND, "reservation: unknown, expired or released");
     return rc;
@@ -1956,7 +1972,7 @@ static void expire_part(redis_store *rs, rl_ns now, unsigned n, int64_t *active)
             const redisReply *e = r->element[i];
             int settled, holds;
             if (e->type != REDIS_REPLY_STRING || !valid_id(e->str) ||
-                end_resv(rs, e->str, now_arg, 1, NULL, &settled, &holds, NULL) != RL_OK)
+                end_resv(rs, e->str, now_arg, now, 1, NULL, &settled, &holds, NULL) != RL_OK)
                 continue;
             part--;
             if (!settled || holds) /* the client never finished it */

@@ -1,5 +1,6 @@
-// The curl examples of README.md, docs/api.md, docs/usage.md and docs/adaptive.md, run against a fresh daemon and their output
-// compared with what the page shows, so that the docs cannot drift from the daemon.
+// The curl examples of README.md, docs/api.md, docs/usage.md, docs/adaptive.md and
+// docs/budgets.md, run against a fresh daemon and their output compared with what the page
+// shows, so that the docs cannot drift from the daemon.
 //
 //   RL_BUILD=build node --test tests/docs/      (make docs-check; make test runs it)
 //
@@ -36,7 +37,7 @@ const { spawn, spawnSync } = require('node:child_process');
 const ROOT = path.resolve(__dirname, '../..');
 const BUILD = path.resolve(ROOT, process.env.RL_BUILD || 'build');
 const DAEMON = path.join(BUILD, 'ratelimitd');
-const PAGES = ['README.md', 'docs/api.md', 'docs/usage.md', 'docs/adaptive.md'];
+const PAGES = ['README.md', 'docs/api.md', 'docs/usage.md', 'docs/adaptive.md', 'docs/budgets.md'];
 const CONFIG = path.join(ROOT, 'config/default.json'); // what make run serves
 
 // ---- reading a page ---------------------------------------------------------------------------

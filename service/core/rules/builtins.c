@@ -4,12 +4,13 @@
 #include "../core.h"
 
 extern const rl_rule_type rl__token_bucket, rl__sliding_window, rl__sliding_window_counter,
-    rl__fixed_window, rl__gcra, rl__concurrency, rl__deny_list, rl__adaptive_concurrency;
+    rl__fixed_window, rl__gcra, rl__concurrency, rl__deny_list, rl__adaptive_concurrency,
+    rl__calendar;
 
 static const rl_rule_type *const builtins[] = {
     &rl__token_bucket, &rl__sliding_window, &rl__sliding_window_counter, &rl__fixed_window,
     &rl__gcra,         &rl__concurrency,    &rl__deny_list,
-    &rl__adaptive_concurrency,
+    &rl__adaptive_concurrency, &rl__calendar,
 };
 
 int rl__register_builtins(rl_registry *reg)

@@ -447,8 +447,9 @@ START_TEST(admin_endpoints_closed_off_loopback)
     ck_assert_int_eq(su_stop(&s), 0);
 
     /* on loopback without a token they stay open, with no warning */
-    su_start(&s, su_replace_once(strdup(admin_cfg("")), "0.0.0.0", "127.0.0.1", "admin_cfg"),
-             NULL);
+    char *loopback = su_replace_once(strdup(admin_cfg("")), "0.0.0.0", "127.0.0.1", "admin_cfg");
+    su_start(&s, loopback, NULL);
+    free(loopback);
     ck_assert_int_eq(status_with(&s, "GET", "/quota/bob", NULL, NULL), 200);
     ck_assert_int_eq(su_stop(&s), 0);
 

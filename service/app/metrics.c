@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "metrics.h"
+#include "rules_json.h"
 #include "ratelimit_store.h"
 #include "render.h"
 
@@ -310,12 +311,12 @@ static void note_moving(rld_metrics *m, const rl_decision *d, size_t i)
 void rld_metrics_decision(rld_metrics *m, const rl_decision *d, int dry_run, rl_fp cost)
 {
     slot *s = my_slot(m);
-    for (size_t i = 0; i < d->napplied; i++)
+    for (size_t i = 0; i < d->napplied; i++) {
         if (d->applied[i].rule->type->flags & RL_RULE_RESERVE_FRACTION)
             note_moving(m, d, i);
-    for (size_t i = 0; i < d->napplied; i++)
         if (d->applied[i].shadow_denied)
             count_rule(&m->shadow, d->applied[i].level, 0, d->applied[i].rule->name, 1);
+    }
     if (d->allowed) {
         add(&s->allowed, 1);
         if (!dry_run) {
@@ -411,16 +412,6 @@ void rld_metrics_levels_changed(rld_metrics *m, const rl_config *from, const rl_
     pthread_mutex_unlock(&m->moving.mu);
 }
 
-/* The name of unit u in cfg ("usd", a dimension's, "cost", "requests"). */
-static const char *unit_name(const rl_config *cfg, unsigned u)
-{
-    return u == RL_UNIT_COST       ? "cost"
-           : u == RL_UNIT_REQUESTS ? "requests"
-           : u == RL_UNIT_USD      ? "usd"
-           : u - RL_UNIT_DIM0 < cfg->ndims ? cfg->dims[u - RL_UNIT_DIM0]
-                                           : "other";
-}
-
 /* An amount of unit u as a sample value: fixed point, dollars for usd. */
 static void amount_line(rld_buf *o, unsigned u, uint64_t v)
 {
@@ -444,7 +435,7 @@ static void render_rule_counts(rld_buf *o, const char *name, rule_counts *t, con
         label(o, e->rule);
         if (amounts) {
             rld_buf_puts(o, "\",unit=\"");
-            label(o, unit_name(cfg, e->unit));
+            label(o, rld_amount_unit_name(cfg, e->unit));
             rld_buf_puts(o, "\"}");
             amount_line(o, e->unit, e->count);
             continue;
@@ -640,7 +631,7 @@ static void render_units(rld_buf *o, rld_metrics *m, unsigned used, const rl_con
             rld_buf_puts(o, "ratelimit_taken_total{level=\"");
             label(o, cfg->levels[l].name);
             rld_buf_puts(o, "\",unit=\"");
-            label(o, unit_name(cfg, u));
+            label(o, rld_amount_unit_name(cfg, u));
             rld_buf_puts(o, "\"}");
             amount_line(o, u, v);
         }

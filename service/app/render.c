@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "render.h"
+#include "rules_json.h"
 
 size_t rld_render_blocked_by(char *buf, size_t n, const rl_config *cfg, const rl_decision *d)
 {
@@ -371,11 +372,7 @@ void rld_render_usage_rule(rld_buf *o, const rl_config *cfg, const rl_rule *rule
     rl_fp limit = st->limit / scale, remaining = st->remaining / scale;
     rld_buf_puts(o, first ? "{\"rule\":" : ",{\"rule\":");
     rld_buf_json_str(o, rule->name, strlen(rule->name));
-    const char *unit = rule->unit == RL_UNIT_COST       ? "cost"
-                       : rule->unit == RL_UNIT_REQUESTS ? "requests"
-                       : rule->unit == RL_UNIT_USD      ? "usd"
-                       : rule->unit - RL_UNIT_DIM0 < cfg->ndims ? cfg->dims[rule->unit - RL_UNIT_DIM0]
-                                                                 : "?";
+    const char *unit = rld_amount_unit_name(cfg, rule->unit);
     rld_buf_puts(o, ",\"unit\":");
     rld_buf_json_str(o, unit, strlen(unit));
     rld_buf_puts(o, ",\"limit\":");

@@ -189,9 +189,8 @@ int rld_rules_from_json(const json_t *arr, rl_registry *reg, const rl_config *cf
     return RL_OK;
 }
 
-const char *rld_rule_unit_name(const rl_rule *r, const rl_config *cfg)
+const char *rld_amount_unit_name(const rl_config *cfg, unsigned u)
 {
-    unsigned u = r->unit;
     if (u == RL_UNIT_COST || u == RL_UNIT_REQUESTS || u == RL_UNIT_USD)
         return u == RL_UNIT_COST ? "cost" : u == RL_UNIT_REQUESTS ? "requests" : "usd";
     return cfg && u - RL_UNIT_DIM0 < cfg->ndims ? cfg->dims[u - RL_UNIT_DIM0] : "?";
@@ -219,7 +218,7 @@ json_t *rld_rule_to_json(const rl_rule *r, const rl_config *cfg)
             json_object_set_new(o, d->name, rld_json_number(rl_rule_get_number(r, d)));
         }
     }
-    json_object_set_new(o, "unit", json_string(rld_rule_unit_name(r, cfg)));
+    json_object_set_new(o, "unit", json_string(rld_amount_unit_name(cfg, r->unit)));
     if (r->shadow)
         json_object_set_new(o, "shadow", json_true());
     if (r->charge)

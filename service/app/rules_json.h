@@ -26,8 +26,9 @@
 int rld_rules_from_json(const json_t *arr, rl_registry *reg, const rl_config *cfg, rl_rules **out,
                         rl_err *err);
 
-/* The name of what rule r counts: "cost", "requests", "usd" or one of cfg's dimensions. */
-const char *rld_rule_unit_name(const rl_rule *r, const rl_config *cfg);
+/* The name of unit u (rl_unit) in cfg: "cost", "requests", "usd" or one of cfg's dimensions
+ * ("?" for none of them; cfg may be NULL). */
+const char *rld_amount_unit_name(const rl_config *cfg, unsigned u);
 /* A new JSON object describing a rule: type, name, unit, every parameter (a rule counting
  * dollars in dollars), and shadow, charge and reserved when set. rld_rules_from_json reads it
  * back to the same rule. */

@@ -425,6 +425,15 @@ static int level_key_or_reply(rld_app *app, rld_req *r, size_t *level, const cha
     return 0;
 }
 
+/* The start of both answers: {"level":..,"key":.. */
+static void put_level_key(rld_buf *o, const rl_config *cfg, size_t level, const char *key)
+{
+    rld_buf_puts(o, "{\"level\":");
+    rld_buf_json_str(o, cfg->levels[level].name, strlen(cfg->levels[level].name));
+    rld_buf_puts(o, ",\"key\":");
+    rld_buf_json_str(o, key, strlen(key));
+}
+
 /* {"level", "key", "rules": [{"rule", "unit", "limit", "used", "remaining", "reset_after"}]}:
  * what each rule of the level has used at the key, from a check that takes nothing. */
 static void h_usage_get(void *ctx, rld_req *r)
@@ -446,10 +455,7 @@ static void h_usage_get(void *ctx, rld_req *r)
         return;
     }
     rld_buf *o = rld_req_out(r);
-    rld_buf_puts(o, "{\"level\":");
-    rld_buf_json_str(o, cfg->levels[level].name, strlen(cfg->levels[level].name));
-    rld_buf_puts(o, ",\"key\":");
-    rld_buf_json_str(o, key, strlen(key));
+    put_level_key(o, cfg, level, key);
     rld_buf_puts(o, ",\"rules\":[");
     for (size_t i = 0, n = 0; i < d.napplied; i++) {
         const rl_rule_status *st = rl_decision_status(&d, i);
@@ -477,10 +483,7 @@ static void h_usage_delete(void *ctx, rld_req *r)
         return;
     }
     rld_buf *o = rld_req_out(r);
-    rld_buf_puts(o, "{\"level\":");
-    rld_buf_json_str(o, cfg->levels[level].name, strlen(cfg->levels[level].name));
-    rld_buf_puts(o, ",\"key\":");
-    rld_buf_json_str(o, key, strlen(key));
+    put_level_key(o, cfg, level, key);
     rld_buf_printf(o, ",\"cleared\":%zu}", cleared);
     rld_reply_json(r, 200);
 }

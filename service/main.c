@@ -662,13 +662,7 @@ static int start_serving(daemon_parts *dp)
         return 1;
     }
     int port = rld_http_port(dp->http), v6 = strchr(set->address, ':') != NULL;
-    printf("listening on %s%s%s:%d\n", v6 ? "[" : "", set->address, v6 ? "]" : "", port);
-    fflush(stdout);
-    if (grpc_start(dp->o, set, &dp->grpc_api, dp->hc.threads, dp->grpc_tls, &dp->grpc) != 0) {
-        housekeeper_stop(&dp->hk);
-        rld_http_stop(dp->http, 0);
-        return 1;
-    }
+    /* logged before "listening on": whoever waits for that line finds the warning written */
     if (rld_auth_admin_closed(set))
         rld_log("note: the admin endpoints (/quota, /admin/reload) answer 403: listening on %s, "
                 "not on loopback, without admin_token",
@@ -677,6 +671,13 @@ static int start_serving(daemon_parts *dp)
         rld_log("warn: the admin endpoints (/quota, /admin/reload) are open to anyone who "
                 "reaches %s%s%s:%d: \"admin_open\": true and no admin_token",
                 v6 ? "[" : "", set->address, v6 ? "]" : "", port);
+    printf("listening on %s%s%s:%d\n", v6 ? "[" : "", set->address, v6 ? "]" : "", port);
+    fflush(stdout);
+    if (grpc_start(dp->o, set, &dp->grpc_api, dp->hc.threads, dp->grpc_tls, &dp->grpc) != 0) {
+        housekeeper_stop(&dp->hk);
+        rld_http_stop(dp->http, 0);
+        return 1;
+    }
     rld_log("started: listening on %s%s%s:%d, %d threads, %s, %s clock, configuration %s",
             v6 ? "[" : "", set->address, v6 ? "]" : "", port, dp->hc.threads, dp->store_name,
             dp->o->manual_clock ? "manual" : "real", dp->source);

@@ -21,6 +21,7 @@
 #include "app/clock.h"
 #include "app/file.h"
 #include "app/log.h"
+#include "app/values.h"
 #include "app/notify.h"
 #include "config/config.h"
 #include "grpc/grpc_api.h"
@@ -147,21 +148,6 @@ static int read_tls(const rld_settings *set, char **cert, char **key, rl_err *er
     return RL_OK;
 }
 
-/* A Go boolean as envoyproxy/ratelimit reads its variables (strconv.ParseBool): 1 or 0, -1
- * when v is none of its spellings. */
-static int go_bool(const char *v)
-{
-    static const char *const yes[] = {"1", "t", "T", "true", "True", "TRUE"};
-    static const char *const no[] = {"0", "f", "F", "false", "False", "FALSE"};
-    for (size_t i = 0; i < sizeof yes / sizeof yes[0]; i++) {
-        if (strcmp(v, yes[i]) == 0)
-            return 1;
-        if (strcmp(v, no[i]) == 0)
-            return 0;
-    }
-    return -1;
-}
-
 /* The gRPC port's TLS files: "grpc": {"tls": ...} of the configuration, else
  * envoyproxy/ratelimit's variables (GRPC_SERVER_USE_TLS true, GRPC_SERVER_TLS_CERT and _KEY,
  * GRPC_CLIENT_TLS_CACERT, GRPC_CLIENT_TLS_SAN), each named in messages as it was given.
@@ -183,7 +169,7 @@ static int grpc_tls_files(const rld_settings *set, rld_net_tls_files *f, int *on
         if (!f->cert || !f->key)
             return rl_errf(err, RL_EINVAL, "grpc.tls: give both cert and key");
     } else if (use && *use) {
-        int v = go_bool(use);
+        int v = rld_value_go_bool(use);
         if (v < 0)
             return rl_errf(err, RL_EINVAL,
                            "GRPC_SERVER_USE_TLS: must be true or false (1, t, true, TRUE, True, "

@@ -7,7 +7,8 @@
 #   service/app/              sees the core
 #   service/net/              sees app and the core
 #   service/http/, grpc/      see net, app and the core; never each other
-#   service/redis/, config/   see app and the core; neither protocol
+#   service/redis/            sees net (its client connections), app and the core; no protocol
+#   service/config/           sees app and the core
 #   service/main.c            the composition root: sees everything
 #
 # Outside its own wing a file names another wing by its face header only (net/net.h,
@@ -39,7 +40,7 @@ BEGIN {
     see["net"] = " net app core "
     see["http"] = " http net app core "
     see["grpc"] = " grpc net app core gen "
-    see["redis"] = " redis app core gen "
+    see["redis"] = " redis net app core gen "
     see["config"] = " config app core "
     face["net"] = "service/net/net.h"; face["http"] = "service/http/http.h"
     face["grpc"] = "service/grpc/grpc.h"; face["redis"] = "service/redis/redis.h"

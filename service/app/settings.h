@@ -76,6 +76,11 @@ typedef struct rld_settings {
                              with sentinels, the database) */
     char *redis_password;
     int redis_db;
+    int redis_tls;        /* store.tls.enabled: -1 not given, 0 or 1 */
+    char *redis_tls_ca;   /* store.tls's PEM files, NULL when not given */
+    char *redis_tls_cert;
+    char *redis_tls_key;
+    int redis_tls_skip_hostname; /* -1 not given, 0 or 1 */
     size_t nsentinels;   /* Redis Sentinel instead of redis_url: 0 for none */
     char **sentinels;    /* "host:port" each */
     char *sentinel_master;
@@ -151,7 +156,7 @@ struct rld_setting_table {
 
 extern const rld_setting_table rld_settings_root, rld_settings_listen, rld_settings_store,
     rld_settings_level, rld_settings_log, rld_settings_tls, rld_settings_grpc,
-    rld_settings_grpc_tls, rld_settings_sentinel;
+    rld_settings_grpc_tls, rld_settings_sentinel, rld_settings_store_tls;
 
 /* Splits "ADDR:PORT" ("127.0.0.1:8081", "[::1]:8081"; PORT 0 to 65535) into addr (len bytes)
  * and *port. NULL on success, else why not ("must be ADDRESS:PORT"). */

@@ -1,6 +1,8 @@
 /*
  * values.c - see values.h.
  */
+#include <string.h>
+
 #include "values.h"
 
 #define COST_RANGE "must be a positive number from 0.000001 to 1000000000000"
@@ -57,4 +59,17 @@ int rld_value_seconds(const char *field, double v, rl_ns *out, rl_err *err)
         return rl_errf(err, -1, "%s: must be a number of seconds from 0 to 9200000000", field);
     *out = ns;
     return 0;
+}
+
+int rld_value_go_bool(const char *v)
+{
+    static const char *const yes[] = {"1", "t", "T", "true", "True", "TRUE"};
+    static const char *const no[] = {"0", "f", "F", "false", "False", "FALSE"};
+    for (size_t i = 0; i < sizeof yes / sizeof yes[0]; i++) {
+        if (strcmp(v, yes[i]) == 0)
+            return 1;
+        if (strcmp(v, no[i]) == 0)
+            return 0;
+    }
+    return -1;
 }

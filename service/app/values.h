@@ -29,5 +29,9 @@ int rld_value_cost_units(const char *field, uint64_t n, rl_fp *out, rl_err *err)
 int rld_value_amount(const char *field, double v, rl_fp *out, rl_err *err);
 /* A time in seconds since the epoch of the clock in use: 0 to 9.2e9 (inside int64 ns). */
 int rld_value_seconds(const char *field, double v, rl_ns *out, rl_err *err);
+/* A Go boolean as envoyproxy/ratelimit reads its variables (strconv.ParseBool): 1 or 0, -1
+ * when v is none of its spellings (1, t, T, true, True, TRUE and 0, f, F, false, False,
+ * FALSE). */
+int rld_value_go_bool(const char *v);
 
 #endif

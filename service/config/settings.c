@@ -18,7 +18,9 @@ _Static_assert(sizeof(rld_log_format) == sizeof(int), "RLD_SET_ENUM fields are i
 
 static const char *redis_url_check(const char *s)
 {
-    return strncmp(s, "redis://", 8) == 0 ? NULL : "must start with redis://";
+    return strncmp(s, "redis://", 8) == 0 || strncmp(s, "rediss://", 9) == 0
+               ? NULL
+               : "must start with redis:// or rediss://";
 }
 
 const char *rld_listen_parse(const char *s, char *addr, size_t len, int *port)
@@ -102,8 +104,9 @@ static const rld_setting store_rows[] = {
      .max = 1024,
      .doc_default = "`\"redis://127.0.0.1:6379/0\"`",
      .check = redis_url_check,
-     .help = "`redis://[[user]:password@]host[:port][/db]`. Give a numeric address: resolving "
-             "a name is not bounded by `timeout_ms`"},
+     .help = "`redis://[[user]:password@]host[:port][/db]`, or `rediss://...` for Redis over "
+             "TLS (see `tls`). Give a numeric address: resolving a name is not bounded by "
+             "`timeout_ms`"},
     {.name = "prefix",
      .kind = RLD_SET_STRING,
      .offset = OFF(redis_prefix),
@@ -195,6 +198,51 @@ static const rld_setting store_rows[] = {
      .max = 1000000,
      .def = 0,
      .help = "with `sentinel`: the database number (with `url`, it is in the URL)"},
+    {.name = "tls",
+     .kind = RLD_SET_OBJECT,
+     .sub = &rld_settings_store_tls,
+     .doc_value = "object",
+     .help = "`{\"ca\", \"cert\", \"key\", \"skip_hostname_verification\", \"enabled\"}`: "
+             "every connection to Redis (the data nodes, a cluster's nodes, the sentinels) over "
+             "TLS; see the `store.tls` table below and [Redis over TLS](redis.md#redis-over-tls). "
+             "Without it, envoyproxy/ratelimit's `REDIS_TLS` and `REDIS_TLS_*` variables apply"},
+};
+
+static const rld_setting store_tls_rows[] = {
+    {.name = "enabled",
+     .kind = RLD_SET_BOOL,
+     .offset = OFF(redis_tls),
+     .def = -1,
+     .doc_default = "`true`",
+     .help = "`false` turns TLS off (even with `REDIS_TLS`); a `rediss://` URL turns it on "
+             "without `store.tls`"},
+    {.name = "ca",
+     .kind = RLD_SET_STRING,
+     .offset = OFF(redis_tls_ca),
+     .min = 1,
+     .max = 4096,
+     .doc_default = "the system's CAs",
+     .help = "PEM file of the CAs Redis's certificate must be signed by"},
+    {.name = "cert",
+     .kind = RLD_SET_STRING,
+     .offset = OFF(redis_tls_cert),
+     .min = 1,
+     .max = 4096,
+     .help = "PEM file of a client certificate, for a Redis that asks for one "
+             "(`tls-auth-clients`)"},
+    {.name = "key",
+     .kind = RLD_SET_STRING,
+     .offset = OFF(redis_tls_key),
+     .min = 1,
+     .max = 4096,
+     .help = "PEM file of its private key (unencrypted)"},
+    {.name = "skip_hostname_verification",
+     .kind = RLD_SET_BOOL,
+     .offset = OFF(redis_tls_skip_hostname),
+     .def = -1,
+     .doc_default = "`false`",
+     .help = "`true`: the certificate need not name the host connected to (the URL's, a "
+             "cluster node's or the primary's address); it must still be signed by a CA trusted"},
 };
 
 static const rld_setting sentinel_rows[] = {
@@ -616,6 +664,8 @@ const rld_setting_table rld_settings_log = {"log", log_rows, COUNT(log_rows), NU
 const rld_setting_table rld_settings_sentinel = {"sentinel", sentinel_rows, COUNT(sentinel_rows),
                                                  NULL, 0};
 const rld_setting_table rld_settings_tls = {"tls", tls_rows, COUNT(tls_rows), NULL, 0};
+const rld_setting_table rld_settings_store_tls = {"store.tls", store_tls_rows,
+                                                  COUNT(store_tls_rows), NULL, 0};
 const rld_setting_table rld_settings_grpc = {"grpc", grpc_rows, COUNT(grpc_rows), NULL, 0};
 const rld_setting_table rld_settings_grpc_tls = {"grpc.tls", grpc_tls_rows, COUNT(grpc_tls_rows),
                                                  NULL, 0};
@@ -624,7 +674,8 @@ static const rld_setting_table *const all_tables[] = {&rld_settings_root,  &rld_
                                                       &rld_settings_store, &rld_settings_level,
                                                       &rld_settings_log,   &rld_settings_tls,
                                                       &rld_settings_grpc,  &rld_settings_sentinel,
-                                                      &rld_settings_grpc_tls};
+                                                      &rld_settings_grpc_tls,
+                                                      &rld_settings_store_tls};
 
 const rld_setting *rld_setting_find(const rld_setting_table *t, const char *name, size_t len)
 {

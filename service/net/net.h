@@ -179,6 +179,57 @@ void rld_net_tls_free(rld_net_tls *t);
  * read again (rld_net_tls_reload), logged either way. */
 extern const rld_part_ops rld_net_tls_part_ops;
 
+/* ---- client connections ------------------------------------------------------------------- */
+
+/* What a TLS client context is read from (the Redis store's connections). Each file is named in
+ * messages by its setting (name). */
+typedef struct rld_net_client_tls_files {
+    /* PEM: the CAs the server's certificate must be signed by; NULL: the system's store */
+    const char *ca, *ca_name;
+    /* PEM: a client certificate and its unencrypted key, sent when the server asks; both NULL:
+     * none */
+    const char *cert, *cert_name, *key, *key_name;
+    /* 1: the server's name is not checked against its certificate (the chain still is) */
+    int skip_hostname;
+} rld_net_client_tls_files;
+
+typedef struct rld_net_client_tls rld_net_client_tls;
+
+/* Reads the files into a client context (shared by every connection made with it, any thread).
+ * NULL with err naming the setting of the file at fault. */
+rld_net_client_tls *rld_net_client_tls_new(const rld_net_client_tls_files *f, rl_err *err);
+/* Frees t once no connection made with it is open. NULL is fine. */
+void rld_net_client_tls_free(rld_net_client_tls *t);
+
+/* A blocking client connection: TCP, or TLS over it, with a deadline on every wait. */
+typedef struct rld_net_stream rld_net_stream;
+
+/* Connects to host:port (a numeric address, or a name resolved without a bound) by deadline
+ * (CLOCK_MONOTONIC, rld_mono_ns), then with tls does the handshake by the same deadline: the
+ * server's certificate must be signed by the context's CAs and, unless skip_hostname, be for
+ * host (its DNS name or IP address). NULL with why (cap bytes) saying what failed
+ * ("Connection refused", "Connection timed out", "TLS handshake: The certificate is NOT
+ * trusted. ..."). */
+rld_net_stream *rld_net_dial(const char *host, int port, rld_net_client_tls *tls, rl_ns deadline,
+                             char *why, size_t cap);
+/* Writes all len bytes, waiting for room until deadline (0: not at all). Returns len, or -1 with
+ * errno (EAGAIN: the deadline passed; the bytes taken so far are gone, so the connection is
+ * unusable; EPIPE, ECONNRESET, ...: broken). */
+ssize_t rld_net_stream_write(rld_net_stream *s, const void *buf, size_t len, rl_ns deadline);
+/* Reads up to len bytes, waiting for the first until deadline (0: not at all). Returns the count
+ * (> 0), 0 when the peer closed, or -1 with errno (EAGAIN: nothing came by the deadline). */
+ssize_t rld_net_stream_read(rld_net_stream *s, void *buf, size_t len, rl_ns deadline);
+/* The socket, to poll for reading; but first rld_net_stream_pending: 1 when bytes already
+ * decrypted wait to be read (poll would not say so). */
+int rld_net_stream_fd(const rld_net_stream *s);
+int rld_net_stream_pending(const rld_net_stream *s);
+/* After a read or write failed: what TLS said of it ("TLS: the server sent the alert ..."), or
+ * NULL when the socket's errno says it all. */
+const char *rld_net_stream_error(const rld_net_stream *s);
+/* Closes the connection (a TLS close_notify first, if the socket takes it now) and frees s. NULL
+ * is fine. */
+void rld_net_stream_close(rld_net_stream *s);
+
 /* Adds n to w's busy work (on w's thread only: a plain store the drain reads). */
 static inline void rld_net_busy_add(rld_net_worker *w, long n)
 {

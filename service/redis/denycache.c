@@ -39,7 +39,7 @@ struct rld_denycache {
     pthread_t th;
     int running;
     int wake[2];
-    redisContext *(*connect)(void *ctx);
+    rld_rconn *(*connect)(void *ctx);
     void *ctx;
     char *deny_channel, *quota_channel;
 };
@@ -297,38 +297,38 @@ static void set_live(rld_denycache *c, int live)
 }
 
 /* One subscription: 1 when stopped, 0 when the connection failed. */
-static int follow_once(rld_denycache *c, redisContext *rc)
+static int follow_once(rld_denycache *c, rld_rconn *rc)
 {
-    struct timeval tv = {SUBSCRIBE_TIMEOUT_MS / 1000, 0};
-    redisSetTimeout(rc, tv);
-    redisReply *r = redisCommand(rc, "SUBSCRIBE %b %b", c->deny_channel, strlen(c->deny_channel),
-                                 c->quota_channel, strlen(c->quota_channel));
+    rld_rconn_set_timeout(rc, (rl_ns)SUBSCRIBE_TIMEOUT_MS * 1000000);
+    const char *argv[3] = {"SUBSCRIBE", c->deny_channel, c->quota_channel};
+    redisReply *r = rld_rconn_command_argv(rc, 3, argv, NULL);
     int ok = r && r->type == REDIS_REPLY_ARRAY;
     if (r)
         freeReplyObject(r);
     void *second = NULL; /* the second channel's confirmation */
-    if (!ok || redisGetReply(rc, &second) != REDIS_OK || !second)
+    if (!ok || rld_rconn_get_reply(rc, &second) != REDIS_OK || !second)
         return 0;
     freeReplyObject(second);
     set_live(c, 1);
     for (;;) {
-        struct pollfd fds[2] = {{.fd = rc->fd, .events = POLLIN},
+        struct pollfd fds[2] = {{.fd = rld_rconn_fd(rc), .events = POLLIN},
                                 {.fd = c->wake[0], .events = POLLIN}};
-        int n = poll(fds, 2, 1000);
+        int pending = rld_rconn_pending(rc); /* bytes TLS decrypted already */
+        int n = poll(fds, 2, pending ? 0 : 1000);
         if (n < 0 && errno != EINTR)
             return 0;
         if (fds[1].revents)
             return 1;
-        if (n <= 0 || !fds[0].revents)
+        if (!pending && (n <= 0 || !fds[0].revents))
             continue;
-        if (redisBufferRead(rc) != REDIS_OK)
+        if (rld_rconn_read(rc) != REDIS_OK)
             return 0;
         void *reply;
-        while (redisGetReplyFromReader(rc, &reply) == REDIS_OK && reply) {
+        while (rld_rconn_next_reply(rc, &reply) == REDIS_OK && reply) {
             on_message(c, reply);
             freeReplyObject(reply);
         }
-        if (rc->err)
+        if (rld_rconn_err(rc))
             return 0;
     }
 }
@@ -338,11 +338,11 @@ static void *follow_loop(void *arg)
     rld_denycache *c = arg;
     int backoff = RETRY_MIN_MS;
     for (;;) {
-        redisContext *rc = c->connect(c->ctx);
+        rld_rconn *rc = c->connect(c->ctx);
         if (rc) {
             int stopped = follow_once(c, rc);
             set_live(c, 0);
-            redisFree(rc);
+            rld_rconn_free(rc);
             if (stopped)
                 break;
             backoff = RETRY_MIN_MS;
@@ -354,7 +354,7 @@ static void *follow_loop(void *arg)
     return NULL;
 }
 
-int rld_denycache_follow(rld_denycache *c, redisContext *(*connect)(void *ctx), void *ctx,
+int rld_denycache_follow(rld_denycache *c, rld_rconn *(*connect)(void *ctx), void *ctx,
                          const char *deny_channel, const char *quota_channel, rl_err *err)
 {
     c->connect = connect;

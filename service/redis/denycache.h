@@ -25,6 +25,7 @@
 
 #include <hiredis/hiredis.h>
 
+#include "conn.h"
 #include "ratelimit.h"
 #include "ratelimit_rule.h"
 
@@ -59,7 +60,7 @@ void rld_denycache_free(rld_denycache *c);
 /* Starts the follower thread: connect(ctx) gives it a new connection (NULL: try again later,
  * with backoff), on which it subscribes to deny_channel and quota_channel (copied). RL_ENOMEM
  * when the thread cannot start. */
-int rld_denycache_follow(rld_denycache *c, redisContext *(*connect)(void *ctx), void *ctx,
+int rld_denycache_follow(rld_denycache *c, rld_rconn *(*connect)(void *ctx), void *ctx,
                          const char *deny_channel, const char *quota_channel, rl_err *err);
 /* Whether the follower is subscribed (the cache answers and learns). */
 int rld_denycache_live(rld_denycache *c);

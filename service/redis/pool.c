@@ -12,6 +12,7 @@
 
 #include "app/buf.h"
 #include "pool.h"
+#include "conn.h"
 #include "lua.h"
 #include "sentinel.h"
 #include "app/settings.h"
@@ -52,7 +53,7 @@ struct pcall {
  * meanwhile the next leader. Only the leader touches c, gen and tmo. */
 typedef struct pconn {
     pthread_mutex_t mu;
-    redisContext *c;
+    rld_rconn *c;
     unsigned gen; /* the link generation it was opened in */
     rl_ns tmo;    /* the socket timeout set on c, 0 when not known */
     int leading;  /* under mu (read without it as a hint): a leader owns the I/O */
@@ -130,9 +131,10 @@ int rld_redis_parse_url(const char *url, rld_redis_addr *out, rl_err *err)
 {
     memset(out, 0, sizeof *out);
     out->port = 6379;
-    if (strncmp(url, "redis://", 8) != 0)
-        return rl_errf(err, RL_EINVAL, "store.url: must start with redis://");
-    const char *s = url + 8, *end = s + strlen(s);
+    out->tls_url = strncmp(url, "rediss://", 9) == 0;
+    if (strncmp(url, "redis://", 8) != 0 && !out->tls_url)
+        return rl_errf(err, RL_EINVAL, "store.url: must start with redis:// or rediss://");
+    const char *s = url + (out->tls_url ? 9 : 8), *end = s + strlen(s);
     const char *slash = strchr(s, '/');
     const char *hostpart_end = slash ? slash : end;
     const char *at = NULL;
@@ -234,7 +236,7 @@ void rld_pool_free(rld_pool *p)
     rld__watch_stop(p->watch);
     for (size_t i = 0; i < p->n; i++) {
         if (p->conns[i].c)
-            redisFree(p->conns[i].c);
+            rld_rconn_free(p->conns[i].c);
         pthread_mutex_destroy(&p->conns[i].mu);
     }
     free(p->conns);
@@ -294,14 +296,6 @@ void rld_pool_counts(rld_pool *p, uint64_t *calls, uint64_t *writes)
 {
     *calls = __atomic_load_n(&p->calls, __ATOMIC_RELAXED);
     *writes = __atomic_load_n(&p->writes, __ATOMIC_RELAXED);
-}
-
-static struct timeval tv_of(rl_ns ns)
-{
-    if (ns < 1000000)
-        ns = 1000000; /* a zero timeout would mean none at all */
-    struct timeval tv = {.tv_sec = ns / RL_NS_PER_SEC, .tv_usec = (ns % RL_NS_PER_SEC) / 1000};
-    return tv;
 }
 
 /* Lets a call through or fails it at once: while the link is down only one probe at a time
@@ -371,38 +365,41 @@ static void account(rld_pool *p, int probe, int link, unsigned gen, int failed,
     pthread_mutex_unlock(&p->mu);
 }
 
-/* Sends a command on c with what is left until deadline. NULL: the link failed (c->err). */
-static redisReply *send_argv(redisContext *c, rl_ns deadline, int argc, const char **argv,
-                             const size_t *len)
-{
-    redisSetTimeout(c, tv_of(deadline - rld_mono_ns()));
-    return redisCommandArgv(c, argc, argv, len);
-}
-
-static int link_error(redisContext *c, rl_err *err)
-{
-    int timeout = c->err == REDIS_ERR_IO && (errno == EAGAIN || errno == EWOULDBLOCK);
-    return rl_errf(err, RL_ESTORE, "redis: %s", timeout ? "timed out" : c->errstr);
-}
-
-/* Opens a connection to host:port within deadline, with AUTH (when pass is not "") and SELECT
- * (when db is not 0). NULL with err set on failure. */
-static redisContext *open_conn(const char *host, int port, const char *user, const char *pass,
-                               int dbn, rl_ns deadline, rl_err *err)
+/* At least a millisecond: what is left until deadline, as a connection's timeout. */
+static rl_ns left_of(rl_ns deadline)
 {
     rl_ns left = deadline - rld_mono_ns();
-    if (left <= 0) {
+    return left < 1000000 ? 1000000 : left;
+}
+
+/* Sends a command on c with what is left until deadline. NULL: the link failed (rld_rconn_err). */
+static redisReply *send_argv(rld_rconn *c, rl_ns deadline, int argc, const char **argv,
+                             const size_t *len)
+{
+    rld_rconn_set_timeout(c, left_of(deadline));
+    return rld_rconn_command_argv(c, argc, argv, len);
+}
+
+static int link_error(rld_rconn *c, rl_err *err)
+{
+    return rl_errf(err, RL_ESTORE, "redis: %s",
+                   rld_rconn_timed_out(c) ? "timed out" : rld_rconn_errstr(c));
+}
+
+/* Opens a connection to host:port within deadline (over TLS with tls), with AUTH (when pass
+ * is not "") and SELECT (when db is not 0). NULL with err set on failure. */
+static rld_rconn *open_conn(const char *host, int port, rld_net_client_tls *tls,
+                            const char *user, const char *pass, int dbn, rl_ns deadline,
+                            rl_err *err)
+{
+    char why[256];
+    if (deadline - rld_mono_ns() <= 0) {
         rl_errf(err, RL_ESTORE, "redis: timed out");
         return NULL;
     }
-    redisContext *c = redisConnectWithTimeout(host, port, tv_of(left));
+    rld_rconn *c = rld_rconn_open(host, port, tls, deadline, why, sizeof why);
     if (!c) {
-        rl_errf(err, RL_ESTORE, "redis: out of memory");
-        return NULL;
-    }
-    if (c->err) {
-        rl_errf(err, RL_ESTORE, "redis: %s:%d: %s", host, port, c->errstr);
-        redisFree(c);
+        rl_errf(err, RL_ESTORE, "redis: %s:%d: %s", host, port, why);
         return NULL;
     }
     char db[16];
@@ -417,7 +414,7 @@ static redisContext *open_conn(const char *host, int port, const char *user, con
                                : send_argv(c, deadline, 2, sel, NULL);
         if (!r) {
             link_error(c, err);
-            redisFree(c);
+            rld_rconn_free(c);
             return NULL;
         }
         int bad = r->type == REDIS_REPLY_ERROR;
@@ -425,7 +422,7 @@ static redisContext *open_conn(const char *host, int port, const char *user, con
             rl_errf(err, RL_ESTORE, "redis: %s: %.200s", i == 0 ? "AUTH" : "SELECT", r->str);
         freeReplyObject(r);
         if (bad) {
-            redisFree(c);
+            rld_rconn_free(c);
             return NULL;
         }
     }
@@ -471,7 +468,7 @@ static void forget_primary(rld_pool *p, int moved)
 }
 
 /* SENTINEL get-master-addr-by-name on c: RL_OK with the address, else RL_ESTORE. */
-static int ask_master(rld_pool *p, redisContext *c, rl_ns deadline, char *host, size_t cap,
+static int ask_master(rld_pool *p, rld_rconn *c, rl_ns deadline, char *host, size_t cap,
                       int *port, rl_err *err)
 {
     const char *argv[3] = {"SENTINEL", "get-master-addr-by-name", p->addr.sentinel.master};
@@ -487,17 +484,17 @@ static int ask_master(rld_pool *p, redisContext *c, rl_ns deadline, char *host, 
         ok = *port > 0 && *port < 65536;
     }
     if (!ok)
-        rl_errf(err, RL_ESTORE, "redis: sentinel %s:%d knows no primary %s%s%.200s", c->tcp.host,
-                c->tcp.port, p->addr.sentinel.master, r->type == REDIS_REPLY_ERROR ? ": " : "",
+        rl_errf(err, RL_ESTORE, "redis: sentinel %s:%d knows no primary %s%s%.200s", rld_rconn_host(c),
+                rld_rconn_port(c), p->addr.sentinel.master, r->type == REDIS_REPLY_ERROR ? ": " : "",
                 r->type == REDIS_REPLY_ERROR ? r->str : "");
     freeReplyObject(r);
     return ok ? RL_OK : RL_ESTORE;
 }
 
-static redisContext *open_sentinel(rld_pool *p, size_t i, rl_ns deadline, rl_err *err)
+static rld_rconn *open_sentinel(rld_pool *p, size_t i, rl_ns deadline, rl_err *err)
 {
     const rld_sentinel *s = &p->addr.sentinel;
-    return open_conn(s->host[i], s->port[i], s->user, s->pass, 0, deadline, err);
+    return open_conn(s->host[i], s->port[i], p->addr.tls, s->user, s->pass, 0, deadline, err);
 }
 
 /* Asks the sentinels in turn, from the one that answered last, where the primary is. A
@@ -524,13 +521,13 @@ static int resolve(rld_pool *p, rl_ns deadline, rl_err *err)
         rl_ns until = now + (deadline - now) / (rl_ns)(n - k);
         char host[256];
         int port = 0;
-        redisContext *c = open_sentinel(p, i, until, err);
+        rld_rconn *c = open_sentinel(p, i, until, err);
         if (!c || ask_master(p, c, until, host, sizeof host, &port, err) != RL_OK) {
             if (c)
-                redisFree(c);
+                rld_rconn_free(c);
             continue;
         }
-        redisFree(c);
+        rld_rconn_free(c);
         if (!found[0] || !(port == bad_port && strcmp(host, bad) == 0)) {
             memcpy(found, host, sizeof found);
             found_port = port;
@@ -550,7 +547,7 @@ static int resolve(rld_pool *p, rl_ns deadline, rl_err *err)
 
 /* ROLE on a node the sentinels named: RL_OK when it is a primary. *answered (when not NULL)
  * says whether the node answered at all. */
-static int check_primary(redisContext *c, rl_ns deadline, int *answered, rl_err *err)
+static int check_primary(rld_rconn *c, rl_ns deadline, int *answered, rl_err *err)
 {
     const char *argv[1] = {"ROLE"};
     redisReply *r = send_argv(c, deadline, 1, argv, NULL);
@@ -561,8 +558,8 @@ static int check_primary(redisContext *c, rl_ns deadline, int *answered, rl_err 
     int ok = r->type == REDIS_REPLY_ARRAY && r->elements > 0 &&
              r->element[0]->type == REDIS_REPLY_STRING && strcmp(r->element[0]->str, "master") == 0;
     if (!ok)
-        rl_errf(err, RL_ESTORE, "redis: %s:%d is not a primary (ROLE: %.40s)", c->tcp.host,
-                c->tcp.port,
+        rl_errf(err, RL_ESTORE, "redis: %s:%d is not a primary (ROLE: %.40s)", rld_rconn_host(c),
+                rld_rconn_port(c),
                 r->type == REDIS_REPLY_ARRAY && r->elements && r->element[0]->str
                     ? r->element[0]->str
                     : "?");
@@ -575,7 +572,7 @@ static int check_primary(redisContext *c, rl_ns deadline, int *answered, rl_err 
  * they named last is tried all the same (ROLE still keeps replicas out), so that sentinels busy
  * or unreachable never keep the pool from a primary that works. *gen is the generation of the
  * address used. */
-static redisContext *open_primary(rld_pool *p, rl_ns deadline, unsigned *gen, rl_err *err)
+static rld_rconn *open_primary(rld_pool *p, rl_ns deadline, unsigned *gen, rl_err *err)
 {
     int sentinel = p->addr.sentinel.n > 0;
     pthread_mutex_lock(&p->mu);
@@ -591,10 +588,10 @@ static redisContext *open_primary(rld_pool *p, rl_ns deadline, unsigned *gen, rl
     int port = p->port;
     *gen = p->gen;
     pthread_mutex_unlock(&p->mu);
-    redisContext *c =
-        open_conn(host, port, p->addr.user, p->addr.pass, p->addr.db, deadline, err);
+    rld_rconn *c =
+        open_conn(host, port, p->addr.tls, p->addr.user, p->addr.pass, p->addr.db, deadline, err);
     if (c && sentinel && check_primary(c, deadline, NULL, err) != RL_OK) {
-        redisFree(c);
+        rld_rconn_free(c);
         c = NULL;
         /* that sentinel has not heard of the failover yet: ask the next one first */
         forget_primary(p, 0);
@@ -607,21 +604,22 @@ static redisContext *open_primary(rld_pool *p, rl_ns deadline, unsigned *gen, rl
     return c;
 }
 
-int rld_sub_read(redisContext *c, int wake_fd, int ms, void (*fn)(void *arg, const char *msg),
+int rld_sub_read(rld_rconn *c, int wake_fd, int ms, void (*fn)(void *arg, const char *msg),
                  void *arg)
 {
-    struct pollfd fds[2] = {{.fd = c->fd, .events = POLLIN}, {.fd = wake_fd, .events = POLLIN}};
-    int n = poll(fds, 2, ms);
+    struct pollfd fds[2] = {{.fd = rld_rconn_fd(c), .events = POLLIN},
+                            {.fd = wake_fd, .events = POLLIN}};
+    int n = poll(fds, 2, rld_rconn_pending(c) ? 0 : ms);
     if (n < 0 && errno != EINTR)
         return -1;
     if (fds[1].revents)
         return 1;
-    if (n <= 0 || !fds[0].revents)
+    if (!rld_rconn_pending(c) && (n <= 0 || !fds[0].revents))
         return 0;
-    if (redisBufferRead(c) != REDIS_OK)
+    if (rld_rconn_read(c) != REDIS_OK)
         return -1;
     void *reply;
-    while (redisGetReplyFromReader(c, &reply) == REDIS_OK && reply) {
+    while (rld_rconn_next_reply(c, &reply) == REDIS_OK && reply) {
         redisReply *m = reply;
         if (m->type == REDIS_REPLY_ARRAY && m->elements == 3 &&
             m->element[0]->type == REDIS_REPLY_STRING &&
@@ -630,7 +628,7 @@ int rld_sub_read(redisContext *c, int wake_fd, int ms, void (*fn)(void *arg, con
             fn(arg, m->element[2]->str);
         freeReplyObject(m);
     }
-    return c->err ? -1 : 0;
+    return rld_rconn_err(c) ? -1 : 0;
 }
 
 /* ---- what the watcher (sentinel.c) asks of the pool ----------------------------------- */
@@ -653,10 +651,11 @@ static int watch_is_primary(void *cls, const char *host, int port, rl_ns deadlin
 {
     rld_pool *p = cls;
     rl_err e;
-    redisContext *c = open_conn(host, port, p->addr.user, p->addr.pass, p->addr.db, deadline, &e);
+    rld_rconn *c = open_conn(host, port, p->addr.tls, p->addr.user, p->addr.pass, p->addr.db,
+                             deadline, &e);
     int answered = 0, rc = c ? check_primary(c, deadline, &answered, &e) : RL_ESTORE;
     if (c)
-        redisFree(c);
+        rld_rconn_free(c);
     return rc == RL_OK ? 1 : answered ? 0 : -1;
 }
 
@@ -669,7 +668,9 @@ static int start_watch(rld_pool *p, rl_err *err)
 {
     rld_watch_ops ops = {.cls = p, .down = watch_down, .current = watch_current,
                          .is_primary = watch_is_primary, .follow = watch_follow};
-    return rld__watch_start(&p->addr.sentinel, &ops, &p->watch, err);
+    rld_sentinel s = p->addr.sentinel;
+    s.tls = p->addr.tls; /* the sentinels are reached as the data nodes are */
+    return rld__watch_start(&s, &ops, &p->watch, err);
 }
 
 void rld_pool_primary(rld_pool *p, char *buf, size_t len)
@@ -691,7 +692,7 @@ uint64_t rld_pool_switches(rld_pool *p)
     return n;
 }
 
-redisContext *rld_pool_connect(rld_pool *p, int timeout_ms, rl_err *err)
+rld_rconn *rld_pool_connect(rld_pool *p, int timeout_ms, rl_err *err)
 {
     unsigned gen;
     return open_primary(p, rld_mono_ns() + (rl_ns)timeout_ms * 1000000, &gen, err);
@@ -710,7 +711,7 @@ static void set_tmo(pconn *pc, rl_ns deadline)
     rl_ns left = deadline - rld_mono_ns();
     if (!pc->tmo || pc->tmo > left || pc->tmo + 3 * ms < left) {
         pc->tmo = left > 2 * ms ? left / ms * ms - ms : ms;
-        redisSetTimeout(pc->c, tv_of(pc->tmo));
+        rld_rconn_set_timeout(pc->c, pc->tmo);
     }
 }
 
@@ -721,10 +722,10 @@ static int ensure_open(rld_pool *p, pconn *pc, rl_ns deadline, int *opened, rl_e
     unsigned gen = p->gen;
     pthread_mutex_unlock(&p->mu);
     *opened = 0;
-    if (pc->c && pc->gen == gen && !pc->c->err)
+    if (pc->c && pc->gen == gen && !rld_rconn_err(pc->c))
         return RL_OK;
     if (pc->c)
-        redisFree(pc->c);
+        rld_rconn_free(pc->c);
     pc->c = open_primary(p, deadline, &pc->gen, err);
     pc->tmo = 0;
     *opened = 1;
@@ -763,14 +764,14 @@ static void batch(rld_pool *p, pconn *pc, pcall *b)
     for (pcall *k = b; k; k = k->next)
         fresh |= k->fresh;
     if (fresh && pc->c) {
-        redisFree(pc->c);
+        rld_rconn_free(pc->c);
         pc->c = NULL;
     }
     int rc = ensure_open(p, pc, earliest(b), &opened, &e);
     for (pcall *k = b; k; n += k->replies ? k->nreplies : 1, k = k->next) {
         k->opened = opened;
         k->gen = pc->gen;
-        if (rc == RL_OK && redisAppendFormattedCommand(pc->c, k->cmd, k->len) != REDIS_OK)
+        if (rc == RL_OK && rld_rconn_append(pc->c, k->cmd, k->len) != REDIS_OK)
             rc = rl_errf(&e, RL_ESTORE, "redis: out of memory");
     }
     if (rc != RL_OK) {
@@ -783,13 +784,10 @@ static void batch(rld_pool *p, pconn *pc, pcall *b)
         for (int i = 0; i < k->nreplies; i++) {
             void *r;
             set_tmo(pc, earliest(k)); /* the first read writes the batch */
-            if (redisGetReply(pc->c, &r) != REDIS_OK) {
-                int en = errno;
-                int reset = pc->c->err == REDIS_ERR_EOF ||
-                            (pc->c->err == REDIS_ERR_IO && (en == ECONNRESET || en == EPIPE));
-                errno = en;
+            if (rld_rconn_get_reply(pc->c, &r) != REDIS_OK) {
+                int reset = rld_rconn_reset(pc->c);
                 link_error(pc->c, &e);
-                redisFree(pc->c);
+                rld_rconn_free(pc->c);
                 pc->c = NULL;
                 fail_from(k, &e, reset);
                 return;

@@ -12,7 +12,7 @@
  * again, within half its time (each sentinel a share of it); when none answers, the primary
  * they named last is tried. Nothing is ever answered from a replica.
  *
- * Pipelining. Concurrent calls share the pool's connections (a redisContext is not thread-safe,
+ * Pipelining. Concurrent calls share the pool's connections (a connection is not thread-safe,
  * so one thread at a time does a connection's I/O). A call goes to the first connection nobody
  * is using, or else joins the shortest queue: the caller that finds a connection idle becomes
  * its leader, writes every call queued on it in one write (a batch), reads the replies in
@@ -37,6 +37,7 @@
 #include <hiredis/hiredis.h>
 
 #include "app/clock.h"
+#include "conn.h"
 #include "ratelimit.h"
 
 #define RLD_MAX_SENTINELS 16
@@ -49,10 +50,12 @@ typedef struct rld_sentinel {
     char master[128];
     char user[128]; /* the sentinels' own credentials, "" for none */
     char pass[256];
+    rld_net_client_tls *tls; /* borrowed: the sentinels over TLS, NULL: cleartext */
 } rld_sentinel;
 
-/* Where Redis is: parsed from redis://[[user]:password@]host[:port][/db]. With sentinels, host
- * and port are not used: the primary is the one the sentinels name. */
+/* Where Redis is: parsed from redis://[[user]:password@]host[:port][/db] (or rediss://, the
+ * same over TLS). With sentinels, host and port are not used: the primary is the one the
+ * sentinels name. */
 typedef struct rld_redis_addr {
     char host[256];
     int port; /* 6379 by default */
@@ -60,9 +63,13 @@ typedef struct rld_redis_addr {
     char user[128];
     char pass[256]; /* "" when no AUTH is sent */
     rld_sentinel sentinel;
+    int tls_url; /* the URL said rediss:// */
+    /* not NULL: every connection (to the data nodes, and to the sentinels) is TLS with this
+     * context; borrowed: whoever set it (the store) frees it after the pools */
+    rld_net_client_tls *tls;
 } rld_redis_addr;
 
-/* Parses a redis:// URL. RL_EINVAL with the reason in err. */
+/* Parses a redis:// or rediss:// URL (tls is left NULL). RL_EINVAL with the reason in err. */
 int rld_redis_parse_url(const char *url, rld_redis_addr *out, rl_err *err);
 /* Parses "host:port" (an IPv6 address in brackets) into host (cap bytes) and *port. RL_EINVAL
  * with the reason in err, which starts with what (the field's name). */
@@ -164,14 +171,14 @@ long rld_resp_format(char *out, size_t cap, char **heap, const char *pre, size_t
                      int argc, const char **argv, const size_t *len);
 
 /* A new connection outside the pool (for a subscriber), authenticated and on the right
- * database, or NULL with the reason in err. The caller frees it with redisFree. */
-redisContext *rld_pool_connect(rld_pool *p, int timeout_ms, rl_err *err);
+ * database, or NULL with the reason in err. The caller frees it with rld_rconn_free. */
+rld_rconn *rld_pool_connect(rld_pool *p, int timeout_ms, rl_err *err);
 
 
 /* Waits up to ms (-1: no limit) for what Redis pushes to the subscribed connection c and hands
  * each message's payload to fn. 1: wake_fd became readable (stop); -1: the connection failed;
  * 0: otherwise (call again). */
-int rld_sub_read(redisContext *c, int wake_fd, int ms, void (*fn)(void *arg, const char *msg),
+int rld_sub_read(rld_rconn *c, int wake_fd, int ms, void (*fn)(void *arg, const char *msg),
                  void *arg);
 
 #endif

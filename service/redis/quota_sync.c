@@ -230,11 +230,11 @@ static void on_message(void *arg, const char *key)
 }
 
 /* One subscription: returns when the connection fails (0) or the follower stops (1). */
-static int follow_once(rld_quota_follower *f, redisContext *c, const char *channel)
+static int follow_once(rld_quota_follower *f, rld_rconn *c, const char *channel)
 {
-    struct timeval tv = {SUBSCRIBE_TIMEOUT_MS / 1000, 0};
-    redisSetTimeout(c, tv);
-    redisReply *r = redisCommand(c, "SUBSCRIBE %b", channel, strlen(channel));
+    rld_rconn_set_timeout(c, (rl_ns)SUBSCRIBE_TIMEOUT_MS * 1000000);
+    const char *argv[2] = {"SUBSCRIBE", channel};
+    redisReply *r = rld_rconn_command_argv(c, 2, argv, NULL);
     if (!r)
         return 0;
     int ok = r->type == REDIS_REPLY_ARRAY;
@@ -264,10 +264,10 @@ static void *follow_loop(void *arg)
     int backoff = RETRY_MIN_MS;
     hash_name(f->redis, channel, sizeof channel);
     for (;;) {
-        redisContext *c = rld_redis_store_connect(f->redis, channel, SUBSCRIBE_TIMEOUT_MS, NULL);
+        rld_rconn *c = rld_redis_store_connect(f->redis, channel, SUBSCRIBE_TIMEOUT_MS, NULL);
         if (c) {
             int stopped = follow_once(f, c, channel);
-            redisFree(c);
+            rld_rconn_free(c);
             if (stopped)
                 break;
             backoff = RETRY_MIN_MS;

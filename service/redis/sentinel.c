@@ -16,6 +16,7 @@
 
 #include <hiredis/hiredis.h>
 
+#include "conn.h"
 #include "sentinel.h"
 
 #define MS 1000000LL
@@ -29,7 +30,7 @@
 
 /* One connection to a sentinel. */
 typedef struct wconn {
-    redisContext *c; /* NULL: closed, to be opened from retry_at */
+    rld_rconn *c; /* NULL: closed, to be opened from retry_at */
     int owed;        /* replies owed */
     int auth;        /* the first reply owed is AUTH's */
     rl_ns since;     /* when the oldest reply owed was asked for */
@@ -51,16 +52,10 @@ struct rld_watch {
     int wanted; /* a round is due even while the link is up */
 };
 
-static struct timeval tv_ms(long long ms)
-{
-    struct timeval tv = {.tv_sec = ms / 1000, .tv_usec = (ms % 1000) * 1000};
-    return tv;
-}
-
 static void conn_close(wconn *k, rl_ns now)
 {
     if (k->c)
-        redisFree(k->c);
+        rld_rconn_free(k->c);
     k->c = NULL;
     k->owed = k->auth = 0;
     k->retry_ms = k->retry_ms ? k->retry_ms * 2 : RETRY_MIN_MS;
@@ -72,12 +67,9 @@ static void conn_close(wconn *k, rl_ns now)
 /* Appends a command to what k owes and writes it out (small: it never waits for room). */
 static int conn_send(wconn *k, int argc, const char **argv, rl_ns now)
 {
-    int done = 0;
-    if (redisAppendCommandArgv(k->c, argc, argv, NULL) != REDIS_OK)
+    if (rld_rconn_append_argv(k->c, argc, argv, NULL) != REDIS_OK ||
+        rld_rconn_flush(k->c) != REDIS_OK)
         return -1;
-    while (!done)
-        if (redisBufferWrite(k->c, &done) != REDIS_OK)
-            return -1;
     if (!k->owed++)
         k->since = now;
     return 0;
@@ -88,8 +80,10 @@ static int conn_open(rld_watch *w, wconn *k, size_t i, rl_ns now)
 {
     if (k->c || now < k->retry_at)
         return k->c ? 0 : -1;
-    k->c = redisConnectWithTimeout(w->s.host[i], w->s.port[i], tv_ms(CONNECT_MS));
-    if (!k->c || k->c->err) {
+    char why[256];
+    k->c = rld_rconn_open(w->s.host[i], w->s.port[i], w->s.tls, now + CONNECT_MS * MS, why,
+                          sizeof why);
+    if (!k->c) {
         conn_close(k, now);
         return -1;
     }
@@ -257,13 +251,13 @@ static void conn_read(rld_watch *w, wconn *k, size_t i,
 {
     rl_ns now = rld_mono_ns();
     void *reply;
-    int bad = redisBufferRead(k->c) != REDIS_OK;
-    while (!bad && redisGetReplyFromReader(k->c, &reply) == REDIS_OK && reply) {
+    int bad = rld_rconn_read(k->c) != REDIS_OK;
+    while (!bad && rld_rconn_next_reply(k->c, &reply) == REDIS_OK && reply) {
         k->heard = now;
         bad = on_reply(w, i, reply) != 0;
         freeReplyObject(reply);
     }
-    if (bad || k->c->err)
+    if (bad || rld_rconn_err(k->c))
         conn_close(k, now);
     else if (!k->owed)
         k->since = 0;
@@ -313,22 +307,24 @@ static void *watch_run(void *arg)
         struct pollfd fds[1 + 2 * RLD_MAX_SENTINELS];
         wconn *of[2 * RLD_MAX_SENTINELS];
         size_t at[2 * RLD_MAX_SENTINELS], nf = 1;
+        int pending = 0; /* bytes TLS decrypted already: poll would not say so */
         fds[0] = (struct pollfd){.fd = w->wake[0], .events = POLLIN};
         for (size_t i = 0; i < w->s.n; i++)
             for (int j = 0; j < 2; j++) {
                 wconn *k = j ? &w->cmd[i] : &w->sub[i];
                 if (k->c) {
                     of[nf - 1] = k, at[nf - 1] = i;
-                    fds[nf++] = (struct pollfd){.fd = k->c->fd, .events = POLLIN};
+                    fds[nf++] = (struct pollfd){.fd = rld_rconn_fd(k->c), .events = POLLIN};
+                    pending |= rld_rconn_pending(k->c);
                 }
             }
-        int n = poll(fds, (nfds_t)nf, wait_ms(w, due));
+        int n = poll(fds, (nfds_t)nf, pending ? 0 : wait_ms(w, due));
         if (n < 0 && errno != EINTR)
             break;
         if (fds[0].revents)
             break;
-        for (size_t f = 1; n > 0 && f < nf; f++)
-            if (fds[f].revents)
+        for (size_t f = 1; (n > 0 || pending) && f < nf; f++)
+            if (fds[f].revents || (of[f - 1]->c && rld_rconn_pending(of[f - 1]->c)))
                 conn_read(w, of[f - 1], at[f - 1],
                           of[f - 1] == &w->cmd[at[f - 1]] ? on_answer : on_pushed);
         weigh(w, rld_mono_ns());

@@ -21,6 +21,7 @@
 
 #include "app/buf.h"
 #include "app/clock.h"
+#include "app/values.h"
 #include "fallback.h"
 #include "redis_args.h"
 #include "cluster.h"
@@ -58,6 +59,7 @@ typedef struct redis_store {
     rl_store base;
     rld_pool *pool;        /* one Redis (or Sentinel); NULL on a cluster */
     rld_cluster *cluster;  /* Redis Cluster; NULL otherwise */
+    rld_net_client_tls *tls; /* the connections' TLS, NULL: cleartext (freed after them) */
     char *prefix;
     size_t plen;
     int manual;
@@ -530,7 +532,7 @@ static int set_ports(redis_store *rs, const rl_registry *reg, rl_err *err)
     return rc;
 }
 
-static redisContext *deny_connect(void *ctx);
+static rld_rconn *deny_connect(void *ctx);
 static void deny_forget(redis_store *rs, const abuf *k, size_t first);
 
 static int rs_attach(void *cls, const rl_config *cfg, const rl_resolver *res, rl_err *err)
@@ -1381,7 +1383,7 @@ static void deny_forget(redis_store *rs, const abuf *k, size_t first)
         rld_denycache_forget(rs->dc, k->buf + k->off[j], k->len[j]);
 }
 
-static redisContext *deny_connect(void *ctx)
+static rld_rconn *deny_connect(void *ctx)
 {
     redis_store *rs = ctx;
     char ch[160];
@@ -2205,6 +2207,7 @@ static void rs_destroy(void *cls)
     rld_denycache_free(rs->dc); /* its follower connects through the pool */
     rld_pool_free(rs->pool);
     rld_cluster_free(rs->cluster);
+    rld_net_client_tls_free(rs->tls);
     pthread_mutex_destroy(&rs->tick_mu);
     free(rs->types);
     free(rs->prefix);
@@ -2299,14 +2302,33 @@ int rld_redis_store_new(const rld_redis_options *opt, rl_store **out, rl_err *er
         return rl_errf(err, RL_EINVAL, "store.cluster: not with store.sentinel");
     redis_store *rs = calloc(1, sizeof *rs);
     const char *prefix = opt->prefix ? opt->prefix : "rl:";
-    if (!rs || !(rs->prefix = strdup(prefix))) {
+    rld_redis_addr *seeds = NULL;
+    if (!rs || !(rs->prefix = strdup(prefix)) ||
+        (opt->ncluster && !(seeds = malloc(opt->ncluster * sizeof *seeds)))) {
+        if (rs)
+            free(rs->prefix);
         free(rs);
         return rl_errf(err, RL_ENOMEM, "out of memory");
     }
-    rc = opt->ncluster ? rld_cluster_new(opt->cluster, opt->ncluster, opt->timeout_ms, opt->pool,
-                                         &rs->cluster, err)
-                       : rld_pool_new(&addr, opt->timeout_ms, opt->pool, &rs->pool, err);
+    if (opt->tls || addr.tls_url) {
+        rld_net_client_tls_files defaults = {.ca_name = "store.tls.ca",
+                                             .cert_name = "store.tls.cert",
+                                             .key_name = "store.tls.key"};
+        rs->tls = rld_net_client_tls_new(opt->tls ? opt->tls : &defaults, err);
+        rc = rs->tls ? RL_OK : RL_EINVAL;
+    }
+    addr.tls = rs->tls;
+    for (size_t i = 0; i < opt->ncluster; i++) {
+        seeds[i] = opt->cluster[i];
+        seeds[i].tls = rs->tls;
+    }
+    if (rc == RL_OK)
+        rc = opt->ncluster ? rld_cluster_new(seeds, opt->ncluster, opt->timeout_ms, opt->pool,
+                                             &rs->cluster, err)
+                           : rld_pool_new(&addr, opt->timeout_ms, opt->pool, &rs->pool, err);
+    free(seeds);
     if (rc != RL_OK) {
+        rld_net_client_tls_free(rs->tls);
         free(rs->prefix);
         free(rs);
         return rc;
@@ -2318,6 +2340,7 @@ int rld_redis_store_new(const rld_redis_options *opt, rl_store **out, rl_err *er
     if (opt->deny_cache && !(rs->dc = rld_denycache_new())) {
         rld_pool_free(rs->pool);
         rld_cluster_free(rs->cluster);
+        rld_net_client_tls_free(rs->tls);
         free(rs->prefix);
         free(rs);
         return rl_errf(err, RL_ENOMEM, "out of memory");
@@ -2431,11 +2454,71 @@ int rld_redis_store_addr(const rld_settings *set, rld_redis_addr *out, rl_err *e
     return RL_OK;
 }
 
+/* A boolean variable of envoyproxy/ratelimit's: 0 when unset or empty. */
+static int env_bool(const char *name, int *v, rl_err *err)
+{
+    const char *s = getenv(name);
+    *v = s && *s ? rld_value_go_bool(s) : 0;
+    if (*v < 0)
+        return rl_errf(err, RL_EINVAL,
+                       "%s: must be true or false (1, t, true, TRUE, True, 0, f, false, FALSE, "
+                       "False)",
+                       name);
+    return RL_OK;
+}
+
+static const char *env_str(const char *name)
+{
+    const char *s = getenv(name);
+    return s && *s ? s : NULL;
+}
+
+int rld_redis_store_tls(const rld_settings *set, const rld_redis_addr *addr,
+                        rld_net_client_tls_files *f, int *on, rl_err *err)
+{
+    int rc;
+    *on = 0;
+    if (set->redis_tls >= 0 || set->redis_tls_ca || set->redis_tls_cert || set->redis_tls_key ||
+        set->redis_tls_skip_hostname >= 0) {
+        *f = (rld_net_client_tls_files){.ca = set->redis_tls_ca,
+                                        .ca_name = "store.tls.ca",
+                                        .cert = set->redis_tls_cert,
+                                        .cert_name = "store.tls.cert",
+                                        .key = set->redis_tls_key,
+                                        .key_name = "store.tls.key",
+                                        .skip_hostname = set->redis_tls_skip_hostname == 1};
+        if (set->redis_tls == 0 && addr->tls_url)
+            return rl_errf(err, RL_EINVAL,
+                           "store.tls.enabled: false, but store.url starts with rediss://");
+        *on = set->redis_tls != 0;
+    } else {
+        int use, skip;
+        if ((rc = env_bool("REDIS_TLS", &use, err)) != RL_OK ||
+            (rc = env_bool("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", &skip, err)) != RL_OK)
+            return rc;
+        *f = (rld_net_client_tls_files){.ca = env_str("REDIS_TLS_CACERT"),
+                                        .ca_name = "REDIS_TLS_CACERT",
+                                        .cert = env_str("REDIS_TLS_CLIENT_CERT"),
+                                        .cert_name = "REDIS_TLS_CLIENT_CERT",
+                                        .key = env_str("REDIS_TLS_CLIENT_KEY"),
+                                        .key_name = "REDIS_TLS_CLIENT_KEY",
+                                        .skip_hostname = skip};
+        *on = use || addr->tls_url;
+    }
+    if (*on && !f->cert != !f->key)
+        return rl_errf(err, RL_EINVAL, "%s: give both %s and %s",
+                       f->cert ? f->key_name : f->cert_name, f->cert_name, f->key_name);
+    return RL_OK;
+}
+
 int rld_redis_store_open(const rld_settings *set, int manual_clock, rl_store **out,
                          rl_store **redis, rl_err *err)
 {
     rld_redis_addr addr, *seeds = NULL;
-    int rc = rld_redis_store_addr(set, &addr, err);
+    rld_net_client_tls_files tls;
+    int on = 0, rc = rld_redis_store_addr(set, &addr, err);
+    if (rc == RL_OK)
+        rc = rld_redis_store_tls(set, &addr, &tls, &on, err);
     if (rc == RL_OK && set->ncluster && !(seeds = calloc(set->ncluster, sizeof *seeds)))
         rc = rl_errf(err, RL_ENOMEM, "out of memory");
     if (rc == RL_OK && seeds)
@@ -2452,7 +2535,8 @@ int rld_redis_store_open(const rld_settings *set, int manual_clock, rl_store **o
                            .pool = set->redis_pool,
                            .manual_clock = manual_clock,
                            .functions = set->redis_functions,
-                           .deny_cache = set->redis_deny_cache};
+                           .deny_cache = set->redis_deny_cache,
+                           .tls = on ? &tls : NULL};
     rld_fallback_options f = {.fleet_size = set->fleet_size > 0 ? (unsigned)set->fleet_size : 0,
                               .peers = rld_redis_store_peers};
     rl_store *rs;
@@ -2520,7 +2604,7 @@ int rld_redis_store_call(rl_store *st, int s, int nkeys, int argc, const char **
     return exec_at(st->cls, s, s >= 0 ? 0 : 1, nkeys, argc, argv, argvlen, reply, err);
 }
 
-redisContext *rld_redis_store_connect(rl_store *st, const char *key, int timeout_ms, rl_err *err)
+rld_rconn *rld_redis_store_connect(rl_store *st, const char *key, int timeout_ms, rl_err *err)
 {
     redis_store *rs = st->cls;
     if (!rs->cluster)

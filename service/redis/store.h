@@ -68,6 +68,9 @@ typedef struct rld_redis_options {
                       refuses them; 0: EVALSHA */
     int deny_cache; /* 1: answer the denials Redis gave again here until they lapse, forgetting
                        them when capacity is given back anywhere (denycache.h) */
+    /* not NULL: every connection is TLS with these files (net.h); NULL: TLS only when the URL
+     * is rediss://, then with the system's CAs and no client certificate */
+    const rld_net_client_tls_files *tls;
 } rld_redis_options;
 
 /* A new Redis store for rl_limiter_new, which takes it. Connections open lazily: an unreachable
@@ -111,6 +114,14 @@ int rld_redis_store_open(const rld_settings *set, int manual_clock, rl_store **o
  * and db for the data nodes. RL_EINVAL naming the field ("store.sentinel.nodes[1]: ...", a url
  * given with sentinel, credentials given outside the URL without sentinel). */
 int rld_redis_store_addr(const rld_settings *set, rld_redis_addr *out, rl_err *err);
+/* Whether and how the store speaks TLS: store.tls of the configuration; without it
+ * envoyproxy/ratelimit's variables (REDIS_TLS true, REDIS_TLS_CACERT, REDIS_TLS_CLIENT_CERT,
+ * REDIS_TLS_CLIENT_KEY, REDIS_TLS_SKIP_HOSTNAME_VERIFICATION); a rediss:// URL (addr->tls_url)
+ * turns it on too. *on 0: cleartext. The files are named in messages as they were given (the
+ * field or the variable); the strings are borrowed from set and the environment. RL_EINVAL
+ * naming the field or variable at fault. */
+int rld_redis_store_tls(const rld_settings *set, const rld_redis_addr *addr,
+                        rld_net_client_tls_files *f, int *on, rl_err *err);
 
 /* The checks attaching to a limiter makes, without a store or a connection: RL_EINVAL naming
  * the rule when cfg uses a rule type whose state this store cannot hold (on a Redis Cluster,
@@ -136,7 +147,7 @@ int rld_redis_store_call(rl_store *st, int s, int nkeys, int argc, const char **
                          const size_t *argvlen, redisReply **reply, rl_err *err);
 /* A new connection outside the pool (for a subscriber): to the one Redis, or on a cluster to
  * the primary serving key's slot (a message published on any node reaches every node's
- * subscribers). NULL with the reason in err. The caller frees it with redisFree. */
-redisContext *rld_redis_store_connect(rl_store *st, const char *key, int timeout_ms, rl_err *err);
+ * subscribers). NULL with the reason in err. The caller frees it with rld_rconn_free. */
+rld_rconn *rld_redis_store_connect(rl_store *st, const char *key, int timeout_ms, rl_err *err);
 
 #endif

@@ -362,6 +362,7 @@ test: deps-quiet
 	@$(MAKE) --no-print-directory docs-check
 	@$(MAKE) --no-print-directory grpc-check
 	@$(MAKE) --no-print-directory grpc-tls-check
+	@$(MAKE) --no-print-directory redis-tls-check
 	@$(MAKE) --no-print-directory clients-check
 	@$(MAKE) --no-print-directory deb-check
 	@$(MAKE) --no-print-directory lua-smoke
@@ -399,6 +400,15 @@ grpc-check: $(GRPC_NODE) $(BUILD)/ratelimitd
 grpc-tls-check: $(BUILD)/ratelimitd
 	@echo "== tests/grpc/test_grpc_tls.py (python3-grpcio over TLS and mTLS)"
 	$(Q)$(TEST_ENV) $(PYTHON) tests/grpc/test_grpc_tls.py
+
+# ---- Redis over TLS -----------------------------------------------------------------------------
+# The store over TLS on Debian's redis-server started with --tls-port (one node, client
+# certificates, a wrong CA, the hostname, a cluster with --tls-cluster), with certificates the
+# test makes with openssl, configured natively and by envoyproxy/ratelimit's REDIS_TLS_*.
+.PHONY: redis-tls-check
+redis-tls-check: $(BUILD)/ratelimitd
+	@echo "== tests/redis_tls/test_redis_tls.py (the Redis store over TLS)"
+	$(Q)$(TEST_ENV) $(PYTHON) tests/redis_tls/test_redis_tls.py
 
 # ---- the clients: clients/python and clients/node ----------------------------------------------
 # Each against a real daemon: the Python one with Debian's python3 and its python3-starlette
@@ -541,6 +551,8 @@ DEB_PKGS += libprotobuf-c-dev protobuf-c-compiler libnghttp2-dev nghttp2-client 
 DEB_PKGS += libgnutls28-dev
 # Caddy in front (config/caddy/Caddyfile, tests/test_caddy.c)
 DEB_PKGS += caddy
+# Redis over TLS (tests/redis_tls/test_redis_tls.py): the system's CAs, used without store.tls.ca
+DEB_PKGS += ca-certificates
 # the Python client's tests (clients/python): ASGI (starlette's TestClient uses httpx), WSGI,
 # YAML, and installing the package with pip
 DEB_PKGS += python3-starlette python3-httpx python3-flask python3-yaml python3-pip python3-setuptools

@@ -297,8 +297,17 @@ static int check_config(const char *path)
     rld_net_tls_free(gtls);
     if (rc == RL_OK && set.store == RLD_STORE_REDIS) {
         rld_redis_addr addr;
+        rld_net_client_tls_files tf;
+        int tls = 0;
         if ((rc = rld_redis_store_addr(&set, &addr, &err)) == RL_OK)
             rc = rld_redis_store_check_config(cfg, set.ncluster > 0, &err);
+        if (rc == RL_OK)
+            rc = rld_redis_store_tls(&set, &addr, &tf, &tls, &err);
+        if (rc == RL_OK && tls) { /* its files read as the store will read them */
+            rld_net_client_tls *t = rld_net_client_tls_new(&tf, &err);
+            rc = t ? RL_OK : RL_EINVAL;
+            rld_net_client_tls_free(t);
+        }
     }
     if (rc == RL_OK)
         printf("ok\n");

@@ -136,7 +136,7 @@ static const struct {
     {"{\"store\": {\"type\": \"redis\", \"colour\": 1}, \"levels\": [{\"name\": \"user\", "
      "\"rules\": [" TB "]}]}",
      "store.colour: unknown field (known: type, url, prefix, timeout_ms, pool, "
-     "fleet_size, functions, deny_cache, sentinel, cluster, username, password, db)"},
+     "fleet_size, functions, deny_cache, sentinel, cluster, username, password, db, tls)"},
     {"{\"store\": {\"url\": \"redis://x\"}, \"levels\": [{\"name\": \"user\", \"rules\": [" TB
      "]}]}",
      "store.type: must be \"memory\" or \"redis\""},

@@ -242,7 +242,7 @@ static const rld_setting store_tls_rows[] = {
      .def = -1,
      .doc_default = "`false`",
      .help = "`true`: the certificate need not name the host connected to (the URL's, a "
-             "cluster node's or the primary's address); it must still be signed by a CA trusted"},
+             "cluster node's or the primary's address); it must still be signed by a trusted CA"},
 };
 
 static const rld_setting sentinel_rows[] = {

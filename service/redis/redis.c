@@ -20,6 +20,7 @@ struct rld_redis {
     rld_quota_follower *follower;
     rld_redis_addr addr; /* with a cluster: its first seed */
     size_t ncluster;
+    int tls; /* the connections are TLS */
     char prefix[80];
     rld_on_error mode[RL_MAX_LEVELS]; /* each level's on_store_error */
 };
@@ -34,7 +35,10 @@ int rld_redis_open(const rld_settings *set, int manual_clock, rl_store **store, 
     rld_redis *f = calloc(1, sizeof *f);
     if (!f)
         return rl_errf(err, RL_ENOMEM, "out of memory");
+    rld_net_client_tls_files tls;
     int rc = rld_redis_store_addr(set, &f->addr, err);
+    if (rc == RL_OK)
+        rc = rld_redis_store_tls(set, &f->addr, &tls, &f->tls, err);
     if (rc == RL_OK)
         rc = rld_redis_store_open(set, manual_clock, &f->top, &f->redis, err);
     if (rc != RL_OK) {
@@ -93,19 +97,21 @@ void rld_redis_free(rld_redis *f)
 static void describe(const void *self, char *buf, size_t len)
 {
     const rld_redis *f = self;
+    const char *tls = f->tls ? ", over TLS" : "";
     int v6 = strchr(f->addr.host, ':') != NULL;
     if (f->ncluster) {
-        snprintf(buf, len, "redis cluster via %zu seed nodes (first %s%s%s:%d), prefix \"%s\"",
-                 f->ncluster, v6 ? "[" : "", f->addr.host, v6 ? "]" : "", f->addr.port, f->prefix);
+        snprintf(buf, len, "redis cluster via %zu seed nodes (first %s%s%s:%d), prefix \"%s\"%s",
+                 f->ncluster, v6 ? "[" : "", f->addr.host, v6 ? "]" : "", f->addr.port, f->prefix,
+                 tls);
         return;
     }
     if (f->addr.sentinel.n) {
-        snprintf(buf, len, "redis store via %zu sentinels (primary \"%s\")/%d, prefix \"%s\"",
-                 f->addr.sentinel.n, f->addr.sentinel.master, f->addr.db, f->prefix);
+        snprintf(buf, len, "redis store via %zu sentinels (primary \"%s\")/%d, prefix \"%s\"%s",
+                 f->addr.sentinel.n, f->addr.sentinel.master, f->addr.db, f->prefix, tls);
         return;
     }
-    snprintf(buf, len, "redis store %s%s%s:%d/%d, prefix \"%s\"", v6 ? "[" : "", f->addr.host,
-             v6 ? "]" : "", f->addr.port, f->addr.db, f->prefix);
+    snprintf(buf, len, "redis store %s%s%s:%d/%d, prefix \"%s\"%s", v6 ? "[" : "", f->addr.host,
+             v6 ? "]" : "", f->addr.port, f->addr.db, f->prefix, tls);
 }
 
 /* ---- quotas ------------------------------------------------------------------------------- */

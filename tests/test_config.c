@@ -119,7 +119,7 @@ static const struct {
      "listen.port: must be a whole number from 0 to 65535"},
     {"{\"store\": {\"type\": \"redis\", \"url\": \"http://x\"}, \"levels\": [{\"name\": "
      "\"user\", \"rules\": [" TB "]}]}",
-     "store.url: must start with redis://"},
+     "store.url: must start with redis:// or rediss://"},
     {"{\"store\": {\"type\": \"redis\", \"functions\": 1}, \"levels\": [{\"name\": "
      "\"user\", \"rules\": [" TB "]}]}",
      "store.functions: must be true or false"},

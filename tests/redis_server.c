@@ -103,6 +103,18 @@ static void exec_kind(const rt_redis *r, const char *port)
                "--cluster-node-timeout", tmo, (char *)NULL);
         break;
     default:
+        if (r->tls_port) {
+            char tport[16], cert[96], key[96], ca[96];
+            snprintf(tport, sizeof tport, "%d", r->tls_port);
+            snprintf(cert, sizeof cert, "%s/redis.pem", r->tls_dir);
+            snprintf(key, sizeof key, "%s/redis.key", r->tls_dir);
+            snprintf(ca, sizeof ca, "%s/ca.pem", r->tls_dir);
+            execlp("redis-server", "redis-server", "--port", port, "--bind", "127.0.0.1",
+                   "--save", "", "--appendonly", "no", "--dir", r->dir, "--daemonize", "no",
+                   "--loglevel", "warning", "--repl-diskless-sync-delay", "0", "--tls-port",
+                   tport, "--tls-cert-file", cert, "--tls-key-file", key, "--tls-ca-cert-file",
+                   ca, "--tls-auth-clients", "no", (char *)NULL);
+        }
         execlp("redis-server", "redis-server", "--port", port, "--bind", "127.0.0.1", "--save", "",
                "--appendonly", "no", "--dir", r->dir, "--daemonize", "no", "--loglevel",
                "warning", "--repl-diskless-sync-delay", "0", (char *)NULL);
@@ -238,10 +250,16 @@ static void start_prepared(rt_redis *r, void (*conf)(rt_redis *r, void *arg), vo
 {
     for (int attempt = 0; attempt < 5; attempt++) {
         r->port = free_port(r->kind);
+        if (r->tls_dir[0])
+            while ((r->tls_port = free_port(r->kind)) == r->port)
+                ;
         if (conf)
             conf(r, arg);
         if (spawn(r) == 0) {
-            snprintf(r->url, sizeof r->url, "redis://127.0.0.1:%d/0", r->port);
+            if (r->tls_port)
+                snprintf(r->url, sizeof r->url, "rediss://127.0.0.1:%d/0", r->tls_port);
+            else
+                snprintf(r->url, sizeof r->url, "redis://127.0.0.1:%d/0", r->port);
             return;
         }
     }
@@ -253,6 +271,62 @@ void rt_redis_start(rt_redis *r)
     memset(r, 0, sizeof *r);
     prepare(r);
     start_prepared(r, NULL, NULL);
+}
+
+void rt_redis_start_tls(rt_redis *r, const char *tls_dir)
+{
+    memset(r, 0, sizeof *r);
+    snprintf(r->tls_dir, sizeof r->tls_dir, "%s", tls_dir);
+    prepare(r);
+    start_prepared(r, NULL, NULL);
+}
+
+/* openssl with args in dir, its output in dir/openssl.log; fails the test if it fails. */
+static void openssl_in(const char *dir, const char *const *args)
+{
+    const char *argv[32] = {"openssl"};
+    char log[96];
+    size_t n = 1;
+    for (; args[n - 1] && n < 31; n++)
+        argv[n] = args[n - 1];
+    argv[n] = NULL;
+    snprintf(log, sizeof log, "%s/openssl.log", dir);
+    char cwd[512];
+    ck_assert_ptr_nonnull(getcwd(cwd, sizeof cwd));
+    ck_assert_int_eq(chdir(dir), 0);
+    int rc = rt_run(argv, log, 30);
+    ck_assert_int_eq(chdir(cwd), 0);
+    ck_assert_msg(rc == 0, "openssl failed (see %s)", log);
+}
+
+void rt_tls_certs(char *dir, size_t cap)
+{
+    snprintf(dir, cap, "/tmp/rl-tls-XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    FILE *f;
+    char ext[96];
+    snprintf(ext, sizeof ext, "%s/redis.ext", dir);
+    ck_assert_ptr_nonnull(f = fopen(ext, "w"));
+    fputs("subjectAltName=IP:127.0.0.1\n", f);
+    fclose(f);
+    const char *ca[] = {"req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+                        "-nodes", "-keyout", "ca.key", "-out", "ca.pem", "-days", "2", "-subj",
+                        "/CN=test-ca", NULL};
+    const char *csr[] = {"req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+                         "-nodes", "-keyout", "redis.key", "-out", "redis.csr", "-subj",
+                         "/CN=redis", NULL};
+    const char *sign[] = {"x509", "-req", "-in", "redis.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
+                          "-CAcreateserial", "-out", "redis.pem", "-days", "2", "-extfile",
+                          "redis.ext", NULL};
+    openssl_in(dir, ca);
+    openssl_in(dir, csr);
+    openssl_in(dir, sign);
+}
+
+void rt_tls_remove(const char *dir)
+{
+    if (dir[0])
+        remove_dir(dir);
 }
 
 void rt_redis_kill(rt_redis *r)

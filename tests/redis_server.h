@@ -29,11 +29,24 @@ typedef struct rt_redis {
     int replica_of; /* RT_REDIS_REPLICA: the primary's port */
     int node_timeout_ms; /* RT_REDIS_CLUSTER: cluster-node-timeout */
     char dir[64];
-    char url[64]; /* redis://127.0.0.1:<port>/0 */
+    char url[64]; /* redis://127.0.0.1:<port>/0, or rediss://127.0.0.1:<tls_port>/0 */
+    /* RT_REDIS_PLAIN started by rt_redis_start_tls: TLS on tls_port with the certificates of
+     * tls_dir (no client certificate asked), besides cleartext on port (which rt_redis_connect
+     * and rt_redis_cmd use); 0 and "" otherwise */
+    int tls_port;
+    char tls_dir[64];
 } rt_redis;
 
 /* Starts a server and waits until it answers; fails the test if it cannot. */
 void rt_redis_start(rt_redis *r);
+/* Makes a folder (cap bytes of dir) with a CA (ca.pem) and a certificate for 127.0.0.1 signed by
+ * it (redis.pem, redis.key), with openssl; fails the test if it cannot. Removed with
+ * rt_tls_remove. */
+void rt_tls_certs(char *dir, size_t cap);
+void rt_tls_remove(const char *dir);
+/* rt_redis_start with TLS on another free port as well, with the certificates of tls_dir (made
+ * by rt_tls_certs); r->url is then the rediss:// URL of that port. */
+void rt_redis_start_tls(rt_redis *r, const char *tls_dir);
 /* Kills the server at once (SIGKILL), keeping its port and directory for rt_redis_restart. */
 void rt_redis_kill(rt_redis *r);
 /* Starts a killed server again on the same port (empty: nothing was persisted). */

@@ -29,6 +29,27 @@ static void srv_up(void) { rt_redis_start(&srv); }
 
 static void srv_down(void) { rt_redis_stop(&srv); }
 
+/* The same server over TLS: srv.url is rediss://, and the stores made meanwhile trust the CA of
+ * tls_dir, so that every call of theirs goes through the TLS transport. */
+static char tls_dir[64];
+static rld_net_client_tls_files tls_files;
+static char tls_ca[96];
+
+static void tls_up(void)
+{
+    rt_tls_certs(tls_dir, sizeof tls_dir);
+    snprintf(tls_ca, sizeof tls_ca, "%s/ca.pem", tls_dir);
+    tls_files = (rld_net_client_tls_files){.ca = tls_ca, .ca_name = "store.tls.ca"};
+    rt_redis_start_tls(&srv, tls_dir);
+}
+
+static void tls_down(void)
+{
+    rt_redis_stop(&srv);
+    rt_tls_remove(tls_dir);
+    tls_dir[0] = '\0';
+}
+
 /* A Redis Cluster (three primaries with a replica each) for the stores made while on_cluster. */
 static rt_cluster cl;
 static int on_cluster;
@@ -81,7 +102,8 @@ static rl_limiter *redis_limiter(rl_registry *reg, const char *json, const char 
                            .manual_clock = !real_clock,
                            .ttl_floor_ms = real_clock ? 0 : 3600 * 1000,
                            .functions = functions,
-                           .deny_cache = deny_cache};
+                           .deny_cache = deny_cache,
+                           .tls = tls_dir[0] ? &tls_files : NULL};
     for (size_t l = 0; l < RL_MAX_LEVELS; l++)
         o.shards[l] = set.shards[l];
     rld_settings_clear(&set);
@@ -2743,6 +2765,16 @@ Suite *redis_store_suite(void)
     tcase_add_test(tc, types_without_a_port_are_refused);
     tcase_add_loop_test(tc, conformance_table, 0,
                         (int)(sizeof conformance / sizeof conformance[0]));
+    suite_add_tcase(s, tc);
+
+    /* the replays again with every call over TLS (one node) */
+    tc = tcase_create("differential over TLS");
+    tcase_add_checked_fixture(tc, tls_up, tls_down);
+    tcase_set_timeout(tc, 300);
+    tcase_add_loop_test(tc, differential_replay, 0, NTYPES);
+    tcase_add_loop_test(tc, differential_replay_batched, 0, NTYPES);
+    tcase_add_test(tc, many_decisions_share_one_write);
+    tcase_add_loop_test(tc, differential_replay_deny_cache, 0, 2);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("differential");

@@ -111,7 +111,7 @@ class Redis:
     """redis-server on a free cleartext port (for the test) and a free TLS port (for the
     daemon), with the certificates of d; tls_args are added (--tls-auth-clients, cluster)."""
 
-    def __init__(self, d, auth_clients=False, cluster=False):
+    def __init__(self, d, auth_clients=False, cluster=False, replica_of=None):
         self.port = free_port()
         self.tls_port = free_port(pair=cluster)
         self.dir = tempfile.mkdtemp(dir=d)
@@ -122,6 +122,8 @@ class Redis:
                 "--tls-key-file", os.path.join(d, "redis.key"),
                 "--tls-ca-cert-file", os.path.join(d, "ca.pem"),
                 "--tls-auth-clients", "yes" if auth_clients else "no"]
+        if replica_of:
+            args += ["--tls-replication", "yes", "--replicaof", "127.0.0.1", str(replica_of)]
         if cluster:
             args += ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
                      "--cluster-node-timeout", "2000", "--tls-cluster", "yes",
@@ -148,6 +150,46 @@ class Redis:
 
     def keys(self):
         return sorted(self.cmd("KEYS", "rl:user:*"))
+
+    def stop(self):
+        self.proc.kill()
+        self.proc.wait()
+        self.log.close()
+
+
+class Sentinel:
+    """redis-sentinel on a free TLS port (and a cleartext one for the test) watching the
+    primary on its TLS port (tls-replication: the sentinel speaks TLS to the data nodes)."""
+
+    def __init__(self, d, primary):
+        self.port, self.tls_port = free_port(), free_port()
+        self.dir = tempfile.mkdtemp(dir=d)
+        conf = os.path.join(self.dir, "sentinel.conf")
+        with open(conf, "w") as f:
+            f.write("port %d\ntls-port %d\nbind 127.0.0.1\ndir %s\n"
+                    "tls-cert-file %s\ntls-key-file %s\ntls-ca-cert-file %s\n"
+                    "tls-auth-clients no\ntls-replication yes\n"
+                    "sentinel monitor mymaster 127.0.0.1 %d 1\n"
+                    "sentinel down-after-milliseconds mymaster 1000\n"
+                    "sentinel failover-timeout mymaster 3000\n"
+                    % (self.port, self.tls_port, self.dir, os.path.join(d, "redis.pem"),
+                       os.path.join(d, "redis.key"), os.path.join(d, "ca.pem"), primary))
+        self.log = open(os.path.join(self.dir, "sentinel.log"), "w")
+        self.proc = subprocess.Popen(["redis-sentinel", conf], stdout=self.log,
+                                     stderr=self.log)
+        end = time.time() + 10
+        while True:
+            try:
+                if redis_cmd(self.port, "PING") == "PONG":
+                    break
+            except OSError:
+                pass
+            if self.proc.poll() is not None or time.time() > end:
+                raise RuntimeError("redis-sentinel did not start")
+            time.sleep(0.02)
+
+    def primary_port(self):
+        return int(redis_cmd(self.port, "SENTINEL", "get-master-addr-by-name", "mymaster")[1])
 
     def stop(self):
         self.proc.kill()
@@ -491,6 +533,56 @@ class RedisTlsTest(unittest.TestCase):
         self.assertIn("store.url: must start with redis:// or rediss://", out)
         code, out = check_config(self.d, self.store(url, tls={"ca": self.ca}))
         self.assertEqual((code, out.strip()), (0, "ok"))
+
+    # ---- Sentinel ------------------------------------------------------------------------
+
+    def test_sentinel_over_tls(self):
+        """A primary and its replica (replicating over TLS) and a sentinel, all on TLS ports:
+        the daemon asks the sentinel over TLS, uses the primary it names over TLS, hears
+        +switch-master over TLS when the primary dies, and goes on with the replica promoted
+        (the keys replicated: a user at 5 of 5 stays denied)."""
+        primary = Redis(self.d)
+        replica = Redis(self.d, replica_of=primary.tls_port)
+        sentinel = Sentinel(self.d, primary.tls_port)
+        try:
+            end = time.time() + 20
+            while "master_link_status:up" not in replica.cmd("INFO", "replication"):
+                self.assertLess(time.time(), end, "the replica did not sync")
+                time.sleep(0.05)
+            store = {"type": "redis", "timeout_ms": 2000, "tls": {"ca": self.ca},
+                     "sentinel": {"nodes": ["127.0.0.1:%d" % sentinel.tls_port],
+                                  "master": "mymaster"}}
+            dm = Daemon(self.d, store)
+            try:
+                dm.wait_log("redis store via 1 sentinels (primary \"mymaster\")/0, prefix "
+                            "\"rl:\", over TLS")
+                self.five_then_denied(dm, "kate", primary)
+                end = time.time() + 20
+                while replica.keys() != ["rl:user:0:kate"]:
+                    self.assertLess(time.time(), end, "not replicated")
+                    time.sleep(0.05)
+                primary.stop()
+                end = time.time() + 30
+                while sentinel.primary_port() != replica.tls_port:
+                    self.assertLess(time.time(), end, "no failover")
+                    time.sleep(0.1)
+                end = time.time() + 30
+                while True:  # until the daemon has moved to the new primary
+                    status, body = dm.acquire("leo")
+                    if status == 200:
+                        break
+                    self.assertLess(time.time(), end, dm.log_text())
+                    time.sleep(0.1)
+                self.assertEqual(dm.acquire("kate")[0], 429)  # its five taken, replicated
+                self.assertEqual([dm.acquire("leo")[0] for _ in range(5)], [200] * 4 + [429])
+                self.assertEqual(replica.keys(), ["rl:user:0:kate", "rl:user:0:leo"])
+            finally:
+                dm.stop()
+        finally:
+            sentinel.stop()
+            replica.stop()
+            if primary.proc.poll() is None:
+                primary.stop()
 
     # ---- a cluster -----------------------------------------------------------------------
 

@@ -205,10 +205,13 @@ static int handshake(rld_net_stream *s, rld_net_client_tls *t, const char *host,
         if (r == GNUTLS_E_CERTIFICATE_VERIFICATION_ERROR) {
             gnutls_datum_t out = {0};
             unsigned st = gnutls_session_get_verify_cert_status(s->tls);
-            if (gnutls_certificate_verification_status_print(st, GNUTLS_CRT_X509, &out, 0) == 0)
-                snprintf(why, cap, "TLS handshake: the server's certificate: %s",
+            if (gnutls_certificate_verification_status_print(st, GNUTLS_CRT_X509, &out, 0) == 0) {
+                size_t n = strlen((const char *)out.data);
+                while (n && out.data[n - 1] == ' ') /* GnuTLS ends each sentence with one */
+                    n--;
+                snprintf(why, cap, "TLS handshake: the server's certificate: %.*s", (int)n,
                          (const char *)out.data);
-            else
+            } else
                 snprintf(why, cap, "TLS handshake: %s", gnutls_strerror(r));
             gnutls_free(out.data);
         } else if (r == GNUTLS_E_FATAL_ALERT_RECEIVED) {

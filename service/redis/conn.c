@@ -69,12 +69,18 @@ static void fail(rld_rconn *c, int type, const char *why)
     snprintf(c->errstr, sizeof c->errstr, "%s", why);
 }
 
-/* An I/O failure with errno set, in hiredis's words. */
+/* An I/O failure with errno set, in hiredis's words; what TLS said of it names the server
+ * (a refusal of the client's certificate comes after the handshake, at the first read). */
 static void fail_io(rld_rconn *c)
 {
     const char *tls = rld_net_stream_error(c->s);
     c->errnum = errno;
-    fail(c, REDIS_ERR_IO, tls ? tls : strerror(c->errnum));
+    if (!tls) {
+        fail(c, REDIS_ERR_IO, strerror(c->errnum));
+        return;
+    }
+    c->err = REDIS_ERR_IO;
+    snprintf(c->errstr, sizeof c->errstr, "%.64s:%d: %s", c->host, c->port, tls);
 }
 
 int rld_rconn_append(rld_rconn *c, const char *cmd, size_t len)

@@ -484,7 +484,8 @@ class RedisTlsTest(unittest.TestCase):
             try:
                 status, body = dm.acquire("ivan")
                 self.assertEqual((status, body["blocked_by"]), (429, "user: store unavailable"))
-                dm.wait_log("redis: ")
+                dm.wait_log("redis: 127.0.0.1:%d: TLS: the server sent the alert \"Certificate "
+                            "is required\"" % r.tls_port)
                 self.assertEqual(r.keys(), [])
             finally:
                 dm.stop()

@@ -14,7 +14,8 @@
 # Outside its own wing a file names another wing by its face header only (net/net.h,
 # http/http.h, grpc/grpc.h, redis/redis.h, config/config.h); app's headers are its parts,
 # each its own face. Libraries belong to wings too: hiredis to redis, nghttp2 and protobuf-c to
-# grpc, libmicrohttpd to http, libyaml to grpc, GnuTLS to net and http. Prints each violation
+# grpc, libmicrohttpd to http, libyaml to grpc, GnuTLS to net and http (redis reaches TLS through
+# net/net.h's client connections). Prints each violation
 # as file:line and exits 1 when there is one. make check-layers runs it on the tree and on tests/layers/, a tree that
 # breaks every rule once, which must fail.
 set -eu

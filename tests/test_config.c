@@ -327,6 +327,87 @@ START_TEST(an_empty_cluster_is_refused)
 }
 END_TEST
 
+/* Whether the store speaks TLS and with which files: store.tls, else envoyproxy/ratelimit's
+ * REDIS_TLS_* variables; a rediss:// URL turns it on either way. */
+START_TEST(redis_tls_from_settings_and_variables)
+{
+    static const struct {
+        const char *store;
+        const char *env[3][2]; /* REDIS_TLS, REDIS_TLS_CACERT, ..._SKIP_HOSTNAME_VERIFICATION */
+        int rc, on, skip;
+        const char *ca, *ca_name, *msg;
+    } cases[] = {
+        {"{\"type\": \"redis\"}", {{0}}, RL_OK, 0, 0, NULL, "REDIS_TLS_CACERT", NULL},
+        {"{\"type\": \"redis\", \"url\": \"rediss://u:p@10.0.0.5:6380/2\"}", {{0}}, RL_OK, 1, 0,
+         NULL, "REDIS_TLS_CACERT", NULL},
+        {"{\"type\": \"redis\", \"tls\": {\"ca\": \"ca.pem\", \"skip_hostname_verification\": "
+         "true}}",
+         {{0}}, RL_OK, 1, 1, "ca.pem", "store.tls.ca", NULL},
+        {"{\"type\": \"redis\"}",
+         {{"REDIS_TLS", "1"}, {"REDIS_TLS_CACERT", "/x.pem"},
+          {"REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", "True"}},
+         RL_OK, 1, 1, "/x.pem", "REDIS_TLS_CACERT", NULL},
+        {"{\"type\": \"redis\", \"tls\": {\"enabled\": false}}",
+         {{"REDIS_TLS", "true"}, {"REDIS_TLS_CACERT", "/x.pem"}}, RL_OK, 0, 0, NULL,
+         "store.tls.ca", NULL},
+        {"{\"type\": \"redis\", \"url\": \"rediss://10.0.0.5\"}", {{"REDIS_TLS", "false"}}, RL_OK,
+         1, 0, NULL, "REDIS_TLS_CACERT", NULL},
+        {"{\"type\": \"redis\", \"url\": \"rediss://10.0.0.5\", \"tls\": {\"enabled\": false}}",
+         {{0}}, RL_EINVAL, 0, 0, NULL, NULL,
+         "store.tls.enabled: false, but store.url starts with rediss://"},
+        {"{\"type\": \"redis\"}", {{"REDIS_TLS", "on"}}, RL_EINVAL, 0, 0, NULL, NULL,
+         "REDIS_TLS: must be true or false (1, t, true, TRUE, True, 0, f, false, FALSE, False)"},
+    };
+    static const char *const vars[] = {"REDIS_TLS", "REDIS_TLS_CACERT",
+                                       "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION"};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char json[512];
+        snprintf(json, sizeof json,
+                 "{\"store\": %s, \"levels\": [{\"name\": \"user\", \"rules\": [" TB "]}]}",
+                 cases[i].store);
+        for (size_t v = 0; v < 3; v++)
+            unsetenv(vars[v]);
+        for (size_t v = 0; v < 3 && cases[i].env[v][0]; v++)
+            setenv(cases[i].env[v][0], cases[i].env[v][1], 1);
+        rl_registry *reg = rl_registry_new();
+        rld_settings set;
+        rl_config *cfg;
+        rl_err err = {0};
+        rld_redis_addr addr;
+        rld_net_client_tls_files f;
+        int on = -1;
+        ck_assert_int_eq(rld_config_parse(json, strlen(json), reg, &set, &cfg, &err), RL_OK);
+        ck_assert_int_eq(rld_redis_store_addr(&set, &addr, &err), RL_OK);
+        int rc = rld_redis_store_tls(&set, &addr, &f, &on, &err);
+        ck_assert_msg(rc == cases[i].rc, "case %zu: %d %s", i, rc, err.msg);
+        if (rc != RL_OK) {
+            ck_assert_str_eq(err.msg, cases[i].msg);
+        } else {
+            ck_assert_msg(on == cases[i].on, "case %zu: on %d", i, on);
+            ck_assert_int_eq(f.skip_hostname, cases[i].skip);
+            ck_assert_str_eq(f.ca_name, cases[i].ca_name);
+            if (cases[i].ca)
+                ck_assert_str_eq(f.ca, cases[i].ca);
+            else
+                ck_assert_ptr_null(f.ca);
+        }
+        if (i == 1) { /* rediss:// is redis:// with TLS */
+            ck_assert_str_eq(addr.host, "10.0.0.5");
+            ck_assert_int_eq(addr.port, 6380);
+            ck_assert_int_eq(addr.db, 2);
+            ck_assert_str_eq(addr.user, "u");
+            ck_assert_str_eq(addr.pass, "p");
+            ck_assert_int_eq(addr.tls_url, 1);
+        }
+        rld_settings_clear(&set);
+        rl_config_free(cfg);
+        rl_registry_free(reg);
+    }
+    for (size_t v = 0; v < 3; v++)
+        unsetenv(vars[v]);
+}
+END_TEST
+
 START_TEST(doc_tables_follow_the_table)
 {
     /* docs/configuration.md's settings tables are generated (make settings-doc): no drift */
@@ -425,6 +506,7 @@ Suite *config_suite(void)
     tcase_add_test(tc, defaults_from_the_table);
     tcase_add_test(tc, doc_tables_follow_the_table);
     tcase_add_test(tc, an_empty_cluster_is_refused);
+    tcase_add_test(tc, redis_tls_from_settings_and_variables);
     tcase_add_test(tc, rules_written_back);
     tcase_add_test(tc, shipped_configs_load);
     suite_add_tcase(s, tc);

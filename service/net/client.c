@@ -178,7 +178,7 @@ static int handshake(rld_net_stream *s, rld_net_client_tls *t, const char *host,
 {
     unsigned char ip[16];
     int literal = inet_pton(AF_INET, host, ip) == 1 || inet_pton(AF_INET6, host, ip) == 1;
-    if (gnutls_init(&s->tls, GNUTLS_CLIENT | GNUTLS_NONBLOCK) < 0) {
+    if (gnutls_init(&s->tls, GNUTLS_CLIENT | GNUTLS_NONBLOCK | GNUTLS_NO_SIGNAL) < 0) {
         s->tls = NULL;
         snprintf(why, cap, "out of memory");
         return -1;

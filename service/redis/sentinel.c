@@ -87,6 +87,7 @@ static int conn_open(rld_watch *w, wconn *k, size_t i, rl_ns now)
         conn_close(k, now);
         return -1;
     }
+    rld_rconn_set_timeout(k->c, CONNECT_MS * MS); /* writing a command never waits longer */
     k->heard = now;
     if (w->s.pass[0]) {
         const char *auth[3] = {"AUTH", w->s.user[0] ? w->s.user : w->s.pass, w->s.pass};

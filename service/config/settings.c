@@ -213,7 +213,7 @@ static const rld_setting store_tls_rows[] = {
      .kind = RLD_SET_BOOL,
      .offset = OFF(redis_tls),
      .def = -1,
-     .doc_default = "`true`",
+     .doc_default = "`true` (`tls` given)",
      .help = "`false` turns TLS off (even with `REDIS_TLS`); a `rediss://` URL turns it on "
              "without `store.tls`"},
     {.name = "ca",

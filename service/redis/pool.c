@@ -50,12 +50,11 @@ struct pcall {
 /* A connection that concurrent calls share. Callers queue their commands; the one that finds
  * nobody doing I/O on it becomes the leader: it writes every queued command in one write,
  * reads the replies in order, hands each to its caller and makes the first caller queued
- * meanwhile the next leader. Only the leader touches c, gen and tmo. */
+ * meanwhile the next leader. Only the leader touches c and gen. */
 typedef struct pconn {
     pthread_mutex_t mu;
     rld_rconn *c;
     unsigned gen; /* the link generation it was opened in */
-    rl_ns tmo;    /* the socket timeout set on c, 0 when not known */
     int leading;  /* under mu (read without it as a hint): a leader owns the I/O */
     int queued;   /* likewise: calls waiting in head..tail */
     pcall *head, **tail;
@@ -700,19 +699,13 @@ rld_rconn *rld_pool_connect(rld_pool *p, int timeout_ms, rl_err *err)
 
 /* ---- shared connections -------------------------------------------------------------------- */
 
-/* Sets pc's socket timeout for a wait until deadline. It is set (two system calls) only when
- * the one in force would outlast what is left, or cut it short by more than 3 ms: it is what is
- * left, rounded down to the millisecond, less one. So no wait outlasts its deadline, and under
- * steady load, when the deadlines of one batch after another move a little either way, the
- * timeout is set about once per connection rather than once per batch. */
+/* Bounds pc's next waits by deadline: what is left, rounded down to the millisecond, less one
+ * (at least a millisecond), so that no wait outlasts it. */
 static void set_tmo(pconn *pc, rl_ns deadline)
 {
     const rl_ns ms = 1000000;
     rl_ns left = deadline - rld_mono_ns();
-    if (!pc->tmo || pc->tmo > left || pc->tmo + 3 * ms < left) {
-        pc->tmo = left > 2 * ms ? left / ms * ms - ms : ms;
-        rld_rconn_set_timeout(pc->c, pc->tmo);
-    }
+    rld_rconn_set_timeout(pc->c, left > 2 * ms ? left / ms * ms - ms : ms);
 }
 
 /* Makes sure pc is open in the current link generation; *opened says it was opened now. */
@@ -727,7 +720,6 @@ static int ensure_open(rld_pool *p, pconn *pc, rl_ns deadline, int *opened, rl_e
     if (pc->c)
         rld_rconn_free(pc->c);
     pc->c = open_primary(p, deadline, &pc->gen, err);
-    pc->tmo = 0;
     *opened = 1;
     return pc->c ? RL_OK : RL_ESTORE;
 }

@@ -31,7 +31,7 @@ RUN make build-all
 FROM debian:bookworm-slim
 RUN apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
         libjansson4 libmicrohttpd12 libhiredis0.14 libprotobuf-c1 libnghttp2-14 libyaml-0-2 libgnutls30 \
-        tzdata \
+        tzdata ca-certificates \
     && rm -rf /var/lib/apt/lists/* \
     && useradd --system --user-group --uid 10001 --home-dir /var/lib/ratelimitd --create-home \
         --shell /usr/sbin/nologin ratelimitd

@@ -7,13 +7,13 @@
  * during the handshake (gnutls_session_set_verify_cert): its chain against the context's CAs
  * (or the system's), and its name against the host dialled, DNS name or IP address.
  */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <gnutls/gnutls.h>
 #include <gnutls/x509.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
-#include <arpa/inet.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -63,8 +63,8 @@ rld_net_client_tls *rld_net_client_tls_new(const rld_net_client_tls_files *f, rl
     }
     t->skip_hostname = f->skip_hostname;
     if (!f->cert != !f->key) {
-        rc = rl_errf(err, RL_EINVAL, "%s: give both %s and %s", f->cert ? f->key_name : f->cert_name,
-                     f->cert_name, f->key_name);
+        rc = rl_errf(err, RL_EINVAL, "%s: give both %s and %s",
+                     f->cert ? f->key_name : f->cert_name, f->cert_name, f->key_name);
         goto done;
     }
     if (f->ca) {
@@ -85,7 +85,8 @@ rld_net_client_tls *rld_net_client_tls_new(const rld_net_client_tls_files *f, rl
         if ((rc = read_pem(f->cert, f->cert_name, &cert, err)) != RL_OK ||
             (rc = read_pem(f->key, f->key_name, &key, err)) != RL_OK)
             goto done;
-        g = gnutls_certificate_set_x509_key_mem2(t->cred, &cert, &key, GNUTLS_X509_FMT_PEM, NULL, 0);
+        g = gnutls_certificate_set_x509_key_mem2(t->cred, &cert, &key, GNUTLS_X509_FMT_PEM, NULL,
+                                                 0);
         if (g < 0) {
             gnutls_x509_crt_t crt = NULL;
             int cert_bad = gnutls_x509_crt_init(&crt) < 0 ||

@@ -17,8 +17,8 @@ struct rld_rconn {
     char *out; /* appended, not written yet */
     size_t olen, ocap;
     rl_ns tmo;
-    int err;       /* 0 or a REDIS_ERR_* */
-    int errnum;    /* the errno of an I/O failure */
+    int err;    /* 0 or a REDIS_ERR_* */
+    int errnum; /* the errno of an I/O failure */
     char errstr[200];
     char host[256];
     int port;

@@ -2,9 +2,10 @@
  * sentinel.c - see sentinel.h.
  *
  * The thread owns two connections per sentinel: one subscribed to +switch-master, one for the
- * rounds of questions. Connecting is blocking (at most CONNECT_MS); everything after it is
- * written at once and read when poll says so, so a sentinel that stops answering never holds
- * the thread: its replies are simply owed, until DEAD_MS closes the connection.
+ * rounds of questions. Connecting is blocking (at most CONNECT_MS, a TLS handshake included);
+ * everything after it is written at once and read when poll says so, so a sentinel that stops
+ * answering never holds the thread: its replies are simply owed, until DEAD_MS closes the
+ * connection.
  */
 #include <errno.h>
 #include <poll.h>
@@ -31,10 +32,10 @@
 /* One connection to a sentinel. */
 typedef struct wconn {
     rld_rconn *c; /* NULL: closed, to be opened from retry_at */
-    int owed;        /* replies owed */
-    int auth;        /* the first reply owed is AUTH's */
-    rl_ns since;     /* when the oldest reply owed was asked for */
-    rl_ns heard;     /* the last reply or message */
+    int owed;     /* replies owed */
+    int auth;     /* the first reply owed is AUTH's */
+    rl_ns since;  /* when the oldest reply owed was asked for */
+    rl_ns heard;  /* the last reply or message */
     rl_ns retry_at;
     int retry_ms; /* the wait before the next attempt, 0 after a success */
 } wconn;

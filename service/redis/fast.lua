@@ -130,7 +130,8 @@ if argv[A_GENERAL] == '' and argv[A_DRY] == '0' and argv[A_ID] == '' and argv[A_
 
     -- Phase 1: every item's parameters and state (prepared), and its wait. Per item i, at
     -- base b = (i - 1) * 8 of v: (unused), capacity, rate, used, frac, last, cost, wait.
-    local v = {}
+    -- (tables made by a constructor of their size for three items: one allocation, no growth)
+    local v = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
     local allowed = true
     local o = A_FIELDS
     for i = 1, nitems do
@@ -213,7 +214,8 @@ if argv[A_GENERAL] == '' and argv[A_DRY] == '0' and argv[A_ID] == '' and argv[A_
 
     -- Phase 2: each item's state after its take (when allowed), its value, TTL and status; all
     -- worked out before anything is written, so that declining still leaves Redis untouched.
-    local out, w = {'ok'}, {}
+    local out = {'ok', 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
+    local w = {0, 0, 0, 0, 0, 0}
     if go then
         local floor_ms = tonumber(argv[A_FLOOR_MS])
         for i = 1, nitems do
@@ -291,6 +293,7 @@ if argv[A_GENERAL] == '' and argv[A_DRY] == '0' and argv[A_ID] == '' and argv[A_
                              string.format('%d', nowf)
             end
             out[nitems * 6 + 2] = nowstr
+            for j = nitems * 6 + 3, 20 do out[j] = nil end -- the reply ends at the first nil
             return out
         end
     end

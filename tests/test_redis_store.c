@@ -548,7 +548,7 @@ static const char *plugin_path(const char *name)
     return path;
 }
 
-/* 1: rnd_config makes only token buckets, and no shadow, charge or reserved rules: the
+/* 1: rnd_config makes only token buckets and GCRA, and no shadow, charge or reserved rules: the
  * decisions the decision script's fast path (service/redis/fast.lua) takes (those that are
  * not dry runs and make no reservation). */
 static int replay_fast;
@@ -694,7 +694,7 @@ static void rnd_config(uint64_t *s, int force, char *b, size_t n)
             /* on a cluster, every type but the plug-in's, which cannot give back */
             int t = l == 0 && i == 0 ? force : (int)rnd(s, (uint64_t)NTYPES - (on_cluster != 0));
             if (replay_fast)
-                t = 0;
+                t = t % 2; /* token_bucket or gcra */
             if (i)
                 u += (size_t)snprintf(b + u, n - u, ", ");
             if (replay_dims && rnd(s, 2) == 0)
@@ -1039,8 +1039,8 @@ START_TEST(differential_replay_general)
 }
 END_TEST
 
-/* Traces the fast path takes most decisions of (token buckets only; the rest are dry runs and
- * reservations), each replayed twice: with the fast path (even _i) and
+/* Traces the fast path takes most decisions of (token buckets and GCRA only; the rest are dry
+ * runs and reservations), each replayed twice: with the fast path (even _i) and
  * with the general path only (odd _i), both against the memory store. */
 START_TEST(differential_replay_fast)
 {
@@ -1049,7 +1049,7 @@ START_TEST(differential_replay_fast)
     snprintf(prefix, sizeof prefix, "difff%d:", _i);
     replay_fast = 1;
     replay_general = _i % 2;
-    replay(seed, 0, STEPS, prefix, 0);
+    replay(seed, (_i / 2) % 2, STEPS, prefix, 0);
     replay_general = 0;
     replay_fast = 0;
 }

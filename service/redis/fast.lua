@@ -1,5 +1,5 @@
 -- fast.lua - the decision script's fast path: the common decision (not dry, no reservation, no
--- modes, nothing kept, every item a token bucket: the default configuration's shape) worked
+-- modes, nothing kept, every item a token bucket or GCRA: the default configuration's shape) worked
 -- out in plain Lua numbers, with no tables of the general path (lib.lua, bigint.lua) made.
 -- The build puts it in front of decide.lua's body (service/redis/lua.c): as a script, in front
 -- of the lib too, which is then made only when this path declines, so that a decision it
@@ -25,12 +25,13 @@
 --   * a wait or reset (a time relative to now) is a sum of two such numbers and declines at
 --     2^53; before 2096 (now < 4e18) NEVER - now > 5e18, so no number here saturates.
 do
-local argv = ARGV
+local argv, keys = ARGV, KEYS
 local nitems = tonumber(argv[A_ITEMS])
 if argv[A_GENERAL] == '' and argv[A_DRY] == '0' and argv[A_ID] == '' and argv[A_MODES] == '' and
-    argv[A_KEEP] == '0' and nitems and nitems >= 1 and #KEYS == nitems then
+    argv[A_KEEP] == '0' and nitems and nitems >= 1 and #keys == nitems then
     local floor, tonumber, sub, byte = math.floor, tonumber, string.sub, string.byte
     local unpack_, pack = struct.unpack, struct.pack
+    local call, fmt = redis.call, string.format -- (a global's lookup costs more in a library)
     local LIM, P32, P50, P51, P99 = 9007199254740992, 4294967296, 1125899906842624,
         2251799813685248, 2 ^ 99
     local NS, MS, ONE = 1000000000, 1000000, 1000000
@@ -40,7 +41,7 @@ if argv[A_GENERAL] == '' and argv[A_DRY] == '0' and argv[A_ID] == '' and argv[A_
     local nows, nowf
     local nowstr = argv[A_NOW]
     if nowstr == '' then
-        local t = redis.call('TIME')
+        local t = call('TIME')
         nows, nowf, nowstr = tonumber(t[1]), tonumber(t[2]) * 1000, nil
     elseif #nowstr <= 9 then
         nows, nowf = 0, tonumber(nowstr)
@@ -129,7 +130,8 @@ if argv[A_GENERAL] == '' and argv[A_DRY] == '0' and argv[A_ID] == '' and argv[A_
     end
 
     -- Phase 1: every item's parameters and state (prepared), and its wait. Per item i, at
-    -- base b = (i - 1) * 8 of v: (unused), capacity, rate, used, frac, last, cost, wait.
+    -- base b = (i - 1) * 8 of v: its kind (1: token bucket, 2: GCRA), its two parameters, its
+    -- state (a token bucket's used, frac, last; GCRA's tat, rem, last), cost and wait.
     -- (tables made by a constructor of their size for three items: one allocation, no growth)
     local v = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
     local allowed = true
@@ -138,17 +140,18 @@ if argv[A_GENERAL] == '' and argv[A_DRY] == '0' and argv[A_ID] == '' and argv[A_
         if not go then break end
         local need, cost, p1, p2 = argv[o + I_NEED], argv[o + I_COST], argv[o + I_FIELDS + 1],
             argv[o + I_FIELDS + 2]
-        if argv[o + I_TAG] ~= 'tb' or tonumber(argv[o + I_KEY]) ~= i or #need > 15 or #cost > 15 or not p1 or #p1 > 15 or
-            not p2 or #p2 > 15 then
+        local tag = argv[o + I_TAG]
+        if (tag ~= 'tb' and tag ~= 'gcra') or tonumber(argv[o + I_KEY]) ~= i or #need > 15 or
+            #cost > 15 or not p1 or #p1 > 15 or not p2 or #p2 > 15 then
             go = false
             break
         end
         need, cost, p1, p2 = tonumber(need), tonumber(cost), tonumber(p1), tonumber(p2)
         o = o + I_FIELDS + 2
         local b = (i - 1) * 8
-        local raw = redis.call('GET', KEYS[i])
+        local raw = call('GET', keys[i])
         local wait
-        do -- a token bucket: capacity p1, rate p2
+        if tag == 'tb' then -- a token bucket: capacity p1, rate p2
             local used, frac, last = 0, 0, 0
             if raw then
                 local n = #raw
@@ -206,7 +209,49 @@ if argv[A_GENERAL] == '' and argv[A_DRY] == '0' and argv[A_ID] == '' and argv[A_
                 go = false
                 break
             end
-            v[b + 4], v[b + 5], v[b + 6] = used, frac, last
+            v[b + 1], v[b + 4], v[b + 5], v[b + 6] = 1, used, frac, last
+        else -- GCRA (gcra.lua): rate p1, burst p2; its state tat, last, rem
+            local tat, last, rem = 0, 0, 0
+            if raw then
+                local n = #raw
+                if n < 17 or n > 23 or byte(raw, 1) ~= 71 then
+                    go = false
+                    break
+                end
+                local _, th, tl, lh, ll = unpack_('>BI4I4I4I4', raw)
+                local dt, dl = th - NOW_HI, lh - NOW_HI
+                if dt >= 524288 or dt <= -524288 or dl >= 524288 or dl <= -524288 then
+                    go = false
+                    break
+                end
+                tat, last, rem = dt * P32 + (tl - NOW_LO), dl * P32 + (ll - NOW_LO), uint(raw, 18, n)
+            end
+            -- prep: last = max(now, last); a TAT not ahead of it becomes it, with rem 0
+            if last < 0 then last = 0 end
+            if tat < last or (tat == last and rem == 0) then tat, rem = last, 0 end
+            -- ahead of last, scaled: (tat - last) * rate + rem = qa * 1e9 + ra; fits when that
+            -- is at most (burst - need) * 1e9, else waits ceil((A - k * 1e9) / rate)
+            local qa, ra = mdm(tat - last, p1, rem, NS)
+            if not qa or need > p2 then
+                go = false
+                break
+            end
+            local k = p2 - need
+            if qa < k or (qa == k and ra == 0) then
+                wait = 0
+            else
+                local q, r = mdm(qa - k, NS, ra, p1)
+                if not q then
+                    go = false
+                    break
+                end
+                wait = last + (r ~= 0 and q + 1 or q)
+                if wait >= LIM then
+                    go = false
+                    break
+                end
+            end
+            v[b + 1], v[b + 4], v[b + 5], v[b + 6] = 2, tat, rem, last
         end
         v[b + 2], v[b + 3], v[b + 7], v[b + 8] = p1, p2, cost, wait
         if wait ~= 0 then allowed = false end
@@ -223,7 +268,69 @@ if argv[A_GENERAL] == '' and argv[A_DRY] == '0' and argv[A_ID] == '' and argv[A_
             local p1, p2, used, cost = v[b + 2], v[b + 3], v[b + 4], v[b + 7]
             local j = (i - 1) * 6 + 1
             local limit, remaining, reset, window, nxt = p1, 0, 0, 0, 0
-            do -- a token bucket
+            if v[b + 1] == 2 then
+                -- GCRA: rate p1, burst p2, tat (in used), rem, last
+                local tat, rem, last = used, v[b + 5], v[b + 6]
+                if allowed then
+                    -- take: TAT moves on by floor((rem + cost * 1e9) / rate), rem keeps the rest
+                    local q, r = mdm(cost, NS, rem, p1)
+                    if not q or tat + q >= P51 then
+                        go = false
+                        break
+                    end
+                    tat, rem = tat + q, r
+                end
+                local qa, ra = mdm(tat - last, p1, rem, NS)
+                local wq, wr = mdm(p2, NS, 0, p1)
+                if not qa or not wq then
+                    go = false
+                    break
+                end
+                limit, window = p2, wr ~= 0 and wq + 1 or wq
+                remaining = p2 - (ra ~= 0 and qa + 1 or qa)
+                if tat ~= last or rem ~= 0 then
+                    -- ceil(A / rate) = (tat - last) + ceil(rem / rate)
+                    local c = floor(rem / p1)
+                    if c * p1 < rem then c = c + 1 end
+                    reset = tat + c
+                end
+                if remaining < limit then
+                    local want = (remaining > 0 and remaining - remaining % ONE or 0) + ONE
+                    if want > limit then want = limit end
+                    local k = p2 - want
+                    if not (qa < k or (qa == k and ra == 0)) then
+                        local q, r = mdm(qa - k, NS, ra, p1)
+                        if not q then
+                            go = false
+                            break
+                        end
+                        nxt = last + (r ~= 0 and q + 1 or q)
+                    end
+                end
+                if reset >= LIM or nxt >= LIM then
+                    go = false
+                    break
+                end
+                if allowed then
+                    -- the value (gcra.lua's dump) and the TTL: until the TAT (one more ns with a
+                    -- remainder)
+                    local lo = NOW_LO + tat
+                    local c = floor(lo / P32)
+                    local th, tl = NOW_HI + c, lo - c * P32
+                    lo = NOW_LO + last
+                    c = floor(lo / P32)
+                    w[2 * i - 1] = pack('>BI4I4I4I4' .. varfmt(rem), 71, th, tl, NOW_HI + c,
+                        lo - c * P32, rem)
+                    local idle = rem ~= 0 and tat + 1 or tat
+                    local ms = 1
+                    if idle > 0 then
+                        ms = floor(idle / MS)
+                        if ms * MS < idle then ms = ms + 1 end
+                    end
+                    if ms < floor_ms then ms = floor_ms end
+                    w[2 * i] = ms
+                end
+            else -- a token bucket
                 local frac, last = v[b + 5], v[b + 6]
                 if allowed then
                     used = used + cost -- below 2^51: no saturation at 4e18
@@ -285,12 +392,12 @@ if argv[A_GENERAL] == '' and argv[A_DRY] == '0' and argv[A_ID] == '' and argv[A_
             -- Phase 3: the writes
             if allowed then
                 for i = 1, nitems do
-                    redis.call('SET', KEYS[i], w[2 * i - 1], 'PX', string.format('%d', w[2 * i]))
+                    call('SET', keys[i], w[2 * i - 1], 'PX', fmt('%d', w[2 * i]))
                 end
             end
             if not nowstr then
-                nowstr = nows > 0 and string.format('%d%09d', nows, nowf) or
-                             string.format('%d', nowf)
+                nowstr = nows > 0 and fmt('%d%09d', nows, nowf) or
+                             fmt('%d', nowf)
             end
             out[nitems * 6 + 2] = nowstr
             for j = nitems * 6 + 3, 20 do out[j] = nil end -- the reply ends at the first nil

@@ -224,7 +224,8 @@ if argv[A_GENERAL] == '' and argv[A_DRY] == '0' and argv[A_ID] == '' and argv[A_
                     go = false
                     break
                 end
-                tat, last, rem = dt * P32 + (tl - NOW_LO), dl * P32 + (ll - NOW_LO), uint(raw, 18, n)
+                tat, last = dt * P32 + (tl - NOW_LO), dl * P32 + (ll - NOW_LO)
+                rem = uint(raw, 18, n)
             end
             -- prep: last = max(now, last); a TAT not ahead of it becomes it, with rem 0
             if last < 0 then last = 0 end

@@ -145,6 +145,8 @@ $(BUILD)/gen/redis_scripts.c: $(wildcard service/redis/*.lua) $(LUA_RULES) $(LUA
 	    $(call lua_array,rld_lua_body_$$s,$@.$$s) rm -f $@.$$s; \
 	  done; \
 	  for s in $(LUA_PLAIN); do $(call lua_array,rld_lua_$$s,service/redis/$$s.lua) done; \
+	  { $(call lua_args,decide); cat service/redis/fast.lua; } > $@.fast; \
+	  $(call lua_array,rld_lua_fast_decide,$@.fast) rm -f $@.fast; \
 	  true; } > $@.tmp && mv $@.tmp $@
 
 $(BUILD)/gen/redis_scripts.o: $(BUILD)/gen/redis_scripts.c

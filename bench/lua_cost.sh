@@ -108,7 +108,7 @@ mapfile -t ITEM_FIELDS < <(fields decide_item)
 # name: a decision on Redis's clock, not dry, no reservation, every item blocking and taking,
 # nothing kept for undo (not a cluster). items, tag and key are filled in per call.
 declare -A HEAD=([now]='' [dry]=0 [cost]=1000000 [usage]='' [reservation_ttl]=60000000000 [floor_ms]=0
-    [hold_ms]=120000 [id]='' [reserve]=0 [modes]='' [keep]=0 [items]='')
+    [hold_ms]=120000 [id]='' [reserve]=0 [modes]='' [keep]=0 [general]='' [items]='')
 declare -A ITEM=([tag]='' [key]='' [need]=1000000 [cost]=1000000 [wait]='' [record]='')
 # a field args.def gained that this script does not know would shift every argument after it
 for f in "${HEAD_FIELDS[@]}"; do

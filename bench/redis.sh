@@ -67,6 +67,36 @@ rld_redis_counts() {
         $1 == "ratelimit_redis_writes_total" { w = $2 } END { print c + 0, w + 0 }'
 }
 
+# The arguments of bench/min_token_bucket.lua (EVALSHA sha, its keys, cost, each key's capacity
+# and rate) for the decision call "$@" (as monitor_args prints it), read by service/redis/args.def;
+# its keys are the decision's with "min:" in front (they hold hashes). Nothing when an item is not
+# a token bucket.
+min_args() {
+    local -a a=("$@") head item
+    mapfile -t head < <(awk '$1 == "decide" { for (i = 2; i <= NF; i++) print $i }' \
+        "$ROOT/service/redis/args.def")
+    mapfile -t item < <(awk '$1 == "decide_item" { for (i = 2; i <= NF; i++) print $i }' \
+        "$ROOT/service/redis/args.def")
+    local o=$((3 + a[2])) n=0 i f tag cost=
+    for i in "${!head[@]}"; do [ "${head[$i]}" = items ] && n=${a[$((o + i))]}; done
+    local -a keys=() params=()
+    o=$((o + ${#head[@]}))
+    for ((i = 0; i < n; i++)); do
+        for f in "${!item[@]}"; do
+            case ${item[$f]} in
+            tag) tag=${a[$((o + f))]} ;;
+            cost) cost=${cost:-${a[$((o + f))]}} ;;
+            *) ;;
+            esac
+        done
+        [ "$tag" = tb ] || return 0
+        keys+=("min:${a[$((3 + i))]}")
+        params+=("${a[$((o + ${#item[@]}))]}" "${a[$((o + ${#item[@]} + 1))]}")
+        o=$((o + ${#item[@]} + 2))
+    done
+    printf '%s\n' EVALSHA "$MIN_SHA" "$n" "${keys[@]}" "$cost" "${params[@]}"
+}
+
 redis_bench() {
     local dir=$TMP/redis port cfg n=200000 f
     for tool in redis-server redis-cli redis-benchmark; do
@@ -129,12 +159,17 @@ redis_bench() {
         args+=("${a//team-0/team-__rand_int__}")
     done < <(monitor_args "$dir/monitor")
     [ "${#args[@]}" -gt 3 ] || fail "no FCALL or EVALSHA seen from the Redis store"
+    # the least the same decision can cost Redis: the hand-written bench/min_token_bucket.lua
+    # on keys of the same shape, with the same costs and parameters (bench/lua_cost.sh)
+    MIN_SHA=$(redis-cli -p "$port" -x script load <"$HERE/min_token_bucket.lua")
+    local -a margs=()
+    mapfile -t margs < <(min_args "${args[@]}")
 
     # rounds of redis-benchmark and ratelimitd in turn, as section 1 alternates its servers:
     # the figures are the medians of the rounds, the ratio the median of the rounds' ratios
     local r e d c0 c1 k0 k1 w0 w1 rounds=$TMP/redis.rounds
     local -a engines=() eusec=() ecpu=() daemons=() dusec=() dcpu=() rcpu=() p99s=() ratios=()
-    local -a perwrite=()
+    local -a perwrite=() musec=() mratios=()
     f=$TMP/redis-benchmark.csv
     for r in $(seq "$REDIS_ROUNDS"); do
         log "redis round $r of $REDIS_ROUNDS"
@@ -148,6 +183,14 @@ redis_bench() {
         eusec+=("$(usec_per_call "$port" "${args[0]}")")
         ecpu+=("$(cpu_per_call "$((c1 - c0))" "$(command_calls "$port" "${args[0]}")")")
         log "redis-benchmark: $e requests/s, ${eusec[-1]} us per call in Redis, Redis CPU ${ecpu[-1]} us a call"
+        if [ "${#margs[@]}" -gt 0 ]; then
+            redis-cli -p "$port" config resetstat >/dev/null
+            redis-benchmark -p "$port" -c "$WRK_CONNS" -n "$n" -r 100000 --csv "${margs[@]}" \
+                >"$f" 2>&1 || fail "redis-benchmark (minimal script): $(cat "$f")"
+            musec+=("$(usec_per_call "$port" EVALSHA)")
+            mratios+=("$(ratio "${eusec[-1]}" "${musec[-1]}")")
+            log "minimal script: ${musec[-1]} us per call in Redis (decision/minimal ${mratios[-1]})"
+        fi
 
         redis-cli -p "$port" config resetstat >/dev/null
         : >"$rounds"
@@ -173,6 +216,14 @@ redis_bench() {
     emit redis_benchmark_decision_rps "$(median "${engines[@]}")"
     emit redis_benchmark_decision_usec_per_call "$(median "${eusec[@]}")"
     emit redis_benchmark_redis_cpu_us_per_decision "$(median "${ecpu[@]}")"
+    # one Redis core runs one script at a time: 1e6 / usec_per_call decisions a second at most
+    emit redis_decisions_per_second_per_core "$(awk -v u="$(median "${eusec[@]}")" \
+        'BEGIN { if (u > 0) printf "%.0f", 1e6 / u; else print "n/a" }')"
+    if [ "${#musec[@]}" -gt 0 ]; then
+        emit redis_minimal_script_usec_per_call "$(median "${musec[@]}")"
+        emit redis_decision_vs_minimal_script_per_round "${mratios[*]}"
+        REDIS_ratio_minimal=$(median "${mratios[@]}")
+    fi
     emit http_acquire_redis_rps "$(median "${daemons[@]}")"
     emit http_acquire_redis_p99_ms "$(median "${p99s[@]}")"
     emit http_acquire_redis_usec_per_call "$(median "${dusec[@]}")"

@@ -500,6 +500,9 @@ fi
 if [ -n "${REDIS_ratio:-}" ]; then
     emit ratio_redis_acquire_vs_redis_benchmark_decision "$REDIS_ratio"
 fi
+if [ -n "${REDIS_ratio_minimal:-}" ]; then
+    emit ratio_redis_decision_usec_vs_minimal_script "$REDIS_ratio_minimal"
+fi
 if [[ " $SECTIONS " == *" grpc "* ]]; then
     emit ratio_grpc_rps_vs_acquire "$GRPC_ratio_rps"
     emit ratio_grpc_cpu_per_decision_vs_acquire "$GRPC_ratio_cpu_us_per_request"

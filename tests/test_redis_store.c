@@ -570,6 +570,11 @@ static const char *plugin_path(const char *name)
     return path;
 }
 
+/* 1: rnd_config makes only token buckets and GCRA, and no shadow, charge or reserved rules: the
+ * decisions the decision script's fast path (service/redis/fast.lua) takes (those that are
+ * not dry runs and make no reservation). */
+static int replay_fast;
+
 /* Writes one random rule of type t as JSON into b. */
 static size_t rnd_rule(uint64_t *s, int t, int idx, char *b, size_t n)
 {
@@ -644,12 +649,12 @@ static size_t rnd_rule(uint64_t *s, int t, int idx, char *b, size_t n)
     if ((t < 5 || t == CALENDAR || t == LEAKY_BUCKET) && rnd(s, 4) == 0)
         u += (size_t)snprintf(b + u, n - u, ", \"unit\": \"requests\"");
     /* shadow and charge rules (shadow wins when both are set) */
-    uint64_t opt = rnd(s, 16);
+    uint64_t opt = replay_fast ? (rnd(s, 16), 16) : rnd(s, 16);
     if (opt < 2 || opt == 4)
         u += (size_t)snprintf(b + u, n - u, ", \"shadow\": true");
     if (opt >= 2 && opt <= 4)
         u += (size_t)snprintf(b + u, n - u, ", \"charge\": true");
-    if (t != DENY_LIST && rnd(s, 5) == 0)
+    if (t != DENY_LIST && rnd(s, 5) == 0 && !replay_fast)
         u += (size_t)snprintf(b + u, n - u,
                               ", \"reserved\": {\"fraction\": 0.%02d, \"min_priority\": 2}",
                               (int)(1 + rnd(s, 98)));
@@ -705,11 +710,13 @@ static void rnd_config(uint64_t *s, int force, char *b, size_t n)
     for (int l = 0; l < nlevels; l++) {
         u += (size_t)snprintf(b + u, n - u, "%s{\"name\": \"l%d\", %s%s\"rules\": [",
                               l ? ", " : "", l, rnd(s, 3) == 0 ? "\"default_key\": \"dflt\", " : "",
-                              rnd(s, 12) == 0 ? "\"shadow\": true, " : "");
+                              rnd(s, 12) == 0 && !replay_fast ? "\"shadow\": true, " : "");
         int nrules = 1 + (int)rnd(s, 3);
         for (int i = 0; i < nrules; i++) {
             /* on a cluster, every type but the plug-in's, which cannot give back */
             int t = l == 0 && i == 0 ? force : (int)rnd(s, (uint64_t)NTYPES - (on_cluster != 0));
+            if (replay_fast)
+                t = t % 2; /* token_bucket or gcra */
             if (i)
                 u += (size_t)snprintf(b + u, n - u, ", ");
             if (replay_dims && rnd(s, 2) == 0)
@@ -880,6 +887,7 @@ static void queue_acquire(pending *q, rl_limiter *mem, const char *keys, rl_fp c
  * every answer must be the same. force is the type of level 0's first rule. batch: the Redis
  * side decides runs of up to that many acquires at once (rl_acquire_many); 0: one by one. */
 static uint64_t replay_local; /* decisions the cache of denials answered in replay */
+static int replay_general;     /* 1: the Redis side decides by the script's general path only */
 
 static void replay(uint64_t seed, int force, int steps, const char *prefix, size_t batch)
 {
@@ -892,6 +900,7 @@ static void replay(uint64_t seed, int force, int steps, const char *prefix, size
     if (getenv("RL_TRACE"))
         fprintf(stderr, "trace: %s\n", json);
     pair_new(&p, json, prefix);
+    rld_redis_store_general(p.rst, replay_general);
     char ids[64][2][RL_RESERVATION_ID];
     size_t nids = 0;
     static const char *const values[] = {"a", "b", "c", "a", "b", "zz"};
@@ -1030,6 +1039,41 @@ START_TEST(differential_replay)
         seed = strtoull(env, NULL, 0);
     snprintf(prefix, sizeof prefix, "diff%" PRIx64 ":", seed);
     replay(seed, _i % NTYPES, STEPS, prefix, 0);
+}
+END_TEST
+
+/* The traces of differential_replay again, the decision script made to skip its fast path
+ * (service/redis/fast.lua): its general path (numbers, and big integers past 2^53) must give
+ * the memory store's answers too, so both paths agree over the same traces. The traces cross
+ * 2^53 in amounts (up to 1e12 units, 1e18 in fixed point) and in times (from just below 2^53
+ * ns and 4e18 ns, steps up to a year), where the fast path hands over to the general one. */
+START_TEST(differential_replay_general)
+{
+    uint64_t seed = 0x5eed0000u + (uint64_t)_i;
+    const char *env = getenv("RL_SEED");
+    char prefix[40];
+    if (env)
+        seed = strtoull(env, NULL, 0);
+    snprintf(prefix, sizeof prefix, "diffg%" PRIx64 ":", seed);
+    replay_general = 1;
+    replay(seed, _i % NTYPES, STEPS, prefix, 0);
+    replay_general = 0;
+}
+END_TEST
+
+/* Traces the fast path takes most decisions of (token buckets and GCRA only; the rest are dry
+ * runs and reservations), each replayed twice: with the fast path (even _i) and
+ * with the general path only (odd _i), both against the memory store. */
+START_TEST(differential_replay_fast)
+{
+    uint64_t seed = 0xfa570000u + (uint64_t)(_i / 2);
+    char prefix[40];
+    snprintf(prefix, sizeof prefix, "difff%d:", _i);
+    replay_fast = 1;
+    replay_general = _i % 2;
+    replay(seed, (_i / 2) % 2, STEPS, prefix, 0);
+    replay_general = 0;
+    replay_fast = 0;
 }
 END_TEST
 
@@ -2781,6 +2825,8 @@ Suite *redis_store_suite(void)
     tcase_add_checked_fixture(tc, srv_up, srv_down);
     tcase_set_timeout(tc, 300);
     tcase_add_loop_test(tc, differential_replay, 0, TRACES);
+    tcase_add_loop_test(tc, differential_replay_general, 0, TRACES);
+    tcase_add_loop_test(tc, differential_replay_fast, 0, 24);
     tcase_add_loop_test(tc, differential_replay_usage, 0, 2 * NTYPES);
     tcase_add_loop_test(tc, differential_replay_batched, 0, NTYPES);
     tcase_add_test(tc, many_decisions_share_one_write);

@@ -102,6 +102,10 @@ static void put_library_body(sbuf *b, const char *ports)
         if (with_lib[s].name) {
             put(b, with_lib[s].name);
             put(b, " = function(KEYS, ARGV)\n");
+            if (s == RLD_SCRIPT_DECIDE) {
+                put(b, rld_lua_fast_decide);
+                put(b, "\n");
+            }
             put(b, with_lib[s].body);
             put(b, "\nend\n");
         }
@@ -123,7 +127,17 @@ int rld_lua_build(const char *ports, rld_lua *out)
     int oom = 0;
     for (int s = 0; s < RLD_NSCRIPTS; s++) {
         sbuf b = {0};
-        if (with_lib[s].name) {
+        if (s == RLD_SCRIPT_DECIDE) {
+            /* the fast path at the top level, and the lib made only when it declines (a
+             * script's top level runs on every call) */
+            char *general = rld_lua_with_lib(ports, with_lib[s].body);
+            put(&b, rld_lua_fast_decide);
+            put(&b, "\nreturn (function()\n");
+            put(&b, general ? general : "");
+            put(&b, "\nend)()\n");
+            b.oom |= !general;
+            free(general);
+        } else if (with_lib[s].name) {
             free(b.s);
             b.s = rld_lua_with_lib(ports, with_lib[s].body);
             b.oom = !b.s;

@@ -20,6 +20,9 @@ extern const char rld_lua_body_settle[];
 extern const char rld_lua_body_release[];
 extern const char rld_lua_body_due[];
 extern const char rld_lua_body_undo[];
+/* The decision script's fast path (fast.lua) with its argument offsets: lua.c puts it in front
+ * of the decision's lib and body. */
+extern const char rld_lua_fast_decide[];
 /* Scripts on their own. */
 extern const char rld_lua_heartbeat[];
 extern const char rld_lua_quota[];

@@ -63,6 +63,7 @@ typedef struct redis_store {
     char *prefix;
     size_t plen;
     int manual;
+    int general; /* decide by the script's general path only (rld_redis_store_general) */
     long floor_ms;
     unsigned shards[RL_MAX_LEVELS];
     const rl_config *cfg;
@@ -709,6 +710,9 @@ static void build_decide(redis_store *rs, const rl_plan *plan, rl_decision *d, c
         case RLD_DECIDE_KEEP:
             ab_str(a, keep ? "1" : "0");
             break;
+        case RLD_DECIDE_GENERAL:
+            ab_str(a, rs->general ? "1" : "");
+            break;
         case RLD_DECIDE_ITEMS:
             ab_i64(a, (int64_t)n);
             break;
@@ -1034,7 +1038,7 @@ static int record_resv(redis_store *rs, const rl_plan *plan, rl_decision *d, con
             ab_str(&a, id);
         else if (f == RLD_DECIDE_RESERVE)
             ab_str(&a, "1");
-        else if (f == RLD_DECIDE_MODES || f == RLD_DECIDE_KEEP)
+        else if (f == RLD_DECIDE_MODES || f == RLD_DECIDE_KEEP || f == RLD_DECIDE_GENERAL)
             ab_str(&a, f == RLD_DECIDE_KEEP ? "0" : "");
         else if (f == RLD_DECIDE_ITEMS)
             ab_i64(&a, 0); /* set below */
@@ -2614,6 +2618,11 @@ rld_rconn *rld_redis_store_connect(rl_store *st, const char *key, int timeout_ms
     if (!p && rld_cluster_refresh(rs->cluster, err) == RL_OK)
         p = rld_cluster_pool(rs->cluster, slot);
     return p ? rld_pool_connect(p, timeout_ms, err) : NULL;
+}
+
+void rld_redis_store_general(rl_store *st, int on)
+{
+    ((redis_store *)st->cls)->general = on;
 }
 
 int rld_redis_store_deny_cache(rl_store *st)

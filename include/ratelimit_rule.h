@@ -202,6 +202,10 @@ typedef struct rl_rule_per_unit {
  * reach the share, and takes the fractional part of what it is asked to check as the share of
  * its current limit to keep free. capacity is not called for the share. */
 #define RL_RULE_RESERVE_FRACTION 0x8u
+/* The type counts in periods that start afresh whole (a calendar period, a fixed window): once
+ * a key has counted anything in a period, its status's reset_after runs to the period's end
+ * and window is the period's length. A rule's "alerts" are for such types only. */
+#define RL_RULE_PERIODIC 0x10u
 
 typedef struct rl_rule_type {
     unsigned api_version; /* RL_RULE_API_VERSION the type was written against */

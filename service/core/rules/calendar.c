@@ -324,6 +324,7 @@ const rl_rule_type rl__calendar = {
     .nparams = sizeof cal_params_def / sizeof cal_params_def[0],
     .params_size = sizeof(cal_params),
     .state_size = sizeof(cal_state),
+    .flags = RL_RULE_PERIODIC,
     .prepare = cal_prepare,
     .params_free = cal_params_free,
     .default_name = cal_name,

@@ -149,6 +149,7 @@ const rl_rule_type rl__fixed_window = {
     .nparams = sizeof fw_params_def / sizeof fw_params_def[0],
     .params_size = sizeof(fw_params),
     .state_size = sizeof(fw_state),
+    .flags = RL_RULE_PERIODIC,
     .default_name = fw_name,
     .capacity = fw_capacity,
     .refund = fw_refund,

@@ -1,12 +1,13 @@
 /*
  * alerts.c - see alerts.h.
  *
- * Worked example: a calendar rule of 100 a day with alerts [0.8, 0.95]. Used 70, a request of
+ * Worked example: a rule of 100 a day with alerts [0.8, 0.95]. Used 70, a request of
  * 15 is allowed: before 70, after 85, and 80 (0.8 * 100) lies in (70, 85]: one record for 0.8.
  * A request of 15 more: before 85, after 100, 95 in (85, 100]: one for 0.95. The next day
  * starts from 0, so 80 is crossed again there, in a new period: a new alert.
  */
 #include <curl/curl.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -121,8 +122,8 @@ void rld_alerts_note(rld_alerts *a, const rl_config *cfg, const rl_request *req,
         alert_rec r;
         int filled = 0;
         for (unsigned k = 0; k < rule->nalerts; k++) {
-            double mark = rule->alerts[k] * (double)st->limit;
-            if (!((double)before < mark && (double)after >= mark))
+            rl_fp mark = (rl_fp)llround(rule->alerts[k] * (double)st->limit);
+            if (!(before < mark && after >= mark))
                 continue;
             if (!filled) {
                 int64_t scale = rl_rule_scale(rule);

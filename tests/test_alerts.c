@@ -301,6 +301,21 @@ START_TEST(crossing_sends_once_a_period_in_order)
     ck_assert_int_eq(rx_count(&x), 4);
     ck_assert_double_eq(metric(&s, "ratelimit_alerts_total{result=\"sent\"}"), 4);
     ck_assert_double_eq(metric(&s, "ratelimit_alerts_total{result=\"dropped\"}"), 0);
+    /* GET /usage at the last time seen, 2026-12-04T10:00Z: 96 used, 14 h to midnight UTC; a
+     * key never seen shows the same day */
+    su_resp u = su_req(&s, "GET", "/usage/team/acme", NULL, NULL);
+    ck_assert_int_eq(u.status, 200);
+    ck_assert_str_eq(u.body, "{\"level\":\"team\",\"key\":\"acme\",\"rules\":[{\"rule\":"
+                             "\"daily\",\"unit\":\"cost\",\"limit\":100,\"used\":96,"
+                             "\"remaining\":4,\"reset_after\":50400,"
+                             "\"period_start\":\"2026-12-04T00:00:00Z\","
+                             "\"period_end\":\"2026-12-05T00:00:00Z\"}]}");
+    su_resp_free(&u);
+    u = su_req(&s, "GET", "/usage/team/nobody", NULL, NULL);
+    ck_assert_int_eq(u.status, 200);
+    ck_assert_ptr_nonnull(strstr(u.body, "\"used\":0,\"remaining\":100,\"reset_after\":0,"
+                                         "\"period_start\":\"2026-12-04T00:00:00Z\","));
+    su_resp_free(&u);
     ck_assert_int_eq(su_stop(&s), 0);
     rx_stop(&x);
 }

@@ -215,19 +215,8 @@ static void seen_add(rld_alerts *a, uint64_t h, rl_ns end, rl_ns now)
     e->end = end;
 }
 
-static void rfc3339(char *buf, size_t len, rl_ns t)
-{
-    time_t s = (time_t)(t / RL_NS_PER_SEC);
-    struct tm tm;
-    gmtime_r(&s, &tm);
-    strftime(buf, len, "%Y-%m-%dT%H:%M:%SZ", &tm);
-}
-
 static void body_of(const alert_rec *r, rld_buf *b)
 {
-    char start[32], end[32];
-    rfc3339(start, sizeof start, r->start);
-    rfc3339(end, sizeof end, r->end);
     rld_buf_puts(b, "{\"level\":");
     rld_buf_json_str(b, r->level, strlen(r->level));
     rld_buf_puts(b, ",\"key\":");
@@ -240,8 +229,11 @@ static void body_of(const alert_rec *r, rld_buf *b)
     rld_buf_fp(b, r->used);
     rld_buf_puts(b, ",\"limit\":");
     rld_buf_fp(b, r->limit);
-    rld_buf_printf(b, ",\"threshold\":%g,\"period_start\":\"%s\",\"period_end\":\"%s\"}",
-                   r->threshold, start, end);
+    rld_buf_printf(b, ",\"threshold\":%g,\"period_start\":", r->threshold);
+    rld_buf_rfc3339(b, r->start);
+    rld_buf_puts(b, ",\"period_end\":");
+    rld_buf_rfc3339(b, r->end);
+    rld_buf_putc(b, '}');
 }
 
 static size_t discard(char *p, size_t size, size_t n, void *u)

@@ -463,7 +463,7 @@ static void h_usage_get(void *ctx, rld_req *r)
     for (size_t i = 0, n = 0; i < d.napplied; i++) {
         const rl_rule_status *st = rl_decision_status(&d, i);
         if (st)
-            rld_render_usage_rule(o, cfg, d.applied[i].rule, st, n++ == 0);
+            rld_render_usage_rule(o, cfg, d.applied[i].rule, st, d.now, n++ == 0);
     }
     rld_buf_puts(o, "]}");
     rl_decision_done(&d);

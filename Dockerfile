@@ -16,6 +16,7 @@ FROM debian:bookworm AS build
 RUN apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
         gcc make pkg-config libc6-dev libjansson-dev libmicrohttpd-dev libhiredis-dev \
         libprotobuf-c-dev protobuf-c-compiler libnghttp2-dev libyaml-dev libgnutls28-dev \
+        libcurl4-openssl-dev \
     && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY Makefile ./
@@ -31,7 +32,7 @@ RUN make build-all
 FROM debian:bookworm-slim
 RUN apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
         libjansson4 libmicrohttpd12 libhiredis0.14 libprotobuf-c1 libnghttp2-14 libyaml-0-2 libgnutls30 \
-        tzdata ca-certificates \
+        tzdata ca-certificates libcurl4 \
     && rm -rf /var/lib/apt/lists/* \
     && useradd --system --user-group --uid 10001 --home-dir /var/lib/ratelimitd --create-home \
         --shell /usr/sbin/nologin ratelimitd

@@ -42,7 +42,9 @@ TEST_ENV  := RL_BUILD=$(BUILD) ASAN_OPTIONS=detect_leaks=1 \
 PKG_SVC  := jansson libmicrohttpd hiredis libprotobuf-c libnghttp2 yaml-0.1
 # TLS on the gRPC port (service/net/tls.c): GnuTLS, the library libmicrohttpd serves HTTPS with
 PKG_SVC  += gnutls
-PKG_TEST := check libcurl
+# the rules' alerts: POSTs to alert_webhook (service/app/alerts.c)
+PKG_SVC  += libcurl
+PKG_TEST := check
 PKG_ALL  := $(PKG_SVC) $(PKG_TEST)
 pc_cflags = $(shell pkg-config --cflags $(1) 2>/dev/null)
 pc_libs   = $(shell pkg-config --libs $(1) 2>/dev/null)
@@ -558,6 +560,8 @@ DEB_PKGS += ca-certificates
 # the Python client's tests (clients/python): ASGI (starlette's TestClient uses httpx), WSGI,
 # YAML, and installing the package with pip
 DEB_PKGS += python3-starlette python3-httpx python3-flask python3-yaml python3-pip python3-setuptools
+# the rules' alerts (service/app/alerts.c sends them with libcurl)
+DEB_PKGS += libcurl4-openssl-dev
 # the calendar rule's time zones (service/core/tz.c reads /usr/share/zoneinfo)
 DEB_PKGS += tzdata
 # make deb and make deb-check: debhelper, lintian, man, systemd-analyze, strace, pgrep and kill

@@ -62,6 +62,7 @@ int rl_errf(rl_err *err, int code, const char *fmt, ...) __attribute__((format(p
 /* Limits of one decision. */
 #define RL_MAX_LEVELS 16       /* levels in a configuration */
 #define RL_MAX_RULES 16        /* rules in one rule list */
+#define RL_MAX_ALERTS 4        /* alert thresholds of one rule */
 #define RL_MAX_APPLIED 64      /* rules applied by one decision */
 #define RL_KEY_MAX 256         /* bytes in a descriptor value */
 #define RL_COMPOSED_MAX 1024   /* bytes in a key composed from several descriptors */
@@ -131,6 +132,10 @@ typedef struct rl_rule {
      * (or an item of cost 0) checks it like any rule, so checks wait out a negative balance.
      * shadow wins over charge on one rule. */
     int charge;
+    /* Fractions of the limit (0 < f <= 1, increasing) whose crossing within a period the
+     * service reports (its alerts); the core keeps them and never reads them. nalerts 0: none. */
+    unsigned nalerts;
+    double alerts[RL_MAX_ALERTS];
     unsigned char *given;      /* given[i] != 0 when parameter i was set explicitly */
     void *params;              /* type->params_size bytes */
 } rl_rule;

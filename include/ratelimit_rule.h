@@ -49,8 +49,9 @@ extern "C" {
 /* Version of this interface; a plug-in is handed the version the host implements. A type
  * declares the version it was written against in api_version: 1 (wait, take, status), 2
  * (evaluate, commit, report, and the Redis port), 3 (state_valid), 4 (per_unit), 5
- * (release_outcome) or 6 (the Redis port's computed arguments, rl_rule_redis.args). */
-#define RL_RULE_API_VERSION 6
+ * (release_outcome), 6 (the Redis port's computed arguments, rl_rule_redis.args) or 7
+ * (period). */
+#define RL_RULE_API_VERSION 7
 
 typedef int64_t rl_ns; /* nanoseconds */
 typedef int64_t rl_fp; /* fixed point amount, RL_FP_ONE units per token/request/slot */
@@ -202,6 +203,10 @@ typedef struct rl_rule_per_unit {
  * reach the share, and takes the fractional part of what it is asked to check as the share of
  * its current limit to keep free. capacity is not called for the share. */
 #define RL_RULE_RESERVE_FRACTION 0x8u
+/* The type counts in periods that start afresh whole (a calendar period, a fixed window): once
+ * a key has counted anything in a period, its status's reset_after runs to the period's end
+ * and window is the period's length. A rule's "alerts" are for such types only. */
+#define RL_RULE_PERIODIC 0x10u
 
 typedef struct rl_rule_type {
     unsigned api_version; /* RL_RULE_API_VERSION the type was written against */
@@ -292,6 +297,12 @@ typedef struct rl_rule_type {
      * RL_OUTCOME_NONE. NULL: release is called and the outcome ignored. */
     void (*release_outcome)(const void *params, void *state, rl_ns now, rl_ns taken_at,
                             rl_fp amount, const rl_outcome *o);
+
+    /* ---- version 7 (read only from a type that declares 7 or later) ---- */
+
+    /* For a type counting in periods (RL_RULE_PERIODIC): the period holding now, [*start,
+     * *end) in ns, as a key first counted at now would count in it. NULL: none is shown. */
+    void (*period)(const void *params, rl_ns now, rl_ns *start, rl_ns *end);
 } rl_rule_type;
 
 /* Adds a rule type to the registry. The type struct must outlive the registry. Returns 0, or
@@ -303,6 +314,8 @@ int rl_register_rule_type(rl_registry *reg, const rl_rule_type *type);
 
 /* The type's per_unit when it declares version 4 or later and has one, else NULL. */
 const rl_rule_per_unit *rl_rule_type_per_unit(const rl_rule_type *type);
+/* type's period (version 7), or NULL when it has none or declares an earlier version. */
+void (*rl_rule_type_period(const rl_rule_type *type))(const void *, rl_ns, rl_ns *, rl_ns *);
 
 /* Looks key up in a loaded string list. Returns 1 when present, 0 otherwise. */
 int rl_strings_find(const rl_strings *s, const char *key, size_t keylen);

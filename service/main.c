@@ -565,6 +565,43 @@ static int open_limiter(daemon_parts *dp, rl_config *cfg)
     return 0;
 }
 
+/* The sender of the rules' alerts when "alert_webhook" names one (claimed in Redis with the
+ * Redis store). 0, or 1 (logged). */
+static int open_alerts(daemon_parts *dp)
+{
+    const rld_settings *set = &dp->set;
+    rl_err err = {{0}};
+    char *token = NULL;
+    if (!set->alert_url)
+        return 0;
+    if (set->alert_token_file) {
+        size_t len;
+        errno = 0;
+        if (!(token = rld_read_file(set->alert_token_file, &len))) {
+            rld_log("error: configuration %s: alert_webhook.token_file: %.200s: %s", dp->source,
+                    set->alert_token_file, errno ? strerror(errno) : "cannot be read");
+            return 1;
+        }
+        while (len && (token[len - 1] == '\n' || token[len - 1] == '\r'))
+            token[--len] = '\0';
+    }
+    rld_alerts_config c = {.url = set->alert_url,
+                           .token = token,
+                           .queue = (unsigned)set->alert_queue,
+                           .attempts = (unsigned)set->alert_attempts,
+                           .timeout_ms = (unsigned)set->alert_timeout_ms,
+                           .claim = dp->fleet ? rld_redis_alert_claim : NULL,
+                           .claim_self = dp->fleet,
+                           .clock = dp->o->manual_clock ? NULL : real_clock};
+    dp->app.alerts = rld_alerts_new(&c, &err);
+    free(token);
+    if (!dp->app.alerts) {
+        rld_log("error: %s", err.msg);
+        return 1;
+    }
+    return 0;
+}
+
 /* The application the protocols serve, over the limiter, with the store and the parts that
  * follow its reloads attached: the YAML matcher, and the gRPC methods when gRPC is wanted
  * (before /metrics can be asked: their series are read without a lock). 0, or 1 (logged). */
@@ -588,6 +625,8 @@ static int open_app(daemon_parts *dp)
         return 1;
     }
     dp->app_ready = 1;
+    if (open_alerts(dp) != 0)
+        return 1;
     upstream_env(dp->yrls);
     if (dp->yrls && rld_app_attach(&dp->app, &rld_yrls_part_ops, dp->yrls) != RL_OK) {
         rld_log("error: the app holds no more parts");
@@ -711,6 +750,10 @@ static void serve_until_stopped(daemon_parts *dp, sigset_t *sigs)
 /* Frees what was made, the fleet first: its follower applies quotas to the limiter. */
 static void parts_free(daemon_parts *dp)
 {
+    if (dp->app_ready) { /* the alerts' thread claims through the fleet: stopped before it */
+        rld_alerts_free(dp->app.alerts);
+        dp->app.alerts = NULL;
+    }
     rld_redis_free(dp->fleet);
     if (dp->app_ready) {
         dp->lim = dp->app.lim; /* another one after a reload */

@@ -63,8 +63,8 @@ static const struct {
      "colour: unknown field (known: listen, threads, tls, max_connections, max_keys, "
      "connection_timeout, store, admin_token, admin_token_file, admin_open, acquire_token, "
      "acquire_token_file, metrics_token, metrics_token_file, quota_file, state_file, "
-     "state_interval, reservation_ttl, log, domain, grpc, plugins, levels, ratelimit_config, "
-     "model_headers, dimensions, prices, tiers, default_tier, quotas)"},
+     "state_interval, reservation_ttl, log, domain, alert_webhook, grpc, plugins, levels, "
+     "ratelimit_config, model_headers, dimensions, prices, tiers, default_tier, quotas)"},
     {"{\"levels\": [{\"name\": \"user\", \"rules\": [{\"type\": \"deny_list\", \"keys\": [], "
      "\"reserved\": {\"fraction\": 0.2}}]}]}",
      "levels[0].rules[0].reserved: deny_list has no quota to reserve a share of"},

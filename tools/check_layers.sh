@@ -47,7 +47,7 @@ BEGIN {
     face["grpc"] = "service/grpc/grpc.h"; face["redis"] = "service/redis/redis.h"
     face["config"] = "service/config/config.h"
     lib["hiredis"] = "redis"; lib["nghttp2"] = "grpc"; lib["protobuf-c"] = "grpc"
-    lib["microhttpd.h"] = "http"; lib["yaml.h"] = "grpc"
+    lib["microhttpd.h"] = "http"; lib["yaml.h"] = "grpc"; lib["curl"] = "app"
     lib["gnutls"] = "net http" # TLS: net/ for every protocol, http/ for libmicrohttpd
     bad = 0
 }

@@ -194,6 +194,7 @@ int rld_app_store_health(rld_app *app, rld_buf *out)
 void rld_app_metrics(rld_app *app, rld_buf *out)
 {
     rld_metrics_render(app->metrics, app->lim, out);
+    rld_alerts_metrics(app->alerts, out);
     if (app->store.ops)
         app->store.ops->metrics(app->store.self, out);
     for (size_t i = 0; i < app->nparts; i++)

@@ -14,6 +14,7 @@
 
 #include <pthread.h>
 
+#include "alerts.h"
 #include "buf.h"
 #include "metrics.h"
 #include "parts.h"
@@ -52,6 +53,7 @@ typedef struct rld_app {
     rl_ns ticked;            /* atomic, written under tick_mu: the latest time ticked */
     pthread_mutex_t tick_mu; /* rl_limiter_tick is called by one thread at a time */
     rld_metrics *metrics;
+    rld_alerts *alerts;      /* the rules' alerts (set by main.c before serving); NULL: none */
     rld_quotas quotas;       /* the quota file (without a store) */
     rld_app_store store;     /* store.ops NULL: no shared store */
     char *rules_json;        /* GET /rules, fixed for the configuration's life */

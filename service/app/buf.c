@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "buf.h"
 
@@ -268,6 +269,16 @@ void rld_buf_fp(rld_buf *b, rl_fp v)
     if (rld_buf_reserve(b, 32) != 0)
         return;
     b->len += rld_fmt_fp(b->p + b->len, v);
+}
+
+void rld_buf_rfc3339(rld_buf *b, rl_ns t)
+{
+    time_t s = (time_t)(t / RL_NS_PER_SEC);
+    struct tm tm;
+    char text[40];
+    if (!gmtime_r(&s, &tm) || !strftime(text, sizeof text, "\"%Y-%m-%dT%H:%M:%SZ\"", &tm))
+        snprintf(text, sizeof text, "null");
+    rld_buf_puts(b, text);
 }
 
 void rld_buf_seconds(rld_buf *b, rl_ns v)

@@ -84,6 +84,9 @@ void rld_buf_i64(rld_buf *b, int64_t v);
 void rld_buf_fp(rld_buf *b, rl_fp v);
 /* A duration in seconds as an exact short decimal, like rl_fmt_ns ("1", "0.000000001"). */
 void rld_buf_seconds(rld_buf *b, rl_ns v);
+/* A time (ns since the epoch) as a JSON string in RFC 3339 UTC, to the second
+ * ("2026-12-01T00:00:00Z"). */
+void rld_buf_rfc3339(rld_buf *b, rl_ns t);
 
 /* Write an amount (the text of rl_fmt_fp: "10", "0.4", "-3.25") and a duration in seconds
  * (rl_fmt_ns's: "1", "0.000000001") as exact short decimals into out (at least 32 bytes),

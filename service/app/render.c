@@ -366,7 +366,7 @@ void rld_render_settlement(rld_buf *o, const rl_config *cfg, const char *reserva
 }
 
 void rld_render_usage_rule(rld_buf *o, const rl_config *cfg, const rl_rule *rule,
-                           const rl_rule_status *st, int first)
+                           const rl_rule_status *st, rl_ns now, int first)
 {
     int64_t scale = rl_rule_scale(rule);
     rl_fp limit = st->limit / scale, remaining = st->remaining / scale;
@@ -386,5 +386,14 @@ void rld_render_usage_rule(rld_buf *o, const rl_config *cfg, const rl_rule *rule
         rld_buf_puts(o, "null");
     else
         rld_buf_seconds(o, st->reset_after > 0 ? st->reset_after : 0);
+    void (*period)(const void *, rl_ns, rl_ns *, rl_ns *) = rl_rule_type_period(rule->type);
+    if (period) {
+        rl_ns start, end;
+        period(rule->params, now, &start, &end);
+        rld_buf_puts(o, ",\"period_start\":");
+        rld_buf_rfc3339(o, start);
+        rld_buf_puts(o, ",\"period_end\":");
+        rld_buf_rfc3339(o, end);
+    }
     rld_buf_putc(o, '}');
 }

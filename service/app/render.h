@@ -44,10 +44,11 @@ size_t rld_render_ratelimit(rld_buf *policy, rld_buf *state, const rl_config *cf
 void rld_render_settlement(rld_buf *o, const rl_config *cfg, const char *reservation,
                            const rl_settlement *s);
 /* Appends one rule of GET /usage/<level>/<key>: {"rule", "unit", "limit", "used",
- * "remaining", "reset_after"} (a rule counting dollars in dollars), after a comma unless
- * first. */
+ * "remaining", "reset_after"} (a rule counting dollars in dollars), and "period_start" and
+ * "period_end" (RFC 3339 UTC) for a type with periods (rl_rule_type_period), of the period
+ * holding now; after a comma unless first. */
 void rld_render_usage_rule(rld_buf *o, const rl_config *cfg, const rl_rule *rule,
-                           const rl_rule_status *st, int first);
+                           const rl_rule_status *st, rl_ns now, int first);
 /* The Retry-After value for a finite wait: whole seconds, rounded up. */
 int64_t rld_retry_after_seconds(rl_ns wait);
 

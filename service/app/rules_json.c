@@ -47,6 +47,8 @@ static int set_param(rl_rule *r, const char *k, const json_t *v, rl_err *err)
     int kind = rl_rule_param_kind(r, k);
     if (kind < 0) {
         char known[256] = "type, name, unit, shadow, charge";
+        if (r->type->flags & RL_RULE_PERIODIC)
+            strcat(known, ", alerts");
         size_t used = strlen(known);
         if (r->type->capacity)
             used += (size_t)snprintf(known + used, sizeof known - used, ", reserved");
@@ -123,6 +125,40 @@ static int set_flag(int *flag, const char *k, const json_t *v, rl_err *err)
     return RL_OK;
 }
 
+/* "alerts": up to RL_MAX_ALERTS fractions of the limit, each in (0, 1] and above the one
+ * before, on a rule whose type counts in periods (RL_RULE_PERIODIC; the types that do are
+ * listed from the registry). */
+static int set_alerts(rl_rule *r, const rl_registry *reg, const json_t *v, rl_err *err)
+{
+    if (!(r->type->flags & RL_RULE_PERIODIC)) {
+        char known[160] = "";
+        size_t used = 0;
+        for (size_t i = 0; i < rl_registry_count(reg) && used < sizeof known; i++) {
+            const rl_rule_type *t = rl_registry_at(reg, i);
+            if (t->flags & RL_RULE_PERIODIC)
+                used += (size_t)snprintf(known + used, sizeof known - used, "%s%s",
+                                         used ? ", " : "", t->name);
+        }
+        return fail(err, "alerts: a %s rule has no period to alert in (alerts are for: %s)",
+                    r->type->name, known);
+    }
+    if (!json_is_array(v) || json_array_size(v) == 0 || json_array_size(v) > RL_MAX_ALERTS)
+        return fail(err, "alerts: must be a list of 1 to %d fractions of the limit ([0.8, 0.95])",
+                    RL_MAX_ALERTS);
+    for (size_t i = 0; i < json_array_size(v); i++) {
+        const json_t *e = json_array_get(v, i);
+        double f = json_is_number(e) ? json_number_value(e) : -1;
+        if (!(f > 0 && f <= 1))
+            return fail(err, "alerts[%zu]: must be a number above 0 and at most 1", i);
+        if (i > 0 && f <= r->alerts[i - 1])
+            return fail(err, "alerts[%zu]: must be above alerts[%zu] (%g)", i, i - 1,
+                        r->alerts[i - 1]);
+        r->alerts[i] = f;
+    }
+    r->nalerts = (unsigned)json_array_size(v);
+    return RL_OK;
+}
+
 /* Builds rule r (uninitialised) from a JSON object; errors are relative to the object. */
 static int rule_from_json(const json_t *o, rl_registry *reg, const rl_config *cfg, rl_rule *r,
                           rl_err *err)
@@ -159,6 +195,8 @@ static int rule_from_json(const json_t *o, rl_registry *reg, const rl_config *cf
             rc = set_flag(&r->shadow, k, v, err);
         else if (strcmp(k, "charge") == 0)
             rc = set_flag(&r->charge, k, v, err);
+        else if (strcmp(k, "alerts") == 0)
+            rc = set_alerts(r, reg, v, err);
         else
             rc = set_param(r, k, v, err);
         if (rc != RL_OK)
@@ -223,6 +261,12 @@ json_t *rld_rule_to_json(const rl_rule *r, const rl_config *cfg)
         json_object_set_new(o, "shadow", json_true());
     if (r->charge)
         json_object_set_new(o, "charge", json_true());
+    if (r->nalerts) {
+        json_t *a = json_array();
+        for (unsigned i = 0; i < r->nalerts; i++)
+            json_array_append_new(a, json_real(r->alerts[i]));
+        json_object_set_new(o, "alerts", a);
+    }
     if (r->reserved_fraction > 0)
         json_object_set_new(o, "reserved",
                             json_pack("{s:f, s:I}", "fraction", r->reserved_fraction,

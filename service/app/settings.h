@@ -107,6 +107,11 @@ typedef struct rld_settings {
     char *grpc_tls_client_san;  /* NULL: any client certificate the CA signed */
     char *ratelimit_config; /* envoyproxy/ratelimit's YAML instead of levels; NULL: none */
     int model_headers;      /* RLD_MODEL_HEADERS_* bits (model_headers.h): 0, 1, 2 or 3 */
+    char *alert_url;        /* "alert_webhook": where alerts go; NULL: none are sent */
+    char *alert_token_file; /* NULL: no Authorization */
+    int alert_queue;        /* alerts waiting at most */
+    int alert_attempts;     /* tries of one alert */
+    int alert_timeout_ms;   /* one try's limit */
 } rld_settings;
 
 typedef enum rld_setting_kind {
@@ -156,7 +161,7 @@ struct rld_setting_table {
 
 extern const rld_setting_table rld_settings_root, rld_settings_listen, rld_settings_store,
     rld_settings_level, rld_settings_log, rld_settings_tls, rld_settings_grpc,
-    rld_settings_grpc_tls, rld_settings_sentinel, rld_settings_store_tls;
+    rld_settings_grpc_tls, rld_settings_sentinel, rld_settings_store_tls, rld_settings_alert;
 
 /* Splits "ADDR:PORT" ("127.0.0.1:8081", "[::1]:8081"; PORT 0 to 65535) into addr (len bytes)
  * and *port. NULL on success, else why not ("must be ADDRESS:PORT"). */

@@ -362,6 +362,55 @@ static const rld_setting grpc_rows[] = {
              "port](envoy.md#tls-and-mtls-on-the-grpc-port)"},
 };
 
+static const char *alert_url_check(const char *s)
+{
+    return strncmp(s, "http://", 7) == 0 || strncmp(s, "https://", 8) == 0
+               ? NULL
+               : "must start with http:// or https://";
+}
+
+static const rld_setting alert_rows[] = {
+    {.name = "url",
+     .kind = RLD_SET_STRING,
+     .offset = OFF(alert_url),
+     .min = 8,
+     .max = 2048,
+     .required = 1,
+     .check = alert_url_check,
+     .help = "where each alert is POSTed as JSON (see [Alerts](budgets.md#alerts-before-a-"
+             "budget-runs-out))"},
+    {.name = "token_file",
+     .kind = RLD_SET_STRING,
+     .offset = OFF(alert_token_file),
+     .min = 1,
+     .max = 4096,
+     .help = "a file holding a token sent as `Authorization: Bearer <token>` (one trailing "
+             "newline is dropped); none: no `Authorization`"},
+    {.name = "queue",
+     .kind = RLD_SET_INT,
+     .offset = OFF(alert_queue),
+     .min = 1,
+     .max = 1000000,
+     .def = 1024,
+     .help = "alerts waiting to be sent at most; past it a new one is dropped and counted "
+             "(`ratelimit_alerts_total{result=\"dropped\"}`)"},
+    {.name = "attempts",
+     .kind = RLD_SET_INT,
+     .offset = OFF(alert_attempts),
+     .min = 1,
+     .max = 100,
+     .def = 10,
+     .help = "tries of one alert (the waits between them double from 0.1 s up to 10 s) before "
+             "it is counted as failed and the next is sent"},
+    {.name = "timeout_ms",
+     .kind = RLD_SET_INT,
+     .offset = OFF(alert_timeout_ms),
+     .min = 10,
+     .max = 600000,
+     .def = 5000,
+     .help = "milliseconds one try may take, connecting included"},
+};
+
 static const rld_setting grpc_tls_rows[] = {
     {.name = "cert",
      .kind = RLD_SET_STRING,
@@ -590,6 +639,12 @@ static const rld_setting root_rows[] = {
      .help = "the rate limit service domain this configuration answers over gRPC; a "
              "ShouldRateLimit call for another domain is answered OK with no limit. Without it "
              "every domain is served"},
+    {.name = "alert_webhook",
+     .kind = RLD_SET_OBJECT,
+     .sub = &rld_settings_alert,
+     .doc_value = "object",
+     .help = "`{\"url\", \"token_file\", \"queue\", \"attempts\", \"timeout_ms\"}`: where the "
+             "rules' `alerts` go, see the `alert_webhook` table below; none: alerts are not sent"},
     {.name = "grpc",
      .kind = RLD_SET_OBJECT,
      .sub = &rld_settings_grpc,
@@ -667,6 +722,8 @@ const rld_setting_table rld_settings_tls = {"tls", tls_rows, COUNT(tls_rows), NU
 const rld_setting_table rld_settings_store_tls = {"store.tls", store_tls_rows,
                                                   COUNT(store_tls_rows), NULL, 0};
 const rld_setting_table rld_settings_grpc = {"grpc", grpc_rows, COUNT(grpc_rows), NULL, 0};
+const rld_setting_table rld_settings_alert = {"alert_webhook", alert_rows, COUNT(alert_rows),
+                                              NULL, 0};
 const rld_setting_table rld_settings_grpc_tls = {"grpc.tls", grpc_tls_rows, COUNT(grpc_tls_rows),
                                                  NULL, 0};
 
@@ -675,7 +732,8 @@ static const rld_setting_table *const all_tables[] = {&rld_settings_root,  &rld_
                                                       &rld_settings_log,   &rld_settings_tls,
                                                       &rld_settings_grpc,  &rld_settings_sentinel,
                                                       &rld_settings_grpc_tls,
-                                                      &rld_settings_store_tls};
+                                                      &rld_settings_store_tls,
+                                                      &rld_settings_alert};
 
 const rld_setting *rld_setting_find(const rld_setting_table *t, const char *name, size_t len)
 {

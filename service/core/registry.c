@@ -114,6 +114,11 @@ const rl_rule_per_unit *rl_rule_type_per_unit(const rl_rule_type *t)
     return t->api_version >= 4 ? t->per_unit : NULL;
 }
 
+void (*rl_rule_type_period(const rl_rule_type *t))(const void *, rl_ns, rl_ns *, rl_ns *)
+{
+    return t->api_version >= 7 ? t->period : NULL;
+}
+
 void (*rl_rule_release_outcome(const rl_rule_type *t))(const void *, void *, rl_ns, rl_ns, rl_fp,
                                                         const rl_outcome *)
 {

@@ -131,7 +131,8 @@ int rld_grpc_api_init(rld_grpc_api *api, rld_app *app, rl_err *err)
                          .domain = app->set->domain,
                          .ratelimit_headers = app->set->grpc_ratelimit_headers,
                          .hits_dim = app->set->grpc_hits_addend,
-                         .metrics = app->metrics};
+                         .metrics = app->metrics,
+                         .alerts = app->alerts};
     if (rld_app_attach(app, &grpc_part, api) != RL_OK)
         return rl_errf(err, RL_EFULL, "grpc: the app holds no more parts");
     for (size_t i = 0; i < rld_grpc_nmethods; i++)

@@ -378,6 +378,7 @@ rld_grpc_code rld_rls_decide_native(const rld_rls *rls, const rld_rls_request *r
     }
     if (rls->metrics)
         rld_metrics_decision(rls->metrics, d, dry, r.cost);
+    rld_alerts_note(rls->alerts, cfg, &r, d);
     code = RLD_GRPC_OK;
     if (statuses_from_decision(cfg, req, d, resp, a) != 0 ||
         (rls->ratelimit_headers && add_ratelimit_headers(cfg, d, resp, a) != 0))

@@ -22,6 +22,7 @@
 #include <stdint.h>
 
 #include "app/buf.h"
+#include "app/alerts.h"
 #include "app/metrics.h"
 #include "envoy/service/ratelimit/v3/rls.pb-c.h"
 #include "ratelimit.h"
@@ -95,6 +96,7 @@ struct rld_rls {
     int ratelimit_headers;    /* add the IETF RateLimit and RateLimit-Policy headers */
     const char *hits_dim;     /* native: hits_addend is the usage in this dimension; NULL: cost */
     rld_metrics *metrics;     /* counts the decisions; may be NULL */
+    rld_alerts *alerts;       /* notes the rules' alerts; may be NULL */
     rld_rls_decide_fn decide; /* NULL: the native mapping (rld_rls_decide_native) */
     void *cls;                /* the matcher's own state */
 };

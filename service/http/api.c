@@ -22,6 +22,7 @@
 #include "app/rules_json.h"
 #include "app/model_headers.h"
 #include "app/settle_req.h"
+#include "app/alerts.h"
 #include "app/usage.h"
 #include "check_req.h"
 #include "http.h"
@@ -159,6 +160,7 @@ static void acquire_answer(rld_app *app, rld_req *r, acq *a, int rc)
     }
     const rl_config *cfg = rl_limiter_config(app->lim);
     rld_metrics_decision(app->metrics, &a->d, a->q.dry_run, a->req.cost);
+    rld_alerts_note(app->alerts, cfg, &a->req, &a->d);
     reply_decision(r, app, cfg, &a->d, 429, 1);
     rl_decision_done(&a->d);
     rld_acquire_req_clear(&a->q); /* the decision's keys may point into the request */
@@ -240,6 +242,7 @@ static void h_check(void *ctx, rld_req *r)
         return;
     }
     rld_metrics_decision(app->metrics, &d, 0, req.cost);
+    rld_alerts_note(app->alerts, c.cfg, &req, &d);
     reply_decision(r, app, c.cfg, &d, deny, 0);
     rl_decision_done(&d);
 }
@@ -460,7 +463,7 @@ static void h_usage_get(void *ctx, rld_req *r)
     for (size_t i = 0, n = 0; i < d.napplied; i++) {
         const rl_rule_status *st = rl_decision_status(&d, i);
         if (st)
-            rld_render_usage_rule(o, cfg, d.applied[i].rule, st, n++ == 0);
+            rld_render_usage_rule(o, cfg, d.applied[i].rule, st, d.now, n++ == 0);
     }
     rld_buf_puts(o, "]}");
     rl_decision_done(&d);

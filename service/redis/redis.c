@@ -255,3 +255,26 @@ const rld_app_store_ops rld_redis_store_ops = {
     .metrics = metrics,
     .describe = describe,
 };
+
+int rld_redis_alert_claim(void *self, const char *name, int64_t ttl_ms)
+{
+    rld_redis *f = self;
+    size_t n = strlen(f->prefix) + strlen(name) + 8;
+    char *key = malloc(n), ttl[24];
+    if (!key)
+        return -1;
+    snprintf(key, n, "%salert:%s", f->prefix, name);
+    snprintf(ttl, sizeof ttl, "%lld", (long long)(ttl_ms > 0 ? ttl_ms : 1));
+    const char *argv[6] = {"SET", key, "1", "NX", "PX", ttl};
+    redisReply *r;
+    rl_err err;
+    int rc = rld_redis_store_call(f->redis, -1, 1, 6, argv, NULL, &r, &err);
+    free(key);
+    if (rc != RL_OK) {
+        rld_log("warn: alert claim in Redis failed (sending it here): %s", err.msg);
+        return -1;
+    }
+    int won = r->type == REDIS_REPLY_STATUS; /* "OK"; a nil reply: another instance has it */
+    freeReplyObject(r);
+    return won;
+}

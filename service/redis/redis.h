@@ -55,4 +55,9 @@ void rld_redis_free(rld_redis *f);
  *                 from rld_redis_open on */
 extern const rld_app_store_ops rld_redis_store_ops;
 
+/* Claims an alert for the whole fleet (app/alerts.h's rld_alerts_claim_fn, self an rld_redis):
+ * SET P"alert:"<name> 1 NX PX ttl_ms. 1 when this instance won it, 0 when another instance
+ * has, -1 (logged) when Redis did not answer. */
+int rld_redis_alert_claim(void *self, const char *name, int64_t ttl_ms);
+
 #endif

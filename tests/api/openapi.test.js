@@ -99,6 +99,8 @@ const CONFIG = {
     { name: 'slots', rules: [{ type: 'concurrency', name: 'slots', limit: 2 }] },
     { name: 'global', default_key: '*',
       rules: [{ type: 'fixed_window', name: 'global', limit: 1000, window: 10 }] },
+    { name: 'budget', rules: [{ type: 'calendar', name: 'monthly', limit: 50, period: 'month',
+      time_zone: 'Europe/Berlin', alerts: [0.8, 0.95] }] },
   ],
   tiers: {
     free: [{ type: 'token_bucket', name: 'free', capacity: 3, per_second: 1 }],
@@ -314,6 +316,12 @@ test('every documented operation, each answer valid against the document', async
   await call('GET', '/usage/user/%01', { headers: auth, status: 400 });
   await call('DELETE', '/usage/user/%01', { headers: auth, status: 400 });
   await call('POST', '/usage/user/alice', { headers: auth, body: {}, status: 405 });
+  // a calendar rule shows its period: the daemon's last time seen is within the first second
+  // of 1970, so the month of Berlin (UTC+1 then) from 1 January 1970 00:00 local, which is
+  // before time 0, counted from 0, to 1 February 00:00 local (31 January 23:00 UTC)
+  r = await call('GET', '/usage/budget/acme', { headers: auth, status: 200 });
+  assert.equal(r.json.rules[0].period_start, '1970-01-01T00:00:00Z');
+  assert.equal(r.json.rules[0].period_end, '1970-01-31T23:00:00Z');
 
   // GET /metrics, GET /healthz
   r = await call('GET', '/metrics', { status: 200 });

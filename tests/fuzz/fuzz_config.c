@@ -1,7 +1,8 @@
 /*
  * fuzz_config.c - the JSON configuration: rld_config_parse refuses with a message, or gives a
  * finished configuration and settings in their bounds, over which a limiter starts and decides
- * a request naming every level (invariants of fz_check_decision). Inputs that name plug-ins
+ * a request naming every level (invariants of fz_check_decision); a rule's alerts and the
+ * alert webhook's settings are within their bounds. Inputs that name plug-ins
  * are skipped: loading a shared object from a path is not parsing.
  */
 #define _GNU_SOURCE /* memmem */
@@ -10,6 +11,18 @@
 #include "app/rules_json.h"
 #include "config/config.h"
 #include "fuzz.h"
+
+/* A rule's alerts: at most RL_MAX_ALERTS fractions in (0, 1], increasing, on a type with
+ * periods only. */
+static void check_alerts(const rl_rule *r)
+{
+    FZ_CHECK(r->nalerts <= RL_MAX_ALERTS, "%u alerts", r->nalerts);
+    FZ_CHECK(r->nalerts == 0 || (r->type->flags & RL_RULE_PERIODIC), "alerts on a %s rule",
+             r->type->name);
+    for (unsigned k = 0; k < r->nalerts; k++)
+        FZ_CHECK(r->alerts[k] > 0 && r->alerts[k] <= 1 && (k == 0 || r->alerts[k] > r->alerts[k - 1]),
+                 "alerts[%u] = %g", k, r->alerts[k]);
+}
 
 static void decide(rl_config *cfg)
 {
@@ -67,6 +80,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                  set.threads, set.state_interval);
         FZ_CHECK(cfg->reservation_ttl > 0, "reservation_ttl %lld",
                  (long long)cfg->reservation_ttl);
+        FZ_CHECK(!set.alert_url || strncmp(set.alert_url, "http", 4) == 0, "alert url %s",
+                 set.alert_url);
+        FZ_CHECK(!set.alert_url || (set.alert_queue >= 1 && set.alert_attempts >= 1 &&
+                                    set.alert_timeout_ms >= 10),
+                 "alert_webhook out of its bounds");
+        for (size_t l = 0; l < cfg->nlevels; l++)
+            for (size_t i = 0; cfg->levels[l].rules && i < cfg->levels[l].rules->n; i++)
+                check_alerts(&cfg->levels[l].rules->v[i]);
         json_t *j = rld_config_to_json(cfg, &set);
         FZ_CHECK(j != NULL, "the configuration cannot be listed");
         json_decref(j);

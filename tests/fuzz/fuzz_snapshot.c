@@ -1,7 +1,8 @@
 /*
  * fuzz_snapshot.c - the state file read at start: rl_limiter_load over the input, at a fixed
  * now, into a limiter with every built-in rule type. A refusal has a message and leaves the
- * limiter empty (never half-loaded). A snapshot that loads saves and loads again with as many
+ * limiter empty (never half-loaded). Every built-in type with state has a rule here (the calendar's
+ * state is its period's bounds and count). A snapshot that loads saves and loads again with as many
  * states and reservations (once idle ones are dropped), and decisions on the keys of the seed snapshots keep the invariants
  * of fz_check_decision (a balance read from the file is never above its capacity).
  */
@@ -15,7 +16,9 @@ static const char config[] =
     "{\"name\": \"user\", \"tiered\": true},"
     "{\"name\": \"team\", \"rules\": [{\"type\": \"gcra\", \"per_second\": 4, \"burst\": 3},"
     " {\"type\": \"fixed_window\", \"limit\": 8, \"window\": 2},"
-    " {\"type\": \"sliding_window_counter\", \"limit\": 6, \"window\": 1.5}]},"
+    " {\"type\": \"sliding_window_counter\", \"limit\": 6, \"window\": 1.5},"
+    " {\"type\": \"calendar\", \"limit\": 5, \"period\": \"day\","
+    " \"time_zone\": \"Europe/Berlin\", \"alerts\": [0.5, 1]}]},"
     "{\"name\": \"job\", \"rules\": [{\"type\": \"concurrency\", \"limit\": 2},"
     " {\"type\": \"sliding_window\", \"limit\": 5, \"window\": 3}]}],"
     " \"tiers\": {\"free\": [{\"type\": \"token_bucket\", \"capacity\": 10, \"per_second\": 2}],"

@@ -287,6 +287,11 @@ static const rl_param_def cal_params_def[] = {
      "day of the month a month starts on (default 1)"},
 };
 
+static void cal_period(const void *pp, rl_ns now, rl_ns *start, rl_ns *end)
+{
+    period_of(pp, now, start, end, NULL);
+}
+
 /* ---- the Redis port: calendar.lua beside this file ------------------------------------------ */
 
 /* The bounds of the period before the one holding now, of that one and of the one after:
@@ -324,6 +329,7 @@ const rl_rule_type rl__calendar = {
     .nparams = sizeof cal_params_def / sizeof cal_params_def[0],
     .params_size = sizeof(cal_params),
     .state_size = sizeof(cal_state),
+    .flags = RL_RULE_PERIODIC,
     .prepare = cal_prepare,
     .params_free = cal_params_free,
     .default_name = cal_name,
@@ -336,4 +342,5 @@ const rl_rule_type rl__calendar = {
     .report = cal_report,
     .redis = &cal_redis,
     .state_valid = cal_state_valid,
+    .period = cal_period,
 };

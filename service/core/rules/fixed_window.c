@@ -142,6 +142,13 @@ static const rl_rule_redis fw_redis = {
  * aligned as upstream aligns its own. */
 static const rl_rule_per_unit fw_per_unit = {.amount = "limit", .window = "window", .aligned = 1};
 
+static void fw_period(const void *pp, rl_ns now, rl_ns *start, rl_ns *end)
+{
+    const fw_params *p = pp;
+    *start = start_of(p, now > 0 ? now : 0);
+    *end = rl__add_sat(*start, p->window);
+}
+
 const rl_rule_type rl__fixed_window = {
     .api_version = RL_RULE_API_VERSION,
     .name = "fixed_window",
@@ -149,6 +156,7 @@ const rl_rule_type rl__fixed_window = {
     .nparams = sizeof fw_params_def / sizeof fw_params_def[0],
     .params_size = sizeof(fw_params),
     .state_size = sizeof(fw_state),
+    .flags = RL_RULE_PERIODIC,
     .default_name = fw_name,
     .capacity = fw_capacity,
     .refund = fw_refund,
@@ -160,4 +168,5 @@ const rl_rule_type rl__fixed_window = {
     .redis = &fw_redis,
     .state_valid = fw_state_valid,
     .per_unit = &fw_per_unit,
+    .period = fw_period,
 };

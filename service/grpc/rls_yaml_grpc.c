@@ -210,7 +210,7 @@ rld_grpc_code rld_yrls_decide_rls(const rld_rls *rls, const rld_rls_request *req
 
 static int part_reload_check(void *self, rl_err *err)
 {
-    (void)self;
+    rld_yrls_load_error(self);
     return rl_errf(err, RL_EINVAL, "reload: a configuration with envoyproxy/ratelimit's "
                                    "YAML is applied at the next start");
 }

@@ -377,11 +377,8 @@ static int desc_field(walk *w, const char *key, const yaml_node_t *v, void *ctx)
         return get_bool(w, v, &d->share_threshold);
     if (strcmp(key, "charge") == 0)
         return get_bool(w, v, &d->charge);
-    if (strcmp(key, "quota_mode") == 0) {
-        int q = 0;
-        int rc = get_bool(w, v, &q);
-        return rc ? rc : q ? fail(w, "not supported by ratelimitd") : 0;
-    }
+    if (strcmp(key, "quota_mode") == 0)
+        return get_bool(w, v, &d->quota_mode);
     if (strcmp(key, "descriptors") == 0)
         dc->children = v; /* read once the key and value are known */
     else if (strcmp(key, "rate_limit") == 0)
@@ -501,6 +498,9 @@ static void free_domain(rld_ydomain *dom)
     free(dom->children);
     free(dom->domain);
     free(dom->file);
+    for (size_t i = 0; i < dom->nmerged; i++)
+        free(dom->merged[i]);
+    free(dom->merged);
 }
 
 typedef struct root_ctx {
@@ -517,7 +517,10 @@ static int root_field(walk *w, const char *key, const yaml_node_t *v, void *ctx)
     return 0;
 }
 
-static int read_root(walk *w, rld_yconf *c, rld_ydomain *dom)
+/* Reads one file's domain into dom; *into is the domain of an earlier file it is merged into
+ * (MERGE_DOMAIN_CONFIG), else NULL. Limits of a merged file are numbered after the earlier
+ * files' ones. */
+static int read_root(walk *w, rld_yconf *c, rld_ydomain *dom, rld_ydomain **into)
 {
     static const char *const fields[] = {"domain", "descriptors", NULL};
     const yaml_node_t *root = yaml_document_get_root_node(w->doc);
@@ -529,9 +532,14 @@ static int read_root(walk *w, rld_yconf *c, rld_ydomain *dom)
     size_t at = push(w, "domain", -1);
     if (!dom->domain || !*dom->domain)
         return fail(w, "config file cannot have empty domain");
+    *into = NULL;
     for (size_t i = 0; i < c->ndomains; i++)
-        if (strcmp(c->domains[i].domain, dom->domain) == 0)
-            return fail(w, "duplicate domain '%s' in config file", dom->domain);
+        if (strcmp(c->domains[i].domain, dom->domain) == 0) {
+            if (!c->merge_domains)
+                return fail(w, "duplicate domain '%s' in config file", dom->domain);
+            *into = &c->domains[i];
+            dom->nlimits = (*into)->nlimits;
+        }
     pop(w, at);
     if (!ctx.descriptors)
         return 0;
@@ -542,10 +550,41 @@ static int read_root(walk *w, rld_yconf *c, rld_ydomain *dom)
     list_ctx lc = {.dom = dom, .parent = parent};
     size_t old = push(w, "descriptors", -1);
     rc = get_descriptors(w, ctx.descriptors, &lc, &dom->children, &dom->nchildren);
+    /* merged, the earlier files' descriptors are siblings: the same composite key is refused */
+    for (size_t i = 0; !rc && *into && i < dom->nchildren; i++)
+        for (size_t j = 0; !rc && j < (*into)->nchildren; j++)
+            if (same_desc(&dom->children[i], &(*into)->children[j])) {
+                push(w, NULL, (long)i);
+                rc = fail(w, "duplicate descriptor composite key '%s%s%s%s'", parent,
+                          dom->children[i].key, dom->children[i].value ? "_" : "",
+                          dom->children[i].value ? dom->children[i].value : "");
+            }
     free(parent);
     if (!rc)
         pop(w, old);
     return rc;
+}
+
+/* Appends the descriptors of dom (a later file of into's domain) to into; dom is emptied. */
+static int merge_domain(rld_ydomain *into, rld_ydomain *dom, rl_err *err)
+{
+    rld_ydesc *v = realloc(into->children, (into->nchildren + dom->nchildren + 1) * sizeof *v);
+    char **f = realloc(into->merged, (into->nmerged + 1) * sizeof *f);
+    if (v)
+        into->children = v;
+    if (f)
+        into->merged = f;
+    if (!v || !f)
+        return rl_errf(err, RL_ENOMEM, "out of memory");
+    if (dom->nchildren)
+        memcpy(v + into->nchildren, dom->children, dom->nchildren * sizeof *v);
+    into->nchildren += dom->nchildren;
+    into->nlimits = dom->nlimits;
+    into->merged[into->nmerged++] = dom->file; /* the merged descriptors borrow it */
+    free(dom->children);
+    free(dom->domain);
+    *dom = (rld_ydomain){0};
+    return RL_OK;
 }
 
 int rld_yaml_parse(rld_yconf *c, const char *name, const char *text, size_t len, rl_err *err)
@@ -566,16 +605,19 @@ int rld_yaml_parse(rld_yconf *c, const char *name, const char *text, size_t len,
         return rc;
     }
     walk w = {.doc = &doc, .file = name, .err = err};
+    rld_ydomain *into = NULL;
     if (!(dom.file = strdup(name)))
         rc = rl_errf(err, RL_ENOMEM, "out of memory");
     else
-        rc = read_root(&w, c, &dom);
-    rld_ydomain *v = rc ? NULL : realloc(c->domains, (c->ndomains + 1) * sizeof *v);
-    if (!rc && !v)
+        rc = read_root(&w, c, &dom, &into);
+    if (!rc && into)
+        rc = merge_domain(into, &dom, err);
+    rld_ydomain *v = rc || into ? NULL : realloc(c->domains, (c->ndomains + 1) * sizeof *v);
+    if (!rc && !into && !v)
         rc = rl_errf(err, RL_ENOMEM, "out of memory");
     if (rc) {
         free_domain(&dom);
-    } else {
+    } else if (!into) {
         c->domains = v;
         c->domains[c->ndomains++] = dom;
     }
@@ -654,11 +696,17 @@ rld_yconf *rld_yconf_new(void)
 
 int rld_yaml_load(const char *path, rld_yconf **out, rl_err *err)
 {
+    return rld_yaml_load_merging(path, 0, out, err);
+}
+
+int rld_yaml_load_merging(const char *path, int merge_domains, rld_yconf **out, rl_err *err)
+{
     struct stat st;
     rld_yconf *c = rld_yconf_new();
     *out = NULL;
     if (!c)
         return rl_errf(err, RL_ENOMEM, "out of memory");
+    c->merge_domains = merge_domains;
     int rc = stat(path, &st) == 0 && S_ISDIR(st.st_mode) ? parse_dir(c, path, err)
                                                          : parse_file(c, path, path, err);
     if (rc) {

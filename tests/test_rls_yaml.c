@@ -965,6 +965,139 @@ START_TEST(statistics_as_upstream_counts)
 }
 END_TEST
 
+/* How many lines of text start with prefix. */
+static int lines_with(const char *text, const char *prefix)
+{
+    int n = 0;
+    for (const char *p = text; p && *p; p = strchr(p, '\n'), p = p ? p + 1 : NULL)
+        n += strncmp(p, prefix, strlen(prefix)) == 0;
+    return n;
+}
+
+START_TEST(statistics_under_share_threshold)
+{
+    /* upstream's TestShareThreshold ("share_threshold with metrics"), from its
+     * share_threshold.yaml: the values a wildcard shares a counter for share one series, named
+     * by the pattern, even with value_to_metric or detailed_metric */
+    yt t;
+    yt_open(&t,
+            "domain: test-domain\n"
+            "descriptors:\n"
+            "  - key: route\n"
+            "    value: api/*\n"
+            "    share_threshold: true\n"
+            "    value_to_metric: true\n"
+            "    descriptors:\n"
+            "      - key: method\n"
+            "        rate_limit: {unit: minute, requests_per_unit: 60}\n"
+            "  - key: service\n"
+            "    value: svc/*\n"
+            "    share_threshold: true\n"
+            "    descriptors:\n"
+            "      - key: endpoint\n"
+            "        detailed_metric: true\n"
+            "        rate_limit: {unit: minute, requests_per_unit: 80}\n",
+            NULL);
+    yt_ask(&t, "test-domain", 0, 0, "route=api/v1, method=GET");
+    yt_ask(&t, "test-domain", 0, 2, "route=api/v2, method=POST");
+    yt_ask(&t, "test-domain", 0, 0, "service=svc/user, endpoint=get");
+    yt_ask(&t, "test-domain", 0, 0, "service=svc/admin, endpoint=get");
+    yt_ask(&t, "test-domain", 0, 0, "service=svc/admin, endpoint=put");
+    const char *m = metrics_of(&t);
+    has_line(m, "ratelimit_service_rate_limit_total_hits{domain=\"test-domain\","
+                "key1=\"route_api/*\",key2=\"method\"} 3");
+    has_line(m, "ratelimit_service_rate_limit_total_hits{domain=\"test-domain\","
+                "key1=\"service_svc/*\",key2=\"endpoint_get\"} 2");
+    has_line(m, "ratelimit_service_rate_limit_total_hits{domain=\"test-domain\","
+                "key1=\"service_svc/*\",key2=\"endpoint_put\"} 1");
+    ck_assert_msg(!strstr(m, "api/v") && !strstr(m, "svc/user") && !strstr(m, "svc/admin"),
+                  "a series per value:\n%s", m);
+    ck_assert_int_eq(lines_with(m, "ratelimit_service_rate_limit_total_hits{domain=\"test-domain\","
+                                   "key1=\"route_api/*\",key2=\"method\"}"),
+                     1);
+    yt_close(&t);
+}
+END_TEST
+
+START_TEST(one_series_per_label_set)
+{
+    /* upstream's TestValueToMetric_WithEmptyValue: an empty value is written without "_"; when
+     * every value is empty the key is the configured one, and so is the series (one, not two
+     * with the same labels) */
+    yt t;
+    yt_open(&t,
+            "domain: domain\n"
+            "descriptors:\n"
+            "  - key: route\n"
+            "    value_to_metric: true\n"
+            "    descriptors:\n"
+            "      - key: http_method\n"
+            "        value_to_metric: true\n"
+            "        descriptors:\n"
+            "          - key: subject_id\n"
+            "            rate_limit: {unit: minute, requests_per_unit: 60}\n",
+            NULL);
+    yt_ask(&t, "domain", 0, 0, "route=, http_method=GET, subject_id=123");
+    yt_ask(&t, "domain", 0, 0, "route=draw, http_method=, subject_id=123");
+    yt_ask(&t, "domain", 0, 0, "route=, http_method=, subject_id=123");
+    yt_ask(&t, "domain", 0, 0, "route=, http_method=, subject_id=456");
+    const char *m = metrics_of(&t);
+    has_line(m, "ratelimit_service_rate_limit_total_hits{domain=\"domain\",key1=\"route\","
+                "key2=\"http_method_GET\",key3=\"subject_id\"} 1");
+    has_line(m, "ratelimit_service_rate_limit_total_hits{domain=\"domain\",key1=\"route_draw\","
+                "key2=\"http_method\",key3=\"subject_id\"} 1");
+    has_line(m, "ratelimit_service_rate_limit_total_hits{domain=\"domain\",key1=\"route\","
+                "key2=\"http_method\",key3=\"subject_id\"} 2");
+    ck_assert_int_eq(lines_with(m, "ratelimit_service_rate_limit_total_hits{domain=\"domain\","
+                                   "key1=\"route\",key2=\"http_method\",key3=\"subject_id\"}"),
+                     1);
+    yt_close(&t);
+}
+END_TEST
+
+START_TEST(extra_tags_and_service_counters)
+{
+    /* EXTRA_TAGS=region:us,zone:a: two labels after the others on every ratelimit_service_*
+     * series; config_load_success is the load at start, config_load_error counts refused
+     * reloads */
+    yt t;
+    rl_err err;
+    yt_open(&t, ex6, NULL);
+    ck_assert_int_eq(rld_yrls_set_extra_tags(t.y, "region:us,zone:a", &err), RL_OK);
+    yt_ask(&t, "example6", 5, 0, "service=s, user=user-b");
+    rld_yrls_load_error(t.y);
+    const char *m = metrics_of(&t);
+    has_line(m, "ratelimit_service_rate_limit_total_hits{domain=\"example6\",key1=\"service\","
+                "key2=\"user_user-b\",region=\"us\",zone=\"a\"} 1");
+    has_line(m, "ratelimit_service_config_load_success{region=\"us\",zone=\"a\"} 1");
+    has_line(m, "ratelimit_service_config_load_error{region=\"us\",zone=\"a\"} 1");
+    has_line(m, "ratelimit_service_global_shadow_mode{region=\"us\",zone=\"a\"} 0");
+    ck_assert_int_eq(lines_with(m, "ratelimit_service_rate_limit_total_hits{domain=\"example6\","
+                                   "key1=\"service\",key2=\"user_user-b\"}"),
+                     0);
+    /* a value with a quote is escaped; bad tags are refused naming the variable */
+    ck_assert_int_eq(rld_yrls_set_extra_tags(t.y, "build:\"x\"", &err), RL_OK);
+    has_line(metrics_of(&t), "ratelimit_service_config_load_success{build=\"\\\"x\\\"\"} 1");
+    static const struct {
+        const char *spec, *msg;
+    } bad[] = {
+        {"region", "EXTRA_TAGS: 'region' is not <name>:<value>"},
+        {"region:us,", "EXTRA_TAGS: '' is not <name>:<value>"},
+        {"re-gion:us", "EXTRA_TAGS: 're-gion' is not a Prometheus label name ([a-zA-Z_][a-zA-Z0-9_]*)"},
+        {"domain:x", "EXTRA_TAGS: 'domain' is a label of the statistics themselves (domain, key1, "
+                     "key2, ...)"},
+        {"key2:x", "EXTRA_TAGS: 'key2' is a label of the statistics themselves (domain, key1, "
+                   "key2, ...)"},
+        {"a:1,a:2", "EXTRA_TAGS: 'a' is given twice"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        ck_assert_int_eq(rld_yrls_set_extra_tags(t.y, bad[i].spec, &err), RL_EINVAL);
+        ck_assert_str_eq(err.msg, bad[i].msg);
+    }
+    yt_close(&t);
+}
+END_TEST
+
 /* ---- threads -------------------------------------------------------------------------------- */
 
 static yt shared;
@@ -1052,6 +1185,9 @@ static Suite *rls_yaml_suite(void)
     tcase_add_test(tc, bad_requests);
     tcase_add_test(tc, keys_are_found_again_from_the_store);
     tcase_add_test(tc, statistics_as_upstream_counts);
+    tcase_add_test(tc, statistics_under_share_threshold);
+    tcase_add_test(tc, one_series_per_label_set);
+    tcase_add_test(tc, extra_tags_and_service_counters);
     tcase_add_test(tc, threads_share_counters_and_stats);
     suite_add_tcase(s, tc);
     return s;

@@ -119,7 +119,7 @@ int rld_yrls_set_extra_tags(rld_yrls *y, const char *spec, rl_err *err)
     rld_buf b;
     int rc = RL_OK;
     rld_buf_init(&b, buf, sizeof buf);
-    for (const char *p = spec; *p && rc == RL_OK;) {
+    for (const char *p = spec; p && rc == RL_OK;) {
         const char *end = strchr(p, ','), *colon;
         size_t n = end ? (size_t)(end - p) : strlen(p);
         colon = memchr(p, ':', n);
@@ -143,7 +143,7 @@ int rld_yrls_set_extra_tags(rld_yrls *y, const char *spec, rl_err *err)
             label_value(&b, colon + 1, n - (size_t)(colon - p) - 1);
             rld_buf_putc(&b, '"');
         }
-        p += n + (end != NULL);
+        p = end ? end + 1 : NULL;
     }
     if (rc == RL_OK && b.oom)
         rc = rl_errf(err, RL_EINVAL, "EXTRA_TAGS: longer than %zu bytes", sizeof buf / 2);
@@ -916,7 +916,9 @@ static size_t own_stat_key(const rld_ydescreq *d, const rld_ystatus *st,
     for (size_t j = 0; j < d->nentries; j++) {
         const rld_yentry *e = &d->entries[j];
         const rld_ydesc *n = st->matched ? path[j] : NULL;
-        if (!n || st->matched->detailed_metric || n->value_to_metric)
+        /* share_threshold: the values a wildcard shares a counter for share a series, named by
+         * the pattern, whatever detailed_metric and value_to_metric say (as upstream) */
+        if (!n || ((st->matched->detailed_metric || n->value_to_metric) && !n->share_threshold))
             put_entry(&k, e, e->value, e->value_len, j == 0);
         else
             put_entry(&k, e, n->value ? n->value : "", n->value ? strlen(n->value) : 0, j == 0);
@@ -936,6 +938,12 @@ static ystat *stat_of(rld_yrls *y, size_t di, const rld_ydescreq *d, const rld_y
     size_t n = own_stat_key(d, st, path, key, sizeof key);
     if (!n)
         return fallback;
+    /* one series per label set: a key that names a configured limit's series (an empty value
+     * under value_to_metric, a shared wildcard) counts in that series, as upstream's counters
+     * of one name are one counter */
+    for (size_t k = 0; k < y->conf->domains[di].nlimits; k++)
+        if (yd->stat_key[k] && strcmp(yd->stat_key[k], key) == 0)
+            return &yd->stats[k];
     ystat *found = NULL;
     pthread_mutex_lock(&y->mu);
     for (size_t i = 0; i < y->ndyn && !found; i++)

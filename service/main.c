@@ -294,6 +294,10 @@ static int upstream_env(rld_yrls *yrls, rl_err *err)
         return RL_EINVAL;
     if (on) /* its global shadow mode */
         rld_yrls_set_global_shadow(yrls);
+    if (env_flag("RESPONSE_DYNAMIC_METADATA", &on, err) != RL_OK)
+        return RL_EINVAL;
+    if (on)
+        rld_yrls_set_dynamic_metadata(yrls);
     const char *tags = getenv("EXTRA_TAGS");
     if (tags && *tags && rld_yrls_set_extra_tags(yrls, tags, err) != RL_OK)
         return RL_EINVAL;

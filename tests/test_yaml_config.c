@@ -158,6 +158,10 @@ static const struct {
     {"domain: d\ndescriptors:\n  - key: a\n    descriptors:\n      - key: b\n"
      "        rate_limit: {unit: second, unlimited: 1}\n",
      "bad.yaml: descriptors[0].descriptors[0].rate_limit.unlimited: must be true or false"},
+    {"domain: d\ndescriptors:\n  - key: a\n    metadata: [x]\n",
+     "bad.yaml: descriptors[0].metadata: must be a mapping"},
+    {"domain: d\ndescriptors:\n  - key: a\n    metadata: {a: {b: 1, b: 2}}\n",
+     "bad.yaml: descriptors[0].metadata.a.b: key 'b' is given twice"},
     {"domain: d\ndescriptors:\n  - key: a\n    quota_mode: sometimes\n",
      "bad.yaml: descriptors[0].quota_mode: must be true or false"},
     {"domain: d\ndescriptors:\n  - key: a\n    unit: second\n",
@@ -308,6 +312,33 @@ START_TEST(merged_domains)
 }
 END_TEST
 
+START_TEST(metadata_is_kept)
+{
+    rld_yconf *c = rld_yconf_new();
+    rl_err err;
+    const char *y = "domain: d\n"
+                    "descriptors:\n"
+                    "  - key: a\n"
+                    "    metadata: {name: s1, n: 2.5, on: true, none: ~, l: [1, x]}\n";
+    ck_assert_msg(rld_yaml_parse(c, "m.yaml", y, strlen(y), &err) == 0, "%s", err.msg);
+    const rld_ymeta *m = c->domains[0].children[0].metadata;
+    ck_assert_ptr_nonnull(m);
+    ck_assert_int_eq(m->type, RLD_YMETA_STRUCT);
+    ck_assert_uint_eq(m->n, 5);
+    ck_assert_str_eq(m->keys[0], "name");
+    ck_assert_str_eq(m->v[0].s, "s1");
+    ck_assert_int_eq(m->v[1].type, RLD_YMETA_NUMBER);
+    ck_assert(m->v[1].number == 2.5);
+    ck_assert_int_eq(m->v[2].type, RLD_YMETA_BOOL);
+    ck_assert_int_eq(m->v[2].b, 1);
+    ck_assert_int_eq(m->v[3].type, RLD_YMETA_NULL);
+    ck_assert_int_eq(m->v[4].type, RLD_YMETA_LIST);
+    ck_assert_uint_eq(m->v[4].n, 2);
+    ck_assert_str_eq(m->v[4].v[1].s, "x");
+    rld_yconf_free(c);
+}
+END_TEST
+
 START_TEST(empty_directory)
 {
     rld_yconf *c;
@@ -368,6 +399,7 @@ static Suite *yaml_suite(void)
     tcase_add_test(tc, directory_of_files);
     tcase_add_test(tc, empty_directory);
     tcase_add_test(tc, merged_domains);
+    tcase_add_test(tc, metadata_is_kept);
     tcase_add_test(tc, shipped_yaml_loads);
     tcase_add_test(tc, units);
     suite_add_tcase(s, tc);

@@ -67,6 +67,7 @@ struct rld_yrls {
     uint64_t load_errors;        /* reloads refused (a YAML configuration loads at start only) */
     char *extra;                 /* EXTRA_TAGS as labels: ",region=\"us\",zone=\"a\"", or NULL */
     int upstream_headers;
+    int dynamic_metadata; /* RESPONSE_DYNAMIC_METADATA */
     char header[3][64]; /* envoyproxy/ratelimit's limit, remaining and reset header names */
 };
 
@@ -154,6 +155,16 @@ int rld_yrls_set_extra_tags(rld_yrls *y, const char *spec, rl_err *err)
     }
     rld_buf_reset(&b);
     return rc;
+}
+
+void rld_yrls_set_dynamic_metadata(rld_yrls *y)
+{
+    y->dynamic_metadata = 1;
+}
+
+int rld_yrls_dynamic_metadata(const rld_yrls *y)
+{
+    return y->dynamic_metadata;
 }
 
 void rld_yrls_load_error(rld_yrls *y)

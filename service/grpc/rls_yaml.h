@@ -60,6 +60,11 @@ void rld_yrls_set_global_shadow(rld_yrls *y);
  * EXTRA_TAGS for a tag without ':', a name that is no Prometheus label name, one given twice
  * or one of the series' own labels (domain, key<n>). Before the metrics are read. */
 int rld_yrls_set_extra_tags(rld_yrls *y, const char *spec, rl_err *err);
+/* envoyproxy/ratelimit's RESPONSE_DYNAMIC_METADATA: every answer carries dynamic_metadata
+ * (rls_yaml_grpc.h). Before the matcher decides anything. */
+void rld_yrls_set_dynamic_metadata(rld_yrls *y);
+/* 1 when it is on. */
+int rld_yrls_dynamic_metadata(const rld_yrls *y);
 /* Counts a failed configuration load (ratelimit_service_config_load_error). */
 void rld_yrls_load_error(rld_yrls *y);
 /* 1 and the three names when they are on, else 0. */

@@ -353,6 +353,75 @@ typedef struct list_ctx {
 static int get_descriptors(walk *w, const yaml_node_t *n, list_ctx *lc, rld_ydesc **out,
                            size_t *nout);
 
+static void free_meta(rld_ymeta *m)
+{
+    for (size_t i = 0; i < m->n; i++) {
+        free_meta(&m->v[i]);
+        if (m->keys)
+            free(m->keys[i]);
+    }
+    free(m->keys);
+    free(m->v);
+    free(m->s);
+}
+
+/* A YAML value as JSON would hold it: mappings (string keys) are structs, sequences lists,
+ * scalars by their type (numbers as doubles, as google.protobuf.Value holds them). */
+static int get_meta(walk *w, const yaml_node_t *n, rld_ymeta *m, int depth)
+{
+    if (depth > 32)
+        return fail(w, "nested more than 32 deep");
+    if (n->type == YAML_SCALAR_NODE) {
+        switch (scalar_type(n)) {
+        case S_NULL:
+            m->type = RLD_YMETA_NULL;
+            return 0;
+        case S_BOOL:
+            m->type = RLD_YMETA_BOOL;
+            m->b = in_list(sval(n), trues);
+            return 0;
+        case S_INT:
+        case S_FLOAT:
+            m->type = RLD_YMETA_NUMBER;
+            m->number = strtod(sval(n), NULL);
+            return 0;
+        default:
+            m->type = RLD_YMETA_STRING;
+            return (m->s = strdup(sval(n))) ? 0 : rl_errf(w->err, RL_ENOMEM, "out of memory");
+        }
+    }
+    int map = n->type == YAML_MAPPING_NODE;
+    size_t count = map ? (size_t)(n->data.mapping.pairs.top - n->data.mapping.pairs.start)
+                       : (size_t)(n->data.sequence.items.top - n->data.sequence.items.start);
+    m->type = map ? RLD_YMETA_STRUCT : RLD_YMETA_LIST;
+    if (count && (!(m->v = calloc(count, sizeof *m->v)) ||
+                  (map && !(m->keys = calloc(count, sizeof *m->keys)))))
+        return rl_errf(w->err, RL_ENOMEM, "out of memory");
+    for (size_t i = 0; i < count; i++) {
+        const yaml_node_t *k = NULL, *v;
+        if (map) {
+            k = yaml_document_get_node(w->doc, n->data.mapping.pairs.start[i].key);
+            v = yaml_document_get_node(w->doc, n->data.mapping.pairs.start[i].value);
+            if (k->type != YAML_SCALAR_NODE)
+                return fail(w, "a key must be a string");
+        } else {
+            v = yaml_document_get_node(w->doc, n->data.sequence.items.start[i]);
+        }
+        size_t old = push(w, map ? sval(k) : NULL, map ? -1 : (long)i);
+        m->n = i + 1;
+        if (map && !(m->keys[i] = strdup(sval(k))))
+            return rl_errf(w->err, RL_ENOMEM, "out of memory");
+        for (size_t j = 0; map && j < i; j++)
+            if (strcmp(m->keys[j], m->keys[i]) == 0)
+                return fail(w, "key '%s' is given twice", m->keys[i]);
+        int rc = get_meta(w, v, &m->v[i], depth + 1);
+        if (rc)
+            return rc;
+        pop(w, old);
+    }
+    return 0;
+}
+
 typedef struct desc_ctx {
     rld_ydesc *d;
     const yaml_node_t *children;
@@ -379,11 +448,20 @@ static int desc_field(walk *w, const char *key, const yaml_node_t *v, void *ctx)
         return get_bool(w, v, &d->charge);
     if (strcmp(key, "quota_mode") == 0)
         return get_bool(w, v, &d->quota_mode);
+    if (strcmp(key, "metadata") == 0) {
+        if (v->type == YAML_SCALAR_NODE && scalar_type(v) == S_NULL)
+            return 0;
+        if (v->type != YAML_MAPPING_NODE)
+            return fail(w, "must be a mapping");
+        if (!(d->metadata = calloc(1, sizeof *d->metadata)))
+            return rl_errf(w->err, RL_ENOMEM, "out of memory");
+        return get_meta(w, v, d->metadata, 0);
+    }
     if (strcmp(key, "descriptors") == 0)
         dc->children = v; /* read once the key and value are known */
     else if (strcmp(key, "rate_limit") == 0)
         dc->limit = v;
-    return 0; /* metadata: free-form, not used */
+    return 0;
 }
 
 static int get_descriptor(walk *w, const yaml_node_t *n, list_ctx *lc, rld_ydesc *d)
@@ -489,6 +567,9 @@ static void free_desc(rld_ydesc *d)
     for (size_t i = 0; i < d->limit.nreplaces; i++)
         free(d->limit.replaces[i]);
     free(d->limit.replaces);
+    if (d->metadata)
+        free_meta(d->metadata);
+    free(d->metadata);
 }
 
 static void free_domain(rld_ydomain *dom)

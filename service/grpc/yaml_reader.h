@@ -60,6 +60,27 @@ typedef struct rld_ylimit {
     char *algorithm; /* extension: a native rule type; NULL: the fixed window */
 } rld_ylimit;
 
+/* A descriptor's metadata, a JSON value as YAML wrote it (upstream's google.protobuf.Struct
+ * of the limit): its mapping's keys in file order. */
+typedef enum rld_ymeta_type {
+    RLD_YMETA_NULL,
+    RLD_YMETA_BOOL,
+    RLD_YMETA_NUMBER,
+    RLD_YMETA_STRING,
+    RLD_YMETA_STRUCT,
+    RLD_YMETA_LIST
+} rld_ymeta_type;
+
+typedef struct rld_ymeta {
+    rld_ymeta_type type;
+    int b;
+    double number;
+    char *s;               /* RLD_YMETA_STRING */
+    size_t n;              /* members of a struct or list */
+    char **keys;           /* RLD_YMETA_STRUCT: n names */
+    struct rld_ymeta *v;   /* n values */
+} rld_ymeta;
+
 typedef struct rld_ydesc {
     char *key;
     char *value;      /* NULL: every value counted on its own */
@@ -69,6 +90,7 @@ typedef struct rld_ydesc {
     int has_limit;
     rld_ylimit limit;
     int shadow_mode, detailed_metric, value_to_metric, share_threshold, charge, quota_mode;
+    rld_ymeta *metadata; /* NULL when none; a RLD_YMETA_STRUCT */
     size_t nchildren;
     struct rld_ydesc *children;
     size_t id; /* index of a descriptor with a limit among its domain's, from 0 */

@@ -10,6 +10,7 @@ import os
 import sys
 import tempfile
 import unittest
+import urllib.error
 import urllib.request
 
 import grpc
@@ -374,6 +375,15 @@ class GrpcYamlGlobalShadowTest(unittest.TestCase):
         self.assertEqual(codes, [(ok, ok, ok), (ok, over, ok)])
         m = metrics(self.d)
         self.assertIn("\nratelimit_service_global_shadow_mode 1\n", m)
+        # a reload is refused for a YAML configuration: a failed load, the one in force stays
+        self.assertIn("\nratelimit_service_config_load_error 0\n", m)
+        req = urllib.request.Request("http://%s/admin/reload" % self.d.http_addr, method="POST",
+                                     data=b"")
+        with self.assertRaises(urllib.error.HTTPError):
+            urllib.request.urlopen(req, timeout=5)
+        m = metrics(self.d)
+        self.assertIn("\nratelimit_service_config_load_error 1\n", m)
+        self.assertIn("\nratelimit_service_config_load_success 1\n", m)
         self.assertIn('\nratelimit_service_rate_limit_over_limit{domain="shadow",key1="user"} 1\n',
                       m)
 

@@ -218,6 +218,18 @@ static int grpc_tls_open(const rld_settings *set, int log, rld_net_tls **out, rl
     return RL_OK;
 }
 
+/* An envoyproxy/ratelimit boolean variable into *on (unset or empty: 0); RL_EINVAL naming it
+ * when it is not a Go boolean, as upstream refuses to start. */
+static int env_flag(const char *name, int *on, rl_err *err)
+{
+    const char *v = getenv(name);
+    *on = v && *v ? rld_value_go_bool(v) : 0;
+    if (*on < 0)
+        return rl_errf(err, RL_EINVAL, "%s: must be true or false (1, t, true, TRUE, True, or "
+                       "0, f, false, FALSE, False), not '%.64s'", name, v);
+    return RL_OK;
+}
+
 /* Loads a configuration: JSON, or envoyproxy/ratelimit's YAML (a .yaml or .yml file or a
  * directory of them, alone with default settings or named by the JSON's "ratelimit_config"),
  * which makes *yrls, the matcher that decides rate limit requests (freed after the limiter).
@@ -239,7 +251,9 @@ static int load_config(const char *path, rl_registry *reg, rld_settings *set, rl
     }
     /* the JSON's own levels, if any, are decided beside the YAML's limits */
     rl_config *base = *cfg;
-    if ((rc = rld_yaml_load(yaml, &c, err)) != RL_OK)
+    int merge;
+    if ((rc = env_flag("MERGE_DOMAIN_CONFIG", &merge, err)) != RL_OK ||
+        (rc = rld_yaml_load_merging(yaml, merge, &c, err)) != RL_OK)
         rl_config_free(base);
     else if ((rc = rld_yrls_new_beside(c, reg, base, yrls, cfg, err)) == RL_OK)
         (*cfg)->reservation_ttl = set->reservation_ttl;
@@ -249,29 +263,38 @@ static int load_config(const char *path, rl_registry *reg, rld_settings *set, rl
 }
 
 /* envoyproxy/ratelimit's environment variables: its response headers, turned on as there by
- * LIMIT_RESPONSE_HEADERS_ENABLED (a Go boolean: 1, t, T, true, True, TRUE) and named by
- * LIMIT_LIMIT_HEADER, LIMIT_REMAINING_HEADER and LIMIT_RESET_HEADER; its global SHADOW_MODE. */
-static void upstream_env(rld_yrls *yrls)
+ * LIMIT_RESPONSE_HEADERS_ENABLED (a Go boolean) and named by LIMIT_LIMIT_HEADER,
+ * LIMIT_REMAINING_HEADER and LIMIT_RESET_HEADER; its global SHADOW_MODE; its EXTRA_TAGS
+ * (RL_EINVAL with err naming it when it does not read). MERGE_DOMAIN_CONFIG is read by
+ * load_config. */
+static int upstream_env(rld_yrls *yrls, rl_err *err)
 {
-    static const char *const yes[] = {"1", "t", "T", "true", "True", "TRUE"};
-    const char *on = getenv("LIMIT_RESPONSE_HEADERS_ENABLED"), *v[3];
+    const char *v[3];
     static const char *const vars[3][2] = {{"LIMIT_LIMIT_HEADER", "RateLimit-Limit"},
                                            {"LIMIT_REMAINING_HEADER", "RateLimit-Remaining"},
                                            {"LIMIT_RESET_HEADER", "RateLimit-Reset"}};
-    int enabled = 0;
-    for (size_t i = 0; on && i < sizeof yes / sizeof yes[0]; i++)
-        enabled |= strcmp(on, yes[i]) == 0;
     if (!yrls)
-        return;
-    on = getenv("SHADOW_MODE"); /* its global shadow mode */
-    for (size_t i = 0; on && i < sizeof yes / sizeof yes[0]; i++)
-        if (strcmp(on, yes[i]) == 0)
-            rld_yrls_set_global_shadow(yrls);
-    if (!enabled)
-        return;
+        return RL_OK;
+    int on;
+    if (env_flag("SHADOW_MODE", &on, err) != RL_OK)
+        return RL_EINVAL;
+    if (on) /* its global shadow mode */
+        rld_yrls_set_global_shadow(yrls);
+    if (env_flag("RESPONSE_DYNAMIC_METADATA", &on, err) != RL_OK)
+        return RL_EINVAL;
+    if (on)
+        rld_yrls_set_dynamic_metadata(yrls);
+    const char *tags = getenv("EXTRA_TAGS");
+    if (tags && *tags && rld_yrls_set_extra_tags(yrls, tags, err) != RL_OK)
+        return RL_EINVAL;
+    if (env_flag("LIMIT_RESPONSE_HEADERS_ENABLED", &on, err) != RL_OK)
+        return RL_EINVAL;
+    if (!on)
+        return RL_OK;
     for (int i = 0; i < 3; i++)
         v[i] = getenv(vars[i][0]) && *getenv(vars[i][0]) ? getenv(vars[i][0]) : vars[i][1];
     rld_yrls_set_upstream_headers(yrls, v[0], v[1], v[2]);
+    return RL_OK;
 }
 
 /* Checks what starting would check, without binding or connecting: with the Redis store its
@@ -627,7 +650,10 @@ static int open_app(daemon_parts *dp)
     dp->app_ready = 1;
     if (open_alerts(dp) != 0)
         return 1;
-    upstream_env(dp->yrls);
+    if (upstream_env(dp->yrls, &err) != RL_OK) {
+        rld_log("error: %s", err.msg);
+        return 1;
+    }
     if (dp->yrls && rld_app_attach(&dp->app, &rld_yrls_part_ops, dp->yrls) != RL_OK) {
         rld_log("error: the app holds no more parts");
         return 1;

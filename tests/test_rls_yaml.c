@@ -40,6 +40,24 @@ static void expect_none(const yt *t, size_t i)
     ck_assert_uint_eq(t->st[i].remaining, t->st[i].unlimited ? UINT32_MAX : 0);
 }
 
+static char *metrics_of(yt *t)
+{
+    static char text[16384];
+    rld_buf b;
+    rld_buf_init(&b, text, sizeof text);
+    rld_yrls_metrics(t->y, &b);
+    ck_assert(!rld_buf_on_heap(&b));
+    rld_buf_cstr(&b);
+    return text;
+}
+
+static void has_line(const char *text, const char *line)
+{
+    char want[400];
+    snprintf(want, sizeof want, "\n%s\n", line);
+    ck_assert_msg(strstr(text, want) != NULL, "no line \"%s\" in:\n%s", line, text);
+}
+
 /* ---- README example 1: two values of one key, 500 a second each -------------------------- */
 
 static const char *ex1 = "domain: mongo_cps\n"
@@ -276,16 +294,158 @@ END_TEST
 
 START_TEST(global_shadow_mode)
 {
-    /* SHADOW_MODE: user-b's 20 is counted, never denies; a 21st is let through uncounted */
+    /* SHADOW_MODE as upstream answers it (its TestServiceGlobalShadowMode): a descriptor over
+     * its limit stays OVER_LIMIT, only the overall code is OK, and global_shadow_mode counts
+     * the request. user-b's 20 are counted; the 21st is let through, not counted (it does not
+     * fit), and counted over_limit. user-a, shadow_mode of its own, answers OK as ever. */
     yt t;
     yt_open(&t, ex6, NULL);
     rld_yrls_set_global_shadow(t.y);
     ck_assert_int_eq(yt_ask(&t, "example6", 5, 20, "service=s, user=user-b"), OK);
     expect(&t, 0, OK, 20, RLD_UNIT_SECOND, 0, 1);
-    ck_assert_int_eq(yt_ask(&t, "example6", 5, 0, "service=s, user=user-b"), OK);
+    ck_assert_int_eq(yt_ask(&t, "example6", 5, 0, "service=s, user=user-b; nothing=here"), OK);
+    expect(&t, 0, OVER, 20, RLD_UNIT_SECOND, 0, 1);
+    expect_none(&t, 1);
+    ck_assert(!t.st[0].shadow_denied);
+    for (int i = 0; i < 11; i++)
+        ck_assert_int_eq(yt_ask(&t, "example6", 5, 0, "service=s, user=user-a"), OK);
+    expect(&t, 0, OK, 10, RLD_UNIT_SECOND, 0, 1);
     ck_assert(t.st[0].shadow_denied);
     ck_assert_int_eq(yt_ask(&t, "example6", 6, 0, "service=s, user=user-b"), OK);
     expect(&t, 0, OK, 20, RLD_UNIT_SECOND, 19, 1);
+    const char *m = metrics_of(&t);
+    has_line(m, "ratelimit_service_global_shadow_mode 1");
+    has_line(m, "ratelimit_service_rate_limit_over_limit{domain=\"example6\",key1=\"service\","
+                "key2=\"user_user-b\"} 1");
+    has_line(m, "ratelimit_service_rate_limit_total_hits{domain=\"example6\",key1=\"service\","
+                "key2=\"user_user-b\"} 22");
+    yt_close(&t);
+
+    /* without it the same request is OVER_LIMIT and nothing counts the global mode */
+    yt_open(&t, ex6, NULL);
+    ck_assert_int_eq(yt_ask(&t, "example6", 5, 21, "service=s, user=user-b"), OVER);
+    has_line(metrics_of(&t), "ratelimit_service_global_shadow_mode 0");
+    yt_close(&t);
+}
+END_TEST
+
+/* ---- quota_mode (upstream's TestServicePerDescriptorQuotaMode and the cases after it) ------- */
+
+static const char *quota = "domain: quota-domain\n"
+                           "descriptors:\n"
+                           "  - key: regular\n"
+                           "    value: limit\n"
+                           "    rate_limit: {unit: minute, requests_per_unit: 5}\n"
+                           "  - key: quota\n"
+                           "    value: limit\n"
+                           "    quota_mode: true\n"
+                           "    rate_limit: {unit: minute, requests_per_unit: 3}\n"
+                           "  - key: quota1\n"
+                           "    value: limit\n"
+                           "    quota_mode: true\n"
+                           "    rate_limit: {unit: minute, requests_per_unit: 5}\n"
+                           "  - key: quota2\n"
+                           "    value: limit\n"
+                           "    quota_mode: true\n"
+                           "    rate_limit: {unit: minute, requests_per_unit: 3}\n";
+
+START_TEST(quota_mode_only_quota_descriptors)
+{
+    /* two quota mode limits, 5 and 3 a minute, one hit a request at t = 10 (reset in 50 s) */
+    yt t;
+    const char *both = "quota1=limit; quota2=limit";
+    yt_open(&t, quota, NULL);
+    for (uint32_t i = 1; i <= 3; i++) {
+        ck_assert_int_eq(yt_ask(&t, "quota-domain", 10, 0, both), OK);
+        expect(&t, 0, OK, 5, RLD_UNIT_MINUTE, 5 - i, 50);
+        expect(&t, 1, OK, 3, RLD_UNIT_MINUTE, 3 - i, 50);
+    }
+    /* some over (TestServiceQuotaModeOnlySomeOverTheLimit): quota2 OVER_LIMIT, the request OK;
+     * quota1 counts the hit, quota2 (no room) does not */
+    ck_assert_int_eq(yt_ask(&t, "quota-domain", 10, 0, both), OK);
+    expect(&t, 0, OK, 5, RLD_UNIT_MINUTE, 1, 50);
+    expect(&t, 1, OVER, 3, RLD_UNIT_MINUTE, 0, 50);
+    ck_assert_int_eq(yt_ask(&t, "quota-domain", 10, 0, both), OK);
+    expect(&t, 0, OK, 5, RLD_UNIT_MINUTE, 0, 50);
+    expect(&t, 1, OVER, 3, RLD_UNIT_MINUTE, 0, 50);
+    /* all over (TestServiceQuotaModeOnlyAllOverTheLimit): OVER_LIMIT */
+    ck_assert_int_eq(yt_ask(&t, "quota-domain", 10, 0, both), OVER);
+    expect(&t, 0, OVER, 5, RLD_UNIT_MINUTE, 0, 50);
+    expect(&t, 1, OVER, 3, RLD_UNIT_MINUTE, 0, 50);
+    /* the next minute both have room again */
+    ck_assert_int_eq(yt_ask(&t, "quota-domain", 60, 0, both), OK);
+    expect(&t, 0, OK, 5, RLD_UNIT_MINUTE, 4, 60);
+    expect(&t, 1, OK, 3, RLD_UNIT_MINUTE, 2, 60);
+    const char *m = metrics_of(&t);
+    /* quota2: 3 within, then 3 over (2 let through, 1 in the denied request) */
+    has_line(m, "ratelimit_service_rate_limit_over_limit{domain=\"quota-domain\","
+                "key1=\"quota2_limit\"} 3");
+    has_line(m, "ratelimit_service_rate_limit_within_limit{domain=\"quota-domain\","
+                "key1=\"quota2_limit\"} 4");
+    yt_close(&t);
+}
+END_TEST
+
+START_TEST(quota_mode_beside_a_rate_limit)
+{
+    yt t;
+    const char *both = "regular=limit; quota=limit";
+    yt_open(&t, quota, NULL);
+    /* under both (TestServiceMixedPerDescriptorModesUnderLimit): OK */
+    for (uint32_t i = 1; i <= 3; i++) {
+        ck_assert_int_eq(yt_ask(&t, "quota-domain", 10, 0, both), OK);
+        expect(&t, 0, OK, 5, RLD_UNIT_MINUTE, 5 - i, 50);
+        expect(&t, 1, OK, 3, RLD_UNIT_MINUTE, 3 - i, 50);
+    }
+    /* the only quota mode limit over (TestServiceMixedPerDescriptorModes): every quota mode
+     * limit is over, so OVER_LIMIT; a denied request counts nothing, regular keeps its 2 */
+    ck_assert_int_eq(yt_ask(&t, "quota-domain", 10, 0, both), OVER);
+    expect(&t, 0, OK, 5, RLD_UNIT_MINUTE, 2, 50);
+    expect(&t, 1, OVER, 3, RLD_UNIT_MINUTE, 0, 50);
+    ck_assert_int_eq(yt_ask(&t, "quota-domain", 10, 0, "regular=limit"), OK);
+    expect(&t, 0, OK, 5, RLD_UNIT_MINUTE, 1, 50);
+    /* beside another quota mode limit with room, the over one no longer denies */
+    ck_assert_int_eq(yt_ask(&t, "quota-domain", 10, 0, "regular=limit; quota=limit; quota1=limit"),
+                     OK);
+    expect(&t, 0, OK, 5, RLD_UNIT_MINUTE, 0, 50);
+    expect(&t, 1, OVER, 3, RLD_UNIT_MINUTE, 0, 50);
+    expect(&t, 2, OK, 5, RLD_UNIT_MINUTE, 4, 50);
+    /* the rate limit over, the quota with room (TestServicePerDescriptorQuotaMode): OVER_LIMIT,
+     * and the quota is not counted */
+    ck_assert_int_eq(yt_ask(&t, "quota-domain", 70, 5, "regular=limit"), OK);
+    ck_assert_int_eq(yt_ask(&t, "quota-domain", 70, 0, both), OVER);
+    expect(&t, 0, OVER, 5, RLD_UNIT_MINUTE, 0, 50);
+    expect(&t, 1, OK, 3, RLD_UNIT_MINUTE, 3, 50);
+    ck_assert_int_eq(yt_ask(&t, "quota-domain", 70, 0, "quota=limit"), OK);
+    expect(&t, 0, OK, 3, RLD_UNIT_MINUTE, 2, 50);
+    yt_close(&t);
+}
+END_TEST
+
+START_TEST(quota_mode_under_global_shadow_mode)
+{
+    /* TestServiceQuotaModeWithShadowMode and TestServiceMixedModeWithShadowMode: every
+     * descriptor over stays OVER_LIMIT, the overall code is OK, global_shadow_mode counts the
+     * requests it answered OK instead (the first, second and fourth) */
+    yt t;
+    yt_open(&t, quota, NULL);
+    rld_yrls_set_global_shadow(t.y);
+    /* 5 hits: regular fits exactly, quota (3) is over and takes nothing */
+    ck_assert_int_eq(yt_ask(&t, "quota-domain", 10, 5, "regular=limit; quota=limit"), OK);
+    expect(&t, 0, OK, 5, RLD_UNIT_MINUTE, 0, 50);
+    expect(&t, 1, OVER, 3, RLD_UNIT_MINUTE, 0, 50);
+    /* regular over, the quota with room: OVER_LIMIT rewritten, the quota counted */
+    ck_assert_int_eq(yt_ask(&t, "quota-domain", 10, 0, "regular=limit; quota=limit"), OK);
+    expect(&t, 0, OVER, 5, RLD_UNIT_MINUTE, 0, 50);
+    expect(&t, 1, OK, 3, RLD_UNIT_MINUTE, 2, 50);
+    /* 3 hits fit both quota mode limits (5 and 3); 5 more are over both */
+    ck_assert_int_eq(yt_ask(&t, "quota-domain", 10, 3, "quota1=limit; quota2=limit"), OK);
+    expect(&t, 0, OK, 5, RLD_UNIT_MINUTE, 2, 50);
+    expect(&t, 1, OK, 3, RLD_UNIT_MINUTE, 0, 50);
+    ck_assert_int_eq(yt_ask(&t, "quota-domain", 10, 5, "quota1=limit; quota2=limit"), OK);
+    expect(&t, 0, OVER, 5, RLD_UNIT_MINUTE, 0, 50);
+    expect(&t, 1, OVER, 3, RLD_UNIT_MINUTE, 0, 50);
+    has_line(metrics_of(&t), "ratelimit_service_global_shadow_mode 3");
     yt_close(&t);
 }
 END_TEST
@@ -742,24 +902,6 @@ END_TEST
 
 /* ---- statistics -------------------------------------------------------------------------- */
 
-static char *metrics_of(yt *t)
-{
-    static char text[16384];
-    rld_buf b;
-    rld_buf_init(&b, text, sizeof text);
-    rld_yrls_metrics(t->y, &b);
-    ck_assert(!rld_buf_on_heap(&b));
-    rld_buf_cstr(&b);
-    return text;
-}
-
-static void has_line(const char *text, const char *line)
-{
-    char want[400];
-    snprintf(want, sizeof want, "\n%s\n", line);
-    ck_assert_msg(strstr(text, want) != NULL, "no line \"%s\" in:\n%s", line, text);
-}
-
 START_TEST(statistics_as_upstream_counts)
 {
     yt t;
@@ -819,6 +961,139 @@ START_TEST(statistics_as_upstream_counts)
                 "key2=\"user_user-a\"} 1");
     has_line(m, "ratelimit_service_rate_limit_shadow_mode{domain=\"example6\",key1=\"service\","
                 "key2=\"user_user-b\"} 0");
+    yt_close(&t);
+}
+END_TEST
+
+/* How many lines of text start with prefix. */
+static int lines_with(const char *text, const char *prefix)
+{
+    int n = 0;
+    for (const char *p = text; p && *p; p = strchr(p, '\n'), p = p ? p + 1 : NULL)
+        n += strncmp(p, prefix, strlen(prefix)) == 0;
+    return n;
+}
+
+START_TEST(statistics_under_share_threshold)
+{
+    /* upstream's TestShareThreshold ("share_threshold with metrics"), from its
+     * share_threshold.yaml: the values a wildcard shares a counter for share one series, named
+     * by the pattern, even with value_to_metric or detailed_metric */
+    yt t;
+    yt_open(&t,
+            "domain: test-domain\n"
+            "descriptors:\n"
+            "  - key: route\n"
+            "    value: api/*\n"
+            "    share_threshold: true\n"
+            "    value_to_metric: true\n"
+            "    descriptors:\n"
+            "      - key: method\n"
+            "        rate_limit: {unit: minute, requests_per_unit: 60}\n"
+            "  - key: service\n"
+            "    value: svc/*\n"
+            "    share_threshold: true\n"
+            "    descriptors:\n"
+            "      - key: endpoint\n"
+            "        detailed_metric: true\n"
+            "        rate_limit: {unit: minute, requests_per_unit: 80}\n",
+            NULL);
+    yt_ask(&t, "test-domain", 0, 0, "route=api/v1, method=GET");
+    yt_ask(&t, "test-domain", 0, 2, "route=api/v2, method=POST");
+    yt_ask(&t, "test-domain", 0, 0, "service=svc/user, endpoint=get");
+    yt_ask(&t, "test-domain", 0, 0, "service=svc/admin, endpoint=get");
+    yt_ask(&t, "test-domain", 0, 0, "service=svc/admin, endpoint=put");
+    const char *m = metrics_of(&t);
+    has_line(m, "ratelimit_service_rate_limit_total_hits{domain=\"test-domain\","
+                "key1=\"route_api/*\",key2=\"method\"} 3");
+    has_line(m, "ratelimit_service_rate_limit_total_hits{domain=\"test-domain\","
+                "key1=\"service_svc/*\",key2=\"endpoint_get\"} 2");
+    has_line(m, "ratelimit_service_rate_limit_total_hits{domain=\"test-domain\","
+                "key1=\"service_svc/*\",key2=\"endpoint_put\"} 1");
+    ck_assert_msg(!strstr(m, "api/v") && !strstr(m, "svc/user") && !strstr(m, "svc/admin"),
+                  "a series per value:\n%s", m);
+    ck_assert_int_eq(lines_with(m, "ratelimit_service_rate_limit_total_hits{domain=\"test-domain\","
+                                   "key1=\"route_api/*\",key2=\"method\"}"),
+                     1);
+    yt_close(&t);
+}
+END_TEST
+
+START_TEST(one_series_per_label_set)
+{
+    /* upstream's TestValueToMetric_WithEmptyValue: an empty value is written without "_"; when
+     * every value is empty the key is the configured one, and so is the series (one, not two
+     * with the same labels) */
+    yt t;
+    yt_open(&t,
+            "domain: domain\n"
+            "descriptors:\n"
+            "  - key: route\n"
+            "    value_to_metric: true\n"
+            "    descriptors:\n"
+            "      - key: http_method\n"
+            "        value_to_metric: true\n"
+            "        descriptors:\n"
+            "          - key: subject_id\n"
+            "            rate_limit: {unit: minute, requests_per_unit: 60}\n",
+            NULL);
+    yt_ask(&t, "domain", 0, 0, "route=, http_method=GET, subject_id=123");
+    yt_ask(&t, "domain", 0, 0, "route=draw, http_method=, subject_id=123");
+    yt_ask(&t, "domain", 0, 0, "route=, http_method=, subject_id=123");
+    yt_ask(&t, "domain", 0, 0, "route=, http_method=, subject_id=456");
+    const char *m = metrics_of(&t);
+    has_line(m, "ratelimit_service_rate_limit_total_hits{domain=\"domain\",key1=\"route\","
+                "key2=\"http_method_GET\",key3=\"subject_id\"} 1");
+    has_line(m, "ratelimit_service_rate_limit_total_hits{domain=\"domain\",key1=\"route_draw\","
+                "key2=\"http_method\",key3=\"subject_id\"} 1");
+    has_line(m, "ratelimit_service_rate_limit_total_hits{domain=\"domain\",key1=\"route\","
+                "key2=\"http_method\",key3=\"subject_id\"} 2");
+    ck_assert_int_eq(lines_with(m, "ratelimit_service_rate_limit_total_hits{domain=\"domain\","
+                                   "key1=\"route\",key2=\"http_method\",key3=\"subject_id\"}"),
+                     1);
+    yt_close(&t);
+}
+END_TEST
+
+START_TEST(extra_tags_and_service_counters)
+{
+    /* EXTRA_TAGS=region:us,zone:a: two labels after the others on every ratelimit_service_*
+     * series; config_load_success is the load at start, config_load_error counts refused
+     * reloads */
+    yt t;
+    rl_err err;
+    yt_open(&t, ex6, NULL);
+    ck_assert_int_eq(rld_yrls_set_extra_tags(t.y, "region:us,zone:a", &err), RL_OK);
+    yt_ask(&t, "example6", 5, 0, "service=s, user=user-b");
+    rld_yrls_load_error(t.y);
+    const char *m = metrics_of(&t);
+    has_line(m, "ratelimit_service_rate_limit_total_hits{domain=\"example6\",key1=\"service\","
+                "key2=\"user_user-b\",region=\"us\",zone=\"a\"} 1");
+    has_line(m, "ratelimit_service_config_load_success{region=\"us\",zone=\"a\"} 1");
+    has_line(m, "ratelimit_service_config_load_error{region=\"us\",zone=\"a\"} 1");
+    has_line(m, "ratelimit_service_global_shadow_mode{region=\"us\",zone=\"a\"} 0");
+    ck_assert_int_eq(lines_with(m, "ratelimit_service_rate_limit_total_hits{domain=\"example6\","
+                                   "key1=\"service\",key2=\"user_user-b\"}"),
+                     0);
+    /* a value with a quote is escaped; bad tags are refused naming the variable */
+    ck_assert_int_eq(rld_yrls_set_extra_tags(t.y, "build:\"x\"", &err), RL_OK);
+    has_line(metrics_of(&t), "ratelimit_service_config_load_success{build=\"\\\"x\\\"\"} 1");
+    static const struct {
+        const char *spec, *msg;
+    } bad[] = {
+        {"region", "EXTRA_TAGS: 'region' is not <name>:<value>"},
+        {"region:us,", "EXTRA_TAGS: '' is not <name>:<value>"},
+        {"re-gion:us", "EXTRA_TAGS: 're-gion' is not a Prometheus label name ([a-zA-Z_][a-zA-Z0-9_]*)"},
+        {"domain:x", "EXTRA_TAGS: 'domain' is a label of the statistics themselves (domain, key1, "
+                     "key2, ...)"},
+        {"key2:x", "EXTRA_TAGS: 'key2' is a label of the statistics themselves (domain, key1, "
+                   "key2, ...)"},
+        {"a:1,a:2", "EXTRA_TAGS: 'a' is given twice"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        ck_assert_int_eq(rld_yrls_set_extra_tags(t.y, bad[i].spec, &err), RL_EINVAL);
+        ck_assert_str_eq(err.msg, bad[i].msg);
+    }
     yt_close(&t);
 }
 END_TEST
@@ -890,6 +1165,9 @@ static Suite *rls_yaml_suite(void)
     tcase_add_test(tc, example5_unlimited);
     tcase_add_test(tc, example6_shadow_mode);
     tcase_add_test(tc, global_shadow_mode);
+    tcase_add_test(tc, quota_mode_only_quota_descriptors);
+    tcase_add_test(tc, quota_mode_beside_a_rate_limit);
+    tcase_add_test(tc, quota_mode_under_global_shadow_mode);
     tcase_add_test(tc, example7_replaces);
     tcase_add_test(tc, example8_value_beats_key);
     tcase_add_test(tc, example9_wildcards);
@@ -907,6 +1185,9 @@ static Suite *rls_yaml_suite(void)
     tcase_add_test(tc, bad_requests);
     tcase_add_test(tc, keys_are_found_again_from_the_store);
     tcase_add_test(tc, statistics_as_upstream_counts);
+    tcase_add_test(tc, statistics_under_share_threshold);
+    tcase_add_test(tc, one_series_per_label_set);
+    tcase_add_test(tc, extra_tags_and_service_counters);
     tcase_add_test(tc, threads_share_counters_and_stats);
     suite_add_tcase(s, tc);
     return s;

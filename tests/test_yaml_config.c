@@ -158,8 +158,12 @@ static const struct {
     {"domain: d\ndescriptors:\n  - key: a\n    descriptors:\n      - key: b\n"
      "        rate_limit: {unit: second, unlimited: 1}\n",
      "bad.yaml: descriptors[0].descriptors[0].rate_limit.unlimited: must be true or false"},
-    {"domain: d\ndescriptors:\n  - key: a\n    quota_mode: true\n",
-     "bad.yaml: descriptors[0].quota_mode: not supported by ratelimitd"},
+    {"domain: d\ndescriptors:\n  - key: a\n    metadata: [x]\n",
+     "bad.yaml: descriptors[0].metadata: must be a mapping"},
+    {"domain: d\ndescriptors:\n  - key: a\n    metadata: {a: {b: 1, b: 2}}\n",
+     "bad.yaml: descriptors[0].metadata.a.b: key 'b' is given twice"},
+    {"domain: d\ndescriptors:\n  - key: a\n    quota_mode: sometimes\n",
+     "bad.yaml: descriptors[0].quota_mode: must be true or false"},
     {"domain: d\ndescriptors:\n  - key: a\n    unit: second\n",
      "bad.yaml: descriptors[0]: config error, unknown key 'unit'"},
 };
@@ -243,6 +247,98 @@ START_TEST(directory_of_files)
 }
 END_TEST
 
+/* MERGE_DOMAIN_CONFIG: upstream's TestDomainMerge and TestDuplicateKeyDomainMerge, with its
+ * merge_domain_key1.yaml and merge_domain_key2.yaml written out again */
+static const char *merge1 = "domain: test-domain\n"
+                            "descriptors:\n"
+                            "  - key: key1\n"
+                            "    value: value1\n"
+                            "    rate_limit:\n"
+                            "      unit: minute\n"
+                            "      requests_per_unit: 10\n";
+static const char *merge2 = "domain: test-domain\n"
+                            "descriptors:\n"
+                            "  - key: key2\n"
+                            "    value: value2\n"
+                            "    descriptors:\n"
+                            "      - key: sub\n"
+                            "        rate_limit:\n"
+                            "          unit: minute\n"
+                            "          requests_per_unit: 30\n"
+                            "    rate_limit:\n"
+                            "      unit: minute\n"
+                            "      requests_per_unit: 20\n";
+
+START_TEST(merged_domains)
+{
+    rld_yconf *c;
+    rl_err err;
+    char want[256];
+    make_dir();
+    write_file("merge_domain_key1.yaml", merge1);
+    write_file("merge_domain_key2.yaml", merge2);
+    /* without MERGE_DOMAIN_CONFIG: refused, as upstream */
+    ck_assert_int_ne(rld_yaml_load_merging(tmpdir, 0, &c, &err), 0);
+    snprintf(want, sizeof want,
+             "%s/merge_domain_key2.yaml: domain: duplicate domain 'test-domain' in config file",
+             tmpdir);
+    ck_assert_str_eq(err.msg, want);
+    /* with it: one domain with both files' descriptors, limits numbered on */
+    ck_assert_msg(rld_yaml_load_merging(tmpdir, 1, &c, &err) == 0, "%s", err.msg);
+    ck_assert_uint_eq(c->ndomains, 1);
+    const rld_ydomain *d = &c->domains[0];
+    ck_assert_uint_eq(d->nchildren, 2);
+    ck_assert_uint_eq(d->nlimits, 3);
+    ck_assert_str_eq(d->children[0].key, "key1");
+    ck_assert_uint_eq(d->children[0].limit.requests_per_unit, 10);
+    ck_assert_uint_eq(d->children[0].id, 0);
+    ck_assert_str_eq(d->children[1].key, "key2");
+    ck_assert_uint_eq(d->children[1].limit.requests_per_unit, 20);
+    ck_assert_uint_eq(d->children[1].id, 1);
+    ck_assert_uint_eq(d->children[1].children[0].id, 2);
+    /* the merged descriptors name their own file */
+    ck_assert_msg(strstr(d->children[1].file, "merge_domain_key2.yaml"), "%s",
+                  d->children[1].file);
+    rld_yconf_free(c);
+    /* the same top-level key and value in two files: refused naming the later one */
+    write_file("merge_domain_key3.yaml", merge1);
+    ck_assert_int_ne(rld_yaml_load_merging(tmpdir, 1, &c, &err), 0);
+    snprintf(want, sizeof want,
+             "%s/merge_domain_key3.yaml: descriptors[0]: duplicate descriptor composite key "
+             "'test-domain.key1_value1'",
+             tmpdir);
+    ck_assert_str_eq(err.msg, want);
+    remove_dir();
+}
+END_TEST
+
+START_TEST(metadata_is_kept)
+{
+    rld_yconf *c = rld_yconf_new();
+    rl_err err;
+    const char *y = "domain: d\n"
+                    "descriptors:\n"
+                    "  - key: a\n"
+                    "    metadata: {name: s1, n: 2.5, on: true, none: ~, l: [1, x]}\n";
+    ck_assert_msg(rld_yaml_parse(c, "m.yaml", y, strlen(y), &err) == 0, "%s", err.msg);
+    const rld_ymeta *m = c->domains[0].children[0].metadata;
+    ck_assert_ptr_nonnull(m);
+    ck_assert_int_eq(m->type, RLD_YMETA_STRUCT);
+    ck_assert_uint_eq(m->n, 5);
+    ck_assert_str_eq(m->keys[0], "name");
+    ck_assert_str_eq(m->v[0].s, "s1");
+    ck_assert_int_eq(m->v[1].type, RLD_YMETA_NUMBER);
+    ck_assert(m->v[1].number == 2.5);
+    ck_assert_int_eq(m->v[2].type, RLD_YMETA_BOOL);
+    ck_assert_int_eq(m->v[2].b, 1);
+    ck_assert_int_eq(m->v[3].type, RLD_YMETA_NULL);
+    ck_assert_int_eq(m->v[4].type, RLD_YMETA_LIST);
+    ck_assert_uint_eq(m->v[4].n, 2);
+    ck_assert_str_eq(m->v[4].v[1].s, "x");
+    rld_yconf_free(c);
+}
+END_TEST
+
 START_TEST(empty_directory)
 {
     rld_yconf *c;
@@ -302,6 +398,8 @@ static Suite *yaml_suite(void)
     tcase_add_test(tc, malformed_yaml);
     tcase_add_test(tc, directory_of_files);
     tcase_add_test(tc, empty_directory);
+    tcase_add_test(tc, merged_domains);
+    tcase_add_test(tc, metadata_is_kept);
     tcase_add_test(tc, shipped_yaml_loads);
     tcase_add_test(tc, units);
     suite_add_tcase(s, tc);

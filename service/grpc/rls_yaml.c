@@ -63,7 +63,11 @@ struct rld_yrls {
     size_t noverrides;
     override overrides[MAX_OVERRIDES];
     int global_shadow;
+    uint64_t global_shadow_hits; /* requests whose OVER_LIMIT the global shadow mode let pass */
+    uint64_t load_errors;        /* reloads refused (a YAML configuration loads at start only) */
+    char *extra;                 /* EXTRA_TAGS as labels: ",region=\"us\",zone=\"a\"", or NULL */
     int upstream_headers;
+    int dynamic_metadata; /* RESPONSE_DYNAMIC_METADATA */
     char header[3][64]; /* envoyproxy/ratelimit's limit, remaining and reset header names */
 };
 
@@ -83,6 +87,89 @@ void rld_yrls_set_global_shadow(rld_yrls *y)
         for (size_t k = 0; k < y->conf->domains[i].nlimits; k++)
             if (y->doms[i].rules[k])
                 y->doms[i].rules[k]->v[0].shadow = 1;
+}
+
+static int label_name_ok(const char *s, size_t n)
+{
+    if (n == 0 || (s[0] >= '0' && s[0] <= '9'))
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if (!(s[i] == '_' || (s[i] >= 'a' && s[i] <= 'z') || (s[i] >= 'A' && s[i] <= 'Z') ||
+              (s[i] >= '0' && s[i] <= '9')))
+            return 0;
+    return 1;
+}
+
+static int reserved_label(const char *s, size_t n)
+{
+    if (n == 6 && memcmp(s, "domain", 6) == 0)
+        return 1;
+    if (n < 4 || memcmp(s, "key", 3) != 0)
+        return 0;
+    for (size_t i = 3; i < n; i++)
+        if (s[i] < '0' || s[i] > '9')
+            return 0;
+    return 1;
+}
+
+static void label_value(rld_buf *out, const char *s, size_t n);
+
+int rld_yrls_set_extra_tags(rld_yrls *y, const char *spec, rl_err *err)
+{
+    char buf[4096];
+    rld_buf b;
+    int rc = RL_OK;
+    rld_buf_init(&b, buf, sizeof buf);
+    for (const char *p = spec; p && rc == RL_OK;) {
+        const char *end = strchr(p, ','), *colon;
+        size_t n = end ? (size_t)(end - p) : strlen(p);
+        colon = memchr(p, ':', n);
+        if (!colon)
+            rc = rl_errf(err, RL_EINVAL, "EXTRA_TAGS: '%.*s' is not <name>:<value>", (int)n, p);
+        else if (!label_name_ok(p, (size_t)(colon - p)))
+            rc = rl_errf(err, RL_EINVAL, "EXTRA_TAGS: '%.*s' is not a Prometheus label name "
+                         "([a-zA-Z_][a-zA-Z0-9_]*)", (int)(colon - p), p);
+        else if (reserved_label(p, (size_t)(colon - p)))
+            rc = rl_errf(err, RL_EINVAL, "EXTRA_TAGS: '%.*s' is a label of the statistics "
+                         "themselves (domain, key1, key2, ...)", (int)(colon - p), p);
+        for (const char *q = spec; rc == RL_OK && colon && q < p;) {
+            const char *qe = strchr(q, ','), *qc = strchr(q, ':');
+            if ((size_t)(qc - q) == (size_t)(colon - p) && memcmp(q, p, (size_t)(qc - q)) == 0)
+                rc = rl_errf(err, RL_EINVAL, "EXTRA_TAGS: '%.*s' is given twice",
+                             (int)(colon - p), p);
+            q = qe + 1;
+        }
+        if (rc == RL_OK) {
+            rld_buf_printf(&b, ",%.*s=\"", (int)(colon - p), p);
+            label_value(&b, colon + 1, n - (size_t)(colon - p) - 1);
+            rld_buf_putc(&b, '"');
+        }
+        p = end ? end + 1 : NULL;
+    }
+    if (rc == RL_OK && b.oom)
+        rc = rl_errf(err, RL_EINVAL, "EXTRA_TAGS: longer than %zu bytes", sizeof buf / 2);
+    if (rc == RL_OK && b.len) {
+        free(y->extra);
+        if (!(y->extra = strndup(b.p, b.len)))
+            rc = rl_errf(err, RL_ENOMEM, "out of memory");
+    }
+    rld_buf_reset(&b);
+    return rc;
+}
+
+void rld_yrls_set_dynamic_metadata(rld_yrls *y)
+{
+    y->dynamic_metadata = 1;
+}
+
+int rld_yrls_dynamic_metadata(const rld_yrls *y)
+{
+    return y->dynamic_metadata;
+}
+
+void rld_yrls_load_error(rld_yrls *y)
+{
+    __atomic_add_fetch(&y->load_errors, 1, __ATOMIC_RELAXED);
 }
 
 int rld_yrls_upstream_headers(const rld_yrls *y, const char *names[3])
@@ -203,8 +290,10 @@ static int build_tree(build *b, const rld_ydesc *v, size_t n, const char *parent
                 return prefix(b->err, rc, d->file, d->path);
             /* charged after the fact: hits always count, checks wait out a negative balance */
             b->dom->rules[d->id]->v[0].charge = d->charge;
-            /* shadow_mode: the core's shadow rule (counted when it fits, never denying) */
-            b->dom->rules[d->id]->v[0].shadow = d->shadow_mode;
+            /* shadow_mode, quota_mode: the core's shadow rule (counted when it fits, never
+             * denying); a quota mode limit over reports OVER_LIMIT and denies the request
+             * only with every other quota mode limit of it (rld_yrls_decide) */
+            b->dom->rules[d->id]->v[0].shadow = d->shadow_mode || d->quota_mode;
         }
         int rc = build_tree(b, d->children, d->nchildren, composite);
         if (rc != RL_OK)
@@ -313,6 +402,7 @@ void rld_yrls_free(rld_yrls *y)
     for (size_t i = 0; i < y->ndyn; i++)
         free(y->dyn[i].key);
     free(y->doms);
+    free(y->extra);
     pthread_mutex_destroy(&y->mu);
     rld_yconf_free(y->conf);
     free(y);
@@ -837,7 +927,9 @@ static size_t own_stat_key(const rld_ydescreq *d, const rld_ystatus *st,
     for (size_t j = 0; j < d->nentries; j++) {
         const rld_yentry *e = &d->entries[j];
         const rld_ydesc *n = st->matched ? path[j] : NULL;
-        if (!n || st->matched->detailed_metric || n->value_to_metric)
+        /* share_threshold: the values a wildcard shares a counter for share a series, named by
+         * the pattern, whatever detailed_metric and value_to_metric say (as upstream) */
+        if (!n || ((st->matched->detailed_metric || n->value_to_metric) && !n->share_threshold))
             put_entry(&k, e, e->value, e->value_len, j == 0);
         else
             put_entry(&k, e, n->value ? n->value : "", n->value ? strlen(n->value) : 0, j == 0);
@@ -857,6 +949,12 @@ static ystat *stat_of(rld_yrls *y, size_t di, const rld_ydescreq *d, const rld_y
     size_t n = own_stat_key(d, st, path, key, sizeof key);
     if (!n)
         return fallback;
+    /* one series per label set: a key that names a configured limit's series (an empty value
+     * under value_to_metric, a shared wildcard) counts in that series, as upstream's counters
+     * of one name are one counter */
+    for (size_t k = 0; k < y->conf->domains[di].nlimits; k++)
+        if (yd->stat_key[k] && strcmp(yd->stat_key[k], key) == 0)
+            return &yd->stats[k];
     ystat *found = NULL;
     pthread_mutex_lock(&y->mu);
     for (size_t i = 0; i < y->ndyn && !found; i++)
@@ -912,8 +1010,8 @@ static void label_value(rld_buf *out, const char *s, size_t n)
     }
 }
 
-/* domain="messaging",key1="message_type_marketing",key2="to_number" */
-static void labels(rld_buf *out, const char *domain, const char *key)
+/* domain="messaging",key1="message_type_marketing",key2="to_number" and EXTRA_TAGS */
+static void labels(rld_buf *out, const rld_yrls *y, const char *domain, const char *key)
 {
     rld_buf_puts(out, "{domain=\"");
     label_value(out, domain, strlen(domain));
@@ -926,6 +1024,8 @@ static void labels(rld_buf *out, const char *domain, const char *key)
         rld_buf_putc(out, '"');
         key += len + (dot != NULL);
     }
+    if (y->extra)
+        rld_buf_puts(out, y->extra);
     rld_buf_putc(out, '}');
 }
 
@@ -941,7 +1041,7 @@ void rld_yrls_metrics(rld_yrls *y, rld_buf *out)
             const rld_ydomain *dom = &y->conf->domains[d];
             for (size_t k = 0; k < dom->nlimits; k++) {
                 rld_buf_printf(out, "ratelimit_service_rate_limit_%s", stat_names[f]);
-                labels(out, dom->domain, y->doms[d].stat_key[k]);
+                labels(out, y, dom->domain, y->doms[d].stat_key[k]);
                 rld_buf_printf(out, " %llu\n",
                                (unsigned long long)__atomic_load_n(&y->doms[d].stats[k].v[f],
                                                                    __ATOMIC_RELAXED));
@@ -952,41 +1052,81 @@ void rld_yrls_metrics(rld_yrls *y, rld_buf *out)
             if (__atomic_load_n(&y->doms[d].overflow.v[ST_TOTAL], __ATOMIC_RELAXED) == 0)
                 continue;
             rld_buf_printf(out, "ratelimit_service_rate_limit_%s", stat_names[f]);
-            labels(out, y->conf->domains[d].domain, "overflow");
+            labels(out, y, y->conf->domains[d].domain, "overflow");
             rld_buf_printf(out, " %llu\n", (unsigned long long)v);
         }
         pthread_mutex_lock(&y->mu);
         for (size_t i = 0; i < y->ndyn; i++) {
             rld_buf_printf(out, "ratelimit_service_rate_limit_%s", stat_names[f]);
-            labels(out, y->conf->domains[y->dyn[i].dom].domain, y->dyn[i].key);
+            labels(out, y, y->conf->domains[y->dyn[i].dom].domain, y->dyn[i].key);
             rld_buf_printf(
                 out, " %llu\n",
                 (unsigned long long)__atomic_load_n(&y->dyn[i].s.v[f], __ATOMIC_RELAXED));
         }
         pthread_mutex_unlock(&y->mu);
     }
+    /* the service's own counters, named by upstream's Prometheus mapping */
+    const struct {
+        const char *name, *help;
+        uint64_t v;
+    } svc[] = {
+        {"ratelimit_service_config_load_success",
+         "Configurations loaded (envoyproxy/ratelimit's config_load_success): the one read at "
+         "start", 1},
+        {"ratelimit_service_config_load_error",
+         "Configuration loads that failed (envoyproxy/ratelimit's config_load_error): reloads "
+         "refused, the configuration in force stays",
+         __atomic_load_n(&y->load_errors, __ATOMIC_RELAXED)},
+        {"ratelimit_service_global_shadow_mode",
+         "Requests over a limit answered OK by the global shadow mode (SHADOW_MODE; "
+         "envoyproxy/ratelimit's global_shadow_mode)",
+         __atomic_load_n(&y->global_shadow_hits, __ATOMIC_RELAXED)}};
+    for (size_t i = 0; i < sizeof svc / sizeof svc[0]; i++)
+        rld_buf_printf(out, "# HELP %s %s.\n# TYPE %s counter\n%s%s%s%s %llu\n", svc[i].name,
+                       svc[i].help, svc[i].name, svc[i].name, y->extra ? "{" : "",
+                       y->extra ? y->extra + 1 : "", y->extra ? "}" : "",
+                       (unsigned long long)svc[i].v);
 }
 
-/* Descriptor i's status and statistics from its rule, applied rule k of the decision. A
- * shadow_mode limit (a core shadow rule) is counted when the request passes and its hits fit,
- * never denies, and reports the would-be denial; a charge rule blocks only a check (hits 0). */
+/* How a request's descriptors stand, for its overall code as upstream makes it: OVER_LIMIT
+ * when a limit not in quota mode is over, or when every quota mode limit is. */
+typedef struct tally {
+    size_t over, quota, quota_over;
+} tally;
+
+/* Descriptor i's status and statistics from its rule, applied rule k of the decision (taken:
+ * the decision counted). A shadow_mode limit (a core shadow rule) is counted when the request
+ * passes and its hits fit, never denies, and answers OK; a quota_mode limit too, but answers
+ * OVER_LIMIT when over; under the global shadow mode every limit is a shadow rule and answers
+ * as it would without it. A charge rule blocks only a check (hits 0). */
 static void decided(rld_yrls *y, size_t di, const rld_yreq *req, size_t i, const rl_decision *d,
-                    size_t k, rl_fp cost, const rld_ydesc *const *path, rld_ystatus *st,
-                    rld_ycode *overall)
+                    int taken, size_t k, rl_fp cost, const rld_ydesc *const *path,
+                    rld_ystatus *st, tally *t)
 {
     static const rl_rule_status none;
     const rl_applied *a = &d->applied[k];
     const rl_rule_status *rs = rl_decision_status(d, k);
     int over = a->shadow ? a->shadow_denied : a->wait > 0 && !(a->charge && cost > 0);
+    int own_shadow = a->shadow && st->matched && st->matched->shadow_mode;
+    int quota = st->matched && st->matched->quota_mode;
     status_from(st, a, rs ? rs : &none, over, req->now);
-    if (a->shadow) {
+    if (own_shadow) {
         st->code = RLD_YCODE_OK; /* upstream's shadow_mode: over, yet OK */
         st->shadow_denied = over;
-    } else if (over) {
-        *overall = RLD_YCODE_OVER_LIMIT;
     }
-    count(stat_of(y, di, &req->desc[i], st, path), st, d->allowed && !over,
-          a->shadow && st->matched && st->matched->shadow_mode);
+    t->quota += quota;
+    if (over && !own_shadow)
+        quota ? t->quota_over++ : t->over++;
+    count(stat_of(y, di, &req->desc[i], st, path), st, taken && d->allowed && !over, own_shadow);
+}
+
+/* Whether a request's plan holds a quota mode limit. */
+static int has_quota(const rld_yreq *req, const rld_ystatus *st, const plan *p)
+{
+    for (size_t i = 0; i < req->ndesc; i++)
+        if (p->rules[i] && st[i].matched && st[i].matched->quota_mode)
+            return 1;
+    return 0;
 }
 
 int rld_yrls_decide(rld_yrls *y, rl_limiter *lim, const rld_yreq *req, rld_ystatus *st,
@@ -1025,15 +1165,49 @@ int rld_yrls_decide(rld_yrls *y, rl_limiter *lim, const rld_yreq *req, rld_ystat
     if ((rc = add_native(rl_limiter_config(lim), req, st, &p, err)) != RL_OK)
         return rc;
 
-    d.allowed = 1;
-    d.napplied = 0;
-    if (p.nmain &&
-        (rc = acquire(lim, p.main, p.main_rules, p.nmain, 0, req->now, &d, err)) != RL_OK)
-        return rc;
-    for (size_t i = 0; i < req->ndesc; i++)
-        if (p.rules[i])
-            decided(y, di, req, i, &d, p.item[i], p.main[p.item[i]].cost, p.path[i], &st[i],
-                    overall);
+    /* Quota mode limits never deny on their own, so the core counts the others even when
+     * every quota mode limit is over, which makes the answer OVER_LIMIT. A denied request
+     * counts nothing here: a dry run first finds that case, and it is answered from the dry
+     * run. (Between the two a concurrent request can fill the last quota; that request is
+     * then answered OVER_LIMIT and counted.) */
+    int dry = !y->global_shadow && p.nmain && has_quota(req, st, &p);
+    tally t;
+    for (int pass = 0; pass < 2; pass++) {
+        unsigned flags = dry && pass == 0 ? RL_DRY_RUN : 0;
+        d.allowed = 1;
+        d.napplied = 0;
+        t = (tally){0};
+        if (p.nmain &&
+            (rc = acquire(lim, p.main, p.main_rules, p.nmain, flags, req->now, &d, err)) != RL_OK)
+            return rc;
+        int all_quota_over = 0;
+        if (flags) {
+            for (size_t i = 0; i < req->ndesc; i++)
+                if (p.rules[i] && st[i].matched && st[i].matched->quota_mode) {
+                    const rl_applied *a = &d.applied[p.item[i]];
+                    t.quota++;
+                    t.quota_over += a->shadow && a->shadow_denied;
+                }
+            all_quota_over = d.allowed && t.quota && t.quota == t.quota_over;
+            t = (tally){0};
+            if (!all_quota_over) {
+                rl_decision_done(&d);
+                continue; /* decided for real */
+            }
+        }
+        for (size_t i = 0; i < req->ndesc; i++)
+            if (p.rules[i])
+                decided(y, di, req, i, &d, !flags, p.item[i], p.main[p.item[i]].cost, p.path[i],
+                        &st[i], &t);
+        break;
+    }
+    if (t.over || (t.quota && t.quota == t.quota_over)) {
+        if (y->global_shadow) /* upstream's SHADOW_MODE: only the overall code is OK */
+            __atomic_add_fetch(&y->global_shadow_hits, 1, __ATOMIC_RELAXED);
+        else
+            *overall = RLD_YCODE_OVER_LIMIT;
+    }
+    /* native levels beside the YAML are ratelimitd's own: SHADOW_MODE does not reach them */
     native_status(rl_limiter_config(lim), req, &d, &p, st, overall);
     if (p.nmain)
         rl_decision_done(&d);

@@ -50,9 +50,23 @@ const rld_yconf *rld_yrls_conf(const rld_yrls *y);
  * limit. Names are copied (up to 63 bytes). Before the matcher decides anything. */
 void rld_yrls_set_upstream_headers(rld_yrls *y, const char *limit, const char *remaining,
                                    const char *reset);
-/* envoyproxy/ratelimit's global shadow mode (its SHADOW_MODE): every limit is counted as a
- * shadow_mode one, so nothing is ever denied. Before the matcher decides anything. */
+/* envoyproxy/ratelimit's global shadow mode (its SHADOW_MODE): every limit is decided as a
+ * shadow rule (counted when it fits, so nothing is ever denied by the YAML's limits) and
+ * answers as it would without it (OVER_LIMIT when over); only the overall code becomes OK,
+ * counted in ratelimit_service_global_shadow_mode. Before the matcher decides anything. */
 void rld_yrls_set_global_shadow(rld_yrls *y);
+/* envoyproxy/ratelimit's EXTRA_TAGS ("region:us,zone:a"): each tag a label, in that order,
+ * after the others of every ratelimit_service_* series of rld_yrls_metrics. RL_EINVAL naming
+ * EXTRA_TAGS for a tag without ':', a name that is no Prometheus label name, one given twice
+ * or one of the series' own labels (domain, key<n>). Before the metrics are read. */
+int rld_yrls_set_extra_tags(rld_yrls *y, const char *spec, rl_err *err);
+/* envoyproxy/ratelimit's RESPONSE_DYNAMIC_METADATA: every answer carries dynamic_metadata
+ * (rls_yaml_grpc.h). Before the matcher decides anything. */
+void rld_yrls_set_dynamic_metadata(rld_yrls *y);
+/* 1 when it is on. */
+int rld_yrls_dynamic_metadata(const rld_yrls *y);
+/* Counts a failed configuration load (ratelimit_service_config_load_error). */
+void rld_yrls_load_error(rld_yrls *y);
 /* 1 and the three names when they are on, else 0. */
 int rld_yrls_upstream_headers(const rld_yrls *y, const char *names[3]);
 
@@ -127,7 +141,9 @@ int rld_yrls_decide(rld_yrls *y, rl_limiter *lim, const rld_yreq *req, rld_ystat
  * (ratelimit_service_rate_limit_total_hits{domain,key1,key2,...}, over_limit, near_limit,
  * within_limit, shadow_mode): one series per configured limit, plus the keys of
  * detailed_metric, value_to_metric and limit overrides, at most 1024 of them; past that they
- * count under the configured limit, overrides under key1="overflow" of their domain. */
+ * count under the configured limit, overrides under key1="overflow" of their domain. Then
+ * the service's ratelimit_service_config_load_success, _config_load_error and
+ * _global_shadow_mode. */
 void rld_yrls_metrics(rld_yrls *y, rld_buf *out);
 
 #endif

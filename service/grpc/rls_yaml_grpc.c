@@ -173,6 +173,213 @@ static int upstream_headers(rld_rls_response *resp, const rld_yrls *y, const rld
     return add_header(resp, names[2], v, (size_t)k, a);
 }
 
+/* ---- RESPONSE_DYNAMIC_METADATA ------------------------------------------------------------ */
+
+typedef Google__Protobuf__Struct pb_struct;
+typedef Google__Protobuf__Value pb_value;
+typedef Google__Protobuf__Struct__FieldsEntry pb_field;
+
+static pb_value *new_value(rld_arena *a, Google__Protobuf__Value__KindCase kind)
+{
+    pb_value *v = rld_arena_alloc(a, sizeof *v);
+    if (v) {
+        google__protobuf__value__init(v);
+        v->kind_case = kind;
+    }
+    return v;
+}
+
+static pb_value *string_value(rld_arena *a, const char *s, size_t n)
+{
+    pb_value *v = new_value(a, GOOGLE__PROTOBUF__VALUE__KIND_STRING_VALUE);
+    if (v && !(v->string_value = rld_arena_strndup(a, s, n)))
+        return NULL;
+    return v;
+}
+
+static pb_value *number_value(rld_arena *a, double x)
+{
+    pb_value *v = new_value(a, GOOGLE__PROTOBUF__VALUE__KIND_NUMBER_VALUE);
+    if (v)
+        v->number_value = x;
+    return v;
+}
+
+static pb_struct *new_struct(rld_arena *a)
+{
+    pb_struct *st = rld_arena_alloc(a, sizeof *st);
+    if (st)
+        google__protobuf__struct__init(st);
+    return st;
+}
+
+/* Adds the field key (borrowed) to st, growing its array in the arena. */
+static int put_field(pb_struct *st, const char *key, pb_value *v, rld_arena *a)
+{
+    pb_field **f = rld_arena_alloc(a, (st->n_fields + 1) * sizeof *f);
+    pb_field *e = rld_arena_alloc(a, sizeof *e);
+    if (!f || !e || !v)
+        return -1;
+    if (st->n_fields)
+        memcpy(f, st->fields, st->n_fields * sizeof *f);
+    google__protobuf__struct__fields_entry__init(e);
+    e->key = (char *)key;
+    e->value = v;
+    f[st->n_fields++] = e;
+    st->fields = f;
+    return 0;
+}
+
+static pb_value *list_value(rld_arena *a, size_t n)
+{
+    pb_value *v = new_value(a, GOOGLE__PROTOBUF__VALUE__KIND_LIST_VALUE);
+    Google__Protobuf__ListValue *l = rld_arena_alloc(a, sizeof *l);
+    Google__Protobuf__Value **items = rld_arena_alloc(a, (n + 1) * sizeof *items);
+    if (!v || !l || !items)
+        return NULL;
+    google__protobuf__list_value__init(l);
+    l->values = items;
+    v->list_value = l;
+    return v;
+}
+
+/* A configured metadata value as a google.protobuf.Value (strings borrowed). */
+static pb_value *meta_value(const rld_ymeta *m, rld_arena *a);
+
+static pb_struct *meta_struct(const rld_ymeta *m, rld_arena *a)
+{
+    pb_struct *st = new_struct(a);
+    for (size_t i = 0; st && i < m->n; i++)
+        if (put_field(st, m->keys[i], meta_value(&m->v[i], a), a) != 0)
+            return NULL;
+    return st;
+}
+
+static pb_value *meta_value(const rld_ymeta *m, rld_arena *a)
+{
+    pb_value *v;
+    switch (m->type) {
+    case RLD_YMETA_NULL:
+        return new_value(a, GOOGLE__PROTOBUF__VALUE__KIND_NULL_VALUE);
+    case RLD_YMETA_BOOL:
+        if ((v = new_value(a, GOOGLE__PROTOBUF__VALUE__KIND_BOOL_VALUE)))
+            v->bool_value = m->b;
+        return v;
+    case RLD_YMETA_NUMBER:
+        return number_value(a, m->number);
+    case RLD_YMETA_STRING:
+        if ((v = new_value(a, GOOGLE__PROTOBUF__VALUE__KIND_STRING_VALUE)))
+            v->string_value = m->s;
+        return v;
+    case RLD_YMETA_STRUCT:
+        if ((v = new_value(a, GOOGLE__PROTOBUF__VALUE__KIND_STRUCT_VALUE)) &&
+            !(v->struct_value = meta_struct(m, a)))
+            return NULL;
+        return v;
+    case RLD_YMETA_LIST:
+        if (!(v = list_value(a, m->n)))
+            return NULL;
+        for (size_t i = 0; i < m->n; i++)
+            if (!(v->list_value->values[v->list_value->n_values++] = meta_value(&m->v[i], a)))
+                return NULL;
+        return v;
+    }
+    return NULL;
+}
+
+/* Merges m into st as upstream does: a name st lacks is added, two structs under one name
+ * are merged, and otherwise the value already there stays (the first descriptor's). */
+static int merge_meta(pb_struct *st, const rld_ymeta *m, rld_arena *a)
+{
+    for (size_t i = 0; i < m->n; i++) {
+        pb_field *have = NULL;
+        for (size_t j = 0; j < st->n_fields && !have; j++)
+            if (strcmp(st->fields[j]->key, m->keys[i]) == 0)
+                have = st->fields[j];
+        if (!have) {
+            if (put_field(st, m->keys[i], meta_value(&m->v[i], a), a) != 0)
+                return -1;
+        } else if (have->value->kind_case == GOOGLE__PROTOBUF__VALUE__KIND_STRUCT_VALUE &&
+                   m->v[i].type == RLD_YMETA_STRUCT) {
+            if (merge_meta(have->value->struct_value, &m->v[i], a) != 0)
+                return -1;
+        }
+    }
+    return 0;
+}
+
+/* One request descriptor as upstream writes it: entries as "key=value", its limit override
+ * as protobuf's text ("requests_per_unit:10 unit:SECOND") and its hits_addend. */
+static pb_value *descriptor_value(const rld_rls_descriptor *d, rld_arena *a)
+{
+    pb_value *v = new_value(a, GOOGLE__PROTOBUF__VALUE__KIND_STRUCT_VALUE), *entries;
+    if (!v || !(v->struct_value = new_struct(a)) || !(entries = list_value(a, d->n_entries)))
+        return NULL;
+    for (size_t j = 0; j < d->n_entries; j++) {
+        char kv[2048];
+        int n = snprintf(kv, sizeof kv, "%s=%s", d->entries[j]->key,
+                         d->entries[j]->value ? d->entries[j]->value : "");
+        pb_value *e = string_value(a, kv, n < (int)sizeof kv ? (size_t)n : sizeof kv - 1);
+        if (!e)
+            return NULL;
+        entries->list_value->values[entries->list_value->n_values++] = e;
+    }
+    if (put_field(v->struct_value, "entries", entries, a) != 0)
+        return NULL;
+    if (d->limit) {
+        char text[96];
+        int n = 0;
+        if (d->limit->requests_per_unit)
+            n = snprintf(text, sizeof text, "requests_per_unit:%u", d->limit->requests_per_unit);
+        if (d->limit->unit)
+            n += snprintf(text + n, sizeof text - (size_t)n, "%sunit:%s", n ? " " : "",
+                          rld_unit_name((int)d->limit->unit));
+        if (put_field(v->struct_value, "limit", string_value(a, text, (size_t)n), a) != 0)
+            return NULL;
+    }
+    if (d->hits_addend &&
+        put_field(v->struct_value, "hitsAddend", number_value(a, d->hits_addend->value), a) != 0)
+        return NULL;
+    return v;
+}
+
+/* upstream's dynamic_metadata: {domain, descriptors, hitsAddend (when not 0), metadata (of the
+ * limits of the descriptors that passed, merged in their order, when there is any)}. */
+static pb_struct *dynamic_metadata(const rld_rls_request *req, const rld_ystatus *st,
+                                   rld_arena *a)
+{
+    pb_struct *out = new_struct(a), *passed = new_struct(a);
+    pb_value *descs = list_value(a, req->n_descriptors);
+    if (!out || !passed || !descs ||
+        put_field(out, "domain", string_value(a, req->domain, strlen(req->domain)), a) != 0)
+        return NULL;
+    for (size_t i = 0; i < req->n_descriptors; i++) {
+        pb_value *d = descriptor_value(req->descriptors[i], a);
+        if (!d)
+            return NULL;
+        descs->list_value->values[descs->list_value->n_values++] = d;
+        /* passed: not unlimited and not OVER_LIMIT; the metadata is its limit's node's */
+        if (!st[i].unlimited && st[i].code != RLD_YCODE_OVER_LIMIT && st[i].has_limit &&
+            st[i].matched && st[i].matched->metadata &&
+            merge_meta(passed, st[i].matched->metadata, a) != 0)
+            return NULL;
+    }
+    if (put_field(out, "descriptors", descs, a) != 0)
+        return NULL;
+    if (req->hits_addend &&
+        put_field(out, "hitsAddend", number_value(a, req->hits_addend), a) != 0)
+        return NULL;
+    if (passed->n_fields) {
+        pb_value *m = new_value(a, GOOGLE__PROTOBUF__VALUE__KIND_STRUCT_VALUE);
+        if (!m)
+            return NULL;
+        m->struct_value = passed;
+        if (put_field(out, "metadata", m, a) != 0)
+            return NULL;
+    }
+    return out;
+}
+
 rld_grpc_code rld_yrls_decide_rls(const rld_rls *rls, const rld_rls_request *req, rl_ns now,
                                   rld_rls_response *resp, rld_arena *a, rl_err *err)
 {
@@ -201,7 +408,9 @@ rld_grpc_code rld_yrls_decide_rls(const rld_rls *rls, const rld_rls_request *req
             return rl_errf(err, RLD_GRPC_RESOURCE_EXHAUSTED, "out of memory");
     }
     if ((rls->ratelimit_headers && ietf_headers(resp, st, req->n_descriptors, req, a) != 0) ||
-        upstream_headers(resp, y, st, req->n_descriptors, a) != 0)
+        upstream_headers(resp, y, st, req->n_descriptors, a) != 0 ||
+        (rld_yrls_dynamic_metadata(y) &&
+         !(resp->dynamic_metadata = dynamic_metadata(req, st, a))))
         return rl_errf(err, RLD_GRPC_RESOURCE_EXHAUSTED, "out of memory");
     return RLD_GRPC_OK;
 }
@@ -210,7 +419,7 @@ rld_grpc_code rld_yrls_decide_rls(const rld_rls *rls, const rld_rls_request *req
 
 static int part_reload_check(void *self, rl_err *err)
 {
-    (void)self;
+    rld_yrls_load_error(self);
     return rl_errf(err, RL_EINVAL, "reload: a configuration with envoyproxy/ratelimit's "
                                    "YAML is applied at the next start");
 }

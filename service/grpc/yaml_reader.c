@@ -353,6 +353,75 @@ typedef struct list_ctx {
 static int get_descriptors(walk *w, const yaml_node_t *n, list_ctx *lc, rld_ydesc **out,
                            size_t *nout);
 
+static void free_meta(rld_ymeta *m)
+{
+    for (size_t i = 0; i < m->n; i++) {
+        free_meta(&m->v[i]);
+        if (m->keys)
+            free(m->keys[i]);
+    }
+    free(m->keys);
+    free(m->v);
+    free(m->s);
+}
+
+/* A YAML value as JSON would hold it: mappings (string keys) are structs, sequences lists,
+ * scalars by their type (numbers as doubles, as google.protobuf.Value holds them). */
+static int get_meta(walk *w, const yaml_node_t *n, rld_ymeta *m, int depth)
+{
+    if (depth > 32)
+        return fail(w, "nested more than 32 deep");
+    if (n->type == YAML_SCALAR_NODE) {
+        switch (scalar_type(n)) {
+        case S_NULL:
+            m->type = RLD_YMETA_NULL;
+            return 0;
+        case S_BOOL:
+            m->type = RLD_YMETA_BOOL;
+            m->b = in_list(sval(n), trues);
+            return 0;
+        case S_INT:
+        case S_FLOAT:
+            m->type = RLD_YMETA_NUMBER;
+            m->number = strtod(sval(n), NULL);
+            return 0;
+        default:
+            m->type = RLD_YMETA_STRING;
+            return (m->s = strdup(sval(n))) ? 0 : rl_errf(w->err, RL_ENOMEM, "out of memory");
+        }
+    }
+    int map = n->type == YAML_MAPPING_NODE;
+    size_t count = map ? (size_t)(n->data.mapping.pairs.top - n->data.mapping.pairs.start)
+                       : (size_t)(n->data.sequence.items.top - n->data.sequence.items.start);
+    m->type = map ? RLD_YMETA_STRUCT : RLD_YMETA_LIST;
+    if (count && (!(m->v = calloc(count, sizeof *m->v)) ||
+                  (map && !(m->keys = calloc(count, sizeof *m->keys)))))
+        return rl_errf(w->err, RL_ENOMEM, "out of memory");
+    for (size_t i = 0; i < count; i++) {
+        const yaml_node_t *k = NULL, *v;
+        if (map) {
+            k = yaml_document_get_node(w->doc, n->data.mapping.pairs.start[i].key);
+            v = yaml_document_get_node(w->doc, n->data.mapping.pairs.start[i].value);
+            if (k->type != YAML_SCALAR_NODE)
+                return fail(w, "a key must be a string");
+        } else {
+            v = yaml_document_get_node(w->doc, n->data.sequence.items.start[i]);
+        }
+        size_t old = push(w, map ? sval(k) : NULL, map ? -1 : (long)i);
+        m->n = i + 1;
+        if (map && !(m->keys[i] = strdup(sval(k))))
+            return rl_errf(w->err, RL_ENOMEM, "out of memory");
+        for (size_t j = 0; map && j < i; j++)
+            if (strcmp(m->keys[j], m->keys[i]) == 0)
+                return fail(w, "key '%s' is given twice", m->keys[i]);
+        int rc = get_meta(w, v, &m->v[i], depth + 1);
+        if (rc)
+            return rc;
+        pop(w, old);
+    }
+    return 0;
+}
+
 typedef struct desc_ctx {
     rld_ydesc *d;
     const yaml_node_t *children;
@@ -377,16 +446,22 @@ static int desc_field(walk *w, const char *key, const yaml_node_t *v, void *ctx)
         return get_bool(w, v, &d->share_threshold);
     if (strcmp(key, "charge") == 0)
         return get_bool(w, v, &d->charge);
-    if (strcmp(key, "quota_mode") == 0) {
-        int q = 0;
-        int rc = get_bool(w, v, &q);
-        return rc ? rc : q ? fail(w, "not supported by ratelimitd") : 0;
+    if (strcmp(key, "quota_mode") == 0)
+        return get_bool(w, v, &d->quota_mode);
+    if (strcmp(key, "metadata") == 0) {
+        if (v->type == YAML_SCALAR_NODE && scalar_type(v) == S_NULL)
+            return 0;
+        if (v->type != YAML_MAPPING_NODE)
+            return fail(w, "must be a mapping");
+        if (!(d->metadata = calloc(1, sizeof *d->metadata)))
+            return rl_errf(w->err, RL_ENOMEM, "out of memory");
+        return get_meta(w, v, d->metadata, 0);
     }
     if (strcmp(key, "descriptors") == 0)
         dc->children = v; /* read once the key and value are known */
     else if (strcmp(key, "rate_limit") == 0)
         dc->limit = v;
-    return 0; /* metadata: free-form, not used */
+    return 0;
 }
 
 static int get_descriptor(walk *w, const yaml_node_t *n, list_ctx *lc, rld_ydesc *d)
@@ -492,6 +567,9 @@ static void free_desc(rld_ydesc *d)
     for (size_t i = 0; i < d->limit.nreplaces; i++)
         free(d->limit.replaces[i]);
     free(d->limit.replaces);
+    if (d->metadata)
+        free_meta(d->metadata);
+    free(d->metadata);
 }
 
 static void free_domain(rld_ydomain *dom)
@@ -501,6 +579,9 @@ static void free_domain(rld_ydomain *dom)
     free(dom->children);
     free(dom->domain);
     free(dom->file);
+    for (size_t i = 0; i < dom->nmerged; i++)
+        free(dom->merged[i]);
+    free(dom->merged);
 }
 
 typedef struct root_ctx {
@@ -517,7 +598,10 @@ static int root_field(walk *w, const char *key, const yaml_node_t *v, void *ctx)
     return 0;
 }
 
-static int read_root(walk *w, rld_yconf *c, rld_ydomain *dom)
+/* Reads one file's domain into dom; *into is the domain of an earlier file it is merged into
+ * (MERGE_DOMAIN_CONFIG), else NULL. Limits of a merged file are numbered after the earlier
+ * files' ones. */
+static int read_root(walk *w, rld_yconf *c, rld_ydomain *dom, rld_ydomain **into)
 {
     static const char *const fields[] = {"domain", "descriptors", NULL};
     const yaml_node_t *root = yaml_document_get_root_node(w->doc);
@@ -529,9 +613,14 @@ static int read_root(walk *w, rld_yconf *c, rld_ydomain *dom)
     size_t at = push(w, "domain", -1);
     if (!dom->domain || !*dom->domain)
         return fail(w, "config file cannot have empty domain");
+    *into = NULL;
     for (size_t i = 0; i < c->ndomains; i++)
-        if (strcmp(c->domains[i].domain, dom->domain) == 0)
-            return fail(w, "duplicate domain '%s' in config file", dom->domain);
+        if (strcmp(c->domains[i].domain, dom->domain) == 0) {
+            if (!c->merge_domains)
+                return fail(w, "duplicate domain '%s' in config file", dom->domain);
+            *into = &c->domains[i];
+            dom->nlimits = (*into)->nlimits;
+        }
     pop(w, at);
     if (!ctx.descriptors)
         return 0;
@@ -542,10 +631,41 @@ static int read_root(walk *w, rld_yconf *c, rld_ydomain *dom)
     list_ctx lc = {.dom = dom, .parent = parent};
     size_t old = push(w, "descriptors", -1);
     rc = get_descriptors(w, ctx.descriptors, &lc, &dom->children, &dom->nchildren);
+    /* merged, the earlier files' descriptors are siblings: the same composite key is refused */
+    for (size_t i = 0; !rc && *into && i < dom->nchildren; i++)
+        for (size_t j = 0; !rc && j < (*into)->nchildren; j++)
+            if (same_desc(&dom->children[i], &(*into)->children[j])) {
+                push(w, NULL, (long)i);
+                rc = fail(w, "duplicate descriptor composite key '%s%s%s%s'", parent,
+                          dom->children[i].key, dom->children[i].value ? "_" : "",
+                          dom->children[i].value ? dom->children[i].value : "");
+            }
     free(parent);
     if (!rc)
         pop(w, old);
     return rc;
+}
+
+/* Appends the descriptors of dom (a later file of into's domain) to into; dom is emptied. */
+static int merge_domain(rld_ydomain *into, rld_ydomain *dom, rl_err *err)
+{
+    rld_ydesc *v = realloc(into->children, (into->nchildren + dom->nchildren + 1) * sizeof *v);
+    char **f = realloc(into->merged, (into->nmerged + 1) * sizeof *f);
+    if (v)
+        into->children = v;
+    if (f)
+        into->merged = f;
+    if (!v || !f)
+        return rl_errf(err, RL_ENOMEM, "out of memory");
+    if (dom->nchildren)
+        memcpy(v + into->nchildren, dom->children, dom->nchildren * sizeof *v);
+    into->nchildren += dom->nchildren;
+    into->nlimits = dom->nlimits;
+    into->merged[into->nmerged++] = dom->file; /* the merged descriptors borrow it */
+    free(dom->children);
+    free(dom->domain);
+    *dom = (rld_ydomain){0};
+    return RL_OK;
 }
 
 int rld_yaml_parse(rld_yconf *c, const char *name, const char *text, size_t len, rl_err *err)
@@ -566,16 +686,19 @@ int rld_yaml_parse(rld_yconf *c, const char *name, const char *text, size_t len,
         return rc;
     }
     walk w = {.doc = &doc, .file = name, .err = err};
+    rld_ydomain *into = NULL;
     if (!(dom.file = strdup(name)))
         rc = rl_errf(err, RL_ENOMEM, "out of memory");
     else
-        rc = read_root(&w, c, &dom);
-    rld_ydomain *v = rc ? NULL : realloc(c->domains, (c->ndomains + 1) * sizeof *v);
-    if (!rc && !v)
+        rc = read_root(&w, c, &dom, &into);
+    if (!rc && into)
+        rc = merge_domain(into, &dom, err);
+    rld_ydomain *v = rc || into ? NULL : realloc(c->domains, (c->ndomains + 1) * sizeof *v);
+    if (!rc && !into && !v)
         rc = rl_errf(err, RL_ENOMEM, "out of memory");
     if (rc) {
         free_domain(&dom);
-    } else {
+    } else if (!into) {
         c->domains = v;
         c->domains[c->ndomains++] = dom;
     }
@@ -654,11 +777,17 @@ rld_yconf *rld_yconf_new(void)
 
 int rld_yaml_load(const char *path, rld_yconf **out, rl_err *err)
 {
+    return rld_yaml_load_merging(path, 0, out, err);
+}
+
+int rld_yaml_load_merging(const char *path, int merge_domains, rld_yconf **out, rl_err *err)
+{
     struct stat st;
     rld_yconf *c = rld_yconf_new();
     *out = NULL;
     if (!c)
         return rl_errf(err, RL_ENOMEM, "out of memory");
+    c->merge_domains = merge_domains;
     int rc = stat(path, &st) == 0 && S_ISDIR(st.st_mode) ? parse_dir(c, path, err)
                                                          : parse_file(c, path, path, err);
     if (rc) {

@@ -12,7 +12,7 @@
  *
  * Every field of that format is read (domain, descriptors, key, value, rate_limit with unit,
  * requests_per_unit, unlimited, name and replaces, shadow_mode, detailed_metric,
- * value_to_metric, share_threshold, metadata), plus two extensions: "algorithm" in rate_limit
+ * value_to_metric, share_threshold, quota_mode, metadata), plus two extensions: "algorithm" in rate_limit
  * (a native rule type instead of the fixed window) and "charge: true" beside rate_limit. A
  * file is refused as a whole with a message naming the file and the YAML path of the fault:
  * "api.yaml: descriptors[2].rate_limit.unit: invalid rate limit unit 'fortnight'".
@@ -60,6 +60,27 @@ typedef struct rld_ylimit {
     char *algorithm; /* extension: a native rule type; NULL: the fixed window */
 } rld_ylimit;
 
+/* A descriptor's metadata, a JSON value as YAML wrote it (upstream's google.protobuf.Struct
+ * of the limit): its mapping's keys in file order. */
+typedef enum rld_ymeta_type {
+    RLD_YMETA_NULL,
+    RLD_YMETA_BOOL,
+    RLD_YMETA_NUMBER,
+    RLD_YMETA_STRING,
+    RLD_YMETA_STRUCT,
+    RLD_YMETA_LIST
+} rld_ymeta_type;
+
+typedef struct rld_ymeta {
+    rld_ymeta_type type;
+    int b;
+    double number;
+    char *s;               /* RLD_YMETA_STRING */
+    size_t n;              /* members of a struct or list */
+    char **keys;           /* RLD_YMETA_STRUCT: n names */
+    struct rld_ymeta *v;   /* n values */
+} rld_ymeta;
+
 typedef struct rld_ydesc {
     char *key;
     char *value;      /* NULL: every value counted on its own */
@@ -68,7 +89,8 @@ typedef struct rld_ydesc {
     const char *file; /* borrowed from the domain */
     int has_limit;
     rld_ylimit limit;
-    int shadow_mode, detailed_metric, value_to_metric, share_threshold, charge;
+    int shadow_mode, detailed_metric, value_to_metric, share_threshold, charge, quota_mode;
+    rld_ymeta *metadata; /* NULL when none; a RLD_YMETA_STRUCT */
     size_t nchildren;
     struct rld_ydesc *children;
     size_t id; /* index of a descriptor with a limit among its domain's, from 0 */
@@ -80,11 +102,15 @@ typedef struct rld_ydomain {
     size_t nchildren;
     rld_ydesc *children;
     size_t nlimits; /* descriptors with a rate_limit (their ids are 0..nlimits-1) */
+    size_t nmerged;
+    char **merged; /* names of later files merged into this domain (MERGE_DOMAIN_CONFIG) */
 } rld_ydomain;
 
 typedef struct rld_yconf {
     size_t ndomains;
     rld_ydomain *domains;
+    int merge_domains; /* a later file of a domain adds its descriptors, as upstream's
+                          MERGE_DOMAIN_CONFIG; 0: refused ("duplicate domain") */
 } rld_yconf;
 
 /* Whether path names a YAML configuration: a name ending in .yaml or .yml, or a directory. */
@@ -95,6 +121,10 @@ int rld_yaml_is_config(const char *path);
  * caller frees with rld_yconf_free; on failure nothing is returned and err names the file and
  * the YAML path. */
 int rld_yaml_load(const char *path, rld_yconf **out, rl_err *err);
+/* The same; with merge_domains, files of one domain are merged as envoyproxy/ratelimit's
+ * MERGE_DOMAIN_CONFIG merges them: a later file's descriptors join the earlier ones (the same
+ * key and value at the top twice is refused: "duplicate descriptor composite key"). */
+int rld_yaml_load_merging(const char *path, int merge_domains, rld_yconf **out, rl_err *err);
 /* Adds the domain of one file's text to c; name is used in messages. On failure c is as it
  * was. */
 int rld_yaml_parse(rld_yconf *c, const char *name, const char *text, size_t len, rl_err *err);

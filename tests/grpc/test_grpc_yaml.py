@@ -10,6 +10,7 @@ import os
 import sys
 import tempfile
 import unittest
+import urllib.error
 import urllib.request
 
 import grpc
@@ -211,6 +212,208 @@ class GrpcYamlTiersTest(unittest.TestCase):
         self.assertEqual(self.call("bob", 11).overall_code, ok)
         self.assertEqual(self.call("bob", 11).overall_code, ok)
         self.assertEqual(self.call("bob", 11).overall_code, over)
+
+
+QUOTA_A = """domain: quota-domain
+descriptors:
+  - key: regular
+    value: limit
+    rate_limit: {unit: minute, requests_per_unit: 10}
+    metadata:
+      name: service_1
+      nested: {a: 1}
+  - key: quota
+    value: limit
+    quota_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 1}
+    metadata:
+      name: service_2
+"""
+
+QUOTA_B = """domain: quota-domain
+descriptors:
+  - key: other
+    value: limit
+    quota_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 5}
+    metadata:
+      some_other_name: service_3
+      nested: {a: 2, b: true}
+      list: [x, 2, null]
+"""
+
+UPSTREAM_CONFIG = """{
+  "listen": {"address": "127.0.0.1", "port": 0},
+  "ratelimit_config": "ratelimit"
+}"""
+
+
+def to_py(v):
+    """A google.protobuf.Value (or Struct) as the Python value it holds."""
+    if v.DESCRIPTOR.name == "Struct":
+        return {k: to_py(x) for k, x in v.fields.items()}
+    kind = v.WhichOneof("kind")
+    if kind == "struct_value":
+        return to_py(v.struct_value)
+    if kind == "list_value":
+        return [to_py(x) for x in v.list_value.values]
+    if kind == "null_value":
+        return None
+    return getattr(v, kind)
+
+
+def metrics(d):
+    with urllib.request.urlopen("http://%s/metrics" % d.http_addr, timeout=5) as resp:
+        return resp.read().decode()
+
+
+class GrpcYamlUpstreamVariablesTest(unittest.TestCase):
+    """envoyproxy/ratelimit's RESPONSE_DYNAMIC_METADATA, MERGE_DOMAIN_CONFIG and EXTRA_TAGS, with
+    quota_mode descriptors (the scenarios of its TestMetadataReturnedForPassedDescriptors,
+    TestMetadataReturnedForAllPassedDescriptors and TestOverlappingMetadataReturnsTheFirstValue,
+    with the limits written as YAML)."""
+
+    @classmethod
+    def setUpClass(cls):
+        start(cls, {"ratelimit/a.yaml": QUOTA_A, "ratelimit/b.yaml": QUOTA_B}, UPSTREAM_CONFIG,
+              {"RESPONSE_DYNAMIC_METADATA": "true", "MERGE_DOMAIN_CONFIG": "true",
+               "EXTRA_TAGS": "region:us,zone:a"})
+
+    @classmethod
+    def tearDownClass(cls):
+        stop(cls)
+
+    def call(self, descriptors, now, hits=1):
+        r = self.Req(domain="quota-domain", hits_addend=hits)
+        for key, own, override in descriptors:
+            d = r.descriptors.add()
+            d.entries.add(key=key, value="limit")
+            if own is not None:
+                d.hits_addend.value = own
+            if override is not None:
+                d.limit.requests_per_unit = override
+                d.limit.unit = 2  # MINUTE
+        return self.srl(r, timeout=5, metadata=[("ratelimitd-now", str(now))])
+
+    def test_metadata_quota_and_merge(self):
+        ok, over = self.Resp.Code.Value("OK"), self.Resp.Code.Value("OVER_LIMIT")
+        # at t = 200, a minute no other test uses (the clock does not go back)
+        three = [("regular", None, None), ("quota", None, None), ("other", None, None)]
+        # all pass: every limit's metadata, the first descriptor's value where names meet
+        # and structs merged
+        r = self.call(three, 200)
+        self.assertEqual(r.overall_code, ok)
+        self.assertEqual(to_py(r.dynamic_metadata), {
+            "domain": "quota-domain",
+            "descriptors": [{"entries": ["regular=limit"]}, {"entries": ["quota=limit"]},
+                            {"entries": ["other=limit"]}],
+            "hitsAddend": 1.0,
+            "metadata": {"name": "service_1", "nested": {"a": 1.0, "b": True},
+                         "some_other_name": "service_3", "list": ["x", 2.0, None]}})
+        # quota (1 a minute) over, other (a quota mode limit of b.yaml, merged) with room: the
+        # request is OK, quota is OVER_LIMIT, and its metadata is left out
+        r = self.call(three, 200)
+        self.assertEqual(r.overall_code, ok)
+        self.assertEqual([s.code for s in r.statuses], [ok, over, ok])
+        self.assertEqual(r.statuses[2].current_limit.requests_per_unit, 5)
+        self.assertEqual(r.statuses[2].limit_remaining, 3)
+        self.assertEqual(to_py(r.dynamic_metadata)["metadata"]["name"], "service_1")
+        # every quota mode limit over: OVER_LIMIT, nothing counted
+        r = self.call([("regular", None, None), ("quota", None, None)], 200)
+        self.assertEqual(r.overall_code, over)
+        self.assertEqual([s.code for s in r.statuses], [ok, over])
+        self.assertEqual(r.statuses[0].limit_remaining, 8)
+        r = self.call([("regular", None, None)], 200)
+        self.assertEqual(r.statuses[0].limit_remaining, 7)
+        # a descriptor's own hits_addend and limit override, the request's hits_addend 0
+        r = self.call([("regular", 2, 7)], 200, hits=0)
+        self.assertEqual(to_py(r.dynamic_metadata), {
+            "domain": "quota-domain",
+            "descriptors": [{"entries": ["regular=limit"], "hitsAddend": 2.0,
+                             "limit": "requests_per_unit:7 unit:MINUTE"}]})
+
+    def test_extra_tags_and_counters(self):
+        self.call([("other", None, None)], 100)  # a minute of its own
+        m = metrics(self.d)
+        self.assertIn('ratelimit_service_rate_limit_total_hits{domain="quota-domain",'
+                      'key1="other_limit",region="us",zone="a"} ', m)
+        self.assertIn('\nratelimit_service_config_load_success{region="us",zone="a"} 1\n', m)
+        self.assertIn('\nratelimit_service_config_load_error{region="us",zone="a"} 0\n', m)
+        self.assertNotIn('key1="other_limit"} ', m)
+
+
+SHADOW_YAML = """domain: shadow
+descriptors:
+  - key: user
+    rate_limit: {unit: minute, requests_per_unit: 1}
+"""
+
+
+class GrpcYamlGlobalShadowTest(unittest.TestCase):
+    """SHADOW_MODE=true as upstream answers it (its TestServiceGlobalShadowMode): the
+    descriptor stays OVER_LIMIT, the overall code is OK, global_shadow_mode counts."""
+
+    @classmethod
+    def setUpClass(cls):
+        start(cls, {"ratelimit/shadow.yaml": SHADOW_YAML}, UPSTREAM_CONFIG,
+              {"SHADOW_MODE": "true"})
+
+    @classmethod
+    def tearDownClass(cls):
+        stop(cls)
+
+    def test_overall_ok_status_over(self):
+        ok, over = self.Resp.Code.Value("OK"), self.Resp.Code.Value("OVER_LIMIT")
+        codes = []
+        for _ in range(2):
+            r = self.Req(domain="shadow", hits_addend=1)
+            r.descriptors.add().entries.add(key="user", value="u")
+            r.descriptors.add().entries.add(key="hello", value="world")
+            a = self.srl(r, timeout=5, metadata=[("ratelimitd-now", "10")])
+            codes.append((a.overall_code, a.statuses[0].code, a.statuses[1].code))
+            self.assertFalse(a.HasField("dynamic_metadata"))
+        self.assertEqual(codes, [(ok, ok, ok), (ok, over, ok)])
+        m = metrics(self.d)
+        self.assertIn("\nratelimit_service_global_shadow_mode 1\n", m)
+        # a reload is refused for a YAML configuration: a failed load, the one in force stays
+        self.assertIn("\nratelimit_service_config_load_error 0\n", m)
+        req = urllib.request.Request("http://%s/admin/reload" % self.d.http_addr, method="POST",
+                                     data=b"")
+        with self.assertRaises(urllib.error.HTTPError):
+            urllib.request.urlopen(req, timeout=5)
+        m = metrics(self.d)
+        self.assertIn("\nratelimit_service_config_load_error 1\n", m)
+        self.assertIn("\nratelimit_service_config_load_success 1\n", m)
+        self.assertIn('\nratelimit_service_rate_limit_over_limit{domain="shadow",key1="user"} 1\n',
+                      m)
+
+
+class GrpcYamlRefusedTest(unittest.TestCase):
+    def test_two_files_of_a_domain_without_merge(self):
+        # upstream's default: refused, naming the later file
+        with tempfile.TemporaryDirectory() as tmp:
+            os.makedirs(os.path.join(tmp, "ratelimit"))
+            for name, text in (("a.yaml", QUOTA_A), ("b.yaml", QUOTA_B)):
+                with open(os.path.join(tmp, "ratelimit", name), "w") as f:
+                    f.write(text)
+            with self.assertRaises(RuntimeError):
+                Daemon(tmp, UPSTREAM_CONFIG)
+            with open(os.path.join(tmp, "stderr.log")) as f:
+                self.assertIn("ratelimit/b.yaml: domain: duplicate domain 'quota-domain' in "
+                              "config file", f.read())
+
+    def test_bad_extra_tags(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            with open(os.path.join(tmp, "shadow.yaml"), "w") as f:
+                f.write(SHADOW_YAML)
+            os.environ["EXTRA_TAGS"] = "region"
+            try:
+                with self.assertRaises(RuntimeError):
+                    Daemon(tmp, UPSTREAM_CONFIG.replace('"ratelimit"', '"shadow.yaml"'))
+            finally:
+                del os.environ["EXTRA_TAGS"]
+            with open(os.path.join(tmp, "stderr.log")) as f:
+                self.assertIn("EXTRA_TAGS: 'region' is not <name>:<value>", f.read())
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 -- fast.lua - the decision script's fast path: the common decision (not dry, no reservation, no
--- modes, nothing kept, every item a token bucket or GCRA: the default configuration's shape) worked
--- out in plain Lua numbers, with no tables of the general path (lib.lua, bigint.lua) made.
+-- modes, nothing kept, every item a token bucket, GCRA or fixed window: the default
+-- configuration's shape) worked out in plain Lua numbers, with no tables of the general path
+-- (lib.lua, bigint.lua) made.
 -- The build puts it in front of decide.lua's body (service/redis/lua.c): as a script, in front
 -- of the lib too, which is then made only when this path declines, so that a decision it
 -- answers pays neither for the lib's closures nor for its generality.
@@ -23,7 +24,13 @@
 --     same argument as lib.lua's mdm (exact quotient and remainder while a * b < 2^99 and the
 --     quotient is below 2^51), declining beyond;
 --   * a wait or reset (a time relative to now) is a sum of two such numbers and declines at
---     2^53; before 2096 (now < 4e18) NEVER - now > 5e18, so no number here saturates.
+--     2^53; before 2096 (now < 4e18) NEVER - now > 5e18, so no number here saturates;
+--   * a window w (ns) lies in [1e6, 2^50), else the path declines; m = now % w is worked out as
+--     lib.lua's now_mod does (whose comment has the proof: exact for now < 4e18); a time t
+--     relative to now (|t| < 2^51 + 2^32) starts its window at t - (m + t) % w, the absolute
+--     t - t % w as in C: m + t is congruent to the absolute t modulo w, |m + t| < 2^52, so
+--     Lua's % (a - floor(a / b) * b) is exact there and lands in [0, w) (lib.lua's start_of);
+--     that start plus w is below 2^52 + 2^50.
 do
 local argv, keys = ARGV, KEYS
 local nitems = tonumber(argv[A_ITEMS])
@@ -129,9 +136,34 @@ if argv[A_GENERAL] == '' and argv[A_DRY] == '0' and argv[A_ID] == '' and argv[A_
         return x < 1099511627776 and 'I5' or 'I6'
     end
 
+    -- now % w for a window w in [1e6, 2^50) (lib.lua's now_mod, whose comment has the proof)
+    local function now_mod(w)
+        local P = nows * NS -- exact: nows * 1953125 < 2^53, times 2^9
+        local x = P + nowf
+        if x < LIM then return x % w end
+        local q = floor(x / w)
+        -- q * w = p3 + e3 exactly (Dekker's TwoProduct, Veltkamp's split)
+        local p3 = q * w
+        local s = 134217729 * q
+        local qh = s - (s - q)
+        local ql = q - qh
+        s = 134217729 * w
+        local wh = s - (s - w)
+        local wl = w - wh
+        local e3 = ((qh * wh - p3) + qh * wl + ql * wh) + ql * wl
+        local m = ((P - p3) + nowf) - e3
+        if m < 0 then
+            m = m + w
+        elseif m >= w then
+            m = m - w
+        end
+        return m
+    end
+
     -- Phase 1: every item's parameters and state (prepared), and its wait. Per item i, at
-    -- base b = (i - 1) * 8 of v: its kind (1: token bucket, 2: GCRA), its two parameters, its
-    -- state (a token bucket's used, frac, last; GCRA's tat, rem, last), cost and wait.
+    -- base b = (i - 1) * 8 of v: its kind (1: token bucket, 2: GCRA, 3: fixed window), its two
+    -- parameters, its state (a token bucket's used, frac, last; GCRA's tat, rem, last; a fixed
+    -- window's count, the start of its window, last), cost and wait.
     -- (tables made by a constructor of their size for three items: one allocation, no growth)
     local v = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
     local allowed = true
@@ -141,8 +173,8 @@ if argv[A_GENERAL] == '' and argv[A_DRY] == '0' and argv[A_ID] == '' and argv[A_
         local need, cost, p1, p2 = argv[o + I_NEED], argv[o + I_COST], argv[o + I_FIELDS + 1],
             argv[o + I_FIELDS + 2]
         local tag = argv[o + I_TAG]
-        if (tag ~= 'tb' and tag ~= 'gcra') or tonumber(argv[o + I_KEY]) ~= i or #need > 15 or
-            #cost > 15 or not p1 or #p1 > 15 or not p2 or #p2 > 15 then
+        if (tag ~= 'tb' and tag ~= 'gcra' and tag ~= 'fw') or tonumber(argv[o + I_KEY]) ~= i or
+            #need > 15 or #cost > 15 or not p1 or #p1 > 15 or not p2 or #p2 > 15 then
             go = false
             break
         end
@@ -210,6 +242,41 @@ if argv[A_GENERAL] == '' and argv[A_DRY] == '0' and argv[A_ID] == '' and argv[A_
                 break
             end
             v[b + 1], v[b + 4], v[b + 5], v[b + 6] = 1, used, frac, last
+        elseif tag == 'fw' then -- a fixed window (fixed_window.lua): limit p1, window p2
+            if p2 < MS or p2 >= P50 or need > p1 then
+                go = false -- a window out of now_mod's range, or a wait of never
+                break
+            end
+            local m = now_mod(p2)
+            local count, last = 0, 0
+            if raw then
+                local n = #raw
+                if n < 9 or n > 15 or byte(raw, 1) ~= 70 then
+                    go = false
+                    break
+                end
+                local _, hi, lo = unpack_('>BI4I4', raw)
+                local dh = hi - NOW_HI
+                if dh >= 524288 or dh <= -524288 then
+                    go = false
+                    break
+                end
+                last = dh * P32 + (lo - NOW_LO)
+                count = uint(raw, 10, n)
+            end
+            -- prep: a last before now becomes now; its count stays only when both lie in the
+            -- same window, i.e. when the absolute last is at least now - now % w (m + last >= 0)
+            if last < 0 then
+                if m + last < 0 then count = 0 end
+                last = 0
+            end
+            local ws = last - (m + last) % p2 -- the start of last's window
+            wait = count <= p1 - need and 0 or ws + p2
+            if wait >= LIM then
+                go = false
+                break
+            end
+            v[b + 1], v[b + 4], v[b + 5], v[b + 6] = 3, count, ws, last
         else -- GCRA (gcra.lua): rate p1, burst p2; its state tat, last, rem
             local tat, last, rem = 0, 0, 0
             if raw then
@@ -327,6 +394,40 @@ if argv[A_GENERAL] == '' and argv[A_DRY] == '0' and argv[A_ID] == '' and argv[A_
                     if idle > 0 then
                         ms = floor(idle / MS)
                         if ms * MS < idle then ms = ms + 1 end
+                    end
+                    if ms < floor_ms then ms = floor_ms end
+                    w[2 * i] = ms
+                end
+            elseif v[b + 1] == 3 then
+                -- a fixed window: limit p1, window p2, count (in used), ws, last
+                local ws, last = v[b + 5], v[b + 6]
+                if allowed then
+                    used = used + cost -- below 2^51: no saturation at 4e18
+                    if used >= 281474976710656 then
+                        go = false
+                        break
+                    end
+                end
+                window, remaining = p2, p1 - used
+                if used ~= 0 then reset = ws + p2 end
+                if remaining < limit then
+                    local want = (remaining > 0 and remaining - remaining % ONE or 0) + ONE
+                    if want > limit then want = limit end
+                    nxt = used <= p1 - want and 0 or ws + p2
+                end
+                if allowed then
+                    -- the value (fixed_window.lua's dump) and the TTL: until the window ends
+                    local lo = NOW_LO + last
+                    local c = floor(lo / P32)
+                    w[2 * i - 1] = pack('>BI4I4' .. varfmt(used), 70, NOW_HI + c, lo - c * P32,
+                        used)
+                    local ms = 1
+                    if used ~= 0 then
+                        local idle = ws + p2
+                        if idle > 0 then
+                            ms = floor(idle / MS)
+                            if ms * MS < idle then ms = ms + 1 end
+                        end
                     end
                     if ms < floor_ms then ms = floor_ms end
                     w[2 * i] = ms

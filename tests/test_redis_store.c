@@ -570,11 +570,13 @@ static const char *plugin_path(const char *name)
     return path;
 }
 
-/* 1: rnd_config makes only token buckets, GCRA and fixed windows (FAST_TYPES), and no shadow,
+/* 1: rnd_config makes only the types of fast_types (token buckets, GCRA, fixed windows and
+ * sliding window counters; a type given to it is an index into fast_types), and no shadow,
  * charge or reserved rules: the decisions the decision script's fast path
  * (service/redis/fast.lua) takes (those that are not dry runs and make no reservation, with
  * amounts, times and windows within its bounds). */
-#define FAST_TYPES 3
+static const int fast_types[] = {0, 1, 2, 4};
+#define FAST_TYPES ((int)(sizeof fast_types / sizeof fast_types[0]))
 static int replay_fast;
 
 /* Writes one random rule of type t as JSON into b. */
@@ -718,7 +720,7 @@ static void rnd_config(uint64_t *s, int force, char *b, size_t n)
             /* on a cluster, every type but the plug-in's, which cannot give back */
             int t = l == 0 && i == 0 ? force : (int)rnd(s, (uint64_t)NTYPES - (on_cluster != 0));
             if (replay_fast)
-                t = t % FAST_TYPES; /* token_bucket, gcra or fixed_window */
+                t = fast_types[t % FAST_TYPES];
             if (i)
                 u += (size_t)snprintf(b + u, n - u, ", ");
             if (replay_dims && rnd(s, 2) == 0)
@@ -1063,12 +1065,12 @@ START_TEST(differential_replay_general)
 }
 END_TEST
 
-/* Traces the fast path takes most decisions of (token buckets, GCRA and fixed windows only; the
- * rest are dry runs, reservations, and amounts, times or windows beyond its bounds: the traces
- * cross 2^53 in amounts and times as differential_replay_general's do, windows reach a year,
- * past the 2^50 ns the fast path takes), each replayed twice: with the fast path (even _i) and
- * with the general path only (odd _i), both against the memory store; level 0's first rule is
- * of each type in turn. */
+/* Traces the fast path takes most decisions of (token buckets, GCRA, fixed windows and sliding
+ * window counters only; the rest are dry runs, reservations, and amounts, times or windows
+ * beyond its bounds: the traces cross 2^53 in amounts and times as differential_replay_general's
+ * do, windows reach a year, past the 2^50 ns the fast path takes), each replayed twice: with the
+ * fast path (even _i) and with the general path only (odd _i), both against the memory store;
+ * level 0's first rule is of each of fast_types in turn. */
 START_TEST(differential_replay_fast)
 {
     uint64_t seed = 0xfa570000u + (uint64_t)(_i / 2);
@@ -2831,7 +2833,7 @@ Suite *redis_store_suite(void)
     tcase_set_timeout(tc, 300);
     tcase_add_loop_test(tc, differential_replay, 0, TRACES);
     tcase_add_loop_test(tc, differential_replay_general, 0, TRACES);
-    tcase_add_loop_test(tc, differential_replay_fast, 0, 36);
+    tcase_add_loop_test(tc, differential_replay_fast, 0, 40);
     tcase_add_loop_test(tc, differential_replay_usage, 0, 2 * NTYPES);
     tcase_add_loop_test(tc, differential_replay_batched, 0, NTYPES);
     tcase_add_test(tc, many_decisions_share_one_write);

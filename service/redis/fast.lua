@@ -1,7 +1,7 @@
 -- fast.lua - the decision script's fast path: the common decision (not dry, no reservation, no
--- modes, nothing kept, every item a token bucket, GCRA or fixed window: the default
--- configuration's shape) worked out in plain Lua numbers, with no tables of the general path
--- (lib.lua, bigint.lua) made.
+-- modes, nothing kept, every item a token bucket, GCRA, fixed window or sliding window counter:
+-- the default configuration's shape) worked out in plain Lua numbers, with no tables of the
+-- general path (lib.lua, bigint.lua) made.
 -- The build puts it in front of decide.lua's body (service/redis/lua.c): as a script, in front
 -- of the lib too, which is then made only when this path declines, so that a decision it
 -- answers pays neither for the lib's closures nor for its generality.
@@ -30,7 +30,12 @@
 --     relative to now (|t| < 2^51 + 2^32) starts its window at t - (m + t) % w, the absolute
 --     t - t % w as in C: m + t is congruent to the absolute t modulo w, |m + t| < 2^52, so
 --     Lua's % (a - floor(a / b) * b) is exact there and lands in [0, w) (lib.lua's start_of);
---     that start plus w is below 2^52 + 2^50.
+--     that start plus w is below 2^52 + 2^50; a time is at most a start plus 2w plus an
+--     offset below w: below 2^51 + 2^32 + 3 * 2^50 < 2^53;
+--   * a sliding window counter's products (prev * (w - e), room * w: below 2^48 * 2^50 and
+--     2^50 * 2^50) are compared exactly as lib.lua's cmp_prod does (rounding is monotonic; on
+--     a tie the TwoProduct errors decide), and divided by mdm (products below 2^99, quotients
+--     below prev or w, so below 2^51).
 do
 local argv, keys = ARGV, KEYS
 local nitems = tonumber(argv[A_ITEMS])
@@ -160,12 +165,52 @@ if argv[A_GENERAL] == '' and argv[A_DRY] == '0' and argv[A_ID] == '' and argv[A_
         return m
     end
 
+    -- the error e of a * b = p + e, p = a * b rounded (Dekker's TwoProduct, Veltkamp's split)
+    local function prod_err(a, b, p)
+        local s = 134217729 * a
+        local ah = s - (s - a)
+        local al = a - ah
+        s = 134217729 * b
+        local bh = s - (s - b)
+        local bl = b - bh
+        return ((ah * bh - p) + ah * bl + al * bh) + al * bl
+    end
+
+    -- sliding window counter (sliding_window_counter.lua): the earliest offset into a window
+    -- with counts prev and cur where cost fits (w: none), nil beyond the bounds
+    local function swc_first_fit(limit, w, prev, cur, cost)
+        local room = limit - cost - cur
+        if room < 0 then return w end
+        if prev == 0 or room >= prev then return 0 end
+        local k = mdm(room, w, 0, prev)
+        return k and w - k
+    end
+    -- its wait for cost (<= limit) at last, in the window starting at ws; nil beyond the bounds
+    local function swc_wait(limit, w, cur, prev, ws, last, cost)
+        -- fits: room >= 0 and prev * (w - e) <= room * w (lib.lua's cmp_prod)
+        local room = limit - cur - cost
+        if room >= 0 then
+            local a = w - (last - ws)
+            local x, y = prev * a, room * w
+            if x < y or (x == y and prod_err(prev, a, x) <= prod_err(room, w, y)) then
+                return 0
+            end
+        end
+        local e = swc_first_fit(limit, w, prev, cur, cost)
+        if not e then return nil end
+        if e < w then return ws + e end
+        e = swc_first_fit(limit, w, cur, 0, cost)
+        return e and ws + w + e
+    end
+
     -- Phase 1: every item's parameters and state (prepared), and its wait. Per item i, at
-    -- base b = (i - 1) * 8 of v: its kind (1: token bucket, 2: GCRA, 3: fixed window), its two
-    -- parameters, its state (a token bucket's used, frac, last; GCRA's tat, rem, last; a fixed
-    -- window's count, the start of its window, last), cost and wait.
+    -- base b = (i - 1) * 9 of v: its kind (1: token bucket, 2: GCRA, 3: fixed window, 4:
+    -- sliding window counter), its two parameters, its state (a token bucket's used, frac,
+    -- last; GCRA's tat, rem, last; a fixed window's count, the start of its window, last; a
+    -- sliding window counter's cur, prev, last, and at b + 9 the start of its window), cost
+    -- and wait.
     -- (tables made by a constructor of their size for three items: one allocation, no growth)
-    local v = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
+    local v = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
     local allowed = true
     local o = A_FIELDS
     for i = 1, nitems do
@@ -173,14 +218,15 @@ if argv[A_GENERAL] == '' and argv[A_DRY] == '0' and argv[A_ID] == '' and argv[A_
         local need, cost, p1, p2 = argv[o + I_NEED], argv[o + I_COST], argv[o + I_FIELDS + 1],
             argv[o + I_FIELDS + 2]
         local tag = argv[o + I_TAG]
-        if (tag ~= 'tb' and tag ~= 'gcra' and tag ~= 'fw') or tonumber(argv[o + I_KEY]) ~= i or
-            #need > 15 or #cost > 15 or not p1 or #p1 > 15 or not p2 or #p2 > 15 then
+        if (tag ~= 'tb' and tag ~= 'gcra' and tag ~= 'fw' and tag ~= 'swc') or
+            tonumber(argv[o + I_KEY]) ~= i or #need > 15 or #cost > 15 or not p1 or #p1 > 15 or
+            not p2 or #p2 > 15 then
             go = false
             break
         end
         need, cost, p1, p2 = tonumber(need), tonumber(cost), tonumber(p1), tonumber(p2)
         o = o + I_FIELDS + 2
-        local b = (i - 1) * 8
+        local b = (i - 1) * 9
         local raw = call('GET', keys[i])
         local wait
         if tag == 'tb' then -- a token bucket: capacity p1, rate p2
@@ -277,6 +323,47 @@ if argv[A_GENERAL] == '' and argv[A_DRY] == '0' and argv[A_ID] == '' and argv[A_
                 break
             end
             v[b + 1], v[b + 4], v[b + 5], v[b + 6] = 3, count, ws, last
+        elseif tag == 'swc' then -- a sliding window counter: limit p1, window p2
+            if p2 < MS or p2 >= P50 or need > p1 then
+                go = false -- a window out of now_mod's range, or a wait of never
+                break
+            end
+            local m = now_mod(p2)
+            local cur, prev, last = 0, 0, 0
+            if raw then
+                local n = #raw
+                if n < 17 or n > 23 or byte(raw, 1) ~= 87 then
+                    go = false
+                    break
+                end
+                local _, hi, lo, ch, cl = unpack_('>BI4I4I2I6', raw)
+                local dh = hi - NOW_HI
+                if ch ~= 0 or dh >= 524288 or dh <= -524288 then
+                    go = false
+                    break
+                end
+                last, cur, prev = dh * P32 + (lo - NOW_LO), cl, uint(raw, 18, n)
+            end
+            local ws
+            if last < 0 then
+                -- prep (roll): now's window is ws = -m; last's starts at ls; the window right
+                -- after last's keeps its cur as prev, a later one nothing
+                ws = -m
+                local ls = last - (m + last) % p2
+                if ws ~= ls then
+                    prev = ws - ls == p2 and cur or 0
+                    cur = 0
+                end
+                last = 0
+            else
+                ws = last - (m + last) % p2
+            end
+            wait = swc_wait(p1, p2, cur, prev, ws, last, need)
+            if not wait or wait >= LIM then
+                go = false
+                break
+            end
+            v[b + 1], v[b + 4], v[b + 5], v[b + 6], v[b + 9] = 4, cur, prev, last, ws
         else -- GCRA (gcra.lua): rate p1, burst p2; its state tat, last, rem
             local tat, last, rem = 0, 0, 0
             if raw then
@@ -332,7 +419,7 @@ if argv[A_GENERAL] == '' and argv[A_DRY] == '0' and argv[A_ID] == '' and argv[A_
     if go then
         local floor_ms = tonumber(argv[A_FLOOR_MS])
         for i = 1, nitems do
-            local b = (i - 1) * 8
+            local b = (i - 1) * 9
             local p1, p2, used, cost = v[b + 2], v[b + 3], v[b + 4], v[b + 7]
             local j = (i - 1) * 6 + 1
             local limit, remaining, reset, window, nxt = p1, 0, 0, 0, 0
@@ -390,6 +477,58 @@ if argv[A_GENERAL] == '' and argv[A_DRY] == '0' and argv[A_ID] == '' and argv[A_
                     w[2 * i - 1] = pack('>BI4I4I4I4' .. varfmt(rem), 71, th, tl, NOW_HI + c,
                         lo - c * P32, rem)
                     local idle = rem ~= 0 and tat + 1 or tat
+                    local ms = 1
+                    if idle > 0 then
+                        ms = floor(idle / MS)
+                        if ms * MS < idle then ms = ms + 1 end
+                    end
+                    if ms < floor_ms then ms = floor_ms end
+                    w[2 * i] = ms
+                end
+            elseif v[b + 1] == 4 then
+                -- a sliding window counter: limit p1, window p2, cur (in used), prev, last, ws
+                local prev, last, ws = v[b + 5], v[b + 6], v[b + 9]
+                if allowed then
+                    used = used + cost -- below 2^51: no saturation at 4e18
+                    if used >= 281474976710656 then
+                        go = false
+                        break
+                    end
+                end
+                -- the estimate: cur + ceil(prev * (w - e) / w)
+                local q, r = mdm(prev, p2 - (last - ws), 0, p2)
+                if not q then
+                    go = false
+                    break
+                end
+                window, remaining = p2, p1 - (used + (r ~= 0 and q + 1 or q))
+                local idle = 0
+                if used ~= 0 then
+                    idle = ws + 2 * p2
+                elseif prev ~= 0 then
+                    idle = ws + p2
+                end
+                reset = idle
+                if remaining < limit then
+                    local want = (remaining > 0 and remaining - remaining % ONE or 0) + ONE
+                    if want > limit then want = limit end
+                    nxt = swc_wait(p1, p2, used, prev, ws, last, want)
+                    if not nxt then
+                        go = false
+                        break
+                    end
+                end
+                if reset >= LIM or nxt >= LIM then
+                    go = false
+                    break
+                end
+                if allowed then
+                    -- the value (sliding_window_counter.lua's dump) and the TTL: until idle
+                    local lo = NOW_LO + last
+                    local c = floor(lo / P32)
+                    local uh = floor(used / P32)
+                    w[2 * i - 1] = pack('>BI4I4I4I4' .. varfmt(prev), 87, NOW_HI + c,
+                        lo - c * P32, uh, used - uh * P32, prev)
                     local ms = 1
                     if idle > 0 then
                         ms = floor(idle / MS)

@@ -247,8 +247,8 @@ static void metrics(void *self, rld_buf *o)
         if (rld_redis_store_leased(f->redis, l)) {
             rld_redis_lease_stats ls;
             rld_redis_store_lease_stats(f->redis, l, &ls);
-            rld_buf_printf(o, "ratelimit_lease_held{level=\"%s\"} %lld\n", cfg->levels[l].name,
-                           (long long)ls.held);
+            rld_buf_printf(o, "ratelimit_lease_held{level=\"%s\"} %.6g\n", cfg->levels[l].name,
+                           (double)ls.held / RL_FP_ONE);
         }
     family(o, "ratelimit_lease_returned_total", "counter",
            "Amount this instance's leases gave back to the shared state unspent (on expiry, "
@@ -257,8 +257,8 @@ static void metrics(void *self, rld_buf *o)
         if (rld_redis_store_leased(f->redis, l)) {
             rld_redis_lease_stats ls;
             rld_redis_store_lease_stats(f->redis, l, &ls);
-            rld_buf_printf(o, "ratelimit_lease_returned_total{level=\"%s\"} %llu\n",
-                           cfg->levels[l].name, (unsigned long long)ls.returned);
+            rld_buf_printf(o, "ratelimit_lease_returned_total{level=\"%s\"} %.6g\n",
+                           cfg->levels[l].name, (double)ls.returned / RL_FP_ONE);
         }
     family(o, "ratelimit_lease_saved_total", "counter",
            "Decisions admitted from this instance's lease of a level without a call to Redis "

@@ -98,7 +98,7 @@ typedef struct redis_store {
  * the level's rules for its default key, ahead of the requests it admits from them here. */
 typedef struct lease {
     pthread_mutex_t mu;
-    int64_t slice;
+    int64_t slice; /* in amounts (rl_fp), as left */
     rl_ns ttl;
     int live;                   /* holds what it took at `at` */
     int renewing;               /* a decision is taking a new slice: the others go to Redis */
@@ -1466,7 +1466,7 @@ static void lease_return(redis_store *rs, size_t level, lease *ls)
             u[n++] = (uitem){.level = level, .slot = (unsigned)j, .key = lv->default_key,
                              .keylen = strlen(lv->default_key), .ti = info_of(rs, &lv->rules->v[j]),
                              .rule = &lv->rules->v[j], .op = 'r', .amount = ls->left[j]};
-        total += ls->left[j] > 0 ? ls->left[j] : 0;
+        total += ls->left[j] > 0 ? ls->left[j] : 0; /* rl_fp */
         ls->left[j] = 0;
     }
     ls->live = 0;
@@ -1523,10 +1523,12 @@ static void lease_begin(redis_store *rs, const rl_plan *plan, const rl_decision 
 }
 
 /* After the call (rc its result, at the script's now): a slice taken is the lease's; what a
- * denied request took from a lease goes back to it. *again: decide once more without the
- * slices (a renewing item waited). */
+ * denied request took from a lease goes back to it. *again: decide once more with lx as this
+ * leaves it: when a slice did not fit beside the request, the first time a slice of what the
+ * state had left beside the cost (when it had more), else none; the items answered by a lease
+ * go to Redis then (their lease got them back) and *nlocal is 0. */
 static void lease_end(redis_store *rs, const rl_plan *plan, const rl_decision *d, dstate *st,
-                      int rc, const char *at, int64_t *lx, int *again)
+                      int rc, const char *at, int64_t *lx, size_t *nlocal, int pass, int *again)
 {
     int allowed = rc == RL_OK, done[RL_MAX_LEVELS] = {0};
     rl_ns mono = rld_mono_ns();
@@ -1546,14 +1548,16 @@ static void lease_end(redis_store *rs, const rl_plan *plan, const rl_decision *d
         if (!lx[i] || done[l])
             continue;
         done[l] = 1;
+        int renewing = lx[i] > 0, partial = renewing && *again && pass == 0;
         pthread_mutex_lock(&ls->mu);
         for (size_t j = i; j < plan->n; j++) {
             const rl_applied *ap = &d->applied[j];
             if (ap->level != l)
                 continue;
-            if (lx[j] == LEASED && (!allowed || *again))
+            if (lx[j] == LEASED && (!allowed || *again)) {
                 ls->left[ap->slot] += plan->items[j].cost; /* taken nowhere, or in Redis next */
-            else if (lx[j] > 0 && allowed && !*again) {
+                lx[j] = 0;
+            } else if (renewing && allowed && !*again) {
                 ls->left[ap->slot] += lx[j];
                 ls->limit[ap->slot] = st->out[j].st[0];
                 ls->window[ap->slot] = st->out[j].st[3];
@@ -1565,17 +1569,30 @@ static void lease_end(redis_store *rs, const rl_plan *plan, const rl_decision *d
                     ls->until = mono + ttl;
                 ls->live = 1;
                 snprintf(ls->at, sizeof ls->at, "%s", at);
-            } else if (lx[j] > 0 && rc == RL_OK && *again && st->out[j].wait > 0) {
-                rl_ns w = st->out[j].wait;
-                ls->retry = mono + (w < ls->ttl ? w : ls->ttl);
+            } else if (renewing && *again) {
+                /* what the state has beside the cost, as its status said */
+                int64_t rest = rc == RL_OK ? st->out[j].st[1] - plan->items[j].cost : 0;
+                lx[j] = partial && rest > 0 ? (rest < ls->slice ? rest : ls->slice) : 0;
+                if (!lx[j])
+                    partial = 0;
             }
         }
-        if (lx[i] > 0)
+        if (renewing && *again && !partial) {
+            /* no slice now: until the state could give one, the level goes to Redis as usual */
+            for (size_t j = i; j < plan->n; j++)
+                if (d->applied[j].level == l)
+                    lx[j] = 0;
+            rl_ns w = rc == RL_OK ? st->out[i].wait : 0;
+            ls->retry = mono + (w > 0 && w < ls->ttl ? w : ls->ttl);
+        }
+        if (renewing && !(*again && partial))
             ls->renewing = 0;
         if (lx[i] == LEASED && allowed && !*again)
             __atomic_add_fetch(&ls->local, 1, __ATOMIC_RELAXED);
         pthread_mutex_unlock(&ls->mu);
     }
+    if (*again)
+        *nlocal = 0;
     /* the status of an item answered here: its rule's limit and window at the take, what the
      * lease has left */
     for (size_t i = 0; !*again && i < plan->n; i++)
@@ -1615,15 +1632,18 @@ static int rs_decide(void *cls, const rl_plan *plan, rl_decision *d, rl_err *err
             char at[32] = "0";
             int again = 0;
             lease_begin(rs, plan, d, lx, &nlocal);
-            st.nstate -= nlocal;
-            rc = needs_call(&st) ? decide_one(rs, plan, d, st.id, st.shard, lx, st.out, at,
-                                              sizeof at, err)
-                                 : RL_OK;
-            st.nstate += nlocal;
-            if (rs->nleased)
-                lease_end(rs, plan, d, &st, rc, at, lx, &again);
-            if (again) /* the state could not give a slice too: decide without one */
-                rc = decide_one(rs, plan, d, st.id, st.shard, NULL, st.out, NULL, 0, err);
+            for (int pass = 0;; pass++) {
+                st.nstate -= nlocal;
+                rc = needs_call(&st) ? decide_one(rs, plan, d, st.id, st.shard, lx, st.out, at,
+                                                  sizeof at, err)
+                                     : RL_OK;
+                st.nstate += nlocal;
+                if (!rs->nleased)
+                    break;
+                lease_end(rs, plan, d, &st, rc, at, lx, &nlocal, pass, &again);
+                if (!again || rc != RL_OK)
+                    break;
+            }
         }
     }
     if (rc == DUP_ID)
@@ -2565,7 +2585,7 @@ int rld_redis_store_new(const rld_redis_options *opt, rl_store **out, rl_err *er
         rs->shards[l] = opt->shards[l] > 1 ? opt->shards[l] : 1;
         if (opt->lease_slice[l] > 0 && (rs->lease[l] = calloc(1, sizeof(lease)))) {
             pthread_mutex_init(&rs->lease[l]->mu, NULL);
-            rs->lease[l]->slice = opt->lease_slice[l];
+            rs->lease[l]->slice = (int64_t)opt->lease_slice[l] * RL_FP_ONE;
             rs->lease[l]->ttl = (rl_ns)(opt->lease_ttl_ms[l] > 0 ? opt->lease_ttl_ms[l] : 1000) *
                                 1000000;
             rs->nleased++;

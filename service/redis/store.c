@@ -2395,6 +2395,14 @@ static void rs_tick(void *cls, rl_ns now)
         expire_due(rs, now);
         scan_step(rs);
     }
+    for (size_t l = 0; rs->nleased && rs->cfg && l < rs->cfg->nlevels; l++) {
+        lease *ls = rs->lease[l]; /* an idle instance's lease goes back when it is due too */
+        if (ls && pthread_mutex_trylock(&ls->mu) == 0) {
+            if (ls->live && !ls->renewing && mono >= ls->until)
+                lease_return(rs, l, ls);
+            pthread_mutex_unlock(&ls->mu);
+        }
+    }
     pthread_mutex_unlock(&rs->tick_mu);
 }
 

@@ -4,7 +4,8 @@
  * 1,000 and refills 1 every 100 s, leased in slices of 100. Requests from four clients at once,
  * more than the bucket holds: the admissions never exceed it, and the global key's state is
  * named by at most one Redis call per 50 decisions (counted with MONITOR); a lease's unspent
- * part goes back to the bucket when its instance gets SIGTERM. Expected numbers are worked out
+ * part goes back to the bucket when its instance gets SIGTERM; a request denied by another
+ * level takes nothing from the lease; an idle lease goes back when due. Expected numbers are worked out
  * by hand in the comments.
  */
 #include <pthread.h>
@@ -63,6 +64,13 @@ static double metric(const su_server *s, const char *series)
 #define HELD "ratelimit_lease_held{level=\"global\"}"
 #define SAVED "ratelimit_lease_saved_total{level=\"global\"}"
 #define RETURNED "ratelimit_lease_returned_total{level=\"global\"}"
+
+static double mono_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
 
 /* ---- MONITOR through redis-cli, into a file ------------------------------------------------ */
 
@@ -251,6 +259,47 @@ START_TEST(leases_come_back_on_sigterm)
 }
 END_TEST
 
+/* One instance, the global level leased (ttl_ms 300) above a level "user" whose bucket holds 2
+ * and refills 0.01 a second. Five requests of alice: the first takes its cost and a slice of
+ * 100 (held 100), the second comes from the lease (99); the other three are denied by "user",
+ * so what they took from the lease goes back to it: still 99, 1 admitted without a call for
+ * the global level. 0.3 s later the lease is due and goes back, idle: held 0, 99 returned. */
+START_TEST(denied_elsewhere_takes_nothing_from_the_lease_and_an_idle_lease_goes_back)
+{
+    rt_redis r;
+    rt_redis_start(&r);
+    su_server s;
+    char config[1024];
+    snprintf(config, sizeof config,
+             "{\"store\": {\"type\": \"redis\", \"url\": \"%s\", \"timeout_ms\": 2000}, "
+             "\"levels\": [{\"name\": \"global\", \"default_key\": \"*\", \"lease\": "
+             "{\"slice\": 100, \"ttl_ms\": 300}, \"rules\": [{\"type\": \"token_bucket\", "
+             "\"capacity\": 1000, \"per_second\": 0.01}]}, {\"name\": \"user\", \"rules\": "
+             "[{\"type\": \"token_bucket\", \"capacity\": 2, \"per_second\": 0.01}]}]}",
+             r.url);
+    su_tmpdir(&s);
+    su_start(&s, config, NULL);
+    int allowed = 0;
+    for (int i = 0; i < 5; i++) {
+        su_resp a = su_req(&s, "POST", "/acquire", "{\"keys\": {\"user\": \"alice\"}}", NULL);
+        ck_assert_msg(a.status == 200 || a.status == 429, "%ld %s", a.status, a.body);
+        allowed += a.status == 200;
+        su_resp_free(&a);
+    }
+    ck_assert_int_eq(allowed, 2);
+    ck_assert_double_eq(metric(&s, HELD), 99);
+    ck_assert_double_eq(metric(&s, SAVED), 1);
+    double t0 = mono_s();
+    while (metric(&s, HELD) != 0) {
+        ck_assert_msg(mono_s() - t0 < 2, "the lease was not given back 2 s after it was due");
+        usleep(20000);
+    }
+    ck_assert_double_eq(metric(&s, RETURNED), 99);
+    ck_assert_msg(su_stop(&s) == 0, "ratelimitd did not exit 0");
+    rt_redis_stop(&r);
+}
+END_TEST
+
 static Suite *lease_suite(void)
 {
     Suite *s = suite_create("lease");
@@ -258,6 +307,7 @@ static Suite *lease_suite(void)
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, admissions_within_the_limit_and_one_call_per_50_decisions);
     tcase_add_test(tc, leases_come_back_on_sigterm);
+    tcase_add_test(tc, denied_elsewhere_takes_nothing_from_the_lease_and_an_idle_lease_goes_back);
     suite_add_tcase(s, tc);
     return s;
 }

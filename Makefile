@@ -112,7 +112,9 @@ $(BUILD)/service/%.o: service/%.c | $(PB_H)
 # ones, as plain scripts and as one Redis Functions library.
 LUA_WITH_LIB := decide settle release due undo
 LUA_PLAIN    := heartbeat quota duty
-LUA_RULES    := $(sort $(wildcard service/core/rules/*.lua))
+LUA_RULES    := $(sort $(filter-out %.fast.lua,$(wildcard service/core/rules/*.lua)))
+# the rule types' steps of the decision script's fast path (tools/fast_path.awk)
+LUA_FAST     := $(sort $(wildcard service/core/rules/*.fast.lua))
 LUA_ARGS     := service/redis/args.def
 lua_array = echo "const char $(1)[] = {"; cat $(2) | od -An -v -tx1 | \
     sed -e 's/ \([0-9a-f][0-9a-f]\)/0x\1,/g'; echo '0};';
@@ -130,7 +132,8 @@ $(BUILD)/gen/redis_args.h: $(LUA_ARGS) Makefile
 	    printf " RLD_%s_%s,", toupper($$1), toupper($$i); printf " RLD_%s_FIELDS };\n", \
 	    toupper($$1) }' $<; echo '#endif'; } > $@.tmp && mv $@.tmp $@
 
-$(BUILD)/gen/redis_scripts.c: $(wildcard service/redis/*.lua) $(LUA_RULES) $(LUA_ARGS) Makefile
+$(BUILD)/gen/redis_scripts.c: $(wildcard service/redis/*.lua) $(LUA_RULES) $(LUA_FAST) \
+    tools/fast_path.awk $(LUA_ARGS) Makefile
 	@mkdir -p $(dir $@)
 	$(call say,GEN,$@)
 	$(Q){ echo '/* generated from service/redis, service/core/rules by the Makefile: do not edit */'; \
@@ -147,7 +150,8 @@ $(BUILD)/gen/redis_scripts.c: $(wildcard service/redis/*.lua) $(LUA_RULES) $(LUA
 	    $(call lua_array,rld_lua_body_$$s,$@.$$s) rm -f $@.$$s; \
 	  done; \
 	  for s in $(LUA_PLAIN); do $(call lua_array,rld_lua_$$s,service/redis/$$s.lua) done; \
-	  { $(call lua_args,decide); cat service/redis/fast.lua; } > $@.fast; \
+	  { $(call lua_args,decide); awk -f tools/fast_path.awk $(LUA_FAST) service/redis/fast.lua; } \
+	    > $@.fast; \
 	  $(call lua_array,rld_lua_fast_decide,$@.fast) rm -f $@.fast; \
 	  true; } > $@.tmp && mv $@.tmp $@
 

@@ -1,7 +1,8 @@
 /*
  * test_alerts.c - the rules' alerts against a real HTTP receiver: a thread of this test
  * listening on a free loopback port, which records every request (its body and its
- * Authorization) and answers 200, or, while told to hang, reads requests and never answers.
+ * Authorization) and answers 200 (or another status it is told), or, while told to hang, reads
+ * requests and never answers. gRPC calls are made with libcurl over h2c.
  * Real ratelimitd processes on the manual clock send to it; with Redis, two of them on one
  * private redis-server. Expected bodies are worked out by hand in the comments.
  */
@@ -18,6 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "envoy/service/ratelimit/v3/rls.pb-c.h"
 #include "redis_server.h"
 #include "srvutil.h"
 
@@ -51,6 +53,7 @@ typedef struct rx {
     pthread_mutex_t mu;
     int hang;         /* read requests, answer none (their connections stay open) */
     int stop;
+    int code;         /* the status answered when not hanging (0: 200) */
     int n;            /* requests read */
     char *body[RX_MAX];
     char *auth[RX_MAX];
@@ -119,7 +122,7 @@ static void *rx_main(void *arg)
             continue;
         }
         pthread_mutex_lock(&x->mu);
-        int hang = x->hang;
+        int hang = x->hang, code = x->code ? x->code : 200;
         if (x->n < RX_MAX) {
             x->auth[x->n] = auth;
             x->body[x->n] = body;
@@ -132,9 +135,11 @@ static void *rx_main(void *arg)
             x->held[x->nheld++] = fd;
         pthread_mutex_unlock(&x->mu);
         if (!hang) {
-            static const char ok[] = "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n"
-                                     "Connection: close\r\n\r\n";
-            ck_assert_int_eq(write(fd, ok, sizeof ok - 1), (ssize_t)(sizeof ok - 1));
+            char ans[128];
+            int k = snprintf(ans, sizeof ans,
+                             "HTTP/1.1 %d %s\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+                             code, code == 200 ? "OK" : "Error");
+            ck_assert_int_eq(write(fd, ans, (size_t)k), (ssize_t)k);
             close(fd);
         }
     }
@@ -169,6 +174,14 @@ static void rx_answer(rx *x)
     for (int i = 0; i < x->nheld; i++)
         close(x->held[i]);
     x->nheld = 0;
+    pthread_mutex_unlock(&x->mu);
+}
+
+/* From now on the receiver answers code. */
+static void rx_code(rx *x, int code)
+{
+    pthread_mutex_lock(&x->mu);
+    x->code = code;
     pthread_mutex_unlock(&x->mu);
 }
 
@@ -246,6 +259,96 @@ static double metric(const su_server *s, const char *name)
             v = strtod(p + n + 1, NULL);
     su_resp_free(&r);
     return v;
+}
+
+/* ---- gRPC ------------------------------------------------------------------------------- */
+
+typedef struct grow {
+    char *p;
+    size_t len;
+} grow;
+
+static size_t collect(char *data, size_t size, size_t n, void *arg)
+{
+    grow *g = arg;
+    size_t add = size * n;
+    char *p = realloc(g->p, g->len + add + 1);
+    if (!p)
+        return 0;
+    memcpy(p + g->len, data, add);
+    g->p = p;
+    g->len += add;
+    g->p[g->len] = '\0';
+    return add;
+}
+
+/* ShouldRateLimit on port for one descriptor {team: key} of hits at time t (seconds), one unary
+ * call over h2c (libcurl's HTTP/2 with prior knowledge); returns the answer's overall_code
+ * after checking that grpc-status is 0. */
+static int should_rate_limit(int port, const char *key, uint32_t hits, long long t)
+{
+    uint8_t msg[256], body[261];
+    Envoy__Extensions__Common__Ratelimit__V3__RateLimitDescriptor__Entry e =
+        ENVOY__EXTENSIONS__COMMON__RATELIMIT__V3__RATE_LIMIT_DESCRIPTOR__ENTRY__INIT;
+    Envoy__Extensions__Common__Ratelimit__V3__RateLimitDescriptor d =
+        ENVOY__EXTENSIONS__COMMON__RATELIMIT__V3__RATE_LIMIT_DESCRIPTOR__INIT;
+    Envoy__Extensions__Common__Ratelimit__V3__RateLimitDescriptor__Entry *ep = &e;
+    Envoy__Extensions__Common__Ratelimit__V3__RateLimitDescriptor *dp = &d;
+    Envoy__Service__Ratelimit__V3__RateLimitRequest r =
+        ENVOY__SERVICE__RATELIMIT__V3__RATE_LIMIT_REQUEST__INIT;
+    e.key = "team";
+    e.value = (char *)key;
+    d.n_entries = 1;
+    d.entries = &ep;
+    r.domain = "edge";
+    r.n_descriptors = 1;
+    r.descriptors = &dp;
+    r.hits_addend = hits;
+    ck_assert_uint_le(envoy__service__ratelimit__v3__rate_limit_request__get_packed_size(&r),
+                      sizeof msg);
+    size_t n = envoy__service__ratelimit__v3__rate_limit_request__pack(&r, msg);
+    body[0] = 0;
+    body[1] = (uint8_t)(n >> 24);
+    body[2] = (uint8_t)(n >> 16);
+    body[3] = (uint8_t)(n >> 8);
+    body[4] = (uint8_t)n;
+    memcpy(body + 5, msg, n);
+    char url[128], now[64];
+    snprintf(url, sizeof url,
+             "http://127.0.0.1:%d/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit",
+             port);
+    snprintf(now, sizeof now, "ratelimitd-now: %lld", t);
+    struct curl_slist *hl = curl_slist_append(NULL, "Content-Type: application/grpc");
+    hl = curl_slist_append(hl, "TE: trailers");
+    hl = curl_slist_append(hl, now);
+    grow hd = {calloc(1, 1), 0}, b = {calloc(1, 1), 0};
+    CURL *h = curl_easy_init();
+    curl_easy_setopt(h, CURLOPT_URL, url);
+    curl_easy_setopt(h, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_2_PRIOR_KNOWLEDGE);
+    curl_easy_setopt(h, CURLOPT_HTTPHEADER, hl);
+    curl_easy_setopt(h, CURLOPT_POSTFIELDS, body);
+    curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE, (long)(n + 5));
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, collect);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, &b);
+    curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, collect);
+    curl_easy_setopt(h, CURLOPT_HEADERDATA, &hd);
+    curl_easy_setopt(h, CURLOPT_TIMEOUT, 10L);
+    CURLcode rc = curl_easy_perform(h);
+    ck_assert_msg(rc == CURLE_OK, "ShouldRateLimit: %s", curl_easy_strerror(rc));
+    curl_slist_free_all(hl);
+    curl_easy_cleanup(h);
+    const char *st = strcasestr(hd.p, "grpc-status:");
+    ck_assert_msg(st && atoi(st + 12) == 0, "ShouldRateLimit answered: %s", hd.p);
+    ck_assert_uint_ge(b.len, 5);
+    Envoy__Service__Ratelimit__V3__RateLimitResponse *resp =
+        envoy__service__ratelimit__v3__rate_limit_response__unpack(NULL, b.len - 5,
+                                                                   (uint8_t *)b.p + 5);
+    ck_assert_ptr_nonnull(resp);
+    int code = (int)resp->overall_code;
+    envoy__service__ratelimit__v3__rate_limit_response__free_unpacked(resp, NULL);
+    free(hd.p);
+    free(b.p);
+    return code;
 }
 
 /* ---- tests ------------------------------------------------------------------------------ */
@@ -464,6 +567,120 @@ START_TEST(two_instances_on_one_redis_send_each_alert_once)
 }
 END_TEST
 
+START_TEST(grpc_decisions_alert_too)
+{
+    rx x;
+    rx_start(&x, 0, 0);
+    su_server s;
+    su_tmpdir(&s);
+    static const char *const flags[] = {"--grpc-port", "0", "--manual-clock", NULL};
+    su_start(&s, config_for(x.port, "", team_daily), flags);
+    ck_assert_int_gt(s.grpc_port, 0);
+    enum { OK = ENVOY__SERVICE__RATELIMIT__V3__RATE_LIMIT_RESPONSE__CODE__OK };
+    /* hits_addend 70: used 70 of 100, below 80: nothing */
+    ck_assert_int_eq(should_rate_limit(s.grpc_port, "edge", 70, T0), OK);
+    sleep_ms(200);
+    ck_assert_int_eq(rx_count(&x), 0);
+    /* 15 more a minute later: 85, and 80 lies in (70, 85]: one alert at 0.8 for the day of
+     * 2026-12-03 in UTC */
+    ck_assert_int_eq(should_rate_limit(s.grpc_port, "edge", 15, T0 + 60), OK);
+    ck_assert_int_eq(rx_wait(&x, 1, 5000), 1);
+    ck_assert_str_eq(x.body[0], "{\"level\":\"team\",\"key\":\"edge\",\"rule\":\"daily\","
+                                "\"unit\":\"cost\",\"used\":85,\"limit\":100,\"threshold\":0.8,"
+                                "\"period_start\":\"2026-12-03T00:00:00Z\","
+                                "\"period_end\":\"2026-12-04T00:00:00Z\"}");
+    /* 5 more: 90, no threshold in (85, 90]: nothing more */
+    ck_assert_int_eq(should_rate_limit(s.grpc_port, "edge", 5, T0 + 120), OK);
+    sleep_ms(300);
+    ck_assert_int_eq(rx_count(&x), 1);
+    ck_assert_double_eq(metric(&s, "ratelimit_alerts_total{result=\"sent\"}"), 1);
+    ck_assert_int_eq(su_stop(&s), 0);
+    rx_stop(&x);
+}
+END_TEST
+
+/* Waits until metric name reaches want (or ms passed); returns its value. */
+static double metric_wait(const su_server *s, const char *name, double want, int ms)
+{
+    double until = mono_s() + ms / 1000.0, v;
+    while ((v = metric(s, name)) < want && mono_s() < until)
+        sleep_ms(20);
+    return v;
+}
+
+START_TEST(every_try_refused_counts_failed_then_the_next_is_sent)
+{
+    rx x;
+    rx_start(&x, 0, 0);
+    rx_code(&x, 500);
+    su_server s;
+    su_tmpdir(&s);
+    su_start(&s, config_for(x.port, ", \"attempts\": 3, \"timeout_ms\": 1000", team_daily),
+             manual);
+    static const char at80[] = "{\"level\":\"team\",\"key\":\"acme\",\"rule\":\"daily\","
+                               "\"unit\":\"cost\",\"used\":85,\"limit\":100,\"threshold\":0.8,"
+                               "\"period_start\":\"2026-12-03T00:00:00Z\","
+                               "\"period_end\":\"2026-12-04T00:00:00Z\"}";
+    /* 85 crosses 0.8; every try is answered 500: 3 tries (0.1 s, then 0.2 s apart) */
+    ck_assert_int_eq(take(&s, "acme", 85, T0), 200);
+    ck_assert_int_eq(rx_wait(&x, 3, 5000), 3);
+    ck_assert_double_eq(metric_wait(&s, "ratelimit_alerts_total{result=\"failed\"}", 1, 5000), 1);
+    /* no fourth try: it would have come 0.4 s after the third */
+    sleep_ms(800);
+    ck_assert_int_eq(rx_count(&x), 3);
+    for (int i = 0; i < 3; i++)
+        ck_assert_str_eq(x.body[i], at80);
+    ck_assert_double_eq(metric(&s, "ratelimit_alerts_total{result=\"failed\"}"), 1);
+    ck_assert_double_eq(metric(&s, "ratelimit_alerts_total{result=\"sent\"}"), 0);
+    /* the receiver recovers: 10 more, 95, crosses 0.95, sent at the first try */
+    rx_code(&x, 200);
+    ck_assert_int_eq(take(&s, "acme", 10, T0 + 60), 200);
+    ck_assert_int_eq(rx_wait(&x, 4, 5000), 4);
+    ck_assert_str_eq(x.body[3], "{\"level\":\"team\",\"key\":\"acme\",\"rule\":\"daily\","
+                                "\"unit\":\"cost\",\"used\":95,\"limit\":100,\"threshold\":0.95,"
+                                "\"period_start\":\"2026-12-03T00:00:00Z\","
+                                "\"period_end\":\"2026-12-04T00:00:00Z\"}");
+    ck_assert_double_eq(metric_wait(&s, "ratelimit_alerts_total{result=\"sent\"}", 1, 5000), 1);
+    ck_assert_double_eq(metric(&s, "ratelimit_alerts_total{result=\"failed\"}"), 1);
+    sleep_ms(300);
+    ck_assert_int_eq(rx_count(&x), 4);
+    ck_assert_int_eq(su_stop(&s), 0);
+    rx_stop(&x);
+}
+END_TEST
+
+START_TEST(stops_promptly_while_a_try_hangs_or_waits)
+{
+    /* a receiver that hangs, tries of 60 s: SIGTERM ends the try in progress */
+    rx x;
+    rx_start(&x, 0, 1);
+    su_server s;
+    su_tmpdir(&s);
+    su_start(&s, config_for(x.port, ", \"attempts\": 10, \"timeout_ms\": 60000", team_daily),
+             manual);
+    ck_assert_int_eq(take(&s, "acme", 85, T0), 200);
+    ck_assert_int_eq(rx_wait(&x, 1, 5000), 1);
+    double t = mono_s();
+    ck_assert_int_eq(su_stop(&s), 0);
+    double took = mono_s() - t;
+    ck_assert_msg(took < 3.0, "stopping took %.3f s while a try hung", took);
+    rx_stop(&x);
+    /* a receiver answering 500, 100 tries: 5 tries come within 0.1 + 0.2 + 0.4 + 0.8 s, then
+     * the sender waits 1.6 s before the sixth; SIGTERM ends the wait */
+    rx_start(&x, 0, 0);
+    rx_code(&x, 500);
+    su_tmpdir(&s);
+    su_start(&s, config_for(x.port, ", \"attempts\": 100", team_daily), manual);
+    ck_assert_int_eq(take(&s, "acme", 85, T0), 200);
+    ck_assert_int_eq(rx_wait(&x, 5, 5000), 5);
+    t = mono_s();
+    ck_assert_int_eq(su_stop(&s), 0);
+    took = mono_s() - t;
+    ck_assert_msg(took < 1.0, "stopping took %.3f s while the sender waited to retry", took);
+    rx_stop(&x);
+}
+END_TEST
+
 /* A bad value is refused by --check-config naming the field. */
 static void refused(const char *levels, const char *want)
 {
@@ -507,6 +724,19 @@ static Suite *alerts_suite(void)
     tcase_add_test(tc, two_instances_on_one_redis_send_each_alert_once);
     tcase_add_test(tc, bad_alerts_are_refused_naming_the_field);
     suite_add_tcase(s, tc);
+    /* cases of their own, to be run alone with CK_RUN_CASE */
+    TCase *g = tcase_create("grpc");
+    tcase_set_timeout(g, 60);
+    tcase_add_test(g, grpc_decisions_alert_too);
+    suite_add_tcase(s, g);
+    TCase *f = tcase_create("failed");
+    tcase_set_timeout(f, 60);
+    tcase_add_test(f, every_try_refused_counts_failed_then_the_next_is_sent);
+    suite_add_tcase(s, f);
+    TCase *st = tcase_create("shutdown");
+    tcase_set_timeout(st, 120);
+    tcase_add_test(st, stops_promptly_while_a_try_hangs_or_waits);
+    suite_add_tcase(s, st);
     return s;
 }
 

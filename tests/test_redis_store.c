@@ -1077,6 +1077,41 @@ START_TEST(differential_replay_fast)
 }
 END_TEST
 
+/* The default configuration's shape is decided by the fast path: asked for it alone (a decision
+ * it declined would fail), three levels of token buckets and GCRA decide as worked out by hand.
+ * user: 3 at 1/s; team: GCRA 2/s, burst 2; org: 100 at 10/s. At t = 100 s two pass, the third
+ * is denied by team (its TAT is 1 s ahead, 0.5 s past what a burst of 2 allows: retry_after
+ * 0.5 s), taking nothing; at 100.5 s the user has 1.5 used (3 - 1.5 left) and team's TAT is
+ * 0.5 s ahead: it passes, leaving user 0.5 (1.5 + 1 of 3) and org 99 (2 used refilled by 5). */
+static const char fast_cfg[] =
+    "{\"levels\": ["
+    " {\"name\": \"user\", \"rules\": [{\"type\": \"token_bucket\", \"capacity\": 3, \"per_second\": 1}]},"
+    " {\"name\": \"team\", \"rules\": [{\"type\": \"gcra\", \"per_second\": 2, \"burst\": 2}]},"
+    " {\"name\": \"org\", \"rules\": [{\"type\": \"token_bucket\", \"capacity\": 100, \"per_second\": 10}]}]}";
+
+START_TEST(fast_path_decides_the_default_shape)
+{
+    pair p;
+    pair_new(&p, fast_cfg, "fastonly:");
+    rld_redis_store_general(p.rst, 2);
+    const char *keys = "user=a,team=t,org=o";
+    rl_decision d;
+    for (int i = 0; i < 2; i++) {
+        ck_assert_int_eq(acquire(p.red, keys, FP(1), S(100), 0, 0, &d), RL_OK);
+        ck_assert(d.allowed);
+    }
+    ck_assert_int_eq(acquire(p.red, keys, FP(1), S(100), 0, 0, &d), RL_OK);
+    ck_assert(!d.allowed);
+    ck_assert_int_eq(d.blocked, 1);
+    ck_assert_int_eq(d.retry_after, S(1) / 2);
+    ck_assert_int_eq(acquire(p.red, keys, FP(1), S(100) + S(1) / 2, 0, 0, &d), RL_OK);
+    ck_assert(d.allowed);
+    ck_assert_int_eq(tu_status(&d, 0)->remaining, FP(1) / 2);
+    ck_assert_int_eq(tu_status(&d, 2)->remaining, FP(99));
+    pair_free(&p);
+}
+END_TEST
+
 /* The same with the Redis side deciding runs of 1 to 12 requests in one call
  * (rl_acquire_many: their scripts in one write, run in order): the answers must be those of
  * deciding them one by one. */
@@ -2827,6 +2862,7 @@ Suite *redis_store_suite(void)
     tcase_add_loop_test(tc, differential_replay, 0, TRACES);
     tcase_add_loop_test(tc, differential_replay_general, 0, TRACES);
     tcase_add_loop_test(tc, differential_replay_fast, 0, 24);
+    tcase_add_test(tc, fast_path_decides_the_default_shape);
     tcase_add_loop_test(tc, differential_replay_usage, 0, 2 * NTYPES);
     tcase_add_loop_test(tc, differential_replay_batched, 0, NTYPES);
     tcase_add_test(tc, many_decisions_share_one_write);

@@ -50,6 +50,7 @@ struct rld_alerts {
     alert_rec *q;
     size_t cap, head, n;
     int stop;
+    atomic_int stopping; /* stop, read by a try in progress without the lock */
     pthread_t th;
 
     seen_ent *seen; /* the sender's alone */
@@ -243,6 +244,18 @@ static size_t discard(char *p, size_t size, size_t n, void *u)
     return size * n;
 }
 
+/* Ends a try in progress (connecting, or waiting on a receiver that hangs) once the daemon
+ * stops: libcurl calls it at least about once a second. */
+static int progress(void *u, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal,
+                    curl_off_t ulnow)
+{
+    (void)dltotal;
+    (void)dlnow;
+    (void)ultotal;
+    (void)ulnow;
+    return atomic_load(&((rld_alerts *)u)->stopping) != 0;
+}
+
 /* One try: 1 when the receiver answered 2xx. */
 static int post_once(rld_alerts *a, CURL *c, const char *body, size_t len)
 {
@@ -257,6 +270,9 @@ static int post_once(rld_alerts *a, CURL *c, const char *body, size_t len)
     curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, (long)a->timeout_ms);
     curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, discard);
+    curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
+    curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, progress);
+    curl_easy_setopt(c, CURLOPT_XFERINFODATA, a);
     long code = 0;
     CURLcode rc = curl_easy_perform(c);
     if (rc == CURLE_OK)
@@ -437,6 +453,7 @@ void rld_alerts_free(rld_alerts *a)
         return;
     pthread_mutex_lock(&a->mu);
     a->stop = 1;
+    atomic_store(&a->stopping, 1);
     pthread_cond_broadcast(&a->cv);
     pthread_mutex_unlock(&a->mu);
     pthread_join(a->th, NULL);

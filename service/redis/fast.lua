@@ -1,6 +1,7 @@
 -- fast.lua - the decision script's fast path: the common decision (not dry, no reservation, no
--- modes, nothing kept, every item a token bucket or GCRA: the default configuration's shape) worked
--- out in plain Lua numbers, with no tables of the general path (lib.lua, bigint.lua) made.
+-- modes, nothing kept, every item of a type with a fast step: service/core/rules/*.fast.lua,
+-- today token buckets and GCRA, the default configuration's shape) worked out in plain Lua
+-- numbers, with no tables of the general path (lib.lua, bigint.lua) made.
 -- The build puts it in front of decide.lua's body (service/redis/lua.c): as a script, in front
 -- of the lib too, which is then made only when this path declines, so that a decision it
 -- answers pays neither for the lib's closures nor for its generality.
@@ -27,7 +28,7 @@
 do
 local argv, keys = ARGV, KEYS
 local nitems = tonumber(argv[A_ITEMS])
-if argv[A_GENERAL] == '' and argv[A_DRY] == '0' and argv[A_ID] == '' and argv[A_MODES] == '' and
+if argv[A_GENERAL] ~= '1' and argv[A_DRY] == '0' and argv[A_ID] == '' and argv[A_MODES] == '' and
     argv[A_KEEP] == '0' and nitems and nitems >= 1 and #keys == nitems then
     local floor, tonumber, sub, byte = math.floor, tonumber, string.sub, string.byte
     local unpack_, pack = struct.unpack, struct.pack
@@ -98,21 +99,7 @@ if argv[A_GENERAL] == '' and argv[A_DRY] == '0' and argv[A_ID] == '' and argv[A_
         return q, r
     end
 
-    -- token bucket: ceil(((used - target) * 1e9 - frac) / rate), nil beyond the bounds
-    local function tb_time_to(used, frac, rate, target)
-        if used <= target then return 0 end
-        local d = (used - target) * NS
-        if d < LIM then
-            local x = d - frac
-            local q = floor(x / rate)
-            if q * rate < x then q = q + 1 end
-            return q
-        end
-        if rate >= P50 then return nil end
-        local q, r = mdm(used - target, NS, -frac, rate)
-        if q and r ~= 0 then q = q + 1 end
-        return q
-    end
+-- @FAST_PRELUDE@
 
     -- a stored amount: bytes i..j (at most 6) of v, big-endian
     local function uint(v, i, j)
@@ -130,8 +117,8 @@ if argv[A_GENERAL] == '' and argv[A_DRY] == '0' and argv[A_ID] == '' and argv[A_
     end
 
     -- Phase 1: every item's parameters and state (prepared), and its wait. Per item i, at
-    -- base b = (i - 1) * 8 of v: its kind (1: token bucket, 2: GCRA), its two parameters, its
-    -- state (a token bucket's used, frac, last; GCRA's tat, rem, last), cost and wait.
+    -- base b = (i - 1) * 8 of v: its type's number in the dispatch, its two parameters, its
+    -- state (three numbers, its type's own), cost and wait.
     -- (tables made by a constructor of their size for three items: one allocation, no growth)
     local v = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
     local allowed = true
@@ -141,7 +128,7 @@ if argv[A_GENERAL] == '' and argv[A_DRY] == '0' and argv[A_ID] == '' and argv[A_
         local need, cost, p1, p2 = argv[o + I_NEED], argv[o + I_COST], argv[o + I_FIELDS + 1],
             argv[o + I_FIELDS + 2]
         local tag = argv[o + I_TAG]
-        if (tag ~= 'tb' and tag ~= 'gcra') or tonumber(argv[o + I_KEY]) ~= i or #need > 15 or
+        if not (FAST_TAGS) or tonumber(argv[o + I_KEY]) ~= i or #need > 15 or
             #cost > 15 or not p1 or #p1 > 15 or not p2 or #p2 > 15 then
             go = false
             break
@@ -151,109 +138,7 @@ if argv[A_GENERAL] == '' and argv[A_DRY] == '0' and argv[A_ID] == '' and argv[A_
         local b = (i - 1) * 8
         local raw = call('GET', keys[i])
         local wait
-        if tag == 'tb' then -- a token bucket: capacity p1, rate p2
-            local used, frac, last = 0, 0, 0
-            if raw then
-                local n = #raw
-                if n < 9 then
-                    go = false
-                    break
-                end
-                local k, hi, lo = unpack_('>BI4I4', raw)
-                local dh = hi - NOW_HI
-                if dh >= 524288 or dh <= -524288 then
-                    go = false
-                    break
-                end
-                last = dh * P32 + (lo - NOW_LO)
-                if k == 84 and n <= 15 then
-                    used = uint(raw, 10, n)
-                elseif k == 85 and n >= 13 and n <= 19 then
-                    frac, used = uint(raw, 10, 13), uint(raw, 14, n)
-                else
-                    go = false
-                    break
-                end
-            end
-            -- refill to now (token_bucket.lua's prep)
-            if last < 0 then
-                if used == 0 then
-                    frac = 0
-                elseif -last * p2 > used * NS then
-                    used, frac = 0, 0
-                else
-                    local gain, rem = mdm(-last, p2, frac, NS)
-                    if not gain then
-                        go = false
-                        break
-                    end
-                    if gain >= used then
-                        used, frac = 0, 0
-                    else
-                        used, frac = used - gain, rem
-                    end
-                end
-                last = 0
-            end
-            if need > p1 then
-                go = false -- a wait of never
-                break
-            end
-            local dt = tb_time_to(used, frac, p2, p1 - need)
-            if not dt then
-                go = false
-                break
-            end
-            wait = dt == 0 and 0 or last + dt
-            if wait >= LIM then
-                go = false
-                break
-            end
-            v[b + 1], v[b + 4], v[b + 5], v[b + 6] = 1, used, frac, last
-        else -- GCRA (gcra.lua): rate p1, burst p2; its state tat, last, rem
-            local tat, last, rem = 0, 0, 0
-            if raw then
-                local n = #raw
-                if n < 17 or n > 23 or byte(raw, 1) ~= 71 then
-                    go = false
-                    break
-                end
-                local _, th, tl, lh, ll = unpack_('>BI4I4I4I4', raw)
-                local dt, dl = th - NOW_HI, lh - NOW_HI
-                if dt >= 524288 or dt <= -524288 or dl >= 524288 or dl <= -524288 then
-                    go = false
-                    break
-                end
-                tat, last = dt * P32 + (tl - NOW_LO), dl * P32 + (ll - NOW_LO)
-                rem = uint(raw, 18, n)
-            end
-            -- prep: last = max(now, last); a TAT not ahead of it becomes it, with rem 0
-            if last < 0 then last = 0 end
-            if tat < last or (tat == last and rem == 0) then tat, rem = last, 0 end
-            -- ahead of last, scaled: (tat - last) * rate + rem = qa * 1e9 + ra; fits when that
-            -- is at most (burst - need) * 1e9, else waits ceil((A - k * 1e9) / rate)
-            local qa, ra = mdm(tat - last, p1, rem, NS)
-            if not qa or need > p2 then
-                go = false
-                break
-            end
-            local k = p2 - need
-            if qa < k or (qa == k and ra == 0) then
-                wait = 0
-            else
-                local q, r = mdm(qa - k, NS, ra, p1)
-                if not q then
-                    go = false
-                    break
-                end
-                wait = last + (r ~= 0 and q + 1 or q)
-                if wait >= LIM then
-                    go = false
-                    break
-                end
-            end
-            v[b + 1], v[b + 4], v[b + 5], v[b + 6] = 2, tat, rem, last
-        end
+-- @FAST_CHECK@
         v[b + 2], v[b + 3], v[b + 7], v[b + 8] = p1, p2, cost, wait
         if wait ~= 0 then allowed = false end
     end
@@ -269,123 +154,7 @@ if argv[A_GENERAL] == '' and argv[A_DRY] == '0' and argv[A_ID] == '' and argv[A_
             local p1, p2, used, cost = v[b + 2], v[b + 3], v[b + 4], v[b + 7]
             local j = (i - 1) * 6 + 1
             local limit, remaining, reset, window, nxt = p1, 0, 0, 0, 0
-            if v[b + 1] == 2 then
-                -- GCRA: rate p1, burst p2, tat (in used), rem, last
-                local tat, rem, last = used, v[b + 5], v[b + 6]
-                if allowed then
-                    -- take: TAT moves on by floor((rem + cost * 1e9) / rate), rem keeps the rest
-                    local q, r = mdm(cost, NS, rem, p1)
-                    if not q or tat + q >= P51 then
-                        go = false
-                        break
-                    end
-                    tat, rem = tat + q, r
-                end
-                local qa, ra = mdm(tat - last, p1, rem, NS)
-                local wq, wr = mdm(p2, NS, 0, p1)
-                if not qa or not wq then
-                    go = false
-                    break
-                end
-                limit, window = p2, wr ~= 0 and wq + 1 or wq
-                remaining = p2 - (ra ~= 0 and qa + 1 or qa)
-                if tat ~= last or rem ~= 0 then
-                    -- ceil(A / rate) = (tat - last) + ceil(rem / rate)
-                    local c = floor(rem / p1)
-                    if c * p1 < rem then c = c + 1 end
-                    reset = tat + c
-                end
-                if remaining < limit then
-                    local want = (remaining > 0 and remaining - remaining % ONE or 0) + ONE
-                    if want > limit then want = limit end
-                    local k = p2 - want
-                    if not (qa < k or (qa == k and ra == 0)) then
-                        local q, r = mdm(qa - k, NS, ra, p1)
-                        if not q then
-                            go = false
-                            break
-                        end
-                        nxt = last + (r ~= 0 and q + 1 or q)
-                    end
-                end
-                if reset >= LIM or nxt >= LIM then
-                    go = false
-                    break
-                end
-                if allowed then
-                    -- the value (gcra.lua's dump) and the TTL: until the TAT (one more ns with a
-                    -- remainder)
-                    local lo = NOW_LO + tat
-                    local c = floor(lo / P32)
-                    local th, tl = NOW_HI + c, lo - c * P32
-                    lo = NOW_LO + last
-                    c = floor(lo / P32)
-                    w[2 * i - 1] = pack('>BI4I4I4I4' .. varfmt(rem), 71, th, tl, NOW_HI + c,
-                        lo - c * P32, rem)
-                    local idle = rem ~= 0 and tat + 1 or tat
-                    local ms = 1
-                    if idle > 0 then
-                        ms = floor(idle / MS)
-                        if ms * MS < idle then ms = ms + 1 end
-                    end
-                    if ms < floor_ms then ms = floor_ms end
-                    w[2 * i] = ms
-                end
-            else -- a token bucket
-                local frac, last = v[b + 5], v[b + 6]
-                if allowed then
-                    used = used + cost -- below 2^51: no saturation at 4e18
-                    if used >= 281474976710656 then
-                        go = false
-                        break
-                    end
-                end
-                local full = tb_time_to(used, frac, p2, 0)
-                local q, r = mdm(p1, NS, 0, p2)
-                if not full or not q then
-                    go = false
-                    break
-                end
-                window = r ~= 0 and q + 1 or q
-                if full ~= 0 then reset = last + full end
-                remaining = p1 - used
-                if remaining < limit then
-                    local want = (remaining > 0 and remaining - remaining % ONE or 0) + ONE
-                    if want > limit then want = limit end
-                    local dt = tb_time_to(used, frac, p2, p1 - want)
-                    if not dt then
-                        go = false
-                        break
-                    end
-                    nxt = dt == 0 and 0 or last + dt
-                end
-                if reset >= LIM or nxt >= LIM then
-                    go = false
-                    break
-                end
-                if allowed then
-                    -- the value (token_bucket.lua's dump) and the TTL (lib.lua's ttl_ms)
-                    local lo = NOW_LO + last
-                    local c = floor(lo / P32)
-                    local hi = NOW_HI + c
-                    lo = lo - c * P32
-                    if frac == 0 then
-                        w[2 * i - 1] = pack('>BI4I4' .. varfmt(used), 84, hi, lo, used)
-                    else
-                        w[2 * i - 1] = pack('>BI4I4I4' .. varfmt(used), 85, hi, lo, frac, used)
-                    end
-                    local ms = 1
-                    if used ~= 0 then
-                        local idle = last + full
-                        if idle > 0 then
-                            ms = floor(idle / MS)
-                            if ms * MS < idle then ms = ms + 1 end
-                        end
-                    end
-                    if ms < floor_ms then ms = floor_ms end
-                    w[2 * i] = ms
-                end
-            end
+-- @FAST_AFTER@
             out[j + 1], out[j + 2], out[j + 3], out[j + 4], out[j + 5], out[j + 6] =
                 v[b + 8], limit, remaining, reset, window, nxt
         end
@@ -406,4 +175,6 @@ if argv[A_GENERAL] == '' and argv[A_DRY] == '0' and argv[A_ID] == '' and argv[A_
         end
     end
 end
+-- (tests: '2' asks for the fast path only, and an error where it declines)
+if argv[A_GENERAL] == '2' then return redis.error_reply('the fast path declined') end
 end

@@ -63,7 +63,7 @@ typedef struct redis_store {
     char *prefix;
     size_t plen;
     int manual;
-    int general; /* decide by the script's general path only (rld_redis_store_general) */
+    int general; /* 1: the script's general path only, 2: its fast path only (tests) */
     long floor_ms;
     unsigned shards[RL_MAX_LEVELS];
     const rl_config *cfg;
@@ -732,7 +732,7 @@ static void build_decide(redis_store *rs, const rl_plan *plan, rl_decision *d, c
             ab_str(a, keep ? "1" : "0");
             break;
         case RLD_DECIDE_GENERAL:
-            ab_str(a, rs->general ? "1" : "");
+            ab_str(a, rs->general == 1 ? "1" : rs->general == 2 ? "2" : "");
             break;
         case RLD_DECIDE_ITEMS:
             ab_i64(a, (int64_t)n);
@@ -2867,9 +2867,9 @@ rld_rconn *rld_redis_store_connect(rl_store *st, const char *key, int timeout_ms
     return p ? rld_pool_connect(p, timeout_ms, err) : NULL;
 }
 
-void rld_redis_store_general(rl_store *st, int on)
+void rld_redis_store_general(rl_store *st, int mode)
 {
-    ((redis_store *)st->cls)->general = on;
+    ((redis_store *)st->cls)->general = mode;
 }
 
 int rld_redis_store_deny_cache(rl_store *st)

@@ -95,9 +95,11 @@ typedef struct rld_redis_health {
 
 /* Fills out for a store made by rld_redis_store_new (borrowed; alive while its limiter is). */
 void rld_redis_store_health(rl_store *st, rld_redis_health *out);
-/* For tests: on, the decision script skips its fast path (service/redis/fast.lua) and decides
- * by its general one, so that both can be compared over the same trace. Set before use. */
-void rld_redis_store_general(rl_store *st, int on);
+/* For tests: mode 1 makes the decision script skip its fast path (service/redis/fast.lua) and
+ * decide by its general one, so that both can be compared over the same trace; mode 2 makes
+ * it answer by its fast path only (a decision the fast path declines fails), so that a test
+ * can see the fast path taken; 0, both as in service. Set before use. */
+void rld_redis_store_general(rl_store *st, int mode);
 
 /* Whether the store caches denials (options.deny_cache); the decisions of level it answered
  * from the cache; whether the cache is subscribed (answering); and the announcements of

@@ -1600,9 +1600,11 @@ static void lease_end(redis_store *rs, const rl_plan *plan, const rl_decision *d
             lease *ls = rs->lease[d->applied[i].level];
             unsigned sl = d->applied[i].slot;
             st->out[i] = (item_out){.wait = 0};
+            pthread_mutex_lock(&ls->mu);
             st->out[i].st[0] = ls->limit[sl];
-            st->out[i].st[1] = __atomic_load_n(&ls->left[sl], __ATOMIC_RELAXED);
+            st->out[i].st[1] = ls->left[sl];
             st->out[i].st[3] = ls->window[sl];
+            pthread_mutex_unlock(&ls->mu);
         }
 }
 

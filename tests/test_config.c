@@ -177,7 +177,22 @@ static const struct {
      "default_tier: must be a string"},
     {"{\"levels\": [{\"name\": \"user\", \"colour\": 1, \"rules\": [" TB "]}]}",
      "levels[0].colour: unknown field (known: name, compose, default_key, tiered, rules, "
-     "shadow, on_store_error, shards)"},
+     "shadow, on_store_error, shards, lease)"},
+    {"{\"levels\": [{\"name\": \"g\", \"lease\": {\"slice\": 50}, \"rules\": [" TB "]}]}",
+     "levels[0].lease: needs a default_key (a lease is a slice of the level's one shared key)"},
+    {"{\"levels\": [{\"name\": \"g\", \"default_key\": \"*\", \"lease\": {\"slice\": 0}, "
+     "\"rules\": [" TB "]}]}",
+     "levels[0].lease.slice: must be a whole number from 1 to 1000000000"},
+    {"{\"levels\": [{\"name\": \"g\", \"default_key\": \"*\", \"lease\": {\"ttl_ms\": 100}, "
+     "\"rules\": [" TB "]}]}",
+     "levels[0].lease.slice: must be a whole number from 1 to 1000000000"},
+    {"{\"levels\": [{\"name\": \"g\", \"default_key\": \"*\", \"shards\": 2, "
+     "\"lease\": {\"slice\": 50}, \"rules\": [" TB "]}]}",
+     "levels[0].lease: a level is either sharded or leased, not both"},
+    {"{\"levels\": [{\"name\": \"g\", \"default_key\": \"*\", \"lease\": {\"slice\": 50}, "
+     "\"rules\": [" TB ", {\"type\": \"gcra\", \"per_second\": 10, \"burst\": 5}]}]}",
+     "levels[0].rules[1].type: gcra cannot be leased (lease: only token_bucket and fixed_window "
+     "rules)"},
     {"{\"levels\": [{\"name\": \"user\", \"shards\": 0, \"rules\": [" TB "]}]}",
      "levels[0].shards: must be a whole number from 1 to 1024"},
     {"{\"levels\": [{\"name\": \"user\", \"tiered\": 1}]}",

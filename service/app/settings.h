@@ -91,6 +91,8 @@ typedef struct rld_settings {
     int fleet_size;      /* 0: counted from heartbeats */
     rld_on_error on_error[RL_MAX_LEVELS];
     unsigned shards[RL_MAX_LEVELS]; /* 1: not sharded */
+    int lease_slice[RL_MAX_LEVELS];    /* "lease": {"slice"}: amount a lease takes; 0: none */
+    int lease_ttl_ms[RL_MAX_LEVELS];   /* "lease": {"ttl_ms"}: how long a lease may be held */
     size_t nplugins;
     char **plugins;
     rld_log_level log_level;

@@ -277,6 +277,30 @@ static int level_compose(const json_t *m, const char *path, const char **compose
     return RL_OK;
 }
 
+/* A leased level takes slices of one shared bucket (redis.md, "Hot keys: leases"): it needs a
+ * default_key, its own rules, no shards, and rules whose take is an amount from a bucket. */
+static int check_lease(const json_t *lease, const char *path, const json_t *def,
+                       const rl_rules *rules, unsigned shards, rl_err *err)
+{
+    if (!lease)
+        return RL_OK;
+    if (!def)
+        return fail(err, "%s.lease: needs a default_key (a lease is a slice of the level's one "
+                    "shared key)", path);
+    if (!rules)
+        return fail(err, "%s.lease: needs the level's own rules (a tiered level cannot be "
+                    "leased)", path);
+    if (shards > 1)
+        return fail(err, "%s.lease: a level is either sharded or leased, not both", path);
+    for (size_t j = 0; j < rules->n; j++) {
+        const char *t = rules->v[j].type->name;
+        if (strcmp(t, "token_bucket") != 0 && strcmp(t, "fixed_window") != 0)
+            return fail(err, "%s.rules[%zu].type: %s cannot be leased (lease: only token_bucket "
+                        "and fixed_window rules)", path, j, t);
+    }
+    return RL_OK;
+}
+
 static int parse_level(const json_t *o, size_t i, rl_registry *reg, rl_config *cfg,
                        rld_settings *set, rl_err *err)
 {
@@ -318,7 +342,7 @@ static int parse_level(const json_t *o, size_t i, rl_registry *reg, rl_config *c
                                   err)) != RL_OK)
         return rld_err_at(err, rc, path);
     cfg->levels[cfg->nlevels - 1].shadow = json_is_true(shadow);
-    return RL_OK;
+    return check_lease(json_object_get(o, "lease"), path, def, rules, set->shards[i], err);
 }
 
 static int parse_quota(const char *key, const json_t *v, rl_registry *reg, rl_config *cfg,

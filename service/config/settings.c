@@ -442,6 +442,28 @@ static const rld_setting grpc_tls_rows[] = {
              "exactly (envoyproxy/ratelimit's `GRPC_CLIENT_TLS_SAN`)"},
 };
 
+static const rld_setting lease_rows[] = {
+    {.name = "slice",
+     .kind = RLD_SET_INT,
+     .offset = OFF(lease_slice),
+     .min = 1,
+     .max = 1000000000,
+     .required = 1,
+     .help = "the amount (requests, or units of cost) a lease takes from the shared bucket at "
+             "once and admits from locally"},
+    {.name = "ttl_ms",
+     .kind = RLD_SET_INT,
+     .offset = OFF(lease_ttl_ms),
+     .min = 10,
+     .max = 60000,
+     .def = 1000,
+     .help = "milliseconds a lease is held at most before what is left of it goes back to the "
+             "bucket (a fixed window's lease ends with its window too)"},
+};
+
+static const rld_setting_table lease_table = {"level.lease", lease_rows,
+                                              sizeof lease_rows / sizeof lease_rows[0], NULL, 1};
+
 static const rld_setting level_rows[] = {
     {.name = "name",
      .kind = RLD_SET_CONFIG,
@@ -486,6 +508,14 @@ static const rld_setting level_rows[] = {
      .def = 1,
      .help = "with the Redis store: split each key's state into this many keys, see "
              "[redis.md](redis.md#shards-a-hot-global-key)"},
+    {.name = "lease",
+     .kind = RLD_SET_OBJECT,
+     .sub = &lease_table,
+     .doc_value = "object",
+     .help = "with the Redis store, on a level with `default_key` whose rules are token buckets "
+             "or fixed windows: `{\"slice\", \"ttl_ms\"}`, admit from slices of the shared "
+             "bucket leased to this instance, see the `level.lease` table below and "
+             "[redis.md](redis.md#hot-keys-leases)"},
 };
 
 static const rld_setting root_rows[] = {
@@ -733,7 +763,7 @@ static const rld_setting_table *const all_tables[] = {&rld_settings_root,  &rld_
                                                       &rld_settings_grpc,  &rld_settings_sentinel,
                                                       &rld_settings_grpc_tls,
                                                       &rld_settings_store_tls,
-                                                      &rld_settings_alert};
+                                                      &rld_settings_alert, &lease_table};
 
 const rld_setting *rld_setting_find(const rld_setting_table *t, const char *name, size_t len)
 {

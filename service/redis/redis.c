@@ -239,6 +239,37 @@ static void metrics(void *self, rld_buf *o)
     for (size_t l = 0; l < cfg->nlevels; l++)
         rld_buf_printf(o, "ratelimit_deny_cache_total{level=\"%s\"} %llu\n", cfg->levels[l].name,
                        (unsigned long long)rld_redis_store_deny_answered(f->redis, l));
+    family(o, "ratelimit_lease_held", "gauge",
+           "Amount this instance holds unspent in its lease of a leased level: taken from the "
+           "level's shared state in Redis, admitted from here, at most the level's lease slice "
+           "per rule (redis.md, Hot keys: leases).");
+    for (size_t l = 0; l < cfg->nlevels; l++)
+        if (rld_redis_store_leased(f->redis, l)) {
+            rld_redis_lease_stats ls;
+            rld_redis_store_lease_stats(f->redis, l, &ls);
+            rld_buf_printf(o, "ratelimit_lease_held{level=\"%s\"} %.6g\n", cfg->levels[l].name,
+                           (double)ls.held / RL_FP_ONE);
+        }
+    family(o, "ratelimit_lease_returned_total", "counter",
+           "Amount this instance's leases gave back to the shared state unspent (on expiry, "
+           "before a new slice, on shutdown).");
+    for (size_t l = 0; l < cfg->nlevels; l++)
+        if (rld_redis_store_leased(f->redis, l)) {
+            rld_redis_lease_stats ls;
+            rld_redis_store_lease_stats(f->redis, l, &ls);
+            rld_buf_printf(o, "ratelimit_lease_returned_total{level=\"%s\"} %.6g\n",
+                           cfg->levels[l].name, (double)ls.returned / RL_FP_ONE);
+        }
+    family(o, "ratelimit_lease_saved_total", "counter",
+           "Decisions admitted from this instance's lease of a level without a call to Redis "
+           "for that level.");
+    for (size_t l = 0; l < cfg->nlevels; l++)
+        if (rld_redis_store_leased(f->redis, l)) {
+            rld_redis_lease_stats ls;
+            rld_redis_store_lease_stats(f->redis, l, &ls);
+            rld_buf_printf(o, "ratelimit_lease_saved_total{level=\"%s\"} %llu\n",
+                           cfg->levels[l].name, (unsigned long long)ls.local);
+        }
     family(o, "ratelimit_redis_calls_total", "counter",
            "Commands and scripts written to Redis (concurrent calls share connections).");
     rld_buf_printf(o, "ratelimit_redis_calls_total %llu\n", (unsigned long long)h.calls);

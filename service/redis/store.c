@@ -90,7 +90,25 @@ typedef struct redis_store {
     rld_denycache *dc;             /* NULL when denials are not cached */
     rl_ns dc_latest;               /* atomic, with a manual clock: the latest now sent to Redis */
     int dc_started;                /* its follower runs */
+    struct lease *lease[RL_MAX_LEVELS]; /* NULL: the level is not leased */
+    size_t nleased;
 } redis_store;
+
+/* A leased level (redis.md, "Hot keys: leases"): amounts this instance took from the states of
+ * the level's rules for its default key, ahead of the requests it admits from them here. */
+typedef struct lease {
+    pthread_mutex_t mu;
+    int64_t slice; /* in amounts (rl_fp), as left */
+    rl_ns ttl;
+    int live;                   /* holds what it took at `at` */
+    int renewing;               /* a decision is taking a new slice: the others go to Redis */
+    rl_ns until;                /* monotonic: when what is left goes back */
+    rl_ns retry;                /* monotonic: no new slice before (the state lacked one) */
+    char at[32];                /* the script's now when the slice was taken */
+    int64_t left[RL_MAX_RULES]; /* per rule of the level: what may still be admitted here */
+    int64_t limit[RL_MAX_RULES], window[RL_MAX_RULES]; /* the rule's status at the take */
+    uint64_t returned, local;   /* atomic: amounts given back; decisions admitted here */
+} lease;
 
 static const int64_t zero_state[RL_STATE_MAX / 8];
 
@@ -620,7 +638,7 @@ static void ab_usage(abuf *a, const rl_plan *plan, const char *id)
  * decided here (its wait is ap->wait). */
 static void ab_decide_item(redis_store *rs, abuf *k, abuf *a, const rl_plan *plan, size_t i,
                            const rl_applied *ap, const type_info *ti, const char *id,
-                           unsigned shard)
+                           unsigned shard, int64_t extra)
 {
     const rl_plan_item *it = &plan->items[i];
     unsigned n = rs->shards[ap->level]; /* 1 when not sharded */
@@ -635,10 +653,11 @@ static void ab_decide_item(redis_store *rs, abuf *k, abuf *a, const rl_plan *pla
             ab_i64(a, ti ? (int64_t)k->n : 0);
             break;
         case RLD_DECIDE_ITEM_NEED:
-            ti ? ab_i64(a, it->cost + (it->need - it->cost) / (int64_t)n) : ab_str(a, "");
+            ti ? ab_i64(a, it->cost + extra + (it->need - it->cost) / (int64_t)n)
+               : ab_str(a, "");
             break;
         case RLD_DECIDE_ITEM_COST:
-            ti ? ab_i64(a, it->cost) : ab_str(a, "");
+            ti ? ab_i64(a, it->cost + extra) : ab_str(a, "");
             break;
         case RLD_DECIDE_ITEM_WAIT:
             ti ? ab_str(a, "") : ab_i64(a, ap->wait);
@@ -669,10 +688,12 @@ static void ab_modes(abuf *a, const rl_plan *plan, const size_t *sel, size_t n)
 }
 
 /* The decision script's arguments for items sel[0..n-1] of plan (dry: take nothing; id: the
- * reservation to make, "" for none). */
+ * reservation to make, "" for none; lx: NULL, or per item 0, LEASED when its lease answered it
+ * (sent as decided here, wait 0), or a slice to take beside its cost). */
+#define LEASED (-1)
 static void build_decide(redis_store *rs, const rl_plan *plan, rl_decision *d, const size_t *sel,
-                         size_t n, int dry, const char *id, const unsigned *shard, abuf *k,
-                         abuf *a)
+                         size_t n, int dry, const char *id, const unsigned *shard,
+                         const int64_t *lx, abuf *k, abuf *a)
 {
     int keep = rs->cluster && !dry; /* what a take changed, to give it back exactly */
     for (int f = 0; f < RLD_DECIDE_FIELDS; f++) {
@@ -722,7 +743,11 @@ static void build_decide(redis_store *rs, const rl_plan *plan, rl_decision *d, c
         size_t i = sel[j];
         rl_applied *ap = &d->applied[i];
         const type_info *ti = info_of(rs, ap->rule);
-        ab_decide_item(rs, k, a, plan, i, ap, ti->stateless ? NULL : ti, id, shard[ap->level]);
+        int64_t x = lx ? lx[i] : 0;
+        if (x == LEASED)
+            ap->wait = 0;
+        ab_decide_item(rs, k, a, plan, i, ap, ti->stateless || x == LEASED ? NULL : ti, id,
+                       shard[ap->level], x > 0 ? x : 0);
     }
     if (id[0]) {
         ab_resv_key(rs, k, id);
@@ -789,7 +814,8 @@ static int decide_here(redis_store *rs, const rl_plan *plan, rl_decision *d, siz
 
 /* One Redis: the whole decision is one script. DUP_ID when the reservation id is taken. */
 static int decide_one(redis_store *rs, const rl_plan *plan, rl_decision *d, const char *id,
-                      const unsigned *shard, item_out *out, rl_err *err)
+                      const unsigned *shard, const int64_t *lx, item_out *out, char *at,
+                      size_t atlen, rl_err *err)
 {
     size_t sel[RL_MAX_APPLIED];
     abuf k, a;
@@ -798,7 +824,8 @@ static int decide_one(redis_store *rs, const rl_plan *plan, rl_decision *d, cons
     redisReply *r = NULL;
     for (size_t i = 0; i < plan->n; i++)
         sel[i] = i;
-    build_decide(rs, plan, d, sel, plan->n, (plan->flags & RL_DRY_RUN) != 0, id, shard, &k, &a);
+    build_decide(rs, plan, d, sel, plan->n, (plan->flags & RL_DRY_RUN) != 0, id, shard, lx, &k,
+                 &a);
     int rc = k.oom || a.oom ? rl_errf(err, RL_ENOMEM, "out of memory")
                             : eval(rs, RLD_SCRIPT_DECIDE, &k, &a, &r, err);
     ab_free(&k);
@@ -807,7 +834,7 @@ static int decide_one(redis_store *rs, const rl_plan *plan, rl_decision *d, cons
         return rc;
     if (reply_is(r, "dup"))
         rc = DUP_ID;
-    else if (read_decide(r, sel, plan->n, 0, out, NULL, 0) != 0)
+    else if (read_decide(r, sel, plan->n, 0, out, at, atlen) != 0)
         rc = rl_errf(err, RL_ESTORE, "redis: unexpected reply to a decision");
     freeReplyObject(r);
     return rc;
@@ -985,7 +1012,7 @@ static int decide_group(redis_store *rs, const rl_plan *plan, rl_decision *d, gr
     ab_init(&k);
     ab_init(&a);
     redisReply *r = NULL;
-    build_decide(rs, plan, d, g->item[j], g->len[j], dry, "", shard, &k, &a);
+    build_decide(rs, plan, d, g->item[j], g->len[j], dry, "", shard, NULL, &k, &a);
     int rc = k.oom || a.oom ? rl_errf(err, RL_ENOMEM, "out of memory")
                             : eval(rs, RLD_SCRIPT_DECIDE, &k, &a, &r, err);
     ab_free(&k);
@@ -1402,6 +1429,185 @@ static int needs_call(const dstate *st)
     return st->nstate != 0 || st->reserve;
 }
 
+/* ---- leases (redis.md, "Hot keys: leases") ---------------------------------------------------
+ *
+ * A decision whose leased level's items all fit what the level's lease has left takes them from
+ * it here and sends them to the script as decided here (wait 0), the other levels' items as
+ * usual; when the script denies the request, what it took from the lease goes back to the lease
+ * (nothing was taken anywhere). When the lease lacks them, the script takes a slice beside the
+ * request's cost from each of the level's rules, atomically with the other levels; when the
+ * state cannot give both, the decision is made again without the slice (exact: it fits or it
+ * waits), and no slice is asked for before the state could give one. What is left goes back
+ * (undo.lua's refund, which never gives a state more than its take left it) when the lease is
+ * older than its ttl_ms, before a new slice, and when the store is destroyed (shutdown). */
+
+/* Whether item i of plan can be answered by its level's lease (lp: the lease, or NULL). */
+static lease *lease_of(const redis_store *rs, const rl_plan *plan, const rl_decision *d, size_t i)
+{
+    const rl_applied *ap = &d->applied[i];
+    lease *ls = rs->lease[ap->level];
+    const char *def = rs->cfg->levels[ap->level].default_key;
+    if (!ls || !def || ap->slot >= RL_MAX_RULES || plan->items[i].mode ||
+        plan->items[i].need != plan->items[i].cost || strlen(def) != ap->keylen ||
+        memcmp(def, ap->key, ap->keylen) != 0)
+        return NULL;
+    return ls;
+}
+
+/* Gives back what ls has left (ls->mu held); the lease is then empty. */
+static void lease_return(redis_store *rs, size_t level, lease *ls)
+{
+    const rl_level *lv = &rs->cfg->levels[level];
+    uitem u[RL_MAX_RULES];
+    size_t n = 0;
+    int64_t total = 0;
+    for (size_t j = 0; ls->live && lv->rules && j < lv->rules->n && j < RL_MAX_RULES; j++) {
+        if (ls->left[j] > 0)
+            u[n++] = (uitem){.level = level, .slot = (unsigned)j, .key = lv->default_key,
+                             .keylen = strlen(lv->default_key), .ti = info_of(rs, &lv->rules->v[j]),
+                             .rule = &lv->rules->v[j], .op = 'r', .amount = ls->left[j]};
+        total += ls->left[j] > 0 ? ls->left[j] : 0; /* rl_fp */
+        ls->left[j] = 0;
+    }
+    ls->live = 0;
+    if (n && undo(rs, "", ls->at, u, n, NULL, NULL) == RL_OK)
+        __atomic_add_fetch(&ls->returned, (uint64_t)total, __ATOMIC_RELAXED);
+}
+
+/* Before the call: lx[i] for each item (0, LEASED, or the slice to take); *nlocal counts the
+ * items answered here. */
+static void lease_begin(redis_store *rs, const rl_plan *plan, const rl_decision *d, int64_t *lx,
+                        size_t *nlocal)
+{
+    int state[RL_MAX_LEVELS] = {0}; /* 1 answered here, 2 renewing, 3 to Redis as usual */
+    rl_ns mono = rld_mono_ns();
+    *nlocal = 0;
+    memset(lx, 0, plan->n * sizeof *lx);
+    if (rs->cluster || (plan->flags & (RL_DRY_RUN | RL_RESERVE)))
+        return;
+    for (size_t i = 0; i < plan->n; i++) {
+        size_t l = d->applied[i].level;
+        if (rs->lease[l] && !lease_of(rs, plan, d, i))
+            state[l] = 3; /* one item that cannot: the whole level goes to Redis */
+    }
+    for (size_t l = 0; l < rs->cfg->nlevels; l++) {
+        lease *ls = rs->lease[l];
+        if (!ls || state[l])
+            continue;
+        pthread_mutex_lock(&ls->mu);
+        if (ls->live && mono >= ls->until && !ls->renewing)
+            lease_return(rs, l, ls);
+        int fits = ls->live;
+        for (size_t i = 0; fits && i < plan->n; i++)
+            if (d->applied[i].level == l && ls->left[d->applied[i].slot] < plan->items[i].cost)
+                fits = 0;
+        if (fits) {
+            state[l] = 1;
+            for (size_t i = 0; i < plan->n; i++)
+                if (d->applied[i].level == l)
+                    ls->left[d->applied[i].slot] -= plan->items[i].cost;
+        } else if (!ls->renewing && mono >= ls->retry) {
+            state[l] = 2;
+            ls->renewing = 1;
+            lease_return(rs, l, ls); /* what is left is less than the request: back first */
+        } else {
+            state[l] = 3;
+        }
+        pthread_mutex_unlock(&ls->mu);
+    }
+    for (size_t i = 0; i < plan->n; i++) {
+        size_t l = d->applied[i].level;
+        lx[i] = state[l] == 1 ? LEASED : state[l] == 2 ? rs->lease[l]->slice : 0;
+        *nlocal += state[l] == 1;
+    }
+}
+
+/* After the call (rc its result, at the script's now): a slice taken is the lease's; what a
+ * denied request took from a lease goes back to it. *again: decide once more with lx as this
+ * leaves it: when a slice did not fit beside the request, the first time a slice of what the
+ * state had left beside the cost (when it had more), else none; the items answered by a lease
+ * go to Redis then (their lease got them back) and *nlocal is 0. */
+static void lease_end(redis_store *rs, const rl_plan *plan, const rl_decision *d, dstate *st,
+                      int rc, const char *at, int64_t *lx, size_t *nlocal, int pass, int *again)
+{
+    int allowed = rc == RL_OK, done[RL_MAX_LEVELS] = {0};
+    rl_ns mono = rld_mono_ns();
+    *again = 0;
+    for (size_t i = 0; rc == RL_OK && i < plan->n; i++) {
+        int64_t w = lx[i] == LEASED ? 0 : st->out[i].wait;
+        const type_info *ti = info_of(rs, d->applied[i].rule);
+        if (ti && ti->stateless)
+            w = d->applied[i].wait;
+        allowed &= w == 0 || !rl_plan_item_blocks(plan, i);
+        if (lx[i] > 0 && w != 0)
+            *again = 1;
+    }
+    for (size_t i = 0; i < plan->n; i++) {
+        size_t l = d->applied[i].level;
+        lease *ls = rs->lease[l];
+        if (!lx[i] || done[l])
+            continue;
+        done[l] = 1;
+        int renewing = lx[i] > 0, partial = renewing && *again && pass == 0;
+        pthread_mutex_lock(&ls->mu);
+        for (size_t j = i; j < plan->n; j++) {
+            const rl_applied *ap = &d->applied[j];
+            if (ap->level != l)
+                continue;
+            if (lx[j] == LEASED && (!allowed || *again)) {
+                ls->left[ap->slot] += plan->items[j].cost; /* taken nowhere, or in Redis next */
+                lx[j] = 0;
+            } else if (renewing && allowed && !*again) {
+                ls->left[ap->slot] += lx[j];
+                ls->limit[ap->slot] = st->out[j].st[0];
+                ls->window[ap->slot] = st->out[j].st[3];
+                rl_ns ttl = ls->ttl;
+                if (strcmp(ap->rule->type->name, "fixed_window") == 0 && st->out[j].st[2] > 0 &&
+                    st->out[j].st[2] < ttl)
+                    ttl = st->out[j].st[2]; /* a window's slice ends with its window */
+                if (!ls->live || mono + ttl < ls->until)
+                    ls->until = mono + ttl;
+                ls->live = 1;
+                snprintf(ls->at, sizeof ls->at, "%s", at);
+            } else if (renewing && *again) {
+                /* what the state has beside the cost, as its status said */
+                int64_t rest = rc == RL_OK ? st->out[j].st[1] - plan->items[j].cost : 0;
+                lx[j] = partial && rest > 0 ? (rest < ls->slice ? rest : ls->slice) : 0;
+                if (!lx[j])
+                    partial = 0;
+            }
+        }
+        if (renewing && *again && !partial) {
+            /* no slice now: until the state could give one, the level goes to Redis as usual */
+            for (size_t j = i; j < plan->n; j++)
+                if (d->applied[j].level == l)
+                    lx[j] = 0;
+            rl_ns w = rc == RL_OK ? st->out[i].wait : 0;
+            ls->retry = mono + (w > 0 && w < ls->ttl ? w : ls->ttl);
+        }
+        if (renewing && !(*again && partial))
+            ls->renewing = 0;
+        if (lx[i] == LEASED && allowed && !*again)
+            __atomic_add_fetch(&ls->local, 1, __ATOMIC_RELAXED);
+        pthread_mutex_unlock(&ls->mu);
+    }
+    if (*again)
+        *nlocal = 0;
+    /* the status of an item answered here: its rule's limit and window at the take, what the
+     * lease has left */
+    for (size_t i = 0; !*again && i < plan->n; i++)
+        if (lx[i] == LEASED) {
+            lease *ls = rs->lease[d->applied[i].level];
+            unsigned sl = d->applied[i].slot;
+            st->out[i] = (item_out){.wait = 0};
+            pthread_mutex_lock(&ls->mu);
+            st->out[i].st[0] = ls->limit[sl];
+            st->out[i].st[1] = ls->left[sl];
+            st->out[i].st[3] = ls->window[sl];
+            pthread_mutex_unlock(&ls->mu);
+        }
+}
+
 static int rs_decide(void *cls, const rl_plan *plan, rl_decision *d, rl_err *err)
 {
     redis_store *rs = cls;
@@ -1423,7 +1629,23 @@ static int rs_decide(void *cls, const rl_plan *plan, rl_decision *d, rl_err *err
                      ? record_resv(rs, plan, d, st.id, st.shard, st.out, err)
                      : RL_OK;
         } else {
-            rc = needs_call(&st) ? decide_one(rs, plan, d, st.id, st.shard, st.out, err) : RL_OK;
+            int64_t lx[RL_MAX_APPLIED];
+            size_t nlocal;
+            char at[32] = "0";
+            int again = 0;
+            lease_begin(rs, plan, d, lx, &nlocal);
+            for (int pass = 0;; pass++) {
+                st.nstate -= nlocal;
+                rc = needs_call(&st) ? decide_one(rs, plan, d, st.id, st.shard, lx, st.out, at,
+                                                  sizeof at, err)
+                                     : RL_OK;
+                st.nstate += nlocal;
+                if (!rs->nleased)
+                    break;
+                lease_end(rs, plan, d, &st, rc, at, lx, &nlocal, pass, &again);
+                if (!again || rc != RL_OK)
+                    break;
+            }
         }
     }
     if (rc == DUP_ID)
@@ -1461,7 +1683,7 @@ static int many_build(redis_store *rs, const rl_plan *plan, rl_decision *d, many
     if (it->st.reserve)
         new_id(rs, it->st.id);
     build_decide(rs, plan, d, sel, plan->n, (plan->flags & RL_DRY_RUN) != 0, it->st.id,
-                 it->st.shard, &it->k, &it->a);
+                 it->st.shard, NULL, &it->k, &it->a);
     if (ab_join(&it->k, &it->a, NULL, NULL, 0, &it->argv, &it->len) != 0)
         return rl_errf(err, RL_ENOMEM, "out of memory");
     calls[*m] = (rld_call){.nkeys = (int)it->k.n, .argc = (int)(it->k.n + it->a.n),
@@ -1507,7 +1729,8 @@ static void rs_decide_many(void *cls, const rl_plan *const *plans, rl_decision *
                            size_t n, int *rc, rl_err *errs)
 {
     redis_store *rs = cls;
-    many_item *it = rs->cluster || n < 2 ? NULL : malloc(n * sizeof *it);
+    /* a leased level's decisions take from its lease one by one (rs_decide) */
+    many_item *it = rs->cluster || rs->nleased || n < 2 ? NULL : malloc(n * sizeof *it);
     rld_call *calls = it ? malloc(n * sizeof *calls) : NULL;
     size_t m = 0;
     if (!calls) {
@@ -2174,6 +2397,14 @@ static void rs_tick(void *cls, rl_ns now)
         expire_due(rs, now);
         scan_step(rs);
     }
+    for (size_t l = 0; rs->nleased && rs->cfg && l < rs->cfg->nlevels; l++) {
+        lease *ls = rs->lease[l]; /* an idle instance's lease goes back when it is due too */
+        if (ls && pthread_mutex_trylock(&ls->mu) == 0) {
+            if (ls->live && !ls->renewing && mono >= ls->until)
+                lease_return(rs, l, ls);
+            pthread_mutex_unlock(&ls->mu);
+        }
+    }
     pthread_mutex_unlock(&rs->tick_mu);
 }
 
@@ -2207,6 +2438,14 @@ static void rs_destroy(void *cls)
         if (command(rs, &k, &r, NULL) == RL_OK)
             freeReplyObject(r);
         ab_free(&k);
+    }
+    for (size_t l = 0; l < RL_MAX_LEVELS; l++) {
+        if (!rs->lease[l])
+            continue;
+        if (rs->cfg && l < rs->cfg->nlevels && rld_pool_up(rs->pool))
+            lease_return(rs, l, rs->lease[l]); /* what is left goes back to the fleet */
+        pthread_mutex_destroy(&rs->lease[l]->mu);
+        free(rs->lease[l]);
     }
     rld_denycache_free(rs->dc); /* its follower connects through the pool */
     rld_pool_free(rs->pool);
@@ -2352,8 +2591,16 @@ int rld_redis_store_new(const rld_redis_options *opt, rl_store **out, rl_err *er
     rs->plen = strlen(prefix);
     rs->manual = opt->manual_clock != 0;
     rs->floor_ms = opt->ttl_floor_ms;
-    for (size_t l = 0; l < RL_MAX_LEVELS; l++)
+    for (size_t l = 0; l < RL_MAX_LEVELS; l++) {
         rs->shards[l] = opt->shards[l] > 1 ? opt->shards[l] : 1;
+        if (opt->lease_slice[l] > 0 && (rs->lease[l] = calloc(1, sizeof(lease)))) {
+            pthread_mutex_init(&rs->lease[l]->mu, NULL);
+            rs->lease[l]->slice = (int64_t)opt->lease_slice[l] * RL_FP_ONE;
+            rs->lease[l]->ttl = (rl_ns)(opt->lease_ttl_ms[l] > 0 ? opt->lease_ttl_ms[l] : 1000) *
+                                1000000;
+            rs->nleased++;
+        }
+    }
     rs->idkey = rl_random64();
     snprintf(rs->instance, sizeof rs->instance, "%016llx", (unsigned long long)rl_random64());
     snprintf(rs->cursor, sizeof rs->cursor, "0");
@@ -2546,6 +2793,8 @@ int rld_redis_store_open(const rld_settings *set, int manual_clock, rl_store **o
     rl_store *rs;
     *out = NULL;
     memcpy(o.shards, set->shards, sizeof o.shards);
+    memcpy(o.lease_slice, set->lease_slice, sizeof o.lease_slice);
+    memcpy(o.lease_ttl_ms, set->lease_ttl_ms, sizeof o.lease_ttl_ms);
     memcpy(f.mode, set->on_error, sizeof f.mode);
     rc = rld_redis_store_new(&o, &rs, err);
     free(seeds);
@@ -2628,6 +2877,27 @@ void rld_redis_store_general(rl_store *st, int mode)
 int rld_redis_store_deny_cache(rl_store *st)
 {
     return ((redis_store *)st->cls)->dc != NULL;
+}
+
+int rld_redis_store_leased(rl_store *st, size_t level)
+{
+    redis_store *rs = st->cls;
+    return level < RL_MAX_LEVELS && rs->lease[level];
+}
+
+void rld_redis_store_lease_stats(rl_store *st, size_t level, rld_redis_lease_stats *out)
+{
+    redis_store *rs = st->cls;
+    lease *ls = level < RL_MAX_LEVELS ? rs->lease[level] : NULL;
+    memset(out, 0, sizeof *out);
+    if (!ls)
+        return;
+    pthread_mutex_lock(&ls->mu);
+    for (size_t j = 0; ls->live && j < RL_MAX_RULES; j++)
+        out->held += ls->left[j];
+    pthread_mutex_unlock(&ls->mu);
+    out->returned = __atomic_load_n(&ls->returned, __ATOMIC_RELAXED);
+    out->local = __atomic_load_n(&ls->local, __ATOMIC_RELAXED);
 }
 
 uint64_t rld_redis_store_deny_answered(rl_store *st, size_t level)

@@ -66,6 +66,10 @@ typedef struct rld_redis_options {
     int functions; /* 1: call the decision, settlement, release and expiry scripts as one Redis
                       Functions library (FCALL) where Redis has Functions, EVALSHA where it
                       refuses them; 0: EVALSHA */
+    int lease_slice[RL_MAX_LEVELS];  /* per level index: 0 no lease; else the amount a lease
+                                        takes from each rule of the level (redis.md, "Hot keys:
+                                        leases") */
+    int lease_ttl_ms[RL_MAX_LEVELS]; /* how long a lease is held at most */
     int deny_cache; /* 1: answer the denials Redis gave again here until they lapse, forgetting
                        them when capacity is given back anywhere (denycache.h) */
     /* not NULL: every connection is TLS with these files (net.h); NULL: TLS only when the URL
@@ -104,6 +108,16 @@ int rld_redis_store_deny_cache(rl_store *st);
 uint64_t rld_redis_store_deny_answered(rl_store *st, size_t level);
 int rld_redis_store_deny_live(rl_store *st);
 uint64_t rld_redis_store_deny_messages(rl_store *st);
+/* A leased level's figures: the amount its lease holds unspent now, what leases gave back to
+ * Redis, and the decisions it admitted from a lease without calling Redis for the level. */
+typedef struct rld_redis_lease_stats {
+    int64_t held;
+    uint64_t returned, local;
+} rld_redis_lease_stats;
+void rld_redis_store_lease_stats(rl_store *st, size_t level, rld_redis_lease_stats *out);
+/* Whether level is leased. */
+int rld_redis_store_leased(rl_store *st, size_t level);
+
 /* The last heartbeat's count of live instances (0: not known yet). ctx is the rl_store; the
  * signature fits rld_fallback_options.peers. */
 unsigned rld_redis_store_peers(void *ctx);

@@ -207,6 +207,11 @@ typedef struct rl_rule_per_unit {
  * a key has counted anything in a period, its status's reset_after runs to the period's end
  * and window is the period's length. A rule's "alerts" are for such types only. */
 #define RL_RULE_PERIODIC 0x10u
+/* A take is an amount from one balance that can be handed out ahead in slices (a token bucket,
+ * a fixed window): a slice taken from the state up front and spent by the requests it admits
+ * counts exactly as those requests would have, and what is left of it can be given back with
+ * refund. A level may be leased (redis.md, "Hot keys: leases") only with such types. */
+#define RL_RULE_LEASABLE 0x20u
 
 typedef struct rl_rule_type {
     unsigned api_version; /* RL_RULE_API_VERSION the type was written against */

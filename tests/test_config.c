@@ -191,7 +191,7 @@ static const struct {
      "levels[0].lease: a level is either sharded or leased, not both"},
     {"{\"levels\": [{\"name\": \"g\", \"default_key\": \"*\", \"lease\": {\"slice\": 50}, "
      "\"rules\": [" TB ", {\"type\": \"gcra\", \"per_second\": 10, \"burst\": 5}]}]}",
-     "levels[0].rules[1].type: gcra cannot be leased (lease: only token_bucket and fixed_window "
+     "levels[0].rules[1].type: gcra cannot be leased (lease: only token_bucket, fixed_window "
      "rules)"},
     {"{\"levels\": [{\"name\": \"user\", \"shards\": 0, \"rules\": [" TB "]}]}",
      "levels[0].shards: must be a whole number from 1 to 1024"},

@@ -125,22 +125,27 @@ static int set_flag(int *flag, const char *k, const json_t *v, rl_err *err)
     return RL_OK;
 }
 
+const char *rld_rule_types_with(const rl_registry *reg, unsigned flags, char *buf, size_t n)
+{
+    size_t used = 0;
+    buf[0] = '\0';
+    for (size_t i = 0; i < rl_registry_count(reg) && used < n; i++) {
+        const rl_rule_type *t = rl_registry_at(reg, i);
+        if ((t->flags & flags) == flags)
+            used += (size_t)snprintf(buf + used, n - used, "%s%s", used ? ", " : "", t->name);
+    }
+    return buf;
+}
+
 /* "alerts": up to RL_MAX_ALERTS fractions of the limit, each in (0, 1] and above the one
  * before, on a rule whose type counts in periods (RL_RULE_PERIODIC; the types that do are
  * listed from the registry). */
 static int set_alerts(rl_rule *r, const rl_registry *reg, const json_t *v, rl_err *err)
 {
     if (!(r->type->flags & RL_RULE_PERIODIC)) {
-        char known[160] = "";
-        size_t used = 0;
-        for (size_t i = 0; i < rl_registry_count(reg) && used < sizeof known; i++) {
-            const rl_rule_type *t = rl_registry_at(reg, i);
-            if (t->flags & RL_RULE_PERIODIC)
-                used += (size_t)snprintf(known + used, sizeof known - used, "%s%s",
-                                         used ? ", " : "", t->name);
-        }
+        char known[160];
         return fail(err, "alerts: a %s rule has no period to alert in (alerts are for: %s)",
-                    r->type->name, known);
+                    r->type->name, rld_rule_types_with(reg, RL_RULE_PERIODIC, known, sizeof known));
     }
     if (!json_is_array(v) || json_array_size(v) == 0 || json_array_size(v) > RL_MAX_ALERTS)
         return fail(err, "alerts: must be a list of 1 to %d fractions of the limit ([0.8, 0.95])",

@@ -26,6 +26,10 @@
 int rld_rules_from_json(const json_t *arr, rl_registry *reg, const rl_config *cfg, rl_rules **out,
                         rl_err *err);
 
+/* The names of reg's rule types that have every flag of flags (RL_RULE_*), ", "-separated,
+ * into buf (cut at n bytes): for errors that say which types a field is for. Returns buf. */
+const char *rld_rule_types_with(const rl_registry *reg, unsigned flags, char *buf, size_t n);
+
 /* The name of unit u (rl_unit) in cfg: "cost", "requests", "usd" or one of cfg's dimensions
  * ("?" for none of them; cfg may be NULL). */
 const char *rld_amount_unit_name(const rl_config *cfg, unsigned u);

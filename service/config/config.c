@@ -280,7 +280,8 @@ static int level_compose(const json_t *m, const char *path, const char **compose
 /* A leased level takes slices of one shared bucket (redis.md, "Hot keys: leases"): it needs a
  * default_key, its own rules, no shards, and rules whose take is an amount from a bucket. */
 static int check_lease(const json_t *lease, const char *path, const json_t *def,
-                       const rl_rules *rules, unsigned shards, rl_err *err)
+                       const rl_rules *rules, unsigned shards, const rl_registry *reg,
+                       rl_err *err)
 {
     if (!lease)
         return RL_OK;
@@ -293,10 +294,11 @@ static int check_lease(const json_t *lease, const char *path, const json_t *def,
     if (shards > 1)
         return fail(err, "%s.lease: a level is either sharded or leased, not both", path);
     for (size_t j = 0; j < rules->n; j++) {
-        const char *t = rules->v[j].type->name;
-        if (strcmp(t, "token_bucket") != 0 && strcmp(t, "fixed_window") != 0)
-            return fail(err, "%s.rules[%zu].type: %s cannot be leased (lease: only token_bucket "
-                        "and fixed_window rules)", path, j, t);
+        char known[160];
+        if (!(rules->v[j].type->flags & RL_RULE_LEASABLE))
+            return fail(err, "%s.rules[%zu].type: %s cannot be leased (lease: only %s rules)",
+                        path, j, rules->v[j].type->name,
+                        rld_rule_types_with(reg, RL_RULE_LEASABLE, known, sizeof known));
     }
     return RL_OK;
 }
@@ -342,7 +344,7 @@ static int parse_level(const json_t *o, size_t i, rl_registry *reg, rl_config *c
                                   err)) != RL_OK)
         return rld_err_at(err, rc, path);
     cfg->levels[cfg->nlevels - 1].shadow = json_is_true(shadow);
-    return check_lease(json_object_get(o, "lease"), path, def, rules, set->shards[i], err);
+    return check_lease(json_object_get(o, "lease"), path, def, rules, set->shards[i], reg, err);
 }
 
 static int parse_quota(const char *key, const json_t *v, rl_registry *reg, rl_config *cfg,

@@ -1562,9 +1562,9 @@ static void lease_end(redis_store *rs, const rl_plan *plan, const rl_decision *d
                 ls->limit[ap->slot] = st->out[j].st[0];
                 ls->window[ap->slot] = st->out[j].st[3];
                 rl_ns ttl = ls->ttl;
-                if (strcmp(ap->rule->type->name, "fixed_window") == 0 && st->out[j].st[2] > 0 &&
+                if ((ap->rule->type->flags & RL_RULE_PERIODIC) && st->out[j].st[2] > 0 &&
                     st->out[j].st[2] < ttl)
-                    ttl = st->out[j].st[2]; /* a window's slice ends with its window */
+                    ttl = st->out[j].st[2]; /* a period's slice ends with its period */
                 if (!ls->live || mono + ttl < ls->until)
                     ls->until = mono + ttl;
                 ls->live = 1;

@@ -268,6 +268,7 @@ const rl_rule_type rl__token_bucket = {
     .nparams = sizeof tb_params_def / sizeof tb_params_def[0],
     .params_size = sizeof(tb_params),
     .state_size = sizeof(tb_state),
+    .flags = RL_RULE_LEASABLE,
     .prepare = tb_prepare,
     .default_name = tb_name,
     .capacity = tb_capacity,

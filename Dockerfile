@@ -26,6 +26,7 @@ COPY service service
 COPY config config
 COPY tests/plugins tests/plugins
 COPY tools/replay tools/replay
+COPY tools/fast_path.awk tools/fast_path.awk
 # only the programs: the tests need Redis, nginx and the test libraries, and run in CI
 RUN make build-all
 

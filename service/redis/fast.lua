@@ -146,6 +146,16 @@ if argv[A_GENERAL] ~= '1' and argv[A_DRY] == '0' and argv[A_ID] == '' and argv[A
         if x < 4294967296 then return x < 16777216 and 'I3' or 'I4' end
         return x < 1099511627776 and 'I5' or 'I6'
     end
+    -- a state's TTL (lib.lua's ttl_ms): idle ns from now in whole ms rounded up, at least 1
+    -- and at least floor_ms
+    local function ttl_ms(idle, floor_ms)
+        local ms = 1
+        if idle > 0 then
+            ms = floor(idle / MS)
+            if ms * MS < idle then ms = ms + 1 end
+        end
+        return ms < floor_ms and floor_ms or ms
+    end
 
     -- Phase 1: every item's parameters and state (prepared), and its wait. Per item i, at
     -- base b = (i - 1) * 9 of v: its type's number in the dispatch, its two parameters, its

@@ -61,14 +61,5 @@ if allowed then
     local lo = NOW_LO + last
     local c = floor(lo / P32)
     w[2 * i - 1] = pack('>BI4I4' .. varfmt(used), 70, NOW_HI + c, lo - c * P32, used)
-    local ms = 1
-    if used ~= 0 then
-        local idle = ws + p2
-        if idle > 0 then
-            ms = floor(idle / MS)
-            if ms * MS < idle then ms = ms + 1 end
-        end
-    end
-    if ms < floor_ms then ms = floor_ms end
-    w[2 * i] = ms
+    w[2 * i] = ttl_ms(used ~= 0 and ws + p2 or 0, floor_ms)
 end

@@ -104,12 +104,5 @@ if allowed then
     c = floor(lo / P32)
     w[2 * i - 1] = pack('>BI4I4I4I4' .. varfmt(rem), 71, th, tl, NOW_HI + c,
         lo - c * P32, rem)
-    local idle = rem ~= 0 and tat + 1 or tat
-    local ms = 1
-    if idle > 0 then
-        ms = floor(idle / MS)
-        if ms * MS < idle then ms = ms + 1 end
-    end
-    if ms < floor_ms then ms = floor_ms end
-    w[2 * i] = ms
+    w[2 * i] = ttl_ms(rem ~= 0 and tat + 1 or tat, floor_ms)
 end

@@ -130,11 +130,5 @@ if allowed then
     local uh = floor(used / P32)
     w[2 * i - 1] = pack('>BI4I4I4I4' .. varfmt(prev), 87, NOW_HI + c, lo - c * P32, uh,
         used - uh * P32, prev)
-    local ms = 1
-    if idle > 0 then
-        ms = floor(idle / MS)
-        if ms * MS < idle then ms = ms + 1 end
-    end
-    if ms < floor_ms then ms = floor_ms end
-    w[2 * i] = ms
+    w[2 * i] = ttl_ms(idle, floor_ms)
 end

@@ -127,14 +127,5 @@ if allowed then
     else
         w[2 * i - 1] = pack('>BI4I4I4' .. varfmt(used), 85, hi, lo, frac, used)
     end
-    local ms = 1
-    if used ~= 0 then
-        local idle = last + full
-        if idle > 0 then
-            ms = floor(idle / MS)
-            if ms * MS < idle then ms = ms + 1 end
-        end
-    end
-    if ms < floor_ms then ms = floor_ms end
-    w[2 * i] = ms
+    w[2 * i] = ttl_ms(used ~= 0 and last + full or 0, floor_ms)
 end

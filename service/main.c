@@ -26,6 +26,7 @@
 #include "config/config.h"
 #include "grpc/grpc_api.h"
 #include "grpc/rls_yaml_grpc.h"
+#include "grpc/xds.h"
 #include "http/http.h"
 #include "net/net.h"
 #include "redis/pool.h"
@@ -506,6 +507,14 @@ typedef struct daemon_parts {
     rld_http *http;
     housekeeper hk;
     rld_grpc *grpc;
+    /* CONFIG_TYPE=GRPC_XDS_SOTW: the YAML configuration comes from an xDS management server */
+    int xds_mode;
+    rld_xds_settings xds_set;
+    rld_xds *xds;
+    pthread_mutex_t xds_mu; /* held by a push being applied, and by the start until serving */
+    int xds_serving;        /* the app is up: a push is applied to it */
+    rld_yrls *xds_first;    /* a push received before the start, built; with its configuration */
+    rl_config *xds_first_cfg;
 } daemon_parts;
 
 /* Signals are taken by sigwait: they are blocked before any thread starts (the quota follower
@@ -744,6 +753,8 @@ static int start_serving(daemon_parts *dp)
     return 0;
 }
 
+static void xds_end(daemon_parts *dp);
+
 /* Reloads on SIGHUP until SIGTERM or SIGINT; then stops accepting, lets the calls in flight
  * finish (DRAIN_MS at most) and saves the state. */
 static void serve_until_stopped(daemon_parts *dp, sigset_t *sigs)
@@ -760,6 +771,7 @@ static void serve_until_stopped(daemon_parts *dp, sigset_t *sigs)
     rld_log("stopping on %s: no new connections, finishing requests in flight",
             sig == SIGTERM ? "SIGTERM" : "SIGINT");
     rld_notify("STOPPING=1");
+    xds_end(dp); /* no push is applied while stopping */
     rld_app_stopping(&dp->app);
     unsigned gleft = dp->grpc ? rld_grpc_stop(dp->grpc, DRAIN_MS) : 0;
     if (gleft)
@@ -795,6 +807,170 @@ static void parts_free(daemon_parts *dp)
     rl_registry_free(dp->reg);
 }
 
+/* ---- configuration over xDS --------------------------------------------------------------- */
+
+/* A pushed configuration c (stolen) as the start builds one from a file: the matcher and the
+ * limiter's configuration, with the levels of the JSON configuration, if one was given, decided
+ * beside its limits. */
+static int xds_build(daemon_parts *dp, rld_yconf *c, rld_yrls **y, rl_config **cfg, rl_err *err)
+{
+    rl_config *base = NULL;
+    if (dp->o->config) {
+        rld_settings tmp;
+        int rc = rld_config_load(dp->o->config, dp->reg, &tmp, &base, err);
+        if (rc != RL_OK) {
+            rld_yconf_free(c);
+            return rc;
+        }
+        rld_settings_clear(&tmp);
+    }
+    int rc = rld_yrls_new_beside(c, dp->reg, base, y, cfg, err);
+    if (rc == RL_OK)
+        (*cfg)->reservation_ttl = dp->set.reservation_ttl;
+    return rc;
+}
+
+/* Puts a push in force once the daemon serves: not supported yet. */
+static int xds_apply_serving(daemon_parts *dp, rld_yconf *c, const char *origin, rl_err *err)
+{
+    (void)dp;
+    (void)origin;
+    rld_yconf_free(c);
+    return rl_errf(err, RL_EINVAL, "a configuration is in force and this daemon cannot apply "
+                   "another while serving");
+}
+
+/* The xDS client's apply callback: before the start a push is built and kept for the start
+ * (a later one replaces it); once serving it is applied as a reload. */
+static int xds_apply(void *ctx, rld_yconf *c, const char *origin, rl_err *err)
+{
+    daemon_parts *dp = ctx;
+    rld_yrls *y = NULL, *old = NULL;
+    rl_config *cfg = NULL, *oldcfg = NULL;
+    int rc;
+    pthread_mutex_lock(&dp->xds_mu);
+    if (dp->xds_serving) {
+        rc = xds_apply_serving(dp, c, origin, err);
+    } else if ((rc = xds_build(dp, c, &y, &cfg, err)) == RL_OK) {
+        old = dp->xds_first;
+        oldcfg = dp->xds_first_cfg;
+        dp->xds_first = y;
+        dp->xds_first_cfg = cfg;
+    }
+    pthread_mutex_unlock(&dp->xds_mu);
+    rl_config_free(oldcfg);
+    rld_yrls_free(old);
+    return rc;
+}
+
+/* CONFIG_TYPE: FILE (the default) or GRPC_XDS_SOTW, with its variables. 0, or 1 (logged). */
+static int xds_settings(daemon_parts *dp)
+{
+    const char *t = getenv("CONFIG_TYPE");
+    rl_err err = {{0}};
+    if (!t || !*t || strcmp(t, "FILE") == 0)
+        return 0;
+    if (strcmp(t, "GRPC_XDS_SOTW") != 0) {
+        rld_log("error: CONFIG_TYPE: must be FILE or GRPC_XDS_SOTW, not '%.64s'", t);
+        return 1;
+    }
+    dp->xds_mode = 1;
+    pthread_mutex_init(&dp->xds_mu, NULL);
+    if (dp->o->config && rld_yaml_is_config(dp->o->config)) {
+        rld_log("error: CONFIG_TYPE=GRPC_XDS_SOTW: the YAML configuration comes from xDS; "
+                "--config may name a JSON configuration only, not %.200s", dp->o->config);
+        return 1;
+    }
+    if (rld_xds_settings_from_env(&dp->xds_set, &err) != RL_OK) {
+        rld_log("error: %s", err.msg);
+        return 1;
+    }
+    return 0;
+}
+
+/* Starts the xDS client and, unless FORCE_START_WITHOUT_INITIAL_CONFIG, waits for its first
+ * configuration (SIGTERM or SIGINT ends the wait: *stopped). *cfg is replaced by the limiter's
+ * configuration of what came (or of no domain at all). Returns with dp->xds_mu held until
+ * the app serves. 0, or 1 (logged). */
+static int xds_start(daemon_parts *dp, sigset_t *sigs, rl_config **cfg, int *stopped)
+{
+    rl_err err = {{0}};
+    int force;
+    const char *v = getenv("FORCE_START_WITHOUT_INITIAL_CONFIG");
+    *stopped = 0;
+    force = v && *v ? rld_value_go_bool(v) : 0;
+    if (force < 0) {
+        rld_log("error: FORCE_START_WITHOUT_INITIAL_CONFIG: must be true or false (1, t, true, "
+                "TRUE, True, or 0, f, false, FALSE, False), not '%.64s'", v);
+        return 1;
+    }
+    if (dp->set.ratelimit_config) {
+        rld_log("error: CONFIG_TYPE=GRPC_XDS_SOTW: the YAML configuration comes from xDS, not "
+                "from ratelimit_config (%.200s)", dp->set.ratelimit_config);
+        return 1;
+    }
+    rl_config_free(*cfg);
+    *cfg = NULL;
+    if (!(dp->xds = rld_xds_start(&dp->xds_set, xds_apply, dp, &err))) {
+        rld_log("error: %s", err.msg);
+        return 1;
+    }
+    if (force) {
+        rld_yconf *none = rld_yconf_new();
+        pthread_mutex_lock(&dp->xds_mu);
+        if (!dp->xds_first && (!none || xds_build(dp, none, &dp->xds_first,
+                                                  &dp->xds_first_cfg, &err) != RL_OK)) {
+            pthread_mutex_unlock(&dp->xds_mu);
+            rld_log("error: FORCE_START_WITHOUT_INITIAL_CONFIG: %s",
+                    none ? err.msg : "out of memory");
+            return 1;
+        }
+    } else {
+        rld_log("waiting for the first configuration from the xDS management server %s:%d",
+                dp->xds_set.host, dp->xds_set.port);
+        for (;;) {
+            struct timespec ts = {0, 100 * 1000000L};
+            int sig = sigtimedwait(sigs, NULL, &ts);
+            if (sig == SIGTERM || sig == SIGINT) {
+                rld_log("stopping on %s before the first configuration came",
+                        sig == SIGTERM ? "SIGTERM" : "SIGINT");
+                *stopped = 1;
+                return 1;
+            }
+            pthread_mutex_lock(&dp->xds_mu);
+            if (dp->xds_first)
+                break;
+            pthread_mutex_unlock(&dp->xds_mu);
+        }
+    }
+    dp->yrls = dp->xds_first;
+    *cfg = dp->xds_first_cfg;
+    dp->xds_first = NULL;
+    dp->xds_first_cfg = NULL;
+    return 0;
+}
+
+static void xds_metrics(void *self, rld_buf *out)
+{
+    rld_xds_metrics(self, out);
+}
+
+/* The xDS client as a part of the app: its metrics. */
+static const rld_part_ops xds_part_ops = {.name = "xds", .metrics = xds_metrics};
+
+/* Stops the xDS client (an apply under way finishes first) and frees what it left. */
+static void xds_end(daemon_parts *dp)
+{
+    if (!dp->xds_mode)
+        return;
+    rld_xds_stop(dp->xds);
+    dp->xds = NULL;
+    rld_yrls_free(dp->xds_first);
+    rl_config_free(dp->xds_first_cfg);
+    dp->xds_first = NULL;
+    dp->xds_first_cfg = NULL;
+}
+
 static int serve(const opts *o)
 {
     daemon_parts dp = {.o = o,
@@ -802,17 +978,35 @@ static int serve(const opts *o)
                        .store_name = "memory store"};
     rl_config *cfg = NULL;
     sigset_t sigs;
+    int stopped = 0, held = 0;
     block_signals(&sigs);
-    int ok = open_settings(&dp, &cfg) == 0 && open_limiter(&dp, cfg) == 0 && open_app(&dp) == 0 &&
-             start_serving(&dp) == 0;
+    int ok = xds_settings(&dp) == 0 && open_settings(&dp, &cfg) == 0;
+    if (ok && dp.xds_mode) {
+        if (xds_start(&dp, &sigs, &cfg, &stopped) != 0) {
+            rl_config_free(cfg);
+            ok = 0;
+        } else {
+            held = 1;
+        }
+    }
+    ok = ok && open_limiter(&dp, cfg) == 0 && open_app(&dp) == 0 &&
+         (!dp.xds || rld_app_attach(&dp.app, &xds_part_ops, dp.xds) == RL_OK) &&
+         start_serving(&dp) == 0;
+    if (held) { /* pushes are applied from now on (kept aside if the start failed) */
+        dp.xds_serving = ok;
+        pthread_mutex_unlock(&dp.xds_mu);
+    }
     if (ok) {
         rld_notify("READY=1"); /* the listeners accept, the state is loaded */
         serve_until_stopped(&dp, &sigs);
     }
+    xds_end(&dp);
     parts_free(&dp);
-    if (ok)
+    if (dp.xds_mode)
+        pthread_mutex_destroy(&dp.xds_mu);
+    if (ok || stopped)
         rld_log("stopped");
-    return ok ? 0 : 1;
+    return ok || stopped ? 0 : 1;
 }
 
 int main(int argc, char **argv)

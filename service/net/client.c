@@ -28,6 +28,8 @@
 struct rld_net_client_tls {
     gnutls_certificate_credentials_t cred;
     int skip_hostname;
+    char server_name[256]; /* checked instead of the host dialled; "" for none */
+    char alpn[16];         /* offered in the handshake; "" for none */
 };
 
 struct rld_net_stream {
@@ -62,6 +64,10 @@ rld_net_client_tls *rld_net_client_tls_new(const rld_net_client_tls_files *f, rl
         return NULL;
     }
     t->skip_hostname = f->skip_hostname;
+    if (f->server_name)
+        snprintf(t->server_name, sizeof t->server_name, "%s", f->server_name);
+    if (f->alpn)
+        snprintf(t->alpn, sizeof t->alpn, "%s", f->alpn);
     if (!f->cert != !f->key) {
         rc = rl_errf(err, RL_EINVAL, "%s: give both %s and %s",
                      f->cert ? f->key_name : f->cert_name, f->cert_name, f->key_name);
@@ -178,6 +184,8 @@ static int handshake(rld_net_stream *s, rld_net_client_tls *t, const char *host,
                      char *why, size_t cap)
 {
     unsigned char ip[16];
+    if (t->server_name[0])
+        host = t->server_name;
     int literal = inet_pton(AF_INET, host, ip) == 1 || inet_pton(AF_INET6, host, ip) == 1;
     if (gnutls_init(&s->tls, GNUTLS_CLIENT | GNUTLS_NONBLOCK | GNUTLS_NO_SIGNAL) < 0) {
         s->tls = NULL;
@@ -189,6 +197,13 @@ static int handshake(rld_net_stream *s, rld_net_client_tls *t, const char *host,
         (!literal && gnutls_server_name_set(s->tls, GNUTLS_NAME_DNS, host, strlen(host)) < 0)) {
         snprintf(why, cap, "out of memory");
         return -1;
+    }
+    if (t->alpn[0]) {
+        gnutls_datum_t p = {(unsigned char *)t->alpn, (unsigned)strlen(t->alpn)};
+        if (gnutls_alpn_set_protocols(s->tls, &p, 1, 0) < 0) {
+            snprintf(why, cap, "out of memory");
+            return -1;
+        }
     }
     gnutls_session_set_verify_cert(s->tls, t->skip_hostname ? NULL : host, 0);
     gnutls_transport_set_int(s->tls, s->fd);

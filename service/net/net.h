@@ -191,6 +191,11 @@ typedef struct rld_net_client_tls_files {
     const char *cert, *cert_name, *key, *key_name;
     /* 1: the server's name is not checked against its certificate (the chain still is) */
     int skip_hostname;
+    /* The name the server's certificate must hold (and sent as SNI) instead of the host
+     * dialled; NULL: the host */
+    const char *server_name;
+    /* The one ALPN protocol offered ("h2" for gRPC); NULL: none */
+    const char *alpn;
 } rld_net_client_tls_files;
 
 typedef struct rld_net_client_tls rld_net_client_tls;

@@ -539,9 +539,14 @@ static int open_settings(daemon_parts *dp, rl_config **cfg)
         rld_log("error: out of memory");
         return 1;
     }
-    rc = o->config ? load_config(o->config, dp->reg, &dp->set, cfg, &dp->yrls, &err)
-                   : rld_config_parse(rld_default_config, rld_default_config_len, dp->reg,
-                                      &dp->set, cfg, &err);
+    if (dp->xds_mode) /* the limits come from xDS, the levels (if any) from --config */
+        rc = o->config ? rld_config_load(o->config, dp->reg, &dp->set, cfg, &err)
+             : rld_settings_defaults(&dp->set) == RL_OK ? RL_OK
+                                                        : rl_errf(&err, RL_ENOMEM, "out of memory");
+    else
+        rc = o->config ? load_config(o->config, dp->reg, &dp->set, cfg, &dp->yrls, &err)
+                       : rld_config_parse(rld_default_config, rld_default_config_len, dp->reg,
+                                          &dp->set, cfg, &err);
     if (rc != RL_OK) { /* the loaders free what they made */
         rld_log("error: configuration %s: %s", dp->source, err.msg);
         return 1;
@@ -876,6 +881,8 @@ static int xds_settings(daemon_parts *dp)
     }
     dp->xds_mode = 1;
     pthread_mutex_init(&dp->xds_mu, NULL);
+    if (!dp->o->config)
+        dp->source = "xDS";
     if (dp->o->config && rld_yaml_is_config(dp->o->config)) {
         rld_log("error: CONFIG_TYPE=GRPC_XDS_SOTW: the YAML configuration comes from xDS; "
                 "--config may name a JSON configuration only, not %.200s", dp->o->config);

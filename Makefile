@@ -370,6 +370,7 @@ test: deps-quiet
 	@$(MAKE) --no-print-directory docs-check
 	@$(MAKE) --no-print-directory grpc-check
 	@$(MAKE) --no-print-directory grpc-tls-check
+	@$(MAKE) --no-print-directory xds-check
 	@$(MAKE) --no-print-directory redis-tls-check
 	@$(MAKE) --no-print-directory clients-check
 	@$(MAKE) --no-print-directory deb-check
@@ -408,6 +409,13 @@ grpc-check: $(GRPC_NODE) $(BUILD)/ratelimitd
 grpc-tls-check: $(BUILD)/ratelimitd
 	@echo "== tests/grpc/test_grpc_tls.py (python3-grpcio over TLS and mTLS)"
 	$(Q)$(TEST_ENV) $(PYTHON) tests/grpc/test_grpc_tls.py
+
+# Configuration over xDS (CONFIG_TYPE=GRPC_XDS_SOTW): an ADS management server in
+# python3-grpcio pushes, updates, breaks and restarts; and over TLS, with a wrong CA.
+.PHONY: xds-check
+xds-check: $(BUILD)/ratelimitd
+	@echo "== tests/grpc/test_xds.py (python3-grpcio as the xDS management server)"
+	$(Q)$(TEST_ENV) $(PYTHON) tests/grpc/test_xds.py
 
 # ---- Redis over TLS -----------------------------------------------------------------------------
 # The store over TLS on Debian's redis-server started with --tls-port (one node, client

@@ -313,6 +313,34 @@ class XdsTest(unittest.TestCase):
         self.assertIn("ratelimitd_xds_rejected_total 2", metrics)
         self.assertIn("ratelimitd_xds_applied_total 3", metrics)
 
+    def test_bad_first_push_keeps_waiting(self):
+        self.start({})
+        self.mgmt.wait(lambda r: True, "at all")
+        # a resource of another type: NACKed, nothing listens yet
+        Resp = self.m["envoy.service.discovery.v3.DiscoveryResponse"]
+        with self.mgmt.cv:
+            r = Resp(version_info="1", type_url=TYPE_URL, nonce="other")
+            a = r.resources.add()
+            a.type_url = "type.googleapis.com/envoy.config.cluster.v3.Cluster"
+            self.mgmt.streams[-1].put(r)
+        r = self.nack("", "other")
+        self.assertEqual(r.version_info, "")
+        self.assertIn("resources[0]: type_url must be " + TYPE_URL, r.error_detail.message)
+        self.assertFalse(self.d.printed(0.5))
+        nonce = self.mgmt.push("2", [self.mgmt.config("d", 3)])
+        self.ack("2", nonce)
+        self.d.serving()
+        self.expect(1000.5, 3)
+
+    def test_force_start_without_initial_config(self):
+        self.start({"FORCE_START_WITHOUT_INITIAL_CONFIG": "true"})
+        self.d.serving()
+        # no domain yet: OK with no limit
+        self.assertEqual([self.call(1000.5) for _ in range(5)], ["OK"] * 5)
+        nonce = self.mgmt.push("1", [self.mgmt.config("d", 3)])
+        self.ack("1", nonce)
+        self.expect(2000.5, 3)
+
     def test_sigterm_before_the_first_configuration(self):
         self.start({})
         self.mgmt.wait(lambda r: True, "at all")

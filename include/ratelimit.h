@@ -138,6 +138,11 @@ typedef struct rl_rule {
     double alerts[RL_MAX_ALERTS];
     unsigned char *given;      /* given[i] != 0 when parameter i was set explicitly */
     void *params;              /* type->params_size bytes */
+    /* A rule of a type that takes a limit per unit (rl_rule_per_unit) whose state carries
+     * over a reload that changes only that limit (the amount and the rate made from it): the
+     * state then counts on under the new limit, as counters keyed by the window and not by
+     * the limit do. 0: a changed limit starts afresh, as any changed parameter. */
+    int carry_limit;
 } rl_rule;
 
 /* Starts a rule of the named type: zeroes r and allocates its parameters. Errors: RL_EINVAL

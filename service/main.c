@@ -231,22 +231,53 @@ static int env_flag(const char *name, int *on, rl_err *err)
     return RL_OK;
 }
 
+/* A JSON configuration from its text into *set and *cfg (rld_config_parse), its text kept in
+ * *json (NULL: not wanted) for the levels decided beside a YAML configuration. */
+static int load_json(const char *path, rl_registry *reg, rld_settings *set, rl_config **cfg,
+                     char **json, size_t *json_len, rl_err *err)
+{
+    size_t len;
+    errno = 0;
+    char *text = rld_read_file(path, &len);
+    if (!text)
+        return rl_errf(err, RL_EINVAL, "%s: %s", path, errno ? strerror(errno) : "cannot be read");
+    int rc = rld_config_parse(text, len, reg, set, cfg, err);
+    if (rc == RL_OK && json) {
+        *json = text;
+        *json_len = len;
+    } else {
+        free(text);
+    }
+    return rc;
+}
+
 /* Loads a configuration: JSON, or envoyproxy/ratelimit's YAML (a .yaml or .yml file or a
  * directory of them, alone with default settings or named by the JSON's "ratelimit_config"),
  * which makes *yrls, the matcher that decides rate limit requests (freed after the limiter).
- * err names the file for YAML. */
+ * With YAML named by JSON, *json (when json is not NULL; the caller frees it) is the JSON's
+ * text, whose levels are decided beside the YAML's limits; else NULL. err names the file for
+ * YAML. */
 static int load_config(const char *path, rl_registry *reg, rld_settings *set, rl_config **cfg,
-                       rld_yrls **yrls, rl_err *err)
+                       rld_yrls **yrls, char **json, size_t *json_len, rl_err *err)
 {
     rld_yconf *c;
     const char *yaml = path;
+    char *text = NULL;
     int rc;
     *yrls = NULL;
     *cfg = NULL;
+    if (json)
+        *json = NULL;
     if (!rld_yaml_is_config(path)) {
-        if ((rc = rld_config_load(path, reg, set, cfg, err)) != RL_OK || !set->ratelimit_config)
+        size_t len = 0;
+        if ((rc = load_json(path, reg, set, cfg, &text, &len, err)) != RL_OK ||
+            !set->ratelimit_config) {
+            free(text);
             return rc;
+        }
         yaml = set->ratelimit_config;
+        if (json_len)
+            *json_len = len;
     } else if (rld_settings_defaults(set) != RL_OK) {
         return rl_errf(err, RL_ENOMEM, "out of memory");
     }
@@ -258,8 +289,25 @@ static int load_config(const char *path, rl_registry *reg, rld_settings *set, rl
         rl_config_free(base);
     else if ((rc = rld_yrls_new_beside(c, reg, base, yrls, cfg, err)) == RL_OK)
         (*cfg)->reservation_ttl = set->reservation_ttl;
-    if (rc != RL_OK)
+    if (rc != RL_OK) {
         rld_settings_clear(set);
+        free(text);
+    } else if (json) {
+        *json = text;
+    } else {
+        free(text);
+    }
+    return rc;
+}
+
+/* rld_ybase_fn: the levels of a JSON configuration's text, its settings dropped. */
+static int parse_base(const char *json, size_t len, rl_registry *reg, rl_config **base,
+                      rl_err *err)
+{
+    rld_settings set;
+    int rc = rld_config_parse(json, len, reg, &set, base, err);
+    if (rc == RL_OK)
+        rld_settings_clear(&set);
     return rc;
 }
 
@@ -307,7 +355,7 @@ static int check_config(const char *path)
     rl_config *cfg = NULL;
     rld_yrls *yrls = NULL;
     rl_err err = {{0}};
-    int rc = reg ? load_config(path, reg, &set, &cfg, &yrls, &err) : RL_ENOMEM;
+    int rc = reg ? load_config(path, reg, &set, &cfg, &yrls, NULL, NULL, &err) : RL_ENOMEM;
     char *cert = NULL, *key = NULL;
     if (rc == RL_OK)
         rc = rld_auth_resolve(&set, &err);
@@ -494,7 +542,10 @@ typedef struct daemon_parts {
     rld_settings set;
     int set_loaded;
     char *tls_cert, *tls_key; /* PEM text of "tls" */
-    rld_yrls *yrls;           /* with a YAML configuration */
+    rld_yrls *yrls;           /* with a YAML configuration, until ysvc holds it */
+    char *yjson;              /* the JSON text beside it, until ysvc holds it */
+    size_t yjson_len;
+    rld_yservice *ysvc;       /* the YAML configuration in force, with a YAML configuration */
     rld_redis *fleet;         /* with the Redis store */
     rld_app_store store;      /* the fleet as the app's store; ops NULL without it */
     rl_limiter *lim;
@@ -540,11 +591,13 @@ static int open_settings(daemon_parts *dp, rl_config **cfg)
         return 1;
     }
     if (dp->xds_mode) /* the limits come from xDS, the levels (if any) from --config */
-        rc = o->config ? rld_config_load(o->config, dp->reg, &dp->set, cfg, &err)
+        rc = o->config ? load_json(o->config, dp->reg, &dp->set, cfg, &dp->yjson,
+                                   &dp->yjson_len, &err)
              : rld_settings_defaults(&dp->set) == RL_OK ? RL_OK
                                                         : rl_errf(&err, RL_ENOMEM, "out of memory");
     else
-        rc = o->config ? load_config(o->config, dp->reg, &dp->set, cfg, &dp->yrls, &err)
+        rc = o->config ? load_config(o->config, dp->reg, &dp->set, cfg, &dp->yrls, &dp->yjson,
+                                     &dp->yjson_len, &err)
                        : rld_config_parse(rld_default_config, rld_default_config_len, dp->reg,
                                           &dp->set, cfg, &err);
     if (rc != RL_OK) { /* the loaders free what they made */
@@ -639,6 +692,37 @@ static int open_alerts(daemon_parts *dp)
     return 0;
 }
 
+/* rld_app_load_fn of a reload (cls the daemon): the file read again as at start; the matcher
+ * of its YAML configuration handed to the service, which puts it in force with the limiter. */
+static int reload_config(void *cls, const char *path, rl_registry *reg, rld_settings *set,
+                         rl_config **cfg, rl_err *err)
+{
+    daemon_parts *dp = cls;
+    rld_yrls *y;
+    char *json;
+    size_t len = 0;
+    int rc = load_config(path, reg, set, cfg, &y, &json, &len, err);
+    if (rc != RL_OK)
+        return rc;
+    if (!y != !dp->ysvc)
+        rc = rl_errf(err, RL_EINVAL, dp->ysvc ? "ratelimit_config: the daemon serves a YAML "
+                                                "configuration, which a reload keeps; a restart "
+                                                "drops it"
+                                              : "ratelimit_config: the daemon started without a "
+                                                "YAML configuration; a restart applies one");
+    else if (y)
+        rc = rld_yservice_stage(dp->ysvc, y, json, len, err);
+    free(json);
+    if (rc != RL_OK) {
+        rl_config_free(*cfg);
+        *cfg = NULL;
+        if (!dp->ysvc)
+            rld_yrls_free(y);
+        rld_settings_clear(set);
+    }
+    return rc;
+}
+
 /* The application the protocols serve, over the limiter, with the store and the parts that
  * follow its reloads attached: the YAML matcher, and the gRPC methods when gRPC is wanted
  * (before /metrics can be asked: their series are read without a lock). 0, or 1 (logged). */
@@ -656,7 +740,8 @@ static int open_app(daemon_parts *dp)
                         .endpoints = endpoints,
                         .nendpoints = rld_nroutes,
                         .config_path = dp->o->config,
-                        .load = rld_config_load};
+                        .load = reload_config,
+                        .load_cls = dp};
     if (rld_app_init(&dp->app, &c, &err) != RL_OK) {
         rld_log("error: %s", err.msg);
         return 1;
@@ -668,7 +753,15 @@ static int open_app(daemon_parts *dp)
         rld_log("error: %s", err.msg);
         return 1;
     }
-    if (dp->yrls && rld_app_attach(&dp->app, &rld_yrls_part_ops, dp->yrls) != RL_OK) {
+    if (dp->yrls) { /* the service takes the matcher over */
+        dp->ysvc = rld_yservice_new(dp->yrls, dp->reg, dp->yjson, dp->yjson_len, parse_base);
+        dp->yrls = NULL;
+        if (!dp->ysvc) {
+            rld_log("error: out of memory");
+            return 1;
+        }
+    }
+    if (dp->ysvc && rld_app_attach(&dp->app, &rld_yrls_part_ops, dp->ysvc) != RL_OK) {
         rld_log("error: the app holds no more parts");
         return 1;
     }
@@ -686,9 +779,9 @@ static int open_app(daemon_parts *dp)
             rld_log("error: the app holds no more parts");
             return 1;
         }
-        if (dp->yrls) { /* ShouldRateLimit is decided by the YAML configuration's matcher */
-            dp->grpc_api.rls.decide = rld_yrls_decide_rls;
-            dp->grpc_api.rls.cls = dp->yrls;
+        if (dp->ysvc) { /* ShouldRateLimit is decided by the YAML configuration's matcher */
+            dp->grpc_api.rls.decide = rld_yservice_decide_rls;
+            dp->grpc_api.rls.cls = dp->ysvc;
         }
     }
     return 0;
@@ -806,7 +899,9 @@ static void parts_free(daemon_parts *dp)
     rld_net_tls_free(dp->grpc_tls); /* after the gRPC server, which uses it */
     free(dp->tls_cert);
     free(dp->tls_key);
+    rld_yservice_free(dp->ysvc);
     rld_yrls_free(dp->yrls);
+    free(dp->yjson);
     if (dp->set_loaded)
         rld_settings_clear(&dp->set);
     rl_registry_free(dp->reg);
@@ -820,29 +915,17 @@ static void parts_free(daemon_parts *dp)
 static int xds_build(daemon_parts *dp, rld_yconf *c, rld_yrls **y, rl_config **cfg, rl_err *err)
 {
     rl_config *base = NULL;
-    if (dp->o->config) {
-        rld_settings tmp;
-        int rc = rld_config_load(dp->o->config, dp->reg, &tmp, &base, err);
+    if (dp->yjson) {
+        int rc = parse_base(dp->yjson, dp->yjson_len, dp->reg, &base, err);
         if (rc != RL_OK) {
             rld_yconf_free(c);
             return rc;
         }
-        rld_settings_clear(&tmp);
     }
     int rc = rld_yrls_new_beside(c, dp->reg, base, y, cfg, err);
     if (rc == RL_OK)
         (*cfg)->reservation_ttl = dp->set.reservation_ttl;
     return rc;
-}
-
-/* Puts a push in force once the daemon serves: not supported yet. */
-static int xds_apply_serving(daemon_parts *dp, rld_yconf *c, const char *origin, rl_err *err)
-{
-    (void)dp;
-    (void)origin;
-    rld_yconf_free(c);
-    return rl_errf(err, RL_EINVAL, "a configuration is in force and this daemon cannot apply "
-                   "another while serving");
 }
 
 /* The xDS client's apply callback: before the start a push is built and kept for the start
@@ -855,7 +938,7 @@ static int xds_apply(void *ctx, rld_yconf *c, const char *origin, rl_err *err)
     int rc;
     pthread_mutex_lock(&dp->xds_mu);
     if (dp->xds_serving) {
-        rc = xds_apply_serving(dp, c, origin, err);
+        rc = rld_yrls_apply(&dp->app, c, origin, err);
     } else if ((rc = xds_build(dp, c, &y, &cfg, err)) == RL_OK) {
         old = dp->xds_first;
         oldcfg = dp->xds_first_cfg;

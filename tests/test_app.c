@@ -41,6 +41,14 @@ typedef struct fixture {
     rld_app app;
 } fixture;
 
+/* rld_app_load_fn over the JSON loader */
+static int load_file(void *cls, const char *path, rl_registry *reg, rld_settings *set,
+                     rl_config **cfg, rl_err *err)
+{
+    (void)cls;
+    return rld_config_load(path, reg, set, cfg, err);
+}
+
 static void fixture_open(fixture *fx, const rld_app_store *store)
 {
     static const char *const endpoints[] = {"/a", "/b"};
@@ -59,7 +67,7 @@ static void fixture_open(fixture *fx, const rld_app_store *store)
                         .endpoints = endpoints,
                         .nendpoints = 2,
                         .config_path = fx->path,
-                        .load = rld_config_load};
+                        .load = load_file};
     ck_assert_msg(rld_app_init(&fx->app, &c, &err) == RL_OK, "%s", err.msg);
 }
 

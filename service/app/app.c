@@ -86,6 +86,9 @@ int rld_app_init(rld_app *app, const rld_app_config *c, rl_err *err)
     app->manual_clock = c->clock == NULL;
     app->config_path = c->config_path;
     app->load = c->load;
+    app->load_cls = c->load_cls;
+    app->max_keys = set->max_keys > 0 ? (uint64_t)set->max_keys : 0;
+    pthread_mutex_init(&app->reload_mu, NULL);
     for (size_t i = 0; i < c->nendpoints; i++)
         app->endpoints[i] = c->endpoints[i];
     app->endpoints[c->nendpoints] = "other";
@@ -105,6 +108,7 @@ int rld_app_init(rld_app *app, const rld_app_config *c, rl_err *err)
         rld_metrics_free(app->metrics);
         free(app->rules_json);
         pthread_mutex_destroy(&app->tick_mu);
+        pthread_mutex_destroy(&app->reload_mu);
         pthread_rwlock_destroy(&app->gate);
         return RL_ENOMEM;
     }
@@ -116,6 +120,7 @@ int rld_app_init(rld_app *app, const rld_app_config *c, rl_err *err)
         rld_metrics_free(app->metrics);
         free(app->rules_json);
         pthread_mutex_destroy(&app->tick_mu);
+        pthread_mutex_destroy(&app->reload_mu);
         pthread_rwlock_destroy(&app->gate);
         return rc;
     }
@@ -160,6 +165,7 @@ void rld_app_free(rld_app *app)
     rld_metrics_free(app->metrics);
     free(app->rules_json);
     pthread_mutex_destroy(&app->tick_mu);
+    pthread_mutex_destroy(&app->reload_mu);
     pthread_rwlock_destroy(&app->gate);
 }
 

@@ -23,9 +23,21 @@
 #include "settings.h"
 
 /* Reads a configuration file into *set and *cfg, as config/config.h's rld_config_load does:
- * on success the caller owns both; on failure nothing is returned and err says why. */
-typedef int (*rld_app_load_fn)(const char *path, rl_registry *reg, rld_settings *set,
+ * on success the caller owns both; on failure nothing is returned and err says why. cls is
+ * rld_app_config's load_cls. A reload calls it holding no gate, one reload at a time: what it
+ * makes beside the configuration (a part's matcher) it hands to the part it is for, which puts
+ * it in force when told of the new limiter (parts.h's reload) and drops what is not in force
+ * when told that the reload ended (reload_end). */
+typedef int (*rld_app_load_fn)(void *cls, const char *path, rl_registry *reg, rld_settings *set,
                                rl_config **cfg, rl_err *err);
+
+/* Makes the limiter configuration a reload puts in force (rld_app_reload_with): on success
+ * *cfg is a finished configuration the caller owns, and *max_keys (the bound of the new memory
+ * store, on entry the one in force; 0: none) may be changed; on failure nothing is returned and
+ * err says why. Called as rld_app_load_fn is. */
+typedef struct rld_app rld_app;
+typedef int (*rld_app_make_fn)(void *cls, rld_app *app, rl_config **cfg, uint64_t *max_keys,
+                               rl_err *err);
 
 /* The most endpoints the metrics count by name (an unknown path is one more, "other"). */
 #define RLD_APP_MAX_ENDPOINTS 15
@@ -41,9 +53,10 @@ typedef struct rld_app_config {
     size_t nendpoints;            /* at most RLD_APP_MAX_ENDPOINTS */
     const char *config_path;      /* what a reload reads; NULL: the built-in configuration */
     rld_app_load_fn load;         /* reads config_path; NULL: reloads are refused */
+    void *load_cls;               /* load's first argument */
 } rld_app_config;
 
-typedef struct rld_app {
+struct rld_app {
     rl_registry *reg;        /* borrowed */
     rl_limiter *lim;         /* borrowed */
     const rld_settings *set; /* borrowed */
@@ -63,10 +76,13 @@ typedef struct rld_app {
     pthread_rwlock_t gate;
     const char *config_path;
     rld_app_load_fn load;
+    void *load_cls;
+    pthread_mutex_t reload_mu; /* one reload at a time, whoever asks for it */
+    uint64_t max_keys;         /* the bound of the memory store in force (0: none) */
     rld_part parts[RLD_APP_MAX_PARTS];
     size_t nparts;
     const char *endpoints[RLD_APP_MAX_ENDPOINTS + 1]; /* the metrics labels, "other" last */
-} rld_app;
+};
 
 /* Sets up the app from c: metrics, the cached configuration, the quota file (read and applied
  * now) and the state file's snapshot (loaded now; one that cannot be read is moved aside to
@@ -88,6 +104,14 @@ int rld_app_attach(rld_app *app, const rld_part_ops *ops, void *self);
  * configuration in force stays, err says why, and it is logged; both outcomes are counted.
  * Not from a request holding the gate. */
 int rld_app_reload(rld_app *app, rl_err *err);
+/* The same from the configuration make builds (called with cls) instead of config_path, without
+ * refresh: everything that can fail happens before the swap, the state is carried over under
+ * the gate, every part told (reload, then reload_end), counted and logged naming origin
+ * ("configuration reloaded from <origin>"; "reload of <origin> refused ..."). Refused with a
+ * shared store (a reload keeps the memory store). Thread-safe: reloads wait for each other.
+ * Not from a request holding the gate. */
+int rld_app_reload_with(rld_app *app, rld_app_make_fn make, void *cls, const char *origin,
+                        rl_err *err);
 /* Tells every part that the daemon is stopping. */
 void rld_app_stopping(rld_app *app);
 /* Frees what rld_app_init made (not the limiter, registry, settings, store or parts; app->lim

@@ -31,6 +31,11 @@ typedef struct rld_part_ops {
     /* A reload put lim in force (the old limiter is freed once this returns): called with no
      * request in flight, so the part switches without a lock. NULL: nothing to switch. */
     void (*reload)(void *self, rl_limiter *lim);
+    /* Every reload that got past reload_check ends here, once no limiter but the one in force
+     * is left: ok 1 when it put a new one in force. The part frees what only the configuration
+     * no longer in force needed (ok), or what it had made for the one refused (!ok), and counts
+     * the outcome. NULL: nothing to do. */
+    void (*reload_end)(void *self, int ok);
     /* Appends the part's metric families in the Prometheus text format. NULL: none. */
     void (*metrics)(void *self, rld_buf *out);
     /* The daemon is stopping: from now on the part answers health checks as not serving.

@@ -1,8 +1,9 @@
 /*
  * reload.c - rld_app_reload (app.h): the configuration file read again while serving.
  *
- * Everything that can fail happens before the swap, on a limiter nobody uses yet: the file,
- * the limiter over a new memory store, the quota file. The state moves over while the gate
+ * Everything that can fail happens before the swap, on a limiter nobody uses yet: the file
+ * (or what rld_app_reload_with's caller makes), the limiter over a new memory store, the quota
+ * file. The state moves over while the gate
  * is held for writing (no request in flight), as a snapshot (what a restart would keep is
  * kept), and the limiters are swapped there, every attached part told of the new one
  * (parts.h); the old one is freed after the gate opens.
@@ -27,30 +28,51 @@ typedef struct generation {
     char *rules_json;
 } generation;
 
-/* Builds the new generation from the file; nothing in force changes. */
-static int prepare(rld_app *app, generation *g, rl_err *err)
+/* The parts' word before a reload prepares anything. */
+static int parts_agree(rld_app *app, rl_err *err)
 {
-    rld_settings ns;
-    rl_config *cfg;
     int rc;
-    memset(g, 0, sizeof *g);
-    if (!app->config_path || !app->load)
-        return rl_errf(err, RL_EINVAL, "reload: the daemon runs on the built-in configuration; "
-                                       "start it with --config to reload one");
     for (size_t i = 0; i < app->nparts; i++) {
         const rld_part *p = &app->parts[i];
         if (p->ops->reload_check && (rc = p->ops->reload_check(p->self, err)) != RL_OK)
             return rc;
     }
-    if ((rc = app->load(app->config_path, app->reg, &ns, &cfg, err)) != RL_OK)
+    return RL_OK;
+}
+
+/* The configuration file read again: make's function for rld_app_reload. */
+static int from_file(void *cls, rld_app *app, rl_config **cfg, uint64_t *max_keys, rl_err *err)
+{
+    rld_settings ns;
+    (void)cls;
+    int rc = app->load(app->load_cls, app->config_path, app->reg, &ns, cfg, err);
+    if (rc != RL_OK)
         return rc;
-    if (app->store.ops || ns.store != RLD_STORE_MEMORY) {
-        rl_config_free(cfg);
-        rld_settings_clear(&ns);
+    if (ns.store != RLD_STORE_MEMORY) {
+        rl_config_free(*cfg);
+        *cfg = NULL;
+        rc = rl_errf(err, RL_EINVAL, "store: a reload keeps the memory store; a restart "
+                                     "applies a configuration with the Redis store");
+    }
+    *max_keys = ns.max_keys > 0 ? (uint64_t)ns.max_keys : 0;
+    rld_settings_clear(&ns);
+    return rc;
+}
+
+/* Builds the new generation from what make makes; nothing in force changes. */
+static int prepare(rld_app *app, rld_app_make_fn make, void *cls, generation *g,
+                   uint64_t *max_keys, rl_err *err)
+{
+    rl_config *cfg = NULL;
+    int rc;
+    memset(g, 0, sizeof *g);
+    if (app->store.ops)
         return rl_errf(err, RL_EINVAL, "store: a reload keeps the memory store; a restart "
                                        "applies a configuration with the Redis store");
-    }
-    rl_store *st = rl_memory_store_new_bounded((uint64_t)ns.max_keys);
+    *max_keys = app->max_keys;
+    if ((rc = make(cls, app, &cfg, max_keys, err)) != RL_OK)
+        return rc;
+    rl_store *st = rl_memory_store_new_bounded(*max_keys);
     rc = st ? rl_limiter_new(cfg, st, &g->lim, err) : rl_errf(err, RL_ENOMEM, "out of memory");
     if (!st)
         rl_config_free(cfg);
@@ -63,7 +85,6 @@ static int prepare(rld_app *app, generation *g, rl_err *err)
     json_decref(rules);
     if (rc == RL_OK && !g->rules_json)
         rc = rl_errf(err, RL_ENOMEM, "out of memory");
-    rld_settings_clear(&ns);
     return rc;
 }
 
@@ -90,49 +111,106 @@ static int carry_state(rld_app *app, generation *g, rl_err *err)
     return rc;
 }
 
-int rld_app_reload(rld_app *app, rl_err *err)
+/* Under the gate: the state carried into g, g put in force, every part told; g then holds
+ * the old generation. */
+static int swap(rld_app *app, generation *g, rl_err *err)
 {
-    generation g;
-    /* systemd: reloading from now until READY=1, the configuration in force either way */
-    rld_notifyf("RELOADING=1\nMONOTONIC_USEC=%lld", (long long)(rld_mono_ns() / 1000));
+    int rc = carry_state(app, g, err);
+    if (rc != RL_OK)
+        return rc;
+    /* the quota file's contents change hands; each keeps its own mutex */
+    rl_limiter *lim = app->lim;
+    json_t *overrides = app->quotas.overrides;
+    char *rules = app->rules_json;
+    app->lim = g->lim;
     for (size_t i = 0; i < app->nparts; i++)
-        if (app->parts[i].ops->refresh)
-            app->parts[i].ops->refresh(app->parts[i].self);
-    int rc = prepare(app, &g, err);
-    if (rc == RL_OK) {
-        pthread_rwlock_wrlock(&app->gate);
-        rc = carry_state(app, &g, err);
-        if (rc == RL_OK) {
-            /* the quota file's contents change hands; each keeps its own mutex */
-            rl_limiter *lim = app->lim;
-            json_t *overrides = app->quotas.overrides;
-            char *rules = app->rules_json;
-            app->lim = g.lim;
-            for (size_t i = 0; i < app->nparts; i++)
-                if (app->parts[i].ops->reload)
-                    app->parts[i].ops->reload(app->parts[i].self, g.lim);
-            rld_metrics_levels_changed(app->metrics, rl_limiter_config(lim),
-                                       rl_limiter_config(g.lim));
-            app->quotas.overrides = g.quotas.overrides;
-            app->rules_json = g.rules_json;
-            app->rules_len = strlen(g.rules_json);
-            g.lim = lim;
-            g.quotas.overrides = overrides;
-            g.rules_json = rules;
-        }
-        pthread_rwlock_unlock(&app->gate);
-    }
-    drop(&g);
+        if (app->parts[i].ops->reload)
+            app->parts[i].ops->reload(app->parts[i].self, g->lim);
+    rld_metrics_levels_changed(app->metrics, rl_limiter_config(lim), rl_limiter_config(g->lim));
+    app->quotas.overrides = g->quotas.overrides;
+    app->rules_json = g->rules_json;
+    app->rules_len = strlen(g->rules_json);
+    g->lim = lim;
+    g->quotas.overrides = overrides;
+    g->rules_json = rules;
+    return RL_OK;
+}
+
+static void logged(rld_app *app, int rc, const char *origin, const char *detail, rl_err *err)
+{
     rld_metrics_reload(app->metrics, rc == RL_OK);
     if (rc == RL_OK) {
-        rld_log("configuration reloaded from %s (levels, tiers, quotas, reservation_ttl and "
-                "max_keys; other settings apply at the next start)",
-                app->config_path);
-        rld_notifyf("READY=1\nSTATUS=configuration reloaded from %.900s", app->config_path);
+        rld_log("configuration reloaded from %s%s", origin, detail);
+        rld_notifyf("READY=1\nSTATUS=configuration reloaded from %.900s", origin);
+    } else if (!detail[0]) { /* not the file: the log names what was refused */
+        rld_log("error: reload of %s refused, the configuration in force stays: %s", origin,
+                err->msg);
+        rld_notifyf("READY=1\nSTATUS=reload of %.200s refused, the configuration in force "
+                    "stays: %.700s", origin, err->msg);
     } else {
         rld_log("error: reload refused, the configuration in force stays: %s", err->msg);
         rld_notifyf("READY=1\nSTATUS=reload refused, the configuration in force stays: %.900s",
                     err->msg);
     }
+}
+
+/* One reload, holding reload_mu; detail "" for anything but the file. */
+static int reload(rld_app *app, rld_app_make_fn make, void *cls, const char *origin,
+                  const char *detail, rl_err *err)
+{
+    generation g;
+    uint64_t max_keys = 0;
+    memset(&g, 0, sizeof g);
+    int rc = parts_agree(app, err);
+    if (rc != RL_OK) {
+        logged(app, rc, origin, detail, err);
+        return rc;
+    }
+    rc = prepare(app, make, cls, &g, &max_keys, err);
+    if (rc == RL_OK) {
+        pthread_rwlock_wrlock(&app->gate);
+        rc = swap(app, &g, err);
+        pthread_rwlock_unlock(&app->gate);
+    }
+    drop(&g);
+    if (rc == RL_OK)
+        app->max_keys = max_keys;
+    for (size_t i = 0; i < app->nparts; i++)
+        if (app->parts[i].ops->reload_end)
+            app->parts[i].ops->reload_end(app->parts[i].self, rc == RL_OK);
+    logged(app, rc, origin, detail, err);
+    return rc;
+}
+
+int rld_app_reload_with(rld_app *app, rld_app_make_fn make, void *cls, const char *origin,
+                        rl_err *err)
+{
+    pthread_mutex_lock(&app->reload_mu);
+    rld_notifyf("RELOADING=1\nMONOTONIC_USEC=%lld", (long long)(rld_mono_ns() / 1000));
+    int rc = reload(app, make, cls, origin, "", err);
+    pthread_mutex_unlock(&app->reload_mu);
+    return rc;
+}
+
+int rld_app_reload(rld_app *app, rl_err *err)
+{
+    pthread_mutex_lock(&app->reload_mu);
+    /* systemd: reloading from now until READY=1, the configuration in force either way */
+    rld_notifyf("RELOADING=1\nMONOTONIC_USEC=%lld", (long long)(rld_mono_ns() / 1000));
+    for (size_t i = 0; i < app->nparts; i++)
+        if (app->parts[i].ops->refresh)
+            app->parts[i].ops->refresh(app->parts[i].self);
+    int rc;
+    if (!app->config_path || !app->load) {
+        rc = rl_errf(err, RL_EINVAL, "reload: the daemon runs on the built-in configuration; "
+                                     "start it with --config to reload one");
+        logged(app, rc, "", "-", err);
+    } else {
+        rc = reload(app, from_file, NULL, app->config_path,
+                    " (levels, tiers, quotas, reservation_ttl and max_keys; other settings "
+                    "apply at the next start)",
+                    err);
+    }
+    pthread_mutex_unlock(&app->reload_mu);
     return rc;
 }

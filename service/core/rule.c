@@ -440,8 +440,12 @@ uint64_t rl__rule_fingerprint(const rl_rule *r)
     h = fnv(h, t->name, strlen(t->name) + 1);
     h = fnv(h, r->name ? r->name : "", r->name ? strlen(r->name) + 1 : 1);
     h = fnv(h, opts, sizeof opts);
+    const rl_rule_per_unit *pu = r->carry_limit ? rl_rule_type_per_unit(t) : NULL;
     for (size_t i = 0; i < t->nparams; i++) {
         const unsigned char *at = (const unsigned char *)r->params + t->params[i].offset;
+        const char *name = t->params[i].name;
+        if (pu && (strcmp(name, pu->amount) == 0 || (pu->rate && strcmp(name, pu->rate) == 0)))
+            continue; /* the limit: its state counts on under another */
         if (t->params[i].kind != RL_PARAM_STRINGS) {
             h = fnv(h, at, 8);
             continue;

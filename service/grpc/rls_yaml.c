@@ -64,7 +64,8 @@ struct rld_yrls {
     override overrides[MAX_OVERRIDES];
     int global_shadow;
     uint64_t global_shadow_hits; /* requests whose OVER_LIMIT the global shadow mode let pass */
-    uint64_t load_errors;        /* reloads refused (a YAML configuration loads at start only) */
+    uint64_t load_errors;        /* loads refused (a reload, rld_yrls_apply) */
+    uint64_t load_success;       /* loads put in force, the one at start included */
     char *extra;                 /* EXTRA_TAGS as labels: ",region=\"us\",zone=\"a\"", or NULL */
     int upstream_headers;
     int dynamic_metadata; /* RESPONSE_DYNAMIC_METADATA */
@@ -172,11 +173,80 @@ void rld_yrls_load_error(rld_yrls *y)
     __atomic_add_fetch(&y->load_errors, 1, __ATOMIC_RELAXED);
 }
 
+void rld_yrls_load_success(rld_yrls *y)
+{
+    __atomic_add_fetch(&y->load_success, 1, __ATOMIC_RELAXED);
+}
+
 int rld_yrls_upstream_headers(const rld_yrls *y, const char *names[3])
 {
     for (int i = 0; y->upstream_headers && i < 3; i++)
         names[i] = y->header[i];
     return y->upstream_headers;
+}
+
+int rld_yrls_inherit(rld_yrls *to, const rld_yrls *from, rl_err *err)
+{
+    if (from->extra && !(to->extra = strdup(from->extra)))
+        return rl_errf(err, RL_ENOMEM, "out of memory");
+    if (from->upstream_headers)
+        rld_yrls_set_upstream_headers(to, from->header[0], from->header[1], from->header[2]);
+    if (from->global_shadow)
+        rld_yrls_set_global_shadow(to);
+    to->dynamic_metadata = from->dynamic_metadata;
+    return RL_OK;
+}
+
+/* The index of the limit of to's domain d whose statistics key is key, or -1. */
+static long limit_of(const rld_yrls *to, size_t d, const char *key)
+{
+    for (size_t k = 0; k < to->conf->domains[d].nlimits; k++)
+        if (to->doms[d].stat_key[k] && strcmp(to->doms[d].stat_key[k], key) == 0)
+            return (long)k;
+    return -1;
+}
+
+static void add_stats(ystat *to, const ystat *from)
+{
+    for (int f = 0; f < NSTATS; f++)
+        to->v[f] += __atomic_load_n(&from->v[f], __ATOMIC_RELAXED);
+}
+
+/* from's statistics of domain fd under to's domain td: by key, configured or made per request. */
+static void carry_domain(rld_yrls *to, size_t td, const rld_yrls *from, size_t fd)
+{
+    const rld_ydomain *dom = &from->conf->domains[fd];
+    for (size_t k = 0; k < dom->nlimits; k++) {
+        long nk = from->doms[fd].stat_key[k] ? limit_of(to, td, from->doms[fd].stat_key[k]) : -1;
+        if (nk >= 0)
+            add_stats(&to->doms[td].stats[nk], &from->doms[fd].stats[k]);
+    }
+    add_stats(&to->doms[td].overflow, &from->doms[fd].overflow);
+    for (size_t i = 0; i < from->ndyn; i++) {
+        const dynstat *ds = &from->dyn[i];
+        if (ds->dom != fd)
+            continue;
+        long nk = limit_of(to, td, ds->key);
+        if (nk >= 0) {
+            add_stats(&to->doms[td].stats[nk], &ds->s);
+        } else if (to->ndyn < DYN_MAX && (to->dyn[to->ndyn].key = strdup(ds->key))) {
+            to->dyn[to->ndyn].dom = td;
+            add_stats(&to->dyn[to->ndyn++].s, &ds->s);
+        }
+    }
+}
+
+void rld_yrls_carry_counts(rld_yrls *to, const rld_yrls *from)
+{
+    to->load_success = __atomic_load_n(&from->load_success, __ATOMIC_RELAXED);
+    to->load_errors = __atomic_load_n(&from->load_errors, __ATOMIC_RELAXED);
+    to->global_shadow_hits = __atomic_load_n(&from->global_shadow_hits, __ATOMIC_RELAXED);
+    for (size_t fd = 0; fd < from->conf->ndomains; fd++) {
+        const char *name = from->conf->domains[fd].domain;
+        const rld_ydomain *dom = rld_yconf_domain(to->conf, name, strlen(name));
+        if (dom) /* a removed domain's series end with it */
+            carry_domain(to, (size_t)(dom - to->conf->domains), from, fd);
+    }
 }
 
 /* ---- rules from limits --------------------------------------------------------------------- */
@@ -245,6 +315,9 @@ static int make_rules(rl_registry *reg, const char *algorithm, uint32_t n, int u
         rc = rl_rule_set_unit(r, "cost", err);
     if (rc == RL_OK && name)
         rc = rl_rule_set_name(r, name, err);
+    /* a reload that changes the limit keeps the count, as upstream's counters in Redis,
+     * keyed by the window and not by the limit */
+    r->carry_limit = 1;
     if (rc == RL_OK)
         rc = rl_rule_finish(r, err);
     if (rc != RL_OK) {
@@ -332,6 +405,19 @@ int rld_yrls_new(rld_yconf *c, rl_registry *reg, rld_yrls **out, rl_config **cfg
     return rld_yrls_new_beside(c, reg, NULL, out, cfg, err);
 }
 
+int rld_yrls_new_empty(rl_registry *reg, rl_config *base, rld_yrls **out, rl_config **cfg,
+                       rl_err *err)
+{
+    rld_yconf *c = rld_yconf_new();
+    if (!c) {
+        rl_config_free(base);
+        *out = NULL;
+        *cfg = NULL;
+        return rl_errf(err, RL_ENOMEM, "out of memory");
+    }
+    return rld_yrls_new_beside(c, reg, base, out, cfg, err);
+}
+
 int rld_yrls_new_beside(rld_yconf *c, rl_registry *reg, rl_config *base, rld_yrls **out,
                         rl_config **cfg, rl_err *err)
 {
@@ -348,6 +434,7 @@ int rld_yrls_new_beside(rld_yconf *c, rl_registry *reg, rl_config *base, rld_yrl
     }
     y->conf = c;
     y->reg = reg;
+    y->load_success = 1;
     pthread_mutex_init(&y->mu, NULL);
     for (size_t i = 0; rc == RL_OK && i < c->ndomains; i++) {
         const rld_ydomain *dom = &c->domains[i];
@@ -1072,7 +1159,8 @@ void rld_yrls_metrics(rld_yrls *y, rld_buf *out)
     } svc[] = {
         {"ratelimit_service_config_load_success",
          "Configurations loaded (envoyproxy/ratelimit's config_load_success): the one read at "
-         "start", 1},
+         "start and each one a reload put in force",
+         __atomic_load_n(&y->load_success, __ATOMIC_RELAXED)},
         {"ratelimit_service_config_load_error",
          "Configuration loads that failed (envoyproxy/ratelimit's config_load_error): reloads "
          "refused, the configuration in force stays",

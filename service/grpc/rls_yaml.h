@@ -39,6 +39,11 @@ int rld_yrls_new(rld_yconf *c, rl_registry *reg, rld_yrls **out, rl_config **cfg
  * level has room. */
 int rld_yrls_new_beside(rld_yconf *c, rl_registry *reg, rl_config *base, rld_yrls **out,
                         rl_config **cfg, rl_err *err);
+/* A matcher of no domain beside the levels of base (as rld_yrls_new_beside; base NULL: none):
+ * the start of a daemon whose YAML configuration comes later (rls_yaml_grpc.h's
+ * rld_yrls_apply); every domain is unknown to it, and so limits nothing. */
+int rld_yrls_new_empty(rl_registry *reg, rl_config *base, rld_yrls **out, rl_config **cfg,
+                       rl_err *err);
 /* Frees the matcher (after the limiter). NULL is ok. */
 void rld_yrls_free(rld_yrls *y);
 /* The configuration it reads (borrowed). */
@@ -67,6 +72,18 @@ void rld_yrls_set_dynamic_metadata(rld_yrls *y);
 int rld_yrls_dynamic_metadata(const rld_yrls *y);
 /* Counts a failed configuration load (ratelimit_service_config_load_error). */
 void rld_yrls_load_error(rld_yrls *y);
+/* Counts a configuration load put in force (ratelimit_service_config_load_success, 1 for the
+ * matcher's own from its start). */
+void rld_yrls_load_success(rld_yrls *y);
+/* Gives to (a new matcher, before it decides anything) the options set on from: the response
+ * headers, the global shadow mode, EXTRA_TAGS, RESPONSE_DYNAMIC_METADATA. RL_ENOMEM (to then
+ * has some of them; free it). */
+int rld_yrls_inherit(rld_yrls *to, const rld_yrls *from, rl_err *err);
+/* Adds from's counters into to's, which takes from's place while neither decides (a reload
+ * under the gate): the load and global shadow counters, and each limit's statistics to the
+ * limit of to with the same domain and key (those made per request too, while to's table has
+ * room); the statistics of limits to does not have end with from. */
+void rld_yrls_carry_counts(rld_yrls *to, const rld_yrls *from);
 /* 1 and the three names when they are on, else 0. */
 int rld_yrls_upstream_headers(const rld_yrls *y, const char *names[3]);
 

@@ -2,6 +2,7 @@
  * rls_yaml_grpc.c - see rls_yaml_grpc.h.
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "rls_yaml_grpc.h"
@@ -415,19 +416,183 @@ rld_grpc_code rld_yrls_decide_rls(const rld_rls *rls, const rld_rls_request *req
     return RLD_GRPC_OK;
 }
 
+/* ---- the configuration in force, and its reloads -------------------------------------------- */
+
+struct rld_yservice {
+    rld_yrls *cur;  /* in force: changed under the app's gate */
+    rld_yrls *next; /* made by the reload under way, in force once it swaps */
+    rld_yrls *old;  /* swapped out by the reload under way, freed when it ends */
+    char *json;     /* the JSON whose levels cur was built beside; NULL: none */
+    size_t json_len;
+    char *next_json; /* next's, or after the swap the old one's */
+    size_t next_json_len;
+    rl_registry *reg;
+    rld_ybase_fn parse;
+};
+
+static char *copy_text(const char *s, size_t n)
+{
+    char *p = s ? malloc(n + 1) : NULL;
+    if (p) {
+        memcpy(p, s, n);
+        p[n] = '\0';
+    }
+    return p;
+}
+
+rld_yservice *rld_yservice_new(rld_yrls *y, rl_registry *reg, const char *json, size_t len,
+                               rld_ybase_fn parse)
+{
+    rld_yservice *s = calloc(1, sizeof *s);
+    if (!s || (json && !(s->json = copy_text(json, len)))) {
+        free(s);
+        rld_yrls_free(y);
+        return NULL;
+    }
+    s->cur = y;
+    s->json_len = len;
+    s->reg = reg;
+    s->parse = parse;
+    return s;
+}
+
+void rld_yservice_free(rld_yservice *s)
+{
+    if (!s)
+        return;
+    rld_yrls_free(s->cur);
+    rld_yrls_free(s->next);
+    rld_yrls_free(s->old);
+    free(s->json);
+    free(s->next_json);
+    free(s);
+}
+
+rld_yrls *rld_yservice_matcher(const rld_yservice *s)
+{
+    return s->cur;
+}
+
+int rld_yservice_stage(rld_yservice *s, rld_yrls *y, const char *json, size_t len, rl_err *err)
+{
+    char *text = json ? copy_text(json, len) : NULL;
+    int rc = json && !text ? rl_errf(err, RL_ENOMEM, "out of memory") : RL_OK;
+    if (rc == RL_OK)
+        rc = rld_yrls_inherit(y, s->cur, err);
+    if (rc != RL_OK) {
+        free(text);
+        rld_yrls_free(y);
+        return rc;
+    }
+    rld_yrls_free(s->next); /* a reload refused before its swap */
+    free(s->next_json);
+    s->next = y;
+    s->next_json = text;
+    s->next_json_len = len;
+    return RL_OK;
+}
+
+rld_grpc_code rld_yservice_decide_rls(const rld_rls *rls, const rld_rls_request *req, rl_ns now,
+                                      rld_rls_response *resp, rld_arena *a, rl_err *err)
+{
+    rld_rls one = *rls;
+    one.cls = ((const rld_yservice *)rls->cls)->cur;
+    return rld_yrls_decide_rls(&one, req, now, resp, a, err);
+}
+
+/* What rld_yrls_apply hands to the app's reload. */
+typedef struct apply_job {
+    rld_yservice *s;
+    rld_yconf *c; /* NULL once taken */
+} apply_job;
+
+/* rld_app_make_fn: the matcher of job->c beside the JSON's levels, staged; its limiter's
+ * configuration into *cfg (the memory store's bound stays). */
+static int make_applied(void *cls, rld_app *app, rl_config **cfg, uint64_t *max_keys, rl_err *err)
+{
+    apply_job *job = cls;
+    rld_yservice *s = job->s;
+    rld_yconf *c = job->c;
+    rl_config *base = NULL;
+    rld_yrls *y;
+    int rc;
+    (void)max_keys;
+    job->c = NULL;
+    if (s->json && (rc = s->parse(s->json, s->json_len, s->reg, &base, err)) != RL_OK) {
+        rld_yconf_free(c);
+        return rc;
+    }
+    if ((rc = rld_yrls_new_beside(c, s->reg, base, &y, cfg, err)) != RL_OK)
+        return rc;
+    /* the reload holds reload_mu, under which alone app->lim changes */
+    (*cfg)->reservation_ttl = rl_limiter_config(app->lim)->reservation_ttl;
+    if ((rc = rld_yservice_stage(s, y, s->json, s->json_len, err)) != RL_OK) {
+        rl_config_free(*cfg);
+        *cfg = NULL;
+    }
+    return rc;
+}
+
+static rld_yservice *service_of(rld_app *app)
+{
+    for (size_t i = 0; i < app->nparts; i++)
+        if (app->parts[i].ops == &rld_yrls_part_ops)
+            return app->parts[i].self;
+    return NULL;
+}
+
+int rld_yrls_apply(rld_app *app, rld_yconf *c, const char *origin, rl_err *err)
+{
+    apply_job job = {service_of(app), c};
+    if (!job.s) {
+        rld_yconf_free(c);
+        return rl_errf(err, RL_EINVAL, "YAML configuration: the daemon serves none (its "
+                                       "configuration names no YAML)");
+    }
+    int rc = rld_app_reload_with(app, make_applied, &job, origin, err);
+    rld_yconf_free(job.c); /* refused before it was taken */
+    return rc;
+}
+
 /* ---- the part the app reloads ------------------------------------------------------------ */
 
-static int part_reload_check(void *self, rl_err *err)
+static void part_reload(void *self, rl_limiter *lim)
 {
-    rld_yrls_load_error(self);
-    return rl_errf(err, RL_EINVAL, "reload: a configuration with envoyproxy/ratelimit's "
-                                   "YAML is applied at the next start");
+    rld_yservice *s = self;
+    (void)lim;
+    if (!s->next)
+        return;
+    rld_yrls_carry_counts(s->next, s->cur);
+    s->old = s->cur;
+    s->cur = s->next;
+    s->next = NULL;
+    char *json = s->json;
+    size_t len = s->json_len;
+    s->json = s->next_json;
+    s->json_len = s->next_json_len;
+    s->next_json = json; /* the old one's, freed at the end */
+    s->next_json_len = len;
+}
+
+static void part_reload_end(void *self, int ok)
+{
+    rld_yservice *s = self;
+    if (ok)
+        rld_yrls_load_success(s->cur);
+    else
+        rld_yrls_load_error(s->cur);
+    rld_yrls_free(ok ? s->old : s->next);
+    s->old = s->next = NULL;
+    free(s->next_json);
+    s->next_json = NULL;
 }
 
 static void part_metrics(void *self, rld_buf *out)
 {
-    rld_yrls_metrics(self, out);
+    rld_yrls_metrics(((rld_yservice *)self)->cur, out);
 }
 
-const rld_part_ops rld_yrls_part_ops = {
-    .name = "yaml configuration", .reload_check = part_reload_check, .metrics = part_metrics};
+const rld_part_ops rld_yrls_part_ops = {.name = "yaml configuration",
+                                        .reload = part_reload,
+                                        .reload_end = part_reload_end,
+                                        .metrics = part_metrics};

@@ -7,8 +7,10 @@ Run by make test (make grpc-check) with RL_BUILD naming the build directory.
 """
 import json
 import os
+import signal
 import sys
 import tempfile
+import time
 import unittest
 import urllib.error
 import urllib.request
@@ -375,17 +377,114 @@ class GrpcYamlGlobalShadowTest(unittest.TestCase):
         self.assertEqual(codes, [(ok, ok, ok), (ok, over, ok)])
         m = metrics(self.d)
         self.assertIn("\nratelimit_service_global_shadow_mode 1\n", m)
-        # a reload is refused for a YAML configuration: a failed load, the one in force stays
-        self.assertIn("\nratelimit_service_config_load_error 0\n", m)
+        # a reload of the same files: a load that succeeds, the counters and SHADOW_MODE stay
+        self.assertIn("\nratelimit_service_config_load_success 1\n", m)
         req = urllib.request.Request("http://%s/admin/reload" % self.d.http_addr, method="POST",
                                      data=b"")
-        with self.assertRaises(urllib.error.HTTPError):
-            urllib.request.urlopen(req, timeout=5)
+        with urllib.request.urlopen(req, timeout=5) as resp:
+            self.assertEqual(resp.read(), b'{"reloaded":true}')
         m = metrics(self.d)
-        self.assertIn("\nratelimit_service_config_load_error 1\n", m)
-        self.assertIn("\nratelimit_service_config_load_success 1\n", m)
+        self.assertIn("\nratelimit_service_config_load_error 0\n", m)
+        self.assertIn("\nratelimit_service_config_load_success 2\n", m)
+        self.assertIn("\nratelimit_service_global_shadow_mode 1\n", m)
         self.assertIn('\nratelimit_service_rate_limit_over_limit{domain="shadow",key1="user"} 1\n',
                       m)
+        r = self.Req(domain="shadow", hits_addend=1)
+        r.descriptors.add().entries.add(key="user", value="u")
+        a = self.srl(r, timeout=5, metadata=[("ratelimitd-now", "11")])
+        self.assertEqual((a.overall_code, a.statuses[0].code), (ok, over))
+
+
+RELOAD_A = """domain: reload
+descriptors:
+  - key: user
+    rate_limit: {unit: minute, requests_per_unit: %d}
+"""
+RELOAD_B = """domain: reload
+descriptors:
+  - key: path
+    rate_limit: {unit: minute, requests_per_unit: 2}
+"""
+RELOAD_C = """domain: reload
+descriptors:
+  - key: team
+    rate_limit: {unit: minute, requests_per_unit: 3}
+"""
+RELOAD_BAD = """domain: reload
+descriptors:
+  - key: zone
+    rate_limit: {unit: fortnight, requests_per_unit: 3}
+"""
+
+
+class GrpcYamlReloadTest(unittest.TestCase):
+    """A directory of YAML files merged into one domain (MERGE_DOMAIN_CONFIG), read again by
+    POST /admin/reload and SIGHUP while serving: counts of unchanged limits carry over, a
+    raised limit counts on from its count, a bad file is refused and the configuration in force
+    stays. Windows of a minute from 0: every call is at t = 10."""
+
+    @classmethod
+    def setUpClass(cls):
+        start(cls, {"ratelimit/a.yaml": RELOAD_A % 5, "ratelimit/b.yaml": RELOAD_B}, CONFIG,
+              {"MERGE_DOMAIN_CONFIG": "true"})
+
+    @classmethod
+    def tearDownClass(cls):
+        stop(cls)
+
+    def remaining(self, key, value):
+        r = self.Req(domain="reload")
+        r.descriptors.add().entries.add(key=key, value=value)
+        a = self.srl(r, timeout=5, metadata=[("ratelimitd-now", "10")])
+        return a.statuses[0].current_limit.requests_per_unit, a.statuses[0].limit_remaining
+
+    def write(self, name, text):
+        with open(os.path.join(self.tmp.name, "ratelimit", name), "w") as f:
+            f.write(text)
+
+    def reload(self):
+        req = urllib.request.Request("http://%s/admin/reload" % self.d.http_addr, method="POST",
+                                     data=b"")
+        try:
+            with urllib.request.urlopen(req, timeout=5) as resp:
+                return resp.status, resp.read().decode()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read().decode()
+
+    def test_reloads(self):
+        self.assertEqual([self.remaining("user", "u") for _ in range(3)],
+                         [(5, 4), (5, 3), (5, 2)])
+        self.assertEqual(self.remaining("path", "/p"), (2, 1))
+        # a file added to the domain: the user's 3 of 5 and the path's 1 of 2 carry over
+        self.write("c.yaml", RELOAD_C)
+        self.assertEqual(self.reload(), (200, '{"reloaded":true}'))
+        self.assertEqual(self.remaining("user", "u"), (5, 1))
+        self.assertEqual(self.remaining("path", "/p"), (2, 0))
+        self.assertEqual(self.remaining("team", "t"), (3, 2))
+        # the user's limit raised, by SIGHUP: 4 used of 10, the 5th leaves 5
+        self.write("a.yaml", RELOAD_A % 10)
+        self.d.proc.send_signal(signal.SIGHUP)
+        for _ in range(100):
+            if "\nratelimit_service_config_load_success 3\n" in metrics(self.d):
+                break
+            time.sleep(0.05)
+        self.assertEqual(self.remaining("user", "u"), (10, 5))
+        # a bad file: refused naming it and the field, the configuration in force stays
+        self.write("d.yaml", RELOAD_BAD)
+        code, body = self.reload()
+        self.assertEqual(code, 400)
+        self.assertIn("ratelimit/d.yaml: descriptors[0].rate_limit.unit: invalid rate limit "
+                      "unit 'fortnight'", body)
+        self.assertEqual(self.remaining("user", "u"), (10, 4))
+        m = metrics(self.d)
+        self.assertIn("\nratelimit_service_config_load_success 3\n", m)
+        self.assertIn("\nratelimit_service_config_load_error 1\n", m)
+        self.assertIn('\nratelimit_service_rate_limit_total_hits{domain="reload",key1="user"} 6\n',
+                      m)
+        with open(os.path.join(self.tmp.name, "stderr.log")) as f:
+            log = f.read()
+        self.assertIn("error: reload refused, the configuration in force stays: ", log)
+        self.assertIn("ratelimit/d.yaml: descriptors[0].rate_limit.unit", log)
 
 
 class GrpcYamlRefusedTest(unittest.TestCase):

@@ -936,6 +936,13 @@ static int xds_apply(void *ctx, rld_yconf *c, const char *origin, rl_err *err)
     rld_yrls *y = NULL, *old = NULL;
     rl_config *cfg = NULL, *oldcfg = NULL;
     int rc;
+    if (!c) { /* a push that did not read: counted once the daemon serves */
+        pthread_mutex_lock(&dp->xds_mu);
+        if (dp->xds_serving)
+            rld_yrls_count_refused(&dp->app);
+        pthread_mutex_unlock(&dp->xds_mu);
+        return RL_EINVAL;
+    }
     pthread_mutex_lock(&dp->xds_mu);
     if (dp->xds_serving) {
         rc = rld_yrls_apply(&dp->app, c, origin, err);

@@ -554,6 +554,16 @@ int rld_yrls_apply(rld_app *app, rld_yconf *c, const char *origin, rl_err *err)
     return rc;
 }
 
+void rld_yrls_count_refused(rld_app *app)
+{
+    rld_yservice *s = service_of(app);
+    if (!s)
+        return;
+    pthread_rwlock_rdlock(&app->gate); /* the matcher in force stays while it is counted */
+    rld_yrls_load_error(s->cur);
+    pthread_rwlock_unlock(&app->gate);
+}
+
 /* ---- the part the app reloads ------------------------------------------------------------ */
 
 static void part_reload(void *self, rl_limiter *lim)

@@ -68,6 +68,9 @@ rld_grpc_code rld_yservice_decide_rls(const rld_rls *rls, const rld_rls_request 
  * when app has no YAML service attached). Thread-safe: may be called from any thread while
  * requests are served (one reload at a time; not from a request holding the gate). */
 int rld_yrls_apply(rld_app *app, rld_yconf *c, const char *origin, rl_err *err);
+/* Counts a configuration refused before it could be given to rld_yrls_apply (a pushed one that
+ * does not read) in ratelimit_service_config_load_error. Any thread. */
+void rld_yrls_count_refused(rld_app *app);
 
 /* The service (self an rld_yservice) as a part of the app: a reload puts in force the matcher
  * staged with its limiter, carrying the statistics over, and counts the outcome in

@@ -493,6 +493,8 @@ static void on_response(rld_xds *x, const uint8_t *msg, size_t len)
                      r->type_url);
     else if ((rc = response_conf(r, x->s.merge_domains, &c, &err)) == RL_OK)
         rc = x->apply(x->ctx, c, origin, &err);
+    if (rc != RL_OK && !c) /* refused before the callback saw it: told so, to count it */
+        x->apply(x->ctx, NULL, origin, &err);
     if (rc == RL_OK) {
         pthread_mutex_lock(&x->mu);
         snprintf(x->version, sizeof x->version, "%s", version);

@@ -28,8 +28,9 @@
 #define RLD_XDS_TYPE_URL "type.googleapis.com/ratelimit.config.ratelimit.v3.RateLimitConfig"
 
 /* Puts c (stolen, also on failure) in force: RL_OK, or an error with err saying why (the
- * configuration in force stays). origin names the push in messages ("xDS version 3"). Called
- * on the client's thread. */
+ * configuration in force stays). origin names the push in messages ("xDS version '3'"). c is
+ * NULL for a push that did not read, err saying why: the callback counts the refusal and
+ * returns RL_EINVAL. Called on the client's thread. */
 typedef int (*rld_xds_apply_fn)(void *ctx, rld_yconf *c, const char *origin, rl_err *err);
 
 /* The client's settings, from envoyproxy/ratelimit's environment variables. */

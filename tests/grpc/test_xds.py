@@ -312,6 +312,9 @@ class XdsTest(unittest.TestCase):
         self.assertIn('ratelimitd_xds_version_info{version="5"} 1', metrics)
         self.assertIn("ratelimitd_xds_rejected_total 2", metrics)
         self.assertIn("ratelimitd_xds_applied_total 3", metrics)
+        # the start's configuration, the update and the push after reconnecting; the two bad ones
+        self.assertIn("\nratelimit_service_config_load_success 3\n", metrics)
+        self.assertIn("\nratelimit_service_config_load_error 2\n", metrics)
 
     def test_bad_first_push_keeps_waiting(self):
         self.start({})

@@ -701,6 +701,9 @@ static int reload_config(void *cls, const char *path, rl_registry *reg, rld_sett
     rld_yrls *y;
     char *json;
     size_t len = 0;
+    if (dp->xds_mode)
+        return rl_errf(err, RL_EINVAL, "CONFIG_TYPE=GRPC_XDS_SOTW: the configuration changes by "
+                       "the management server's pushes; a restart reads --config again");
     int rc = load_config(path, reg, set, cfg, &y, &json, &len, err);
     if (rc != RL_OK)
         return rc;

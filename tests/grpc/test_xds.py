@@ -13,6 +13,7 @@ Run by make test (make xds-check) with RL_BUILD naming the build directory.
 import os
 import queue
 import select
+import signal
 import subprocess
 import sys
 import tempfile
@@ -161,14 +162,19 @@ class Management:
 
 
 class Daemon:
-    def __init__(self, tmp, env):
+    def __init__(self, tmp, env, config=None):
         self.log = os.path.join(tmp, "stderr.log")
         self.err = open(self.log, "w")
         e = {k: v for k, v in os.environ.items()
              if not k.startswith(("CONFIG_", "XDS_", "FORCE_START"))}
         e.update(env)
+        args = []
+        if config:
+            args = ["--config", os.path.join(tmp, "config.json")]
+            with open(args[1], "w") as f:
+                f.write(config)
         self.proc = subprocess.Popen(
-            [os.path.join(BUILD, "ratelimitd"), "--port", "0",
+            [os.path.join(BUILD, "ratelimitd")] + args + ["--port", "0",
              "--grpc-port", "0", "--manual-clock"],
             stdout=subprocess.PIPE, stderr=self.err, cwd=tmp, text=True, env=e)
 
@@ -215,7 +221,7 @@ class XdsTest(unittest.TestCase):
     def tearDownClass(cls):
         cls.tmp.cleanup()
 
-    def start(self, env, creds=None):
+    def start(self, env, creds=None, config=None):
         self.port = free_port()
         self.mgmt = Management(self.m, self.port, creds)
         e = {"CONFIG_TYPE": "GRPC_XDS_SOTW",
@@ -223,7 +229,7 @@ class XdsTest(unittest.TestCase):
              "CONFIG_GRPC_XDS_NODE_ID": "node-7"}
         e.update(FAST)
         e.update(env)
-        self.d = Daemon(self.tmp.name, e)
+        self.d = Daemon(self.tmp.name, e, config)
         self.addCleanup(self.finish)
 
     def finish(self):
@@ -294,6 +300,14 @@ class XdsTest(unittest.TestCase):
         self.assertIn("duplicate domain", r.error_detail.message)
         self.expect(4000.5, 5)
 
+        # SIGHUP reads no file: the pushed configuration stays in force
+        self.d.proc.send_signal(signal.SIGHUP)
+        deadline = time.time() + 10
+        while "reload" not in self.d.stderr() and time.time() < deadline:
+            time.sleep(0.05)
+        self.assertIn("the daemon runs on the built-in configuration", self.d.stderr())
+        self.expect(4500.5, 5)
+
         # the server goes away and comes back on the same port: the client connects again,
         # asks with the version it has, and a new push applies
         self.mgmt.stop()
@@ -343,6 +357,26 @@ class XdsTest(unittest.TestCase):
         nonce = self.mgmt.push("1", [self.mgmt.config("d", 3)])
         self.ack("1", nonce)
         self.expect(2000.5, 3)
+
+    def test_json_levels_beside(self):
+        # --config: its settings, and its level k (2 per 60 s) decided beside the pushed limit
+        self.start({}, config='{"listen": {"address": "127.0.0.1", "port": 0}, "levels": '
+                   '[{"name": "k", "rules": [{"type": "fixed_window", "name": "per-k", '
+                   '"limit": 2, "window": 60}]}]}')
+        self.mgmt.wait(lambda r: True, "at all")
+        nonce = self.mgmt.push("1", [self.mgmt.config("d", 3)])
+        self.ack("1", nonce)
+        self.d.serving()
+        self.expect(1000.5, 2)
+        nonce = self.mgmt.push("2", [self.mgmt.config("d", 1)])
+        self.ack("2", nonce)
+        self.expect(2000.5, 1)
+        self.d.proc.send_signal(signal.SIGHUP)
+        deadline = time.time() + 10
+        while "pushes" not in self.d.stderr() and time.time() < deadline:
+            time.sleep(0.05)
+        self.assertIn("CONFIG_TYPE=GRPC_XDS_SOTW: the configuration changes by the management "
+                      "server's pushes", self.d.stderr())
 
     def test_sigterm_before_the_first_configuration(self):
         self.start({})

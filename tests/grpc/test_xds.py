@@ -378,6 +378,21 @@ class XdsTest(unittest.TestCase):
         self.assertIn("CONFIG_TYPE=GRPC_XDS_SOTW: the configuration changes by the management "
                       "server's pushes", self.d.stderr())
 
+    def test_max_message_size(self):
+        # a response over XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES closes the stream; the client
+        # connects again and takes a smaller one
+        self.start({"XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES": "200"})
+        self.mgmt.wait_stream(1)
+        self.mgmt.push("1", [self.mgmt.config("d" * 300, 3)])
+        self.mgmt.wait_stream(2)
+        self.assertIn("larger than the limit (XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES is 200)",
+                      self.d.stderr())
+        self.mgmt.wait(lambda r: r.response_nonce == "", "again")
+        nonce = self.mgmt.push("2", [self.mgmt.config("d", 3)])
+        self.ack("2", nonce)
+        self.d.serving()
+        self.expect(1000.5, 3)
+
     def test_sigterm_before_the_first_configuration(self):
         self.start({})
         self.mgmt.wait(lambda r: True, "at all")

@@ -55,6 +55,11 @@ void rld_yrls_set_upstream_headers(rld_yrls *y, const char *limit, const char *r
  * answers as it would without it (OVER_LIMIT when over); only the overall code becomes OK,
  * counted in ratelimit_service_global_shadow_mode. Before the matcher decides anything. */
 void rld_yrls_set_global_shadow(rld_yrls *y);
+/* envoyproxy/ratelimit's global quota mode (its QUOTA_MODE): every descriptor is in quota mode,
+ * as if each limit said quota_mode: true (over its limit it answers OVER_LIMIT, and the
+ * request is OVER_LIMIT only when every descriptor is over, one without a limit counting as
+ * passed). Before the matcher decides anything. */
+void rld_yrls_set_global_quota(rld_yrls *y);
 /* envoyproxy/ratelimit's EXTRA_TAGS ("region:us,zone:a"): each tag a label, in that order,
  * after the others of every ratelimit_service_* series of rld_yrls_metrics. RL_EINVAL naming
  * EXTRA_TAGS for a tag without ':', a name that is no Prometheus label name, one given twice

@@ -1,0 +1,681 @@
+"""envoyproxy/ratelimit's own test scenarios, run against ratelimitd as a user moving over would
+run them: its test/config, test/integration and test/service cases re-expressed as YAML files
+(written here from what each scenario needs), ShouldRateLimit calls over a real connection
+(Debian's python3-grpcio), GET /metrics and --check-config. The expected answers are worked out
+from upstream's test expectations and its README; where ratelimitd answers otherwise on
+purpose, the test asserts ratelimitd's answer and docs/envoy.md ("What differs, on purpose")
+says why. The daemon runs with --manual-clock: every call carries its time in the
+ratelimitd-now metadata, so windows and resets are exact (at t = 1000 a minute ends in 20 s, an
+hour in 2600 s).
+
+Every upstream case looked at, by file (same / deliberate: a documented difference / n.a.: not
+applicable, Memcached, per-second Redis pools, its internals, or the parts of other work: reload
+of the files, xDS):
+
+test/config/config_test.go
+  TestBasicConfig ............................ same        (ConfigAnswers.test_basic_config)
+  TestDomainMerge ............................ same        (ConfigAnswers.test_domain_merge)
+  TestConfigLimitOverride .................... same        (ConfigAnswers.test_limit_override)
+  TestEmptyDomain, TestDuplicateDomain, TestEmptyKey, TestDuplicateKey,
+  TestDuplicateKeyDomainMerge, TestBadLimitUnit, TestReplacesSelf, TestReplacesEmpty,
+  TestBadYaml, TestMisspelledKey, TestNonStringKey, TestNonMapList,
+  TestUnlimitedWithRateLimitUnit ............. same (13)   (ConfigErrors: the same message, the
+                                                            file, plus the YAML path; bad YAML
+                                                            in libyaml's words)
+  TestShadowModeConfig ....................... same        (ConfigAnswers.test_shadow_mode)
+  TestWildcardConfig ......................... same        (ConfigAnswers.test_wildcard)
+  TestDetailedMetric ......................... same        (Stats.test_detailed_metric)
+  TestValueToMetric_* (9) .................... same (9)    (Stats.test_value_to_metric)
+  TestShareThreshold (8 subtests) ............ same (8)    (Stats.test_share_threshold)
+  TestWildcardStatsBehavior (7 subtests) ..... same (7)    (Stats.test_wildcard_stats)
+  TestMetadata ............................... same        (Service.test_metadata_*)
+test/integration/integration_test.go
+  TestBasicConfig/WithoutPerSecondRedis ...... deliberate  (Integration.test_basic: a request
+                                                            denied by key3 does not count key2)
+  TestBasicConfig/...WithCachePrefix ......... deliberate  (the same; store.prefix)
+  TestBasicConfig/...StopCacheKeyIncrementWhenOverlimit
+                                           .... same        (Integration.test_basic: always so)
+  TestBasicConfig with per-second Redis or the local cache (6) .. n.a.
+  TestBasicConfig_ExtraTags .................. same        (ExtraTags)
+  TestBasicTLSConfig, TestBasicAuthConfig, ...WithRedisCluster, ...WithRedisSentinel:
+    their cases without per-second Redis nor the local cache (4): same, run by
+    tests/redis_tls/test_redis_tls.py and the C tests of the store (test_redis_*.c); the rest n.a.
+  TestXdsProviderBasicConfig, TestXdsProviderBasicConfigReload, TestBasicReloadConfig .. n.a.
+  TestBasicConfigMemcache, TestConfigMemcacheWithMaxIdleConns, TestMultiNodeMemcache .. n.a.
+  Test_mTLS, TestReloadGRPCServerCerts ....... same        (tests/grpc/test_grpc_tls.py)
+  TestShareThreshold ......................... same        (Integration.test_share_threshold)
+test/service/ratelimit_test.go
+  TestService ................................ same        (Service.test_service; its reload
+                                                            part n.a.)
+  TestServiceGlobalShadowMode ................ same        (GlobalShadow)
+  TestRuleShadowMode, TestMixedRuleShadowMode  same (2)    (Service.test_rule_shadow_mode)
+  TestServiceWithCustomRatelimitHeaders,
+  TestServiceWithDefaultRatelimitHeaders ..... same (2)    (Headers)
+  TestEmptyDomain, TestEmptyDescriptors ...... deliberate (2) (INVALID_ARGUMENT with upstream's
+                                                            message, where Go's panic is UNKNOWN)
+  TestCacheError ............................. deliberate  (Service.test_cache_error: the store's
+                                                            failure mode, UNAVAILABLE)
+  TestInitialLoadError ....................... deliberate  (a configuration that does not load
+                                                            stops the start)
+  TestUnlimited .............................. same        (Service.test_unlimited)
+  TestServiceTracer .......................... n.a. (OpenTelemetry tracing is not supported)
+  TestServiceHealthStatus .................... same        (Service.test_health)
+  TestServiceHealthStatusAtLeastOneConfigLoaded  deliberate (serves only once configured)
+  TestServiceGlobalQuotaMode ................. same        (GlobalQuota)
+  TestMetadataReturnedForPassedDescriptors, ...ForAllPassedDescriptors,
+  TestOverlappingMetadataReturnsTheFirstValue  same (3)    (GlobalQuota.test_metadata_*)
+  TestServicePerDescriptorQuotaMode, TestServiceMixedPerDescriptorModes,
+  ...MixedPerDescriptorModesUnderLimit, TestServiceQuotaModeOnlyAllOverTheLimit,
+  ...QuotaModeOnlySomeOverTheLimit ........... same (5)    (Service.test_quota_mode_*)
+  TestServiceQuotaModeWithShadowMode, TestServiceMixedModeWithShadowMode
+                                           .... same (2)    (GlobalShadow.test_quota_*)
+
+Run by make test (make upstream-scenarios-check) with RL_BUILD naming the build directory.
+"""
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+import urllib.request
+
+import grpc
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from test_grpc import BUILD, stop  # noqa: E402
+from test_grpc_yaml import start, to_py  # noqa: E402
+
+CONFIG = """{"listen": {"address": "127.0.0.1", "port": 0}, "ratelimit_config": "ratelimit"}"""
+
+
+def metrics(d):
+    with urllib.request.urlopen("http://%s/metrics" % d.http_addr, timeout=5) as resp:
+        return resp.read().decode()
+
+
+def series(text, name, **labels):
+    """The value of the series name{labels} in /metrics text (labels in the order given), or
+    None when it is not there."""
+    lab = ",".join('%s="%s"' % (k, v) for k, v in labels.items())
+    head = "%s{%s} " % (name, lab) if lab else name + " "
+    for line in text.splitlines():
+        if line.startswith(head):
+            return int(float(line[len(head):]))
+    return None
+
+
+class Base(unittest.TestCase):
+    FILES = {}
+    ENV = {}
+
+    @classmethod
+    def setUpClass(cls):
+        start(cls, {"ratelimit/" + k: v for k, v in cls.FILES.items()}, CONFIG, cls.ENV)
+        cls.OK = cls.Resp.Code.Value("OK")
+        cls.OVER = cls.Resp.Code.Value("OVER_LIMIT")
+
+    @classmethod
+    def tearDownClass(cls):
+        stop(cls)
+
+    def call(self, domain, descriptors, now, hits=1):
+        """descriptors: each a list of (key, value) entries, or a pair (entries, override)
+        with the override as (requests_per_unit, unit name)."""
+        r = self.Req(domain=domain, hits_addend=hits)
+        for d in descriptors:
+            entries, override = (d, None) if isinstance(d, list) else d
+            x = r.descriptors.add()
+            for k, v in entries:
+                x.entries.add(key=k, value=v)
+            if override:
+                x.limit.requests_per_unit = override[0]
+                x.limit.unit = self.unit(override[1])
+        return self.srl(r, timeout=5, metadata=[("ratelimitd-now", str(now))])
+
+    def unit(self, name):
+        units = self.Resp.DESCRIPTOR.nested_types_by_name["RateLimit"].enum_types_by_name["Unit"]
+        return units.values_by_name[name].number
+
+    def limit(self, st, rpu, unit, name=""):
+        """Asserts the status's current_limit."""
+        self.assertTrue(st.HasField("current_limit"))
+        self.assertEqual((st.current_limit.requests_per_unit, st.current_limit.unit,
+                          st.current_limit.name), (rpu, self.unit(unit), name))
+
+    def codes(self, r):
+        return [r.overall_code] + [s.code for s in r.statuses]
+
+
+# ---- test/config: files that load, and their answers ---------------------------------------
+
+BASIC = """domain: test-domain
+descriptors:
+  - key: key1
+    value: value1
+    descriptors:
+      - key: subkey1
+        rate_limit: {unit: second, requests_per_unit: 5}
+  - key: key1
+    value: value2
+    rate_limit: {unit: minute, requests_per_unit: 20}
+  - key: key2
+    rate_limit: {unit: minute, requests_per_unit: 20}
+    descriptors:
+      - key: subkey2
+        value: subvalue1
+        rate_limit: {unit: minute, requests_per_unit: 10}
+  - key: key3
+    rate_limit: {unit: hour, requests_per_unit: 1}
+  - key: key4
+    rate_limit: {unit: day, requests_per_unit: 1}
+  - key: key6
+    rate_limit: {unlimited: true}
+  - key: key7
+    rate_limit: {unit: second, requests_per_unit: 1}
+    descriptors:
+      - key: key8
+        rate_limit: {unit: second, requests_per_unit: 1, name: key8_name}
+"""
+
+MERGE_A = """domain: merge-domain
+descriptors:
+  - key: key1
+    value: value1
+    rate_limit: {unit: minute, requests_per_unit: 10}
+"""
+
+MERGE_B = """domain: merge-domain
+descriptors:
+  - key: key2
+    value: value2
+    rate_limit: {unit: minute, requests_per_unit: 20}
+"""
+
+SHADOW = """domain: shadow-domain
+descriptors:
+  - key: key1
+    value: value1
+    shadow_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: key2
+    value: value2
+    rate_limit: {unit: minute, requests_per_unit: 1}
+"""
+
+WILDCARD = """domain: wildcard-domain
+descriptors:
+  - key: wild
+    value: foo*
+    rate_limit: {unit: minute, requests_per_unit: 20}
+  - key: wild
+    value: foo1
+    rate_limit: {unit: minute, requests_per_unit: 10}
+  - key: nestedwild
+    value: val1
+    descriptors:
+      - key: wild
+        value: goo*
+        rate_limit: {unit: minute, requests_per_unit: 30}
+  - key: midwild
+    value: a*b
+    rate_limit: {unit: minute, requests_per_unit: 40}
+"""
+
+METADATA = """domain: metadata-domain
+descriptors:
+  - key: key1
+    value: value1
+    rate_limit: {unit: minute, requests_per_unit: 5}
+    metadata: {name: service_1, nested: {a: 1}}
+"""
+
+
+class ConfigAnswers(Base):
+    """The files of test/config that load, and what GetLimit finds for its descriptors, seen
+    from outside: the limit in the answer, or none."""
+    FILES = {"basic.yaml": BASIC, "merge_a.yaml": MERGE_A, "merge_b.yaml": MERGE_B,
+             "shadow.yaml": SHADOW, "wildcard.yaml": WILDCARD}
+    ENV = {"MERGE_DOMAIN_CONFIG": "true"}
+
+    def test_basic_config(self):
+        # an unknown domain and an unknown key: no limit
+        r = self.call("foo", [[("key", "value")]], 1000)
+        self.assertEqual(self.codes(r), [self.OK, self.OK])
+        self.assertFalse(r.statuses[0].HasField("current_limit"))
+        r = self.call("test-domain", [[("key", "value")]], 1000)
+        self.assertFalse(r.statuses[0].HasField("current_limit"))
+        # key1=value1 has no limit of its own; its subkey1 does, whatever the value
+        r = self.call("test-domain", [[("key1", "value1")]], 1000)
+        self.assertFalse(r.statuses[0].HasField("current_limit"))
+        r = self.call("test-domain", [[("key1", "value1"), ("subkey1", "something")]], 1000)
+        self.limit(r.statuses[0], 5, "SECOND")
+        self.assertEqual(r.statuses[0].limit_remaining, 4)
+        r = self.call("test-domain", [[("key1", "value2")]], 1000)
+        self.limit(r.statuses[0], 20, "MINUTE")
+        self.assertEqual(r.statuses[0].duration_until_reset.seconds, 20)
+        # key2 with any value, its subkey2=subvalue1 below it, and a value it does not know
+        r = self.call("test-domain", [[("key2", "value2")]], 1000)
+        self.limit(r.statuses[0], 20, "MINUTE")
+        r = self.call("test-domain", [[("key2", "value2"), ("subkey2", "subvalue1")]], 1000)
+        self.limit(r.statuses[0], 10, "MINUTE")
+        r = self.call("test-domain", [[("key2", "value2"), ("subkey2", "other")]], 1000)
+        self.assertFalse(r.statuses[0].HasField("current_limit"))
+        r = self.call("test-domain", [[("key3", "foo")], [("key4", "foo")]], 1000)
+        self.limit(r.statuses[0], 1, "HOUR")
+        self.limit(r.statuses[1], 1, "DAY")
+        self.assertEqual(r.statuses[0].duration_until_reset.seconds, 2600)
+        self.assertEqual(r.statuses[1].duration_until_reset.seconds, 85400)
+        # unlimited: no limit, remaining the largest uint32
+        r = self.call("test-domain", [[("key6", "foo")]], 1000)
+        self.assertFalse(r.statuses[0].HasField("current_limit"))
+        self.assertEqual(r.statuses[0].limit_remaining, 4294967295)
+        # a named limit: its name in the answer
+        r = self.call("test-domain", [[("key7", "x"), ("key8", "y")]], 1000)
+        self.limit(r.statuses[0], 1, "SECOND", "key8_name")
+        # its stats, under upstream's Prometheus names
+        m = metrics(self.d)
+        self.assertEqual(series(m, "ratelimit_service_rate_limit_total_hits",
+                                domain="test-domain", key1="key1_value1", key2="subkey1"), 1)
+        self.assertEqual(series(m, "ratelimit_service_rate_limit_within_limit",
+                                domain="test-domain", key1="key3"), 1)
+
+    def test_limit_override(self):
+        # a descriptor's own limit replaces the configured one, and counts on its own
+        r = self.call("test-domain", [([("key1", "value1"), ("subkey1", "something")],
+                                       (42, "HOUR"))], 1010)
+        self.limit(r.statuses[0], 42, "HOUR")
+        self.assertEqual(r.statuses[0].limit_remaining, 41)
+        r = self.call("test-domain", [([("key1", "value1"), ("subkey1", "something")],
+                                       (42, "HOUR"))], 1010)
+        self.assertEqual(r.statuses[0].limit_remaining, 40)
+        # also where the file has no limit
+        r = self.call("test-domain", [([("key5", "x")], (10, "DAY"))], 1010)
+        self.limit(r.statuses[0], 10, "DAY")
+
+    def test_domain_merge(self):
+        r = self.call("merge-domain", [[("key1", "value1")], [("key2", "value2")]], 1000)
+        self.limit(r.statuses[0], 10, "MINUTE")
+        self.limit(r.statuses[1], 20, "MINUTE")
+
+    def test_shadow_mode(self):
+        for _ in range(2):
+            r = self.call("shadow-domain", [[("key1", "value1")]], 2000)
+        self.assertEqual(self.codes(r), [self.OK, self.OK])  # over, but a shadow limit
+        self.limit(r.statuses[0], 1, "MINUTE")
+        for _ in range(2):
+            r = self.call("shadow-domain", [[("key2", "value2")]], 2000)
+        self.assertEqual(self.codes(r), [self.OVER, self.OVER])
+        m = metrics(self.d)
+        self.assertEqual(series(m, "ratelimit_service_rate_limit_shadow_mode",
+                                domain="shadow-domain", key1="key1_value1"), 1)
+        self.assertEqual(series(m, "ratelimit_service_rate_limit_over_limit",
+                                domain="shadow-domain", key1="key1_value1"), 1)
+
+    def test_wildcard(self):
+        def rpu(entries):
+            st = self.call("wildcard-domain", [entries], 3000).statuses[0]
+            return st.current_limit.requests_per_unit if st.HasField("current_limit") else None
+        self.assertEqual(rpu([("wild", "foo1")]), 10)  # the exact value first
+        self.assertEqual(rpu([("wild", "foo2")]), 20)
+        self.assertEqual(rpu([("wild", "foo")]), 20)  # * matches nothing too
+        self.assertEqual(rpu([("wild", "bar")]), None)
+        self.assertEqual(rpu([("nestedwild", "val1"), ("wild", "goo2")]), 30)
+        self.assertEqual(rpu([("nestedwild", "val1"), ("wild", "foo2")]), None)
+        self.assertEqual(rpu([("midwild", "axyzb")]), 40)
+        self.assertEqual(rpu([("midwild", "axyzc")]), None)
+
+
+# ---- test/config: files refused --------------------------------------------------------------
+
+REFUSED = {
+    # upstream's file name: (its text, the message upstream gives after "<file>: ")
+    "bad_limit_unit.yaml": ("domain: test-domain\ndescriptors:\n  - key: key1\n    value: "
+                            "value1\n    rate_limit:\n      unit: foo\n      "
+                            "requests_per_unit: 5\n", "invalid rate limit unit 'foo'"),
+    "bad_yaml.yaml": ("'''\n", "error loading config file: line 2"),
+    "duplicate_key.yaml": ("domain: test-domain\ndescriptors:\n  - key: key1\n    value: "
+                           "value1\n\n  - key: key1\n    value: value1\n",
+                           "duplicate descriptor composite key 'test-domain.key1_value1'"),
+    "empty_domain.yaml": ("descriptors:\n", "config file cannot have empty domain"),
+    "empty_key.yaml": ("domain: test-domain\ndescriptors:\n  - value: value1\n",
+                       "descriptor has empty key"),
+    "misspelled_key.yaml": ("domain: test-domain\ndescriptors:\n  - key: key1\n    value: "
+                            "value1\n    ratelimit:\n      unit: day\n      "
+                            "requests_per_unit: 5\n", "config error, unknown key 'ratelimit'"),
+    "misspelled_key2.yaml": ("domain: test-domain\ndescriptors:\n  - key: key1\n    value: "
+                             "value1\n    rate_limit:\n      unit: day\n      "
+                             "requestsperunit: 5\n",
+                             "config error, unknown key 'requestsperunit'"),
+    "non_map_list.yaml": ("domain: test-domain\ndescriptors:\n  - a\n  - b\n  - c\n",
+                          "config error, yaml file contains list of type other than map: a"),
+    "non_string_key.yaml": ("0.25: test-domain\ndescriptors:\n  - key: key1\n    value: "
+                            "value1\n    rate_limit:\n      unit: day\n      "
+                            "requests_per_unit: 5\n",
+                            "config error, key is not of type string: 0.25"),
+    "replaces_empty.yaml": ("domain: test-domain\ndescriptors:\n  - key: key1\n    value: "
+                            "value1\n    descriptors:\n      - key: subkey1\n        "
+                            "rate_limit:\n          name: self\n          replaces:\n"
+                            "            - name:\n          unit: second\n          "
+                            "requests_per_unit: 5\n",
+                            "should not have an empty replaces entry"),
+    "replaces_self.yaml": ("domain: test-domain\ndescriptors:\n  - key: key1\n    value: "
+                           "value1\n    descriptors:\n      - key: subkey1\n        "
+                           "rate_limit:\n          name: self\n          replaces:\n"
+                           "            - name: self\n          unit: second\n          "
+                           "requests_per_unit: 5\n",
+                           "replaces should not contain name of same descriptor"),
+    "unlimited_with_unit.yaml": ("domain: test-domain\ndescriptors:\n  - key: foo\n    "
+                                 "rate_limit:\n      unlimited: true\n      unit: day\n      "
+                                 "requests_per_unit: 25\n",
+                                 "should not specify rate limit unit when unlimited"),
+}
+
+
+def check_config(path, env=None):
+    e = dict(os.environ)
+    e.update(env or {})
+    p = subprocess.run([os.path.join(BUILD, "ratelimitd"), "--check-config", path],
+                       capture_output=True, text=True, env=e, timeout=20)
+    return p.returncode, p.stdout + p.stderr
+
+
+class ConfigErrors(unittest.TestCase):
+    """Each refused file of test/config: refused by --check-config (as at start), with upstream's
+    message after the file's name and the YAML path of the fault."""
+
+    def test_refused(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            for name, (text, message) in sorted(REFUSED.items()):
+                with self.subTest(name):
+                    path = os.path.join(tmp, name)
+                    with open(path, "w") as f:
+                        f.write(text)
+                    rc, out = check_config(path)
+                    self.assertEqual(rc, 1, out)
+                    self.assertTrue(out.startswith(path + ": "), out)
+                    self.assertIn(message, out)
+
+    def test_duplicate_domain(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            for name, text in (("basic_config.yaml", BASIC),
+                               ("duplicate_domain.yaml", "domain: test-domain\ndescriptors:\n")):
+                with open(os.path.join(tmp, name), "w") as f:
+                    f.write(text)
+            rc, out = check_config(tmp)
+            self.assertEqual(rc, 1)
+            self.assertIn("duplicate_domain.yaml: domain: duplicate domain 'test-domain' in "
+                          "config file", out)
+
+    def test_duplicate_key_domain_merge(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            for name in ("a.yaml", "b.yaml"):
+                with open(os.path.join(tmp, name), "w") as f:
+                    f.write(MERGE_A)
+            rc, out = check_config(tmp, {"MERGE_DOMAIN_CONFIG": "true"})
+            self.assertEqual(rc, 1)
+            self.assertIn("b.yaml: descriptors[0]: duplicate descriptor composite key "
+                          "'merge-domain.key1_value1'", out)
+
+
+# ---- test/service ---------------------------------------------------------------------------
+
+SERVICE = """domain: different-domain
+descriptors:
+  - key: foo
+    value: bar
+    rate_limit: {unit: minute, requests_per_unit: 10, name: key_name}
+  - key: shadow1
+    shadow_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: shadow2
+    shadow_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: regular
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: quota
+    quota_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: quota2
+    quota_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 1}
+"""
+
+UNLIMITED = """domain: some-domain
+descriptors:
+  - key: foo
+    value: bar
+    rate_limit: {unit: minute, requests_per_unit: 10}
+  - key: baz
+    value: qux
+    rate_limit: {unlimited: true}
+"""
+
+
+class Service(Base):
+    FILES = {"service.yaml": SERVICE, "unlimited.yaml": UNLIMITED}
+
+    def fill(self, key, value, now, n=1):
+        """Uses up n hits of key=value's limit at now."""
+        self.call("different-domain", [[(key, value)]], now, hits=n)
+
+    def test_service(self):
+        r = self.call("test-domain", [[("hello", "world")]], 100)
+        self.assertEqual(self.codes(r), [self.OK, self.OK])
+        self.assertFalse(r.statuses[0].HasField("current_limit"))
+        self.assertEqual(r.statuses[0].limit_remaining, 0)
+        self.fill("foo", "bar", 100, 10)
+        r = self.call("different-domain", [[("foo", "bar")], [("hello", "world")]], 100)
+        self.assertEqual(self.codes(r), [self.OVER, self.OVER, self.OK])
+        self.limit(r.statuses[0], 10, "MINUTE", "key_name")
+        self.assertEqual(r.statuses[0].limit_remaining, 0)
+        self.assertFalse(r.statuses[1].HasField("current_limit"))
+        # the order of the descriptors does not matter
+        r = self.call("different-domain", [[("hello", "world")], [("foo", "bar")]], 100)
+        self.assertEqual(self.codes(r), [self.OVER, self.OK, self.OVER])
+        m = metrics(self.d)
+        self.assertIn("\nratelimit_service_config_load_success 1\n", m)
+        self.assertIn("\nratelimit_service_global_shadow_mode 0\n", m)
+
+    def test_rule_shadow_mode(self):
+        # both shadow limits over: OK
+        self.fill("shadow1", "a", 200)
+        self.fill("shadow2", "a", 200)
+        r = self.call("different-domain", [[("shadow1", "a")], [("shadow2", "a")]], 200)
+        self.assertEqual(self.codes(r), [self.OK, self.OK, self.OK])
+        # a shadow limit and a regular one, both over: the regular one decides
+        self.fill("regular", "a", 200)
+        r = self.call("different-domain", [[("shadow1", "a")], [("regular", "a")]], 200)
+        self.assertEqual(self.codes(r), [self.OVER, self.OK, self.OVER])
+
+    def test_quota_mode_per_descriptor(self):
+        # TestServicePerDescriptorQuotaMode: the regular limit over, the quota one not
+        self.fill("regular", "q1", 300)
+        r = self.call("different-domain", [[("regular", "q1")], [("quota", "q1")]], 300)
+        self.assertEqual(self.codes(r), [self.OVER, self.OVER, self.OK])
+        # TestServiceMixedPerDescriptorModes: the only quota limit over: OVER_LIMIT
+        self.fill("quota", "q2", 300)
+        r = self.call("different-domain", [[("regular", "q2")], [("quota", "q2")]], 300)
+        self.assertEqual(self.codes(r), [self.OVER, self.OK, self.OVER])
+        # ...UnderLimit: neither over
+        r = self.call("different-domain", [[("regular", "q3")], [("quota", "q3")]], 300)
+        self.assertEqual(self.codes(r), [self.OK, self.OK, self.OK])
+        # TestServiceQuotaModeOnlyAllOverTheLimit
+        self.fill("quota", "q4", 300)
+        self.fill("quota2", "q4", 300)
+        r = self.call("different-domain", [[("quota", "q4")], [("quota2", "q4")]], 300)
+        self.assertEqual(self.codes(r), [self.OVER, self.OVER, self.OVER])
+        # TestServiceQuotaModeOnlySomeOverTheLimit
+        r = self.call("different-domain", [[("quota", "q4")], [("quota2", "q5")]], 300)
+        self.assertEqual(self.codes(r), [self.OK, self.OVER, self.OK])
+
+    def test_unlimited(self):
+        r = self.call("some-domain", [[("foo", "bar")], [("hello", "world")], [("baz", "qux")]],
+                      100)
+        self.assertEqual(self.codes(r), [self.OK] * 4)
+        self.limit(r.statuses[0], 10, "MINUTE")
+        self.assertEqual(r.statuses[0].limit_remaining, 9)
+        self.assertFalse(r.statuses[1].HasField("current_limit"))
+        self.assertEqual(r.statuses[1].limit_remaining, 0)
+        self.assertFalse(r.statuses[2].HasField("current_limit"))
+        self.assertEqual(r.statuses[2].limit_remaining, 4294967295)
+
+    def test_empty_domain_and_descriptors(self):
+        # upstream answers these with UNKNOWN ("rate limit domain must not be empty", "rate
+        # limit descriptor list must not be empty": a panic of its service); ratelimitd with
+        # INVALID_ARGUMENT naming the field, as gRPC means that code
+        for domain, descriptors, message in (
+                ("", [[("hello", "world")]], "domain: required"),
+                ("test-domain", [], "descriptors: at least one required")):
+            with self.assertRaises(grpc.RpcError) as e:
+                self.call(domain, descriptors, 100)
+            self.assertEqual(e.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
+            self.assertIn(message, e.exception.details())
+
+    def test_health(self):
+        from test_grpc import HEALTH, load_messages
+        m = load_messages(self.tmp.name)
+        hreq = m["grpc.health.v1.HealthCheckRequest"]
+        hresp = m["grpc.health.v1.HealthCheckResponse"]
+        check = self.ch.unary_unary(HEALTH, request_serializer=hreq.SerializeToString,
+                                    response_deserializer=hresp.FromString)
+        r = check(hreq(service="ratelimit"), timeout=5)
+        self.assertEqual(r.status, hresp.ServingStatus.Value("SERVING"))
+
+    def test_initial_load_error(self):
+        # upstream starts and answers "no rate limit configuration loaded"; ratelimitd does not
+        # start on a configuration that does not load
+        with tempfile.TemporaryDirectory() as tmp:
+            with open(os.path.join(tmp, "bad.yaml"), "w") as f:
+                f.write("domain: d\ndescriptors:\n  - value: v\n")
+            p = subprocess.run([os.path.join(BUILD, "ratelimitd"), "--config",
+                                os.path.join(tmp, "bad.yaml"), "--port", "0"],
+                               capture_output=True, text=True, timeout=20)
+            self.assertNotEqual(p.returncode, 0)
+            self.assertIn("descriptor has empty key", p.stderr)
+
+
+QUOTA = """domain: quota-domain
+descriptors:
+  - key: foo
+    value: bar
+    rate_limit: {unit: minute, requests_per_unit: 10}
+  - key: hello
+    value: world
+    rate_limit: {unit: minute, requests_per_unit: 5}
+  - key: regular
+    value: limit
+    rate_limit: {unit: minute, requests_per_unit: 10}
+    metadata: {name: service_1}
+  - key: quota
+    value: limit
+    rate_limit: {unit: minute, requests_per_unit: 5}
+    metadata: {name: service_2}
+  - key: other
+    value: limit
+    rate_limit: {unit: minute, requests_per_unit: 5}
+    metadata: {some_other_name: service_2}
+  - key: unlimited
+    rate_limit: {unlimited: true}
+"""
+
+
+class GlobalQuota(Base):
+    """QUOTA_MODE=true (upstream's global quota mode): every descriptor is in quota mode, so a
+    request is OVER_LIMIT only when all of its descriptors are over."""
+    FILES = {"quota.yaml": QUOTA}
+    ENV = {"QUOTA_MODE": "true", "RESPONSE_DYNAMIC_METADATA": "true"}
+
+    def test_global_quota_mode(self):
+        # TestServiceGlobalQuotaMode: both over, OVER_LIMIT
+        self.call("quota-domain", [[("foo", "bar")]], 100, hits=10)
+        self.call("quota-domain", [[("hello", "world")]], 100, hits=5)
+        r = self.call("quota-domain", [[("foo", "bar")], [("hello", "world")]], 100)
+        self.assertEqual(self.codes(r), [self.OVER, self.OVER, self.OVER])
+        self.assertEqual([s.limit_remaining for s in r.statuses], [0, 0])
+        # the next minute: one over, the other not: OK, and the one with room counts the hit
+        self.call("quota-domain", [[("hello", "world")]], 160, hits=5)
+        r = self.call("quota-domain", [[("foo", "bar")], [("hello", "world")]], 160)
+        self.assertEqual(self.codes(r), [self.OK, self.OK, self.OVER])
+        self.assertEqual([s.limit_remaining for s in r.statuses], [9, 0])
+        # an over descriptor beside one that matches no limit (a quota descriptor that
+        # passed), or beside an unlimited one (which does not count)
+        self.call("quota-domain", [[("foo", "bar")]], 220, hits=10)
+        r = self.call("quota-domain", [[("foo", "bar")], [("no", "limit")]], 220)
+        self.assertEqual(self.codes(r), [self.OK, self.OVER, self.OK])
+        r = self.call("quota-domain", [[("foo", "bar")], [("unlimited", "x")]], 220)
+        self.assertEqual(self.codes(r), [self.OVER, self.OVER, self.OK])
+
+    def test_metadata_passed_descriptors(self):
+        # TestMetadataReturnedForPassedDescriptors: quota over, regular with room: OK, the
+        # metadata of the one that passed
+        # (at t = 600: the tests run in name order and the clock does not go back)
+        self.call("quota-domain", [[("quota", "limit")]], 600, hits=5)
+        r = self.call("quota-domain", [[("regular", "limit")], [("quota", "limit")]], 600)
+        self.assertEqual(self.codes(r), [self.OK, self.OK, self.OVER])
+        self.assertEqual(to_py(r.dynamic_metadata)["metadata"], {"name": "service_1"})
+
+    def test_metadata_all_passed_and_overlapping(self):
+        # TestMetadataReturnedForAllPassedDescriptors and ...OverlappingMetadataReturnsTheFirst
+        r = self.call("quota-domain", [[("regular", "limit")], [("other", "limit")]], 500)
+        self.assertEqual(to_py(r.dynamic_metadata)["metadata"],
+                         {"name": "service_1", "some_other_name": "service_2"})
+        r = self.call("quota-domain", [[("regular", "limit")], [("quota", "limit")]], 500)
+        self.assertEqual(self.codes(r), [self.OK, self.OK, self.OK])
+        self.assertEqual(to_py(r.dynamic_metadata)["metadata"], {"name": "service_1"})
+
+
+class GlobalShadow(Base):
+    """SHADOW_MODE=true: TestServiceGlobalShadowMode, TestServiceQuotaModeWithShadowMode and
+    TestServiceMixedModeWithShadowMode."""
+    FILES = {"service.yaml": SERVICE}
+    ENV = {"SHADOW_MODE": "true"}
+
+    def test_global_shadow_mode(self):
+        self.call("different-domain", [[("foo", "bar")]], 100, hits=10)
+        r = self.call("different-domain", [[("foo", "bar")], [("hello", "world")]], 100)
+        self.assertEqual(self.codes(r), [self.OK, self.OVER, self.OK])
+        self.assertIn("\nratelimit_service_global_shadow_mode 1\n", metrics(self.d))
+
+    def test_quota_with_shadow_mode(self):
+        # a regular and a quota mode limit, both over: OK overall, each OVER_LIMIT
+        for k in ("regular", "quota", "quota2"):
+            self.call("different-domain", [[(k, "s")]], 200)
+        r = self.call("different-domain", [[("regular", "s")], [("quota", "s")]], 200)
+        self.assertEqual(self.codes(r), [self.OK, self.OVER, self.OVER])
+        r = self.call("different-domain", [[("quota", "s")], [("quota2", "s")]], 200)
+        self.assertEqual(self.codes(r), [self.OK, self.OVER, self.OVER])
+
+
+HEADERS = """domain: different-domain
+descriptors:
+  - key: foo
+    value: bar
+    rate_limit: {unit: minute, requests_per_unit: 10}
+"""
+
+
+class Headers(Base):
+    """TestServiceWithCustomRatelimitHeaders: the limit, remaining and reset of the descriptor
+    nearest its limit, under the names given (at t = 62 the minute ends in 58 s)."""
+    FILES = {"headers.yaml": HEADERS}
+    ENV = {"LIMIT_RESPONSE_HEADERS_ENABLED": "true", "LIMIT_LIMIT_HEADER": "A-Ratelimit-Limit",
+           "LIMIT_REMAINING_HEADER": "A-Ratelimit-Remaining",
+           "LIMIT_RESET_HEADER": "A-Ratelimit-Reset"}
+    NAMES = ("A-Ratelimit-Limit", "A-Ratelimit-Remaining", "A-Ratelimit-Reset")
+
+    def test_headers(self):
+        self.call("different-domain", [[("foo", "bar")]], 62, hits=10)
+        r = self.call("different-domain", [[("foo", "bar")], [("hello", "world")]], 62)
+        self.assertEqual(self.codes(r), [self.OVER, self.OVER, self.OK])
+        self.assertEqual([(h.key, h.value) for h in r.response_headers_to_add],
+                         list(zip(self.NAMES, ("10", "0", "58"))))
+
+
+class DefaultHeaders(Headers):
+    """TestServiceWithDefaultRatelimitHeaders."""
+    ENV = {"LIMIT_RESPONSE_HEADERS_ENABLED": "true"}
+    NAMES = ("RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset")
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)

@@ -679,6 +679,7 @@ static int open_app(daemon_parts *dp)
         if (dp->yrls) { /* ShouldRateLimit is decided by the YAML configuration's matcher */
             dp->grpc_api.rls.decide = rld_yrls_decide_rls;
             dp->grpc_api.rls.cls = dp->yrls;
+            dp->grpc_api.rls.failed = rld_yrls_failed;
         }
     }
     return 0;

@@ -66,6 +66,7 @@ struct rld_yrls {
     int global_quota; /* QUOTA_MODE: every limit in quota mode */
     uint64_t global_shadow_hits; /* requests whose OVER_LIMIT the global shadow mode let pass */
     uint64_t load_errors;        /* reloads refused (a YAML configuration loads at start only) */
+    uint64_t call_errors[2];     /* calls answered with an error: the store's, any other */
     char *extra;                 /* EXTRA_TAGS as labels: ",region=\"us\",zone=\"a\"", or NULL */
     int upstream_headers;
     int dynamic_metadata; /* RESPONSE_DYNAMIC_METADATA */
@@ -1096,6 +1097,20 @@ void rld_yrls_metrics(rld_yrls *y, rld_buf *out)
                        svc[i].help, svc[i].name, svc[i].name, y->extra ? "{" : "",
                        y->extra ? y->extra + 1 : "", y->extra ? "}" : "",
                        (unsigned long long)svc[i].v);
+    static const char *const err_type[2] = {"redis_error", "service_error"};
+    rld_buf_printf(out, "# HELP ratelimit_service_should_rate_limit_error ShouldRateLimit calls "
+                        "answered with an error (envoyproxy/ratelimit's should_rate_limit "
+                        "errors): redis_error when the store failed, service_error for the "
+                        "others.\n# TYPE ratelimit_service_should_rate_limit_error counter\n");
+    for (int i = 0; i < 2; i++)
+        rld_buf_printf(out, "ratelimit_service_should_rate_limit_error{err_type=\"%s\"%s} %llu\n",
+                       err_type[i], y->extra ? y->extra : "",
+                       (unsigned long long)__atomic_load_n(&y->call_errors[i], __ATOMIC_RELAXED));
+}
+
+void rld_yrls_call_error(rld_yrls *y, int store)
+{
+    __atomic_add_fetch(&y->call_errors[store ? 0 : 1], 1, __ATOMIC_RELAXED);
 }
 
 /* How a request's descriptors stand, for its overall code as upstream makes it: OVER_LIMIT

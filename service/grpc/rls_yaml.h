@@ -70,6 +70,10 @@ int rld_yrls_set_extra_tags(rld_yrls *y, const char *spec, rl_err *err);
 void rld_yrls_set_dynamic_metadata(rld_yrls *y);
 /* 1 when it is on. */
 int rld_yrls_dynamic_metadata(const rld_yrls *y);
+/* Counts a ShouldRateLimit call answered with an error, as upstream's should_rate_limit errors
+ * (ratelimit_service_should_rate_limit_error{err_type}): redis_error when store, else
+ * service_error. */
+void rld_yrls_call_error(rld_yrls *y, int store);
 /* Counts a failed configuration load (ratelimit_service_config_load_error). */
 void rld_yrls_load_error(rld_yrls *y);
 /* 1 and the three names when they are on, else 0. */

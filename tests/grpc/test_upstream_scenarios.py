@@ -73,9 +73,11 @@ test/service/ratelimit_test.go
 Run by make test (make upstream-scenarios-check) with RL_BUILD naming the build directory.
 """
 import os
+import socket
 import subprocess
 import sys
 import tempfile
+import time
 import unittest
 import urllib.request
 
@@ -107,16 +109,21 @@ def series(text, name, **labels):
 class Base(unittest.TestCase):
     FILES = {}
     ENV = {}
+    CONFIG = CONFIG
 
     @classmethod
     def setUpClass(cls):
-        start(cls, {"ratelimit/" + k: v for k, v in cls.FILES.items()}, CONFIG, cls.ENV)
+        start(cls, {"ratelimit/" + k: v for k, v in cls.FILES.items()}, cls.config(), cls.ENV)
         cls.OK = cls.Resp.Code.Value("OK")
         cls.OVER = cls.Resp.Code.Value("OVER_LIMIT")
 
     @classmethod
     def tearDownClass(cls):
         stop(cls)
+
+    @classmethod
+    def config(cls):
+        return cls.CONFIG
 
     def call(self, domain, descriptors, now, hits=1):
         """descriptors: each a list of (key, value) entries, or a pair (entries, override)
@@ -225,8 +232,17 @@ METADATA = """domain: metadata-domain
 descriptors:
   - key: key1
     value: value1
-    rate_limit: {unit: minute, requests_per_unit: 5}
-    metadata: {name: service_1, nested: {a: 1}}
+    descriptors:
+      - key: subkey1
+        rate_limit: {unit: second, requests_per_unit: 5}
+        metadata: {name: service_1}
+      - key: subkey1
+        value: subvalue1
+        rate_limit: {unit: second, requests_per_unit: 10}
+  - key: key2
+    rate_limit: {unit: minute, requests_per_unit: 20}
+    metadata:
+      service_with_quota: {name: service_2}
 """
 
 
@@ -323,6 +339,26 @@ class ConfigAnswers(Base):
         self.assertEqual(rpu([("nestedwild", "val1"), ("wild", "foo2")]), None)
         self.assertEqual(rpu([("midwild", "axyzb")]), 40)
         self.assertEqual(rpu([("midwild", "axyzc")]), None)
+
+
+class Metadata(Base):
+    """TestMetadata: a limit's metadata, seen from outside in dynamic_metadata."""
+    FILES = {"metadata.yaml": METADATA}
+    ENV = {"RESPONSE_DYNAMIC_METADATA": "true"}
+
+    def test_metadata(self):
+        r = self.call("metadata-domain", [[("key1", "value1"), ("subkey1", "something")]], 1000)
+        self.limit(r.statuses[0], 5, "SECOND")
+        self.assertEqual(to_py(r.dynamic_metadata)["metadata"], {"name": "service_1"})
+        r = self.call("metadata-domain", [[("key2", "something")]], 1000)
+        self.limit(r.statuses[0], 20, "MINUTE")
+        self.assertEqual(to_py(r.dynamic_metadata)["metadata"],
+                         {"service_with_quota": {"name": "service_2"}})
+        m = metrics(self.d)
+        self.assertEqual(series(m, "ratelimit_service_rate_limit_total_hits",
+                                domain="metadata-domain", key1="key1_value1", key2="subkey1"), 1)
+        self.assertEqual(series(m, "ratelimit_service_rate_limit_within_limit",
+                                domain="metadata-domain", key1="key2"), 1)
 
 
 # ---- test/config: files refused --------------------------------------------------------------
@@ -530,6 +566,9 @@ class Service(Base):
                 self.call(domain, descriptors, 100)
             self.assertEqual(e.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
             self.assertIn(message, e.exception.details())
+        # each counted as upstream's service_error
+        self.assertEqual(series(metrics(self.d), "ratelimit_service_should_rate_limit_error",
+                                err_type="service_error"), 2)
 
     def test_health(self):
         from test_grpc import HEALTH, load_messages
@@ -675,6 +714,539 @@ class DefaultHeaders(Headers):
     """TestServiceWithDefaultRatelimitHeaders."""
     ENV = {"LIMIT_RESPONSE_HEADERS_ENABLED": "true"}
     NAMES = ("RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset")
+
+
+# ---- test/config: the stats a limit is counted under -----------------------------------------
+
+STATS_FILES = {
+    # TestDetailedMetric: four small configurations and its "realistic" one
+    "nested1.yaml": """domain: nested1
+descriptors:
+  - key: key-1
+    detailed_metric: true
+    rate_limit: {unit: minute, requests_per_unit: 100}
+    descriptors:
+      - key: key-2
+        rate_limit: {unit: minute, requests_per_unit: 5}
+""",
+    "nested2.yaml": """domain: nested2
+descriptors:
+  - key: key-1
+    rate_limit: {unit: minute, requests_per_unit: 100}
+    descriptors:
+      - key: key-2
+        rate_limit: {unit: minute, requests_per_unit: 5}
+""",
+    "nested3.yaml": """domain: nested3
+descriptors:
+  - key: key-1
+    detailed_metric: true
+    rate_limit: {unit: minute, requests_per_unit: 100}
+    descriptors:
+      - key: key-2
+        detailed_metric: true
+        rate_limit: {unit: minute, requests_per_unit: 5}
+""",
+    "nested.yaml": """domain: nested
+descriptors:
+  - key: key_1
+    detailed_metric: true
+    rate_limit: {unit: minute, requests_per_unit: 500}
+  - key: key_1
+    value: some-value-for-key-1
+    rate_limit: {unit: minute, requests_per_unit: 500}
+  - key: key_2
+    detailed_metric: true
+    rate_limit: {unit: minute, requests_per_unit: 5000}
+    descriptors:
+      - key: key_3
+        detailed_metric: true
+      - key: key_3
+        value: requested-key3-value
+        detailed_metric: true
+        rate_limit: {unit: minute, requests_per_unit: 5}
+  - key: key_2
+    value: specific-id
+    detailed_metric: true
+    rate_limit: {unit: minute, requests_per_unit: 50000}
+    descriptors:
+      - key: key_3
+        detailed_metric: true
+      - key: key_3
+        value: requested-key3-value
+        detailed_metric: true
+        rate_limit: {unit: minute, requests_per_unit: 100}
+""",
+    # TestValueToMetric_*
+    "v2m.yaml": """domain: v2m
+descriptors:
+  - key: route
+    value_to_metric: true
+    descriptors:
+      - key: http_method
+        value_to_metric: true
+        descriptors:
+          - key: subject_id
+            rate_limit: {unit: minute, requests_per_unit: 60}
+""",
+    "v2m-level.yaml": """domain: v2m-level
+descriptors:
+  - key: k1
+    value_to_metric: true
+    descriptors:
+      - key: k2
+        rate_limit: {unit: second, requests_per_unit: 1}
+""",
+    "v2m-mid.yaml": """domain: v2m-mid
+descriptors:
+  - key: k1
+    descriptors:
+      - key: k2
+        value_to_metric: true
+        descriptors:
+          - key: k3
+            rate_limit: {unit: second, requests_per_unit: 1}
+""",
+    "v2m-none.yaml": """domain: v2m-none
+descriptors:
+  - key: k1
+    descriptors:
+      - key: k2
+        rate_limit: {unit: second, requests_per_unit: 1}
+""",
+    "v2m-detailed.yaml": """domain: v2m-detailed
+descriptors:
+  - key: route
+    value_to_metric: true
+    descriptors:
+      - key: http_method
+        value_to_metric: true
+        descriptors:
+          - key: subject_id
+            detailed_metric: true
+            rate_limit: {unit: minute, requests_per_unit: 60}
+""",
+    "v2m-configured.yaml": """domain: v2m-configured
+descriptors:
+  - key: route
+    value_to_metric: true
+    descriptors:
+      - key: http_method
+        value: GET
+        value_to_metric: true
+        descriptors:
+          - key: subject_id
+            rate_limit: {unit: minute, requests_per_unit: 60}
+      - key: http_method
+        value: POST
+        value_to_metric: true
+        descriptors:
+          - key: subject_id
+            rate_limit: {unit: minute, requests_per_unit: 30}
+""",
+    "v2m-wild.yaml": """domain: v2m-wild
+descriptors:
+  - key: user
+    value_to_metric: true
+    descriptors:
+      - key: action
+        value: read*
+        value_to_metric: true
+        descriptors:
+          - key: resource
+            rate_limit: {unit: minute, requests_per_unit: 100}
+""",
+    # TestShareThreshold (its share_threshold.yaml)
+    "share.yaml": """domain: share
+descriptors:
+  - {key: files, value: files/*, share_threshold: true,
+     rate_limit: {unit: minute, requests_per_unit: 100}}
+  - key: nested
+    value: parent
+    descriptors:
+      - {key: files, value: nested/*, share_threshold: true,
+         rate_limit: {unit: minute, requests_per_unit: 200}}
+  - key: files
+    value: top/*
+    share_threshold: true
+    descriptors:
+      - {key: files, value: nested/*, share_threshold: true,
+         rate_limit: {unit: minute, requests_per_unit: 300}}
+  - key: route
+    value: api/*
+    share_threshold: true
+    value_to_metric: true
+    descriptors:
+      - {key: method, rate_limit: {unit: minute, requests_per_unit: 60}}
+  - key: service
+    value: svc/*
+    share_threshold: true
+    descriptors:
+      - {key: endpoint, detailed_metric: true, rate_limit: {unit: minute, requests_per_unit: 80}}
+  - key: path
+    value: path/*
+    share_threshold: true
+    descriptors:
+      - key: file
+        value: file/*
+        share_threshold: false
+        descriptors:
+          - {key: type, rate_limit: {unit: minute, requests_per_unit: 120}}
+  - key: user
+    value: user/*
+    share_threshold: true
+    descriptors:
+      - key: resource
+        value: res/*
+        share_threshold: true
+        descriptors:
+          - {key: action, rate_limit: {unit: minute, requests_per_unit: 150}}
+  - {key: file, value: test1, rate_limit: {unit: minute, requests_per_unit: 50}}
+  - {key: file, value: test*, share_threshold: true,
+     rate_limit: {unit: minute, requests_per_unit: 100}}
+  - {key: midpath, value: /api*v1, share_threshold: true,
+     rate_limit: {unit: minute, requests_per_unit: 100}}
+  - {key: multiroute, value: svc*ep*rpc, share_threshold: true,
+     rate_limit: {unit: minute, requests_per_unit: 50}}
+  - {key: midroute, value: /api*v2, share_threshold: true, value_to_metric: true,
+     rate_limit: {unit: minute, requests_per_unit: 80}}
+  - key: tenant
+    value: t*prod
+    share_threshold: true
+    descriptors:
+      - {key: resource, value: res*v2, share_threshold: true,
+         rate_limit: {unit: minute, requests_per_unit: 60}}
+""",
+    # TestWildcardStatsBehavior: one domain per sub-test
+    "w1.yaml": "domain: w1\ndescriptors:\n  - {key: wild, value: foo*, "
+               "rate_limit: {unit: minute, requests_per_unit: 20}}\n",
+    "w2.yaml": "domain: w2\ndescriptors:\n  - {key: wild, value: foo*, value_to_metric: true, "
+               "rate_limit: {unit: minute, requests_per_unit: 20}}\n",
+    "w3.yaml": "domain: w3\ndescriptors:\n  - {key: wild, value: foo*, share_threshold: true, "
+               "rate_limit: {unit: minute, requests_per_unit: 20}}\n",
+    "w4.yaml": "domain: w4\ndescriptors:\n  - {key: wild, value: foo*, share_threshold: true, "
+               "value_to_metric: true, rate_limit: {unit: minute, requests_per_unit: 20}}\n",
+    "w5.yaml": """domain: w5
+descriptors:
+  - key: wild
+    value: foo*
+    descriptors:
+      - key: other
+        value_to_metric: true
+        descriptors:
+          - {key: limit, rate_limit: {unit: minute, requests_per_unit: 20}}
+""",
+    "w6.yaml": "domain: w6\ndescriptors:\n  - {key: wild, value: foo*bar*, "
+               "rate_limit: {unit: minute, requests_per_unit: 20}}\n",
+    "w7.yaml": "domain: w7\ndescriptors:\n  - {key: wild, value: foo*bar*, value_to_metric: true, "
+               "rate_limit: {unit: minute, requests_per_unit: 20}}\n",
+}
+
+# (upstream's case, the request's entries, the limit's requests_per_unit, the stats key upstream
+# gives: domain.key1.key2...)
+STATS_CASES = [
+    ("detailed: top-level key requested", [("key-1", "value-1")], 100, "nested1.key-1_value-1"),
+    ("detailed: top-level, no detailed_metric", [("key-1", "value-1")], 100, "nested2.key-1"),
+    ("detailed: fully nested", [("key-1", "value-1"), ("key-2", "value-2")], 5,
+     "nested3.key-1_value-1.key-2_value-2"),
+    ("detailed: fully nested, no detailed_metric", [("key-1", "value-1"), ("key-2", "value-2")],
+     5, "nested2.key-1.key-2"),
+    ("detailed: simple request", [("key_1", "value-for-key-1")], 500,
+     "nested.key_1_value-for-key-1"),
+    ("detailed: second descriptor not nested", [("key_2", "key-2-value")], 5000,
+     "nested.key_2_key-2-value"),
+    ("detailed: nested request", [("key_2", "key-2-value"), ("key_3", "requested-key3-value")],
+     5, "nested.key_2_key-2-value.key_3_requested-key3-value"),
+    ("v2m: runtime values", [("route", "draw"), ("http_method", "GET"), ("subject_id", "123")],
+     60, "v2m.route_draw.http_method_GET.subject_id"),
+    ("v2m: default key includes value at that level", [("k1", "A"), ("k2", "foo")], 1,
+     "v2m-level.k1_A.k2"),
+    ("v2m: mid level only", [("k1", "X"), ("k2", "Y"), ("k3", "Z")], 1, "v2m-mid.k1.k2_Y.k3"),
+    ("v2m: no flag", [("k1", "X"), ("k2", "Y")], 1, "v2m-none.k1.k2"),
+    ("v2m: detailed_metric wins", [("route", "draw"), ("http_method", "GET"),
+                                   ("subject_id", "123")], 60,
+     "v2m-detailed.route_draw.http_method_GET.subject_id_123"),
+    ("v2m: configured values GET", [("route", "api"), ("http_method", "GET"),
+                                    ("subject_id", "user123")], 60,
+     "v2m-configured.route_api.http_method_GET.subject_id"),
+    ("v2m: configured values POST", [("route", "api"), ("http_method", "POST"),
+                                     ("subject_id", "user456")], 30,
+     "v2m-configured.route_api.http_method_POST.subject_id"),
+    ("v2m: wildcard alice", [("user", "alice"), ("action", "readfile"),
+                             ("resource", "documents")], 100,
+     "v2m-wild.user_alice.action_readfile.resource"),
+    ("v2m: wildcard bob", [("user", "bob"), ("action", "readdata"), ("resource", "database")],
+     100, "v2m-wild.user_bob.action_readdata.resource"),
+    ("v2m: empty route", [("route", ""), ("http_method", "GET"), ("subject_id", "123")], 60,
+     "v2m.route.http_method_GET.subject_id"),
+    ("v2m: empty method", [("route", "draw"), ("http_method", ""), ("subject_id", "123")], 60,
+     "v2m.route_draw.http_method.subject_id"),
+    ("v2m: both empty", [("route", ""), ("http_method", ""), ("subject_id", "123")], 60,
+     "v2m.route.http_method.subject_id"),
+    ("v2m: full key matches stats key", [("route", "api"), ("http_method", "GET"),
+                                         ("subject_id", "user123")], 60,
+     "v2m.route_api.http_method_GET.subject_id"),
+    ("share: basic a.pdf", [("files", "files/a.pdf")], 100, "share.files_files/*"),
+    ("share: basic b.csv", [("files", "files/b.csv")], 100, "share.files_files/*"),
+    ("share: with value_to_metric", [("route", "api/v1"), ("method", "GET")], 60,
+     "share.route_api/*.method"),
+    ("share: with detailed_metric", [("service", "svc/user"), ("endpoint", "get")], 80,
+     "share.service_svc/*.endpoint_get"),
+    ("share: nested", [("nested", "parent"), ("files", "nested/file1.txt")], 200,
+     "share.nested_parent.files_nested/*"),
+    ("share: multiple", [("files", "top/file1.txt"), ("files", "nested/file1.txt")], 300,
+     "share.files_top/*.files_nested/*"),
+    ("share: parent only", [("path", "path/foo"), ("file", "file/doc1"), ("type", "pdf")], 120,
+     "share.path_path/*.file_file/*.type"),
+    ("share: parent and child", [("user", "user/alice"), ("resource", "res/file1"),
+                                 ("action", "read")], 150,
+     "share.user_user/*.resource_res/*.action"),
+    ("share: explicit value first", [("file", "test1")], 50, "share.file_test1"),
+    ("share: wildcard test2", [("file", "test2")], 100, "share.file_test*"),
+    ("share: wildcard test123", [("file", "test123")], 100, "share.file_test*"),
+    ("share: middle wildcard", [("midpath", "/api-beta-v1")], 100, "share.midpath_/api*v1"),
+    ("share: middle wildcard, no match", [("midpath", "/api/v2")], None, None),
+    ("share: multi wildcard", [("multiroute", "svcXXXepYYYrpc")], 50,
+     "share.multiroute_svc*ep*rpc"),
+    ("share: multi wildcard, no match", [("multiroute", "svcABCrpc")], None, None),
+    ("share: priority over value_to_metric", [("midroute", "/api-beta-v2")], 80,
+     "share.midroute_/api*v2"),
+    ("share: nested middle wildcards", [("tenant", "t99prod"), ("resource", "resBBBv2")], 60,
+     "share.tenant_t*prod.resource_res*v2"),
+    ("wildcard: no flags", [("wild", "foo1")], 20, "w1.wild_foo*"),
+    ("wildcard: value_to_metric", [("wild", "foo1")], 20, "w2.wild_foo1"),
+    ("wildcard: share_threshold", [("wild", "foo1")], 20, "w3.wild_foo*"),
+    ("wildcard: share_threshold with value_to_metric", [("wild", "foo1")], 20, "w4.wild_foo*"),
+    ("wildcard: value_to_metric in another descriptor", [("wild", "foo1"), ("other", "bar"),
+                                                         ("limit", "X")], 20,
+     "w5.wild_foo*.other_bar.limit"),
+    ("wildcard: middle+trailing, no flags", [("wild", "foo1bar2")], 20, "w6.wild_foo*bar*"),
+    ("wildcard: middle+trailing, other value", [("wild", "fooXbarYZ")], 20, "w6.wild_foo*bar*"),
+    ("wildcard: middle+trailing, value_to_metric", [("wild", "foo123bar456")], 20,
+     "w7.wild_foo123bar456"),
+]
+
+
+class Stats(Base):
+    """The series upstream counts a limit under, for each case of TestDetailedMetric,
+    TestValueToMetric_*, TestShareThreshold and TestWildcardStatsBehavior: the stats key
+    domain.k1.k2 is ratelimit_service_rate_limit_total_hits{domain, key1, key2}, one hit each."""
+    FILES = STATS_FILES
+
+    def test_stats_keys(self):
+        for name, entries, rpu, key in STATS_CASES:
+            with self.subTest(name):
+                domain, _, rest = (key or "share.").partition(".")
+                labels = {"domain": domain}
+                labels.update({"key%d" % (i + 1): k for i, k in enumerate(rest.split("."))})
+                before = series(metrics(self.d), "ratelimit_service_rate_limit_total_hits",
+                                **labels) if key else None
+                r = self.call(domain, [entries], 5000)
+                if rpu is None:
+                    self.assertFalse(r.statuses[0].HasField("current_limit"))
+                    continue
+                self.assertEqual(r.statuses[0].current_limit.requests_per_unit, rpu)
+                after = series(metrics(self.d), "ratelimit_service_rate_limit_total_hits",
+                               **labels)
+                self.assertEqual(after, (before or 0) + 1, metrics(self.d) if after is None
+                                 else None)
+
+
+class CacheError(Base):
+    """TestCacheError: the store fails. Upstream answers the call with an error (UNKNOWN,
+    "cache error") and counts redis_error; ratelimitd applies the store's failure mode."""
+
+    @classmethod
+    def config(cls):
+        return ('{"listen": {"address": "127.0.0.1", "port": 0}, "ratelimit_config": '
+                '"ratelimit", "store": {"type": "redis", "url": "redis://127.0.0.1:%d/0"}}'
+                % free_port())
+    FILES = {"service.yaml": SERVICE}
+
+    def test_cache_error(self):
+        # Redis unreachable: the YAML's limits fail open (their on_store_error), so the call
+        # is answered OK with no limit and the fallback is counted; no call failed
+        r = self.call("different-domain", [[("foo", "bar")]], 100)
+        self.assertEqual(self.codes(r), [self.OK, self.OK])
+        m = metrics(self.d)
+        self.assertEqual(series(m, "ratelimit_store_fallback_total", level="rls", mode="open"), 1)
+        self.assertEqual(series(m, "ratelimit_service_should_rate_limit_error",
+                                err_type="redis_error"), 0)
+
+# ---- test/integration -----------------------------------------------------------------------
+
+BASIC_RT = """domain: basic
+descriptors:
+  - key: key1
+    rate_limit: {unit: second, requests_per_unit: 50}
+  - key: one_per_minute
+    rate_limit: {unit: minute, requests_per_unit: 1}
+"""
+
+ANOTHER_RT = """domain: another
+descriptors:
+  - key: key2
+    rate_limit: {unit: minute, requests_per_unit: 20}
+  - key: key3
+    rate_limit: {unit: hour, requests_per_unit: 10}
+  - key: key4
+    rate_limit: {unit: day, requests_per_unit: 20}
+"""
+
+SHARE_RT = """domain: share-threshold-test
+descriptors:
+  - key: files
+    value: files/*
+    share_threshold: true
+    rate_limit: {unit: hour, requests_per_unit: 10}
+  - key: files_no_share
+    value: files_no_share/*
+    rate_limit: {unit: hour, requests_per_unit: 10}
+"""
+
+
+class Integration(Base):
+    """testBasicBaseConfig and testShareThreshold of its integration test, on the memory store
+    (the subclass runs them on Redis). Its runtime files basic.yaml, another.yaml and
+    share_threshold.yaml, without the _local keys of its local cache."""
+    FILES = {"basic.yaml": BASIC_RT, "another.yaml": ANOTHER_RT, "share.yaml": SHARE_RT}
+
+    def total(self, m, stat, domain, key):
+        return series(m, "ratelimit_service_rate_limit_" + stat, domain=domain, key1=key) or 0
+
+    def test_basic(self):
+        r = self.call("foo", [[("hello", "world")]], 1000)
+        self.assertEqual(self.codes(r), [self.OK, self.OK])
+        self.assertFalse(r.statuses[0].HasField("current_limit"))
+        r = self.call("basic", [[("key1", "foo")]], 1000)
+        self.assertEqual(self.codes(r), [self.OK, self.OK])
+        self.limit(r.statuses[0], 50, "SECOND")
+        self.assertEqual(r.statuses[0].limit_remaining, 49)
+        self.assertEqual(r.statuses[0].duration_until_reset.seconds, 1)
+        self.assertEqual(self.total(metrics(self.d), "total_hits", "basic", "key1"), 1)
+        # 25 requests against a minute's 20
+        for i in range(25):
+            r = self.call("another", [[("key2", "random1")]], 1000)
+            code = self.OK if i < 20 else self.OVER
+            self.assertEqual(self.codes(r), [code, code])
+            self.limit(r.statuses[0], 20, "MINUTE")
+            self.assertEqual(r.statuses[0].limit_remaining, max(0, 20 - (i + 1)))
+            self.assertEqual(r.statuses[0].duration_until_reset.seconds, 20)
+            m = metrics(self.d)
+            self.assertEqual(self.total(m, "total_hits", "another", "key2"), i + 1)
+            self.assertEqual(self.total(m, "over_limit", "another", "key2"), max(0, i - 19))
+        # two keys of the domain in one request: key3's hour of 10 runs out first. Upstream
+        # counts key2 in the requests key3 denies (20 - (i + 1) left); ratelimitd counts a
+        # denied request against neither, as upstream does with
+        # STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT: key2 keeps 10
+        for i in range(15):
+            r = self.call("another", [[("key2", "random2")], [("key3", "random2")]], 1000)
+            code = self.OK if i < 10 else self.OVER
+            self.assertEqual(self.codes(r), [code, self.OK, code])
+            self.limit(r.statuses[0], 20, "MINUTE")
+            self.limit(r.statuses[1], 10, "HOUR")
+            self.assertEqual(r.statuses[0].limit_remaining, 20 - (i + 1) if i < 10 else 10)
+            self.assertEqual(r.statuses[1].limit_remaining, max(0, 10 - (i + 1)))
+            self.assertEqual(r.statuses[1].duration_until_reset.seconds, 2600)
+            m = metrics(self.d)
+            # total_hits counts every hit asked for, as upstream's
+            self.assertEqual(self.total(m, "total_hits", "another", "key2"), i + 26)
+            self.assertEqual(self.total(m, "over_limit", "another", "key2"), 5)
+            self.assertEqual(self.total(m, "total_hits", "another", "key3"), i + 1)
+            self.assertEqual(self.total(m, "over_limit", "another", "key3"), max(0, i - 9))
+        # DurationUntilReset ticks down
+        r1 = self.call("another", [[("key4", "durTest")]], 1000)
+        r2 = self.call("another", [[("key4", "durTest")]], 1002)
+        self.assertEqual(r1.statuses[0].duration_until_reset.seconds, 85400)
+        self.assertEqual(r2.statuses[0].duration_until_reset.seconds, 85398)
+
+    def test_share_threshold(self):
+        # files/*: ten requests over any values use up one shared hour of 10
+        for i in range(10):
+            r = self.call("share-threshold-test", [[("files", "files/a.pdf")]], 5000)
+            self.assertEqual(r.overall_code, self.OK)
+        r = self.call("share-threshold-test", [[("files", "files/b.csv")]], 5000)
+        self.assertEqual(self.codes(r), [self.OVER, self.OVER])
+        self.limit(r.statuses[0], 10, "HOUR")
+        # files_no_share/*: each value has its own 10
+        for i in range(10):
+            r = self.call("share-threshold-test", [[("files_no_share", "files_no_share/a.pdf")]],
+                          5000)
+            self.assertEqual(r.overall_code, self.OK)
+        r = self.call("share-threshold-test", [[("files_no_share", "files_no_share/b.csv")]],
+                      5000)
+        self.assertEqual(self.codes(r), [self.OK, self.OK])
+        self.assertEqual(r.statuses[0].limit_remaining, 9)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class IntegrationRedis(Integration):
+    """The same on Redis (upstream's WithoutPerSecondRedis and WithCachePrefix): Debian's
+    redis-server on a free port, the store's keys under a prefix of the test's."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.rtmp = tempfile.TemporaryDirectory()
+        cls.port = free_port()
+        cls.redis = subprocess.Popen(["redis-server", "--port", str(cls.port), "--bind",
+                                      "127.0.0.1", "--save", "", "--appendonly", "no",
+                                      "--dir", cls.rtmp.name],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        for _ in range(100):
+            try:
+                socket.create_connection(("127.0.0.1", cls.port), timeout=1).close()
+                break
+            except OSError:
+                time.sleep(0.05)
+        else:
+            cls.redis.kill()
+            raise RuntimeError("redis-server did not start")
+        try:
+            super().setUpClass()
+        except Exception:
+            cls.redis.kill()
+            raise
+
+    @classmethod
+    def tearDownClass(cls):
+        try:
+            super().tearDownClass()
+        finally:
+            cls.redis.terminate()
+            cls.redis.wait(10)
+            cls.rtmp.cleanup()
+
+    @classmethod
+    def config(cls):
+        return ('{"listen": {"address": "127.0.0.1", "port": 0}, "ratelimit_config": '
+                '"ratelimit", "store": {"type": "redis", "url": "redis://127.0.0.1:%d/0", '
+                '"prefix": "upstream-prefix:"}}' % cls.port)
+
+    def test_keys_under_prefix(self):
+        self.call("basic", [[("one_per_minute", "x")]], 1000)
+        keys = subprocess.run(["redis-cli", "-p", str(self.port), "--scan"], capture_output=True,
+                              text=True, check=True).stdout.split()
+        self.assertTrue(keys)
+        self.assertTrue(all(k.startswith("upstream-prefix:") for k in keys), keys)
+
+
+class ExtraTags(Base):
+    """TestBasicConfig_ExtraTags: EXTRA_TAGS on the limit's series and on config_load_success."""
+    FILES = {"basic.yaml": BASIC_RT}
+    ENV = {"EXTRA_TAGS": "foo:bar,a:b"}
+
+    def test_extra_tags(self):
+        self.call("basic", [[("key1", "foo")]], 1000)
+        m = metrics(self.d)
+        self.assertEqual(series(m, "ratelimit_service_rate_limit_total_hits", domain="basic",
+                                key1="key1", foo="bar", a="b"), 1)
+        self.assertEqual(series(m, "ratelimit_service_config_load_success", foo="bar", a="b"),
+                         1)
 
 
 if __name__ == "__main__":

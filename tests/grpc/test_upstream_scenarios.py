@@ -8,67 +8,91 @@ says why. The daemon runs with --manual-clock: every call carries its time in th
 ratelimitd-now metadata, so windows and resets are exact (at t = 1000 a minute ends in 20 s, an
 hour in 2600 s).
 
-Every upstream case looked at, by file (same / deliberate: a documented difference / n.a.: not
-applicable, Memcached, per-second Redis pools, its internals, or the parts of other work: reload
-of the files, xDS):
+Every upstream case looked at (a test function, or each t.Run subtest where it has them), by
+file: same / deliberate (a documented difference, docs/envoy.md) / n.a. (not applicable:
+Memcached, per-second Redis pools, its local cache, its internals; and reloading the files and
+xDS, which docs/envoy.md gives as not supported yet) / gap. 115 cases: 69 same, 15 deliberate, 31 n.a., 0 gaps.
 
-test/config/config_test.go
-  TestBasicConfig ............................ same        (ConfigAnswers.test_basic_config)
-  TestDomainMerge ............................ same        (ConfigAnswers.test_domain_merge)
-  TestConfigLimitOverride .................... same        (ConfigAnswers.test_limit_override)
+test/config/config_test.go: 44 same
+  TestBasicConfig ............................ same        ConfigAnswers.test_basic_config
+  TestDomainMerge ............................ same        ConfigAnswers.test_domain_merge
+  TestConfigLimitOverride .................... same        ConfigAnswers.test_limit_override
   TestEmptyDomain, TestDuplicateDomain, TestEmptyKey, TestDuplicateKey,
   TestDuplicateKeyDomainMerge, TestBadLimitUnit, TestReplacesSelf, TestReplacesEmpty,
   TestBadYaml, TestMisspelledKey, TestNonStringKey, TestNonMapList,
-  TestUnlimitedWithRateLimitUnit ............. same (13)   (ConfigErrors: the same message, the
-                                                            file, plus the YAML path; bad YAML
-                                                            in libyaml's words)
-  TestShadowModeConfig ....................... same        (ConfigAnswers.test_shadow_mode)
-  TestWildcardConfig ......................... same        (ConfigAnswers.test_wildcard)
-  TestDetailedMetric ......................... same        (Stats.test_detailed_metric)
-  TestValueToMetric_* (9) .................... same (9)    (Stats.test_value_to_metric)
-  TestShareThreshold (8 subtests) ............ same (8)    (Stats.test_share_threshold)
-  TestWildcardStatsBehavior (7 subtests) ..... same (7)    (Stats.test_wildcard_stats)
-  TestMetadata ............................... same        (Service.test_metadata_*)
-test/integration/integration_test.go
-  TestBasicConfig/WithoutPerSecondRedis ...... deliberate  (Integration.test_basic: a request
-                                                            denied by key3 does not count key2)
-  TestBasicConfig/...WithCachePrefix ......... deliberate  (the same; store.prefix)
-  TestBasicConfig/...StopCacheKeyIncrementWhenOverlimit
-                                           .... same        (Integration.test_basic: always so)
-  TestBasicConfig with per-second Redis or the local cache (6) .. n.a.
-  TestBasicConfig_ExtraTags .................. same        (ExtraTags)
-  TestBasicTLSConfig, TestBasicAuthConfig, ...WithRedisCluster, ...WithRedisSentinel:
-    their cases without per-second Redis nor the local cache (4): same, run by
-    tests/redis_tls/test_redis_tls.py and the C tests of the store (test_redis_*.c); the rest n.a.
-  TestXdsProviderBasicConfig, TestXdsProviderBasicConfigReload, TestBasicReloadConfig .. n.a.
-  TestBasicConfigMemcache, TestConfigMemcacheWithMaxIdleConns, TestMultiNodeMemcache .. n.a.
-  Test_mTLS, TestReloadGRPCServerCerts ....... same        (tests/grpc/test_grpc_tls.py)
-  TestShareThreshold ......................... same        (Integration.test_share_threshold)
-test/service/ratelimit_test.go
-  TestService ................................ same        (Service.test_service; its reload
-                                                            part n.a.)
-  TestServiceGlobalShadowMode ................ same        (GlobalShadow)
-  TestRuleShadowMode, TestMixedRuleShadowMode  same (2)    (Service.test_rule_shadow_mode)
+  TestUnlimitedWithRateLimitUnit ............. same (13)   ConfigErrors: upstream's message
+                                                           after the file, plus the YAML path
+                                                           (bad YAML in libyaml's words)
+  TestShadowModeConfig ....................... same        ConfigAnswers.test_shadow_mode
+  TestWildcardConfig ......................... same        ConfigAnswers.test_wildcard
+  TestDetailedMetric (7 rows) ................ same        Stats
+  TestValueToMetric_* ........................ same (9)    Stats
+  TestShareThreshold (8 subtests) ............ same (8)    Stats
+  TestWildcardStatsBehavior (7 subtests) ..... same (7)    Stats
+  TestMetadata ............................... same        Metadata
+test/integration/integration_test.go: 6 same, 10 deliberate, 30 n.a.
+  TestBasicConfig/WithoutPerSecondRedis ...... deliberate  Integration, IntegrationRedis: a
+                                                           request denied by key3 does not count
+                                                           key2 (upstream's 20 - (i + 1) left)
+  TestBasicConfig/WithoutPerSecondRedisWithCachePrefix .. deliberate (the same; store.prefix)
+  TestBasicConfig/WithoutPerSecondRedisWithstopCacheKeyIncrementWhenOverlimitConfig .. same
+  TestBasicConfig, its other 6 (per-second Redis, local cache) .. n.a.
+  TestXdsProviderBasicConfig (4) ............. n.a.
+  TestBasicConfig_ExtraTags .................. same        ExtraTags
+  TestBasicTLSConfig/WithoutPerSecondRedisTLS, .../WithoutPerSecondRedisTLSWithClientCert
+                                           .... deliberate (2) the same scenario, hence the same
+                                                           difference; run here on one Redis in
+                                                           cleartext, the TLS transport by
+                                                           tests/redis_tls/test_redis_tls.py
+  TestBasicTLSConfig, its other 3 ............ n.a.
+  TestBasicAuthConfig/WithoutPerSecondRedisAuth  deliberate IntegrationRedisAuth (the same
+                                                           difference); its other 3 n.a.
+  TestBasicAuthConfigWithRedisCluster/WithoutPerSecondRedisAuth,
+  TestBasicAuthConfigWithRedisSentinel/WithoutPerSecondRedisAuth
+                                           .... deliberate (2) the same scenario and difference;
+                                                           run here on one Redis, Cluster and
+                                                           Sentinel by tests/test_redis_*.c and
+                                                           tests/redis_tls; their other 6 n.a.
+  TestBasicReloadConfig/BasicWithoutWatchRoot  deliberate  the basic scenario again (files are
+                                                           never watched here)
+  TestBasicReloadConfig/ReloadWithoutWatchRoot, TestXdsProviderBasicConfigReload .. n.a. (2)
+  TestBasicConfigMemcache (3), TestConfigMemcacheWithMaxIdleConns (2),
+  TestMultiNodeMemcache ...................... n.a. (6)
+  Test_mTLS .................................. same        tests/grpc/test_grpc_tls.py
+  TestReloadGRPCServerCerts/WithInitialCert, .../WithNewCertFail .. same (2) test_grpc_tls.py
+  TestReloadGRPCServerCerts/WithNewCertOK, .../WithInitialCertFail
+                                           .... deliberate (2) new files are read at SIGHUP,
+                                                           not when they change
+                                                           (test_grpc_tls.py swaps them so)
+  TestShareThreshold/WithoutPerSecondRedis ... same        Integration*.test_share_threshold
+test/service/ratelimit_test.go: 19 same, 5 deliberate, 1 n.a.
+  TestService ................................ same        Service.test_service (its reload
+                                                           steps left out)
+  TestServiceGlobalShadowMode ................ same        GlobalShadow
+  TestRuleShadowMode, TestMixedRuleShadowMode  same (2)    Service.test_rule_shadow_mode
   TestServiceWithCustomRatelimitHeaders,
-  TestServiceWithDefaultRatelimitHeaders ..... same (2)    (Headers)
-  TestEmptyDomain, TestEmptyDescriptors ...... deliberate (2) (INVALID_ARGUMENT with upstream's
-                                                            message, where Go's panic is UNKNOWN)
-  TestCacheError ............................. deliberate  (Service.test_cache_error: the store's
-                                                            failure mode, UNAVAILABLE)
-  TestInitialLoadError ....................... deliberate  (a configuration that does not load
-                                                            stops the start)
-  TestUnlimited .............................. same        (Service.test_unlimited)
-  TestServiceTracer .......................... n.a. (OpenTelemetry tracing is not supported)
-  TestServiceHealthStatus .................... same        (Service.test_health)
-  TestServiceHealthStatusAtLeastOneConfigLoaded  deliberate (serves only once configured)
-  TestServiceGlobalQuotaMode ................. same        (GlobalQuota)
+  TestServiceWithDefaultRatelimitHeaders ..... same (2)    Headers, DefaultHeaders
+  TestEmptyDomain, TestEmptyDescriptors ...... deliberate (2) INVALID_ARGUMENT naming the field,
+                                                           where upstream answers UNKNOWN; both
+                                                           count service_error as there
+  TestCacheError ............................. deliberate  CacheError: the store's failure mode
+                                                           answers (open), not an error
+  TestInitialLoadError ....................... deliberate  Service.test_initial_load_error: a
+                                                           configuration that does not load
+                                                           stops the start
+  TestUnlimited .............................. same        Service.test_unlimited
+  TestServiceTracer .......................... n.a.        OpenTelemetry spans inside the process
+  TestServiceHealthStatus .................... same        Service.test_health
+  TestServiceHealthStatusAtLeastOneConfigLoaded  deliberate serving only once configured, the
+                                                           unconfigured state is never seen
+  TestServiceGlobalQuotaMode ................. same        GlobalQuota.test_global_quota_mode
   TestMetadataReturnedForPassedDescriptors, ...ForAllPassedDescriptors,
-  TestOverlappingMetadataReturnsTheFirstValue  same (3)    (GlobalQuota.test_metadata_*)
+  TestOverlappingMetadataReturnsTheFirstValue  same (3)    GlobalQuota.test_metadata_*
   TestServicePerDescriptorQuotaMode, TestServiceMixedPerDescriptorModes,
   ...MixedPerDescriptorModesUnderLimit, TestServiceQuotaModeOnlyAllOverTheLimit,
-  ...QuotaModeOnlySomeOverTheLimit ........... same (5)    (Service.test_quota_mode_*)
+  ...QuotaModeOnlySomeOverTheLimit ........... same (5)    Service.test_quota_mode_per_descriptor
   TestServiceQuotaModeWithShadowMode, TestServiceMixedModeWithShadowMode
-                                           .... same (2)    (GlobalShadow.test_quota_*)
+                                           .... same (2)    GlobalShadow.test_quota_with_shadow_mode
 
 Run by make test (make upstream-scenarios-check) with RL_BUILD naming the build directory.
 """
@@ -1188,6 +1212,9 @@ def free_port():
 class IntegrationRedis(Integration):
     """The same on Redis (upstream's WithoutPerSecondRedis and WithCachePrefix): Debian's
     redis-server on a free port, the store's keys under a prefix of the test's."""
+    REDIS_ARGS = []
+    URL = "redis://127.0.0.1:%d/0"
+    CLI_ARGS = []
 
     @classmethod
     def setUpClass(cls):
@@ -1195,7 +1222,7 @@ class IntegrationRedis(Integration):
         cls.port = free_port()
         cls.redis = subprocess.Popen(["redis-server", "--port", str(cls.port), "--bind",
                                       "127.0.0.1", "--save", "", "--appendonly", "no",
-                                      "--dir", cls.rtmp.name],
+                                      "--dir", cls.rtmp.name] + cls.REDIS_ARGS,
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         for _ in range(100):
             try:
@@ -1224,15 +1251,23 @@ class IntegrationRedis(Integration):
     @classmethod
     def config(cls):
         return ('{"listen": {"address": "127.0.0.1", "port": 0}, "ratelimit_config": '
-                '"ratelimit", "store": {"type": "redis", "url": "redis://127.0.0.1:%d/0", '
-                '"prefix": "upstream-prefix:"}}' % cls.port)
+                '"ratelimit", "store": {"type": "redis", "url": "%s", '
+                '"prefix": "upstream-prefix:"}}' % (cls.URL % cls.port))
 
     def test_keys_under_prefix(self):
         self.call("basic", [[("one_per_minute", "x")]], 1000)
-        keys = subprocess.run(["redis-cli", "-p", str(self.port), "--scan"], capture_output=True,
-                              text=True, check=True).stdout.split()
+        keys = subprocess.run(["redis-cli", "-p", str(self.port)] + self.CLI_ARGS + ["--scan"],
+                              capture_output=True, text=True, check=True).stdout.split()
         self.assertTrue(keys)
         self.assertTrue(all(k.startswith("upstream-prefix:") for k in keys), keys)
+
+
+class IntegrationRedisAuth(IntegrationRedis):
+    """TestBasicAuthConfig/WithoutPerSecondRedisAuth: the same on a Redis that wants a
+    password (upstream's REDIS_AUTH, here the URL's)."""
+    REDIS_ARGS = ["--requirepass", "password123"]
+    URL = "redis://:password123@127.0.0.1:%d/0"
+    CLI_ARGS = ["--no-auth-warning", "-a", "password123"]
 
 
 class ExtraTags(Base):

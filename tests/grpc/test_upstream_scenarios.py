@@ -11,7 +11,8 @@ hour in 2600 s).
 Every upstream case looked at (a test function, or each t.Run subtest where it has them), by
 file: same / deliberate (a documented difference, docs/envoy.md) / n.a. (not applicable:
 Memcached, per-second Redis pools, its local cache, its internals; and reloading the files and
-xDS, which docs/envoy.md gives as not supported yet) / gap. 115 cases: 69 same, 15 deliberate, 31 n.a., 0 gaps.
+xDS, which docs/envoy.md gives as not supported yet) / gap. 115 cases: 69 same, 15 deliberate,
+31 n.a., 0 gaps.
 
 test/config/config_test.go: 44 same
   TestBasicConfig ............................ same        ConfigAnswers.test_basic_config
@@ -40,10 +41,9 @@ test/integration/integration_test.go: 6 same, 10 deliberate, 30 n.a.
   TestXdsProviderBasicConfig (4) ............. n.a.
   TestBasicConfig_ExtraTags .................. same        ExtraTags
   TestBasicTLSConfig/WithoutPerSecondRedisTLS, .../WithoutPerSecondRedisTLSWithClientCert
-                                           .... deliberate (2) the same scenario, hence the same
-                                                           difference; run here on one Redis in
-                                                           cleartext, the TLS transport by
-                                                           tests/redis_tls/test_redis_tls.py
+                                           .... deliberate (2) IntegrationRedisTLS (REDIS_TLS_*
+                                                           and a client certificate): the same
+                                                           scenario, hence the same difference
   TestBasicTLSConfig, its other 3 ............ n.a.
   TestBasicAuthConfig/WithoutPerSecondRedisAuth  deliberate IntegrationRedisAuth (the same
                                                            difference); its other 3 n.a.
@@ -108,8 +108,10 @@ import urllib.request
 import grpc
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "redis_tls"))
 from test_grpc import BUILD, stop  # noqa: E402
 from test_grpc_yaml import start, to_py  # noqa: E402
+from test_redis_tls import Redis as TlsRedis, make_ca, make_leaf  # noqa: E402
 
 CONFIG = """{"listen": {"address": "127.0.0.1", "port": 0}, "ratelimit_config": "ratelimit"}"""
 
@@ -1268,6 +1270,44 @@ class IntegrationRedisAuth(IntegrationRedis):
     REDIS_ARGS = ["--requirepass", "password123"]
     URL = "redis://:password123@127.0.0.1:%d/0"
     CLI_ARGS = ["--no-auth-warning", "-a", "password123"]
+
+
+class IntegrationRedisTLS(IntegrationRedis):
+    """TestBasicTLSConfig/WithoutPerSecondRedisTLSWithClientCert (and so its
+    WithoutPerSecondRedisTLS): the same on a redis-server that speaks TLS only to clients with a
+    certificate of its CA, configured by upstream's REDIS_TLS variables."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.rtmp = tempfile.TemporaryDirectory()
+        d = cls.rtmp.name
+        make_ca(d, "ca")
+        make_leaf(d, "redis", "ca", "subjectAltName=IP:127.0.0.1")
+        make_leaf(d, "client", "ca", "subjectAltName=DNS:ratelimitd\nextendedKeyUsage=clientAuth")
+        cls.tls_redis = TlsRedis(d, auth_clients=True)
+        cls.port = cls.tls_redis.port  # cleartext, for redis-cli
+        cls.ENV = {"REDIS_TLS": "true", "REDIS_TLS_CACERT": os.path.join(d, "ca.pem"),
+                   "REDIS_TLS_CLIENT_CERT": os.path.join(d, "client.pem"),
+                   "REDIS_TLS_CLIENT_KEY": os.path.join(d, "client.key")}
+        try:
+            Base.setUpClass.__func__(cls)
+        except Exception:
+            cls.tls_redis.stop()
+            raise
+
+    @classmethod
+    def tearDownClass(cls):
+        try:
+            Base.tearDownClass.__func__(cls)
+        finally:
+            cls.tls_redis.stop()
+            cls.rtmp.cleanup()
+
+    @classmethod
+    def config(cls):
+        return ('{"listen": {"address": "127.0.0.1", "port": 0}, "ratelimit_config": '
+                '"ratelimit", "store": {"type": "redis", "url": "redis://127.0.0.1:%d/0", '
+                '"timeout_ms": 2000, "prefix": "upstream-prefix:"}}' % cls.tls_redis.tls_port)
 
 
 class ExtraTags(Base):

@@ -49,10 +49,11 @@ test/integration/integration_test.go: 6 same, 10 deliberate, 30 n.a.
                                                            difference); its other 3 n.a.
   TestBasicAuthConfigWithRedisCluster/WithoutPerSecondRedisAuth,
   TestBasicAuthConfigWithRedisSentinel/WithoutPerSecondRedisAuth
-                                           .... deliberate (2) the same scenario and difference;
-                                                           run here on one Redis, Cluster and
-                                                           Sentinel by tests/test_redis_*.c and
-                                                           tests/redis_tls; their other 6 n.a.
+                                           .... deliberate (2) IntegrationCluster,
+                                                           IntegrationSentinel (over TLS, the
+                                                           password by IntegrationRedisAuth):
+                                                           the same scenario and difference;
+                                                           their other 6 n.a.
   TestBasicReloadConfig/BasicWithoutWatchRoot  deliberate  the basic scenario again (files are
                                                            never watched here)
   TestBasicReloadConfig/ReloadWithoutWatchRoot, TestXdsProviderBasicConfigReload .. n.a. (2)
@@ -111,7 +112,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "redis_tls"))
 from test_grpc import BUILD, stop  # noqa: E402
 from test_grpc_yaml import start, to_py  # noqa: E402
-from test_redis_tls import Redis as TlsRedis, make_ca, make_leaf  # noqa: E402
+from test_redis_tls import Redis as TlsRedis, Sentinel, make_ca, make_leaf  # noqa: E402
 
 CONFIG = """{"listen": {"address": "127.0.0.1", "port": 0}, "ratelimit_config": "ratelimit"}"""
 
@@ -1281,9 +1282,7 @@ class IntegrationRedisTLS(IntegrationRedis):
     def setUpClass(cls):
         cls.rtmp = tempfile.TemporaryDirectory()
         d = cls.rtmp.name
-        make_ca(d, "ca")
-        make_leaf(d, "redis", "ca", "subjectAltName=IP:127.0.0.1")
-        make_leaf(d, "client", "ca", "subjectAltName=DNS:ratelimitd\nextendedKeyUsage=clientAuth")
+        tls_certs(d)
         cls.tls_redis = TlsRedis(d, auth_clients=True)
         cls.port = cls.tls_redis.port  # cleartext, for redis-cli
         cls.ENV = {"REDIS_TLS": "true", "REDIS_TLS_CACERT": os.path.join(d, "ca.pem"),
@@ -1308,6 +1307,103 @@ class IntegrationRedisTLS(IntegrationRedis):
         return ('{"listen": {"address": "127.0.0.1", "port": 0}, "ratelimit_config": '
                 '"ratelimit", "store": {"type": "redis", "url": "redis://127.0.0.1:%d/0", '
                 '"timeout_ms": 2000, "prefix": "upstream-prefix:"}}' % cls.tls_redis.tls_port)
+
+
+def tls_certs(d):
+    """The CA, redis-server's certificate and a client's, in d."""
+    make_ca(d, "ca")
+    make_leaf(d, "redis", "ca", "subjectAltName=IP:127.0.0.1")
+    make_leaf(d, "client", "ca", "subjectAltName=DNS:ratelimitd\nextendedKeyUsage=clientAuth")
+
+
+class IntegrationSentinel(IntegrationRedis):
+    """TestBasicAuthConfigWithRedisSentinel/WithoutPerSecondRedisAuth: the same through a
+    sentinel (upstream's REDIS_TYPE=SENTINEL), here over TLS (the nodes of this test's helpers
+    speak TLS)."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.rtmp = tempfile.TemporaryDirectory()
+        d = cls.rtmp.name
+        tls_certs(d)
+        cls.primary = TlsRedis(d)
+        cls.port = cls.primary.port  # cleartext, for redis-cli
+        cls.sentinel = Sentinel(d, cls.primary.tls_port)
+        try:
+            Base.setUpClass.__func__(cls)
+        except Exception:
+            cls.sentinel.stop()
+            cls.primary.stop()
+            raise
+
+    @classmethod
+    def tearDownClass(cls):
+        try:
+            Base.tearDownClass.__func__(cls)
+        finally:
+            cls.sentinel.stop()
+            cls.primary.stop()
+            cls.rtmp.cleanup()
+
+    @classmethod
+    def config(cls):
+        return ('{"listen": {"address": "127.0.0.1", "port": 0}, "ratelimit_config": '
+                '"ratelimit", "store": {"type": "redis", "timeout_ms": 2000, "prefix": '
+                '"upstream-prefix:", "tls": {"ca": "%s"}, "sentinel": {"nodes": '
+                '["127.0.0.1:%d"], "master": "mymaster"}}}'
+                % (os.path.join(cls.rtmp.name, "ca.pem"), cls.sentinel.tls_port))
+
+
+class IntegrationCluster(IntegrationRedis):
+    """TestBasicAuthConfigWithRedisCluster/WithoutPerSecondRedisAuth: the same on a Redis
+    Cluster of three primaries (upstream's REDIS_TYPE=CLUSTER), here over TLS."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.rtmp = tempfile.TemporaryDirectory()
+        d = cls.rtmp.name
+        tls_certs(d)
+        cls.nodes = [TlsRedis(d, cluster=True) for _ in range(3)]
+        try:
+            seeds = ["127.0.0.1:%d" % n.tls_port for n in cls.nodes]
+            subprocess.run(["redis-cli", "--tls", "--cacert", os.path.join(d, "ca.pem"),
+                            "--cert", os.path.join(d, "client.pem"), "--key",
+                            os.path.join(d, "client.key"), "--cluster", "create"] + seeds +
+                           ["--cluster-yes"], stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL, timeout=60, check=True)
+            end = time.time() + 20
+            while not all("cluster_state:ok" in n.cmd("CLUSTER", "INFO") for n in cls.nodes):
+                if time.time() > end:
+                    raise RuntimeError("the cluster did not come up")
+                time.sleep(0.1)
+            cls.seed = seeds[0]
+            Base.setUpClass.__func__(cls)
+        except Exception:
+            for n in cls.nodes:
+                n.stop()
+            raise
+
+    @classmethod
+    def tearDownClass(cls):
+        try:
+            Base.tearDownClass.__func__(cls)
+        finally:
+            for n in cls.nodes:
+                n.stop()
+            cls.rtmp.cleanup()
+
+    @classmethod
+    def config(cls):
+        return ('{"listen": {"address": "127.0.0.1", "port": 0}, "ratelimit_config": '
+                '"ratelimit", "store": {"type": "redis", "timeout_ms": 2000, "prefix": '
+                '"upstream-prefix:", "tls": {"ca": "%s"}, "cluster": ["%s"]}}'
+                % (os.path.join(cls.rtmp.name, "ca.pem"), cls.seed))
+
+    def test_keys_under_prefix(self):
+        self.call("basic", [[("one_per_minute", "x")]], 1000)
+        keys = [k for n in self.nodes for k in n.cmd("KEYS", "*")]
+        self.assertTrue(keys)
+        self.assertTrue(all(k.startswith("upstream-prefix:") for k in keys), keys)
 
 
 class ExtraTags(Base):

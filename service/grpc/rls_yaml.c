@@ -1119,6 +1119,12 @@ typedef struct tally {
     size_t over, quota, quota_over;
 } tally;
 
+/* Whether a descriptor is in quota mode: its limit's quota_mode, or QUOTA_MODE for all. */
+static int in_quota(const rld_yrls *y, const rld_ystatus *st)
+{
+    return y->global_quota || (st->matched && st->matched->quota_mode);
+}
+
 /* Descriptor i's status and statistics from its rule, applied rule k of the decision (taken:
  * the decision counted). A shadow_mode limit (a core shadow rule) is counted when the request
  * passes and its hits fit, never denies, and answers OK; a quota_mode limit too, but answers
@@ -1133,7 +1139,7 @@ static void decided(rld_yrls *y, size_t di, const rld_yreq *req, size_t i, const
     const rl_rule_status *rs = rl_decision_status(d, k);
     int over = a->shadow ? a->shadow_denied : a->wait > 0 && !(a->charge && cost > 0);
     int own_shadow = a->shadow && st->matched && st->matched->shadow_mode;
-    int quota = y->global_quota || (st->matched && st->matched->quota_mode);
+    int quota = in_quota(y, st);
     status_from(st, a, rs ? rs : &none, over, req->now);
     if (own_shadow) {
         st->code = RLD_YCODE_OK; /* upstream's shadow_mode: over, yet OK */
@@ -1143,12 +1149,6 @@ static void decided(rld_yrls *y, size_t di, const rld_yreq *req, size_t i, const
     if (over && !own_shadow)
         quota ? t->quota_over++ : t->over++;
     count(stat_of(y, di, &req->desc[i], st, path), st, taken && d->allowed && !over, own_shadow);
-}
-
-/* Whether descriptor i is in quota mode: its limit's quota_mode, or QUOTA_MODE for all. */
-static int in_quota(const rld_yrls *y, const rld_ystatus *st)
-{
-    return y->global_quota || (st->matched && st->matched->quota_mode);
 }
 
 /* Whether a request's plan holds a quota mode limit. */
@@ -1164,8 +1164,8 @@ static int has_quota(const rld_yrls *y, const rld_yreq *req, const rld_ystatus *
 /* Under QUOTA_MODE, upstream counts a descriptor without a limit to apply (none matched, or
  * replaced), unless unlimited, as a quota mode descriptor that passed: the request is then
  * never OVER_LIMIT by its quota mode limits alone. */
-static size_t quota_without_limit(const rld_yrls *y, const rld_yreq *req,
-                                     const rld_ystatus *st, const plan *p)
+static size_t quota_without_limit(const rld_yrls *y, const rld_yreq *req, const rld_ystatus *st,
+                                  const plan *p)
 {
     size_t n = 0;
     for (size_t i = 0; y->global_quota && i < req->ndesc; i++)
@@ -1231,7 +1231,9 @@ int rld_yrls_decide(rld_yrls *y, rl_limiter *lim, const rld_yreq *req, rld_ystat
                 if (p.rules[i] && in_quota(y, &st[i])) {
                     const rl_applied *a = &d.applied[p.item[i]];
                     t.quota++;
-                    t.quota_over += a->shadow && a->shadow_denied;
+                    /* a shadow_mode limit is never over (decided), whatever its quota mode */
+                    t.quota_over += a->shadow && a->shadow_denied &&
+                                    !(st[i].matched && st[i].matched->shadow_mode);
                 }
             all_quota_over = d.allowed && t.quota && t.quota == t.quota_over;
             t = (tally){0};

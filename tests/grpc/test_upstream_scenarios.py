@@ -642,6 +642,9 @@ descriptors:
     metadata: {some_other_name: service_2}
   - key: unlimited
     rate_limit: {unlimited: true}
+  - key: shadowed
+    shadow_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 1}
 """
 
 
@@ -670,6 +673,18 @@ class GlobalQuota(Base):
         self.assertEqual(self.codes(r), [self.OK, self.OVER, self.OK])
         r = self.call("quota-domain", [[("foo", "bar")], [("unlimited", "x")]], 220)
         self.assertEqual(self.codes(r), [self.OVER, self.OVER, self.OK])
+
+    def test_override_and_shadow(self):
+        # (at t = 700, after the tests before it by name) a descriptor's own limit is in quota
+        # mode too: over alone, OVER_LIMIT
+        ov = ([("ov", "x")], (1, "MINUTE"))
+        self.assertEqual(self.codes(self.call("quota-domain", [ov], 700)), [self.OK, self.OK])
+        self.assertEqual(self.codes(self.call("quota-domain", [ov], 700)),
+                         [self.OVER, self.OVER])
+        # a shadow_mode limit answers OK over its limit, so it passes: the request is OK
+        self.call("quota-domain", [[("shadowed", "y")]], 700)
+        r = self.call("quota-domain", [ov, [("shadowed", "y")]], 700)
+        self.assertEqual(self.codes(r), [self.OK, self.OVER, self.OK])
 
     def test_metadata_passed_descriptors(self):
         # TestMetadataReturnedForPassedDescriptors: quota over, regular with room: OK, the

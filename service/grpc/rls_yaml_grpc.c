@@ -554,6 +554,16 @@ int rld_yrls_apply(rld_app *app, rld_yconf *c, const char *origin, rl_err *err)
     return rc;
 }
 
+void rld_yrls_failed(void *cls, rld_grpc_code code)
+{
+    rld_yrls_call_error(cls, code == RLD_GRPC_UNAVAILABLE);
+}
+
+void rld_yservice_failed(void *cls, rld_grpc_code code)
+{
+    rld_yrls_failed(((rld_yservice *)cls)->cur, code);
+}
+
 /* ---- the part the app reloads ------------------------------------------------------------ */
 
 static void part_reload(void *self, rl_limiter *lim)

@@ -203,6 +203,26 @@ START_TEST(empty_then_applied_updated_refused)
 }
 END_TEST
 
+START_TEST(changed_unit_starts_afresh)
+{
+    /* upstream's counter is keyed by the window of the unit: a new unit is a new counter */
+    static const char *hourly = "domain: api\n"
+                                "descriptors:\n"
+                                "  - key: user\n"
+                                "    rate_limit: {unit: hour, requests_per_unit: 5}\n";
+    fixture fx;
+    open_fx(&fx, NULL, NULL);
+    apply_ok(&fx, v1, "test");
+    ck_assert_int_eq(ask(&fx, "api", 10, "user=a"), RLD_YCODE_OK);
+    ck_assert_int_eq(ask(&fx, "api", 10, "user=a"), RLD_YCODE_OK);
+    ck_assert_uint_eq(fx.t.st[0].remaining, 3);
+    apply_ok(&fx, hourly, "test");
+    ck_assert_int_eq(ask(&fx, "api", 10, "user=a"), RLD_YCODE_OK);
+    ck_assert_uint_eq(fx.t.st[0].remaining, 4); /* 1 of 5 in the hour */
+    close_fx(&fx);
+}
+END_TEST
+
 START_TEST(beside_the_json_levels)
 {
     /* a level of the JSON, 2 per user per minute, decided beside the YAML's limits before
@@ -334,6 +354,7 @@ static Suite *yaml_reload_suite(void)
     TCase *tc = tcase_create("yaml_reload");
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, empty_then_applied_updated_refused);
+    tcase_add_test(tc, changed_unit_starts_afresh);
     tcase_add_test(tc, beside_the_json_levels);
     tcase_add_test(tc, refused_with_a_shared_store);
     tcase_add_test(tc, applied_while_another_thread_decides);

@@ -32,7 +32,8 @@ void rl__err_prefix(rl_err *err, const char *fmt, ...) __attribute__((format(pri
  * (cost or requests), its reserved share and every declared parameter (the values, and the
  * strings of a list), not whether it is shadow or charged. Equal for the same rule in another
  * process (no pointers, no seed), so a snapshot keeps the state of a rule that did not change
- * wherever it moved in its list, and drops that of one whose parameters did. */
+ * wherever it moved in its list, and drops that of one whose parameters did. A rule with
+ * carry_limit leaves out its per-unit amount and rate: its state outlives a changed limit. */
 uint64_t rl__rule_fingerprint(const rl_rule *r);
 
 /* A version 2 type that answers for the version 1 type v1 (allocated; freed with

@@ -19,7 +19,8 @@
  * Levels and types are matched by name on load, and each state goes to the rule of its level
  * with the same fingerprint ("rule": type, name and parameters, rl__rule_fingerprint), at
  * its old position or anywhere in its list: a changed configuration keeps the state of every
- * rule that did not change, moved or not, and a rule whose parameters changed starts afresh.
+ * rule that did not change, moved or not, and a rule whose parameters changed starts afresh
+ * (but for a rule with carry_limit, whose fingerprint leaves its limit out).
  * Files written before fingerprints ('K' and 'R' records, the same without "rule") load by
  * position and type. A state is its bytes, or what the rule's state_save wrote for states
  * with pointers.

@@ -564,6 +564,16 @@ void rld_yrls_count_refused(rld_app *app)
     pthread_rwlock_unlock(&app->gate);
 }
 
+void rld_yrls_failed(void *cls, rld_grpc_code code)
+{
+    rld_yrls_call_error(cls, code == RLD_GRPC_UNAVAILABLE);
+}
+
+void rld_yservice_failed(void *cls, rld_grpc_code code)
+{
+    rld_yrls_failed(((rld_yservice *)cls)->cur, code);
+}
+
 /* ---- the part the app reloads ------------------------------------------------------------ */
 
 static void part_reload(void *self, rl_limiter *lim)

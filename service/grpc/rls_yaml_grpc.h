@@ -11,6 +11,10 @@
 #include "rls.h"
 #include "rls_yaml.h"
 
+/* The rld_rls failed hook for a YAML configuration: counts the call's error in
+ * ratelimit_service_should_rate_limit_error (cls: the rld_yrls). */
+void rld_yrls_failed(void *cls, rld_grpc_code code);
+
 /* Decides req with the matcher rls->cls (an rld_yrls) over rls->lim: one status per request
  * descriptor in order, overall_code, and response_headers_to_add with the IETF RateLimit and
  * RateLimit-Policy headers when rls->ratelimit_headers is set, and envoyproxy/ratelimit's
@@ -51,6 +55,8 @@ rld_yrls *rld_yservice_matcher(const rld_yservice *s);
  * limiter of that configuration. It inherits the options of the one in force. RL_ENOMEM. */
 int rld_yservice_stage(rld_yservice *s, rld_yrls *y, const char *json, size_t len, rl_err *err);
 
+/* The rld_rls failed hook with the matcher in force of the service cls (rld_yrls_failed). */
+void rld_yservice_failed(void *cls, rld_grpc_code code);
 /* ShouldRateLimit as rld_yrls_decide_rls decides it, with the matcher in force of the service
  * rls->cls; called holding the app's gate, as every ShouldRateLimit is. */
 rld_grpc_code rld_yservice_decide_rls(const rld_rls *rls, const rld_rls_request *req, rl_ns now,

@@ -441,6 +441,22 @@ class XdsTest(unittest.TestCase):
         self.ack("1", nonce)
         self.d.serving()
         self.expect(1000.5, 3)
+        self.finish()
+        # mTLS: the server asks for a client certificate signed by xca; the daemon sends its own
+        make_leaf(d, "xclient", "xca", "extendedKeyUsage=clientAuth")
+        mtls = grpc.ssl_server_credentials([(read(d, "xserver.key"), read(d, "xserver.pem"))],
+                                           root_certificates=read(d, "xca.pem"),
+                                           require_client_auth=True)
+        self.start({"CONFIG_GRPC_XDS_SERVER_USE_TLS": "true",
+                    "CONFIG_GRPC_XDS_SERVER_TLS_CACERT": os.path.join(d, "xca.pem"),
+                    "CONFIG_GRPC_XDS_SERVER_TLS_SAN": "xds.test",
+                    "CONFIG_GRPC_XDS_CLIENT_TLS_CERT": os.path.join(d, "xclient.pem"),
+                    "CONFIG_GRPC_XDS_CLIENT_TLS_KEY": os.path.join(d, "xclient.key")}, mtls)
+        self.mgmt.wait(lambda r: True, "over mTLS")
+        nonce = self.mgmt.push("1", [self.mgmt.config("d", 2)])
+        self.ack("1", nonce)
+        self.d.serving()
+        self.expect(1000.5, 2)
 
 
 if __name__ == "__main__":

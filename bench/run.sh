@@ -525,6 +525,7 @@ if [ -n "${CLUSTER_ratio_cpu:-}" ]; then
 fi
 if [ -n "${FLOOD_ratio:-}" ]; then
     emit ratio_flood_redis_calls_cache_off_vs_on "$FLOOD_ratio"
+    emit ratio_flood_admitted_vs_limit_cache_on "$FLOOD_admitted_ratio"
 fi
 if [ -n "${LEASE_ratio:-}" ]; then
     emit ratio_lease_global_key_redis_calls_off_vs_on "$LEASE_ratio"

@@ -371,6 +371,7 @@ test: deps-quiet
 	@$(MAKE) --no-print-directory grpc-check
 	@$(MAKE) --no-print-directory grpc-tls-check
 	@$(MAKE) --no-print-directory redis-tls-check
+	@$(MAKE) --no-print-directory upstream-scenarios-check
 	@$(MAKE) --no-print-directory clients-check
 	@$(MAKE) --no-print-directory deb-check
 	@$(MAKE) --no-print-directory lua-smoke
@@ -408,6 +409,15 @@ grpc-check: $(GRPC_NODE) $(BUILD)/ratelimitd
 grpc-tls-check: $(BUILD)/ratelimitd
 	@echo "== tests/grpc/test_grpc_tls.py (python3-grpcio over TLS and mTLS)"
 	$(Q)$(TEST_ENV) $(PYTHON) tests/grpc/test_grpc_tls.py
+
+# ---- envoyproxy/ratelimit's own scenarios ------------------------------------------------------
+# Its test/config, test/integration and test/service cases re-expressed as YAML files and gRPC
+# calls (python3-grpcio), on the memory store and on a private redis-server; the table of every
+# case (same, deliberate difference, not applicable) heads the test file.
+.PHONY: upstream-scenarios-check
+upstream-scenarios-check: $(BUILD)/ratelimitd
+	@echo "== tests/grpc/test_upstream_scenarios.py (envoyproxy/ratelimit's scenarios)"
+	$(Q)$(TEST_ENV) $(PYTHON) tests/grpc/test_upstream_scenarios.py
 
 # ---- Redis over TLS -----------------------------------------------------------------------------
 # The store over TLS on Debian's redis-server started with --tls-port (one node, client

@@ -264,8 +264,8 @@ static int load_config(const char *path, rl_registry *reg, rld_settings *set, rl
 
 /* envoyproxy/ratelimit's environment variables: its response headers, turned on as there by
  * LIMIT_RESPONSE_HEADERS_ENABLED (a Go boolean) and named by LIMIT_LIMIT_HEADER,
- * LIMIT_REMAINING_HEADER and LIMIT_RESET_HEADER; its global SHADOW_MODE; its EXTRA_TAGS
- * (RL_EINVAL with err naming it when it does not read). MERGE_DOMAIN_CONFIG is read by
+ * LIMIT_REMAINING_HEADER and LIMIT_RESET_HEADER; its global SHADOW_MODE and QUOTA_MODE; its
+ * EXTRA_TAGS (RL_EINVAL with err naming it when it does not read). MERGE_DOMAIN_CONFIG is read by
  * load_config. */
 static int upstream_env(rld_yrls *yrls, rl_err *err)
 {
@@ -280,6 +280,10 @@ static int upstream_env(rld_yrls *yrls, rl_err *err)
         return RL_EINVAL;
     if (on) /* its global shadow mode */
         rld_yrls_set_global_shadow(yrls);
+    if (env_flag("QUOTA_MODE", &on, err) != RL_OK)
+        return RL_EINVAL;
+    if (on) /* its global quota mode */
+        rld_yrls_set_global_quota(yrls);
     if (env_flag("RESPONSE_DYNAMIC_METADATA", &on, err) != RL_OK)
         return RL_EINVAL;
     if (on)
@@ -675,6 +679,7 @@ static int open_app(daemon_parts *dp)
         if (dp->yrls) { /* ShouldRateLimit is decided by the YAML configuration's matcher */
             dp->grpc_api.rls.decide = rld_yrls_decide_rls;
             dp->grpc_api.rls.cls = dp->yrls;
+            dp->grpc_api.rls.failed = rld_yrls_failed;
         }
     }
     return 0;

@@ -81,10 +81,14 @@ static rld_grpc_code m_health_check(void *ctx, const rld_grpc_call *call, rld_bu
         return rl_errf(err, RLD_GRPC_UNAUTHENTICATED, UNAUTHENTICATED_MSG);
     if (!(req = grpc__health__v1__health_check_request__unpack(NULL, call->len, call->msg)))
         return rl_errf(err, RLD_GRPC_INVALID_ARGUMENT, "message: not a HealthCheckRequest");
-    int known = !req->service[0] || strcmp(req->service, RLS_SERVICE) == 0;
+    /* "ratelimit": the name envoyproxy/ratelimit registers its health under, which probes
+     * written for it ask */
+    int known = !req->service[0] || strcmp(req->service, RLS_SERVICE) == 0 ||
+                strcmp(req->service, "ratelimit") == 0;
     grpc__health__v1__health_check_request__free_unpacked(req, NULL);
     if (!known)
-        return rl_errf(err, RLD_GRPC_NOT_FOUND, "service: unknown (known: \"\", " RLS_SERVICE ")");
+        return rl_errf(err, RLD_GRPC_NOT_FOUND,
+                       "service: unknown (known: \"\", " RLS_SERVICE ", ratelimit)");
     resp.status = not_serving(ctx)
                       ? GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__NOT_SERVING
                       : GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING;

@@ -391,9 +391,11 @@ rld_grpc_code rld_rls_should_rate_limit(const rld_rls *rls, const rld_rls_reques
                                         rld_rls_response *resp, rld_arena *a, rl_err *err)
 {
     rld_grpc_code code = rld_rls_check(req, err);
-    if (code != RLD_GRPC_OK)
-        return code;
-    return (rls->decide ? rls->decide : rld_rls_decide_native)(rls, req, now, resp, a, err);
+    if (code == RLD_GRPC_OK)
+        code = (rls->decide ? rls->decide : rld_rls_decide_native)(rls, req, now, resp, a, err);
+    if (code != RLD_GRPC_OK && rls->failed)
+        rls->failed(rls->cls, code);
+    return code;
 }
 
 rld_grpc_code rld_rls_call(const rld_rls *rls, const uint8_t *msg, size_t len, rl_ns now,

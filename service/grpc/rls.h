@@ -99,6 +99,9 @@ struct rld_rls {
     rld_alerts *alerts;       /* notes the rules' alerts; may be NULL */
     rld_rls_decide_fn decide; /* NULL: the native mapping (rld_rls_decide_native) */
     void *cls;                /* the matcher's own state */
+    /* told of every call answered with an error (after the check or the decision), with
+     * cls; may be NULL */
+    void (*failed)(void *cls, rld_grpc_code code);
 };
 
 /* Checks the parts of a request every configuration needs: a domain, at least one descriptor,

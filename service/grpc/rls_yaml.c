@@ -63,8 +63,10 @@ struct rld_yrls {
     size_t noverrides;
     override overrides[MAX_OVERRIDES];
     int global_shadow;
+    int global_quota; /* QUOTA_MODE: every limit in quota mode */
     uint64_t global_shadow_hits; /* requests whose OVER_LIMIT the global shadow mode let pass */
     uint64_t load_errors;        /* reloads refused (a YAML configuration loads at start only) */
+    uint64_t call_errors[2];     /* calls answered with an error: the store's, any other */
     char *extra;                 /* EXTRA_TAGS as labels: ",region=\"us\",zone=\"a\"", or NULL */
     int upstream_headers;
     int dynamic_metadata; /* RESPONSE_DYNAMIC_METADATA */
@@ -83,6 +85,15 @@ void rld_yrls_set_upstream_headers(rld_yrls *y, const char *limit, const char *r
 void rld_yrls_set_global_shadow(rld_yrls *y)
 {
     y->global_shadow = 1;
+    for (size_t i = 0; i < y->conf->ndomains; i++)
+        for (size_t k = 0; k < y->conf->domains[i].nlimits; k++)
+            if (y->doms[i].rules[k])
+                y->doms[i].rules[k]->v[0].shadow = 1;
+}
+
+void rld_yrls_set_global_quota(rld_yrls *y)
+{
+    y->global_quota = 1;
     for (size_t i = 0; i < y->conf->ndomains; i++)
         for (size_t k = 0; k < y->conf->domains[i].nlimits; k++)
             if (y->doms[i].rules[k])
@@ -427,7 +438,7 @@ static rl_rules *override_rules(rld_yrls *y, uint32_t rpu, int unit)
         rl_err err;
         snprintf(name, sizeof name, "override %u/%s", rpu, rld_unit_name(unit));
         if (make_rules(y->reg, NULL, rpu, unit, name, &rs, &err) == RL_OK) {
-            rs->v[0].shadow = y->global_shadow;
+            rs->v[0].shadow = y->global_shadow || y->global_quota;
             y->overrides[y->noverrides++] = (override){rpu, unit, rs};
         }
     }
@@ -1086,6 +1097,20 @@ void rld_yrls_metrics(rld_yrls *y, rld_buf *out)
                        svc[i].help, svc[i].name, svc[i].name, y->extra ? "{" : "",
                        y->extra ? y->extra + 1 : "", y->extra ? "}" : "",
                        (unsigned long long)svc[i].v);
+    static const char *const err_type[2] = {"redis_error", "service_error"};
+    rld_buf_printf(out, "# HELP ratelimit_service_should_rate_limit_error ShouldRateLimit calls "
+                        "answered with an error (envoyproxy/ratelimit's should_rate_limit "
+                        "errors): redis_error when the store failed, service_error for the "
+                        "others.\n# TYPE ratelimit_service_should_rate_limit_error counter\n");
+    for (int i = 0; i < 2; i++)
+        rld_buf_printf(out, "ratelimit_service_should_rate_limit_error{err_type=\"%s\"%s} %llu\n",
+                       err_type[i], y->extra ? y->extra : "",
+                       (unsigned long long)__atomic_load_n(&y->call_errors[i], __ATOMIC_RELAXED));
+}
+
+void rld_yrls_call_error(rld_yrls *y, int store)
+{
+    __atomic_add_fetch(&y->call_errors[store ? 0 : 1], 1, __ATOMIC_RELAXED);
 }
 
 /* How a request's descriptors stand, for its overall code as upstream makes it: OVER_LIMIT
@@ -1093,6 +1118,12 @@ void rld_yrls_metrics(rld_yrls *y, rld_buf *out)
 typedef struct tally {
     size_t over, quota, quota_over;
 } tally;
+
+/* Whether a descriptor is in quota mode: its limit's quota_mode, or QUOTA_MODE for all. */
+static int in_quota(const rld_yrls *y, const rld_ystatus *st)
+{
+    return y->global_quota || (st->matched && st->matched->quota_mode);
+}
 
 /* Descriptor i's status and statistics from its rule, applied rule k of the decision (taken:
  * the decision counted). A shadow_mode limit (a core shadow rule) is counted when the request
@@ -1108,7 +1139,7 @@ static void decided(rld_yrls *y, size_t di, const rld_yreq *req, size_t i, const
     const rl_rule_status *rs = rl_decision_status(d, k);
     int over = a->shadow ? a->shadow_denied : a->wait > 0 && !(a->charge && cost > 0);
     int own_shadow = a->shadow && st->matched && st->matched->shadow_mode;
-    int quota = st->matched && st->matched->quota_mode;
+    int quota = in_quota(y, st);
     status_from(st, a, rs ? rs : &none, over, req->now);
     if (own_shadow) {
         st->code = RLD_YCODE_OK; /* upstream's shadow_mode: over, yet OK */
@@ -1121,12 +1152,25 @@ static void decided(rld_yrls *y, size_t di, const rld_yreq *req, size_t i, const
 }
 
 /* Whether a request's plan holds a quota mode limit. */
-static int has_quota(const rld_yreq *req, const rld_ystatus *st, const plan *p)
+static int has_quota(const rld_yrls *y, const rld_yreq *req, const rld_ystatus *st,
+                     const plan *p)
 {
     for (size_t i = 0; i < req->ndesc; i++)
-        if (p->rules[i] && st[i].matched && st[i].matched->quota_mode)
+        if (p->rules[i] && in_quota(y, &st[i]))
             return 1;
     return 0;
+}
+
+/* Under QUOTA_MODE, upstream counts a descriptor without a limit to apply (none matched, or
+ * replaced), unless unlimited, as a quota mode descriptor that passed: the request is then
+ * never OVER_LIMIT by its quota mode limits alone. */
+static size_t quota_without_limit(const rld_yrls *y, const rld_yreq *req, const rld_ystatus *st,
+                                  const plan *p)
+{
+    size_t n = 0;
+    for (size_t i = 0; y->global_quota && i < req->ndesc; i++)
+        n += !p->rules[i] && !st[i].unlimited;
+    return n;
 }
 
 int rld_yrls_decide(rld_yrls *y, rl_limiter *lim, const rld_yreq *req, rld_ystatus *st,
@@ -1170,7 +1214,8 @@ int rld_yrls_decide(rld_yrls *y, rl_limiter *lim, const rld_yreq *req, rld_ystat
      * counts nothing here: a dry run first finds that case, and it is answered from the dry
      * run. (Between the two a concurrent request can fill the last quota; that request is
      * then answered OVER_LIMIT and counted.) */
-    int dry = !y->global_shadow && p.nmain && has_quota(req, st, &p);
+    size_t open = quota_without_limit(y, req, st, &p);
+    int dry = !y->global_shadow && !open && p.nmain && has_quota(y, req, st, &p);
     tally t;
     for (int pass = 0; pass < 2; pass++) {
         unsigned flags = dry && pass == 0 ? RL_DRY_RUN : 0;
@@ -1183,10 +1228,12 @@ int rld_yrls_decide(rld_yrls *y, rl_limiter *lim, const rld_yreq *req, rld_ystat
         int all_quota_over = 0;
         if (flags) {
             for (size_t i = 0; i < req->ndesc; i++)
-                if (p.rules[i] && st[i].matched && st[i].matched->quota_mode) {
+                if (p.rules[i] && in_quota(y, &st[i])) {
                     const rl_applied *a = &d.applied[p.item[i]];
                     t.quota++;
-                    t.quota_over += a->shadow && a->shadow_denied;
+                    /* a shadow_mode limit is never over (decided), whatever its quota mode */
+                    t.quota_over += a->shadow && a->shadow_denied &&
+                                    !(st[i].matched && st[i].matched->shadow_mode);
                 }
             all_quota_over = d.allowed && t.quota && t.quota == t.quota_over;
             t = (tally){0};
@@ -1201,6 +1248,7 @@ int rld_yrls_decide(rld_yrls *y, rl_limiter *lim, const rld_yreq *req, rld_ystat
                         &st[i], &t);
         break;
     }
+    t.quota += open;
     if (t.over || (t.quota && t.quota == t.quota_over)) {
         if (y->global_shadow) /* upstream's SHADOW_MODE: only the overall code is OK */
             __atomic_add_fetch(&y->global_shadow_hits, 1, __ATOMIC_RELAXED);

@@ -55,6 +55,11 @@ void rld_yrls_set_upstream_headers(rld_yrls *y, const char *limit, const char *r
  * answers as it would without it (OVER_LIMIT when over); only the overall code becomes OK,
  * counted in ratelimit_service_global_shadow_mode. Before the matcher decides anything. */
 void rld_yrls_set_global_shadow(rld_yrls *y);
+/* envoyproxy/ratelimit's global quota mode (its QUOTA_MODE): every descriptor is in quota mode,
+ * as if each limit said quota_mode: true (over its limit it answers OVER_LIMIT, and the
+ * request is OVER_LIMIT only when every descriptor is over, one without a limit counting as
+ * passed). Before the matcher decides anything. */
+void rld_yrls_set_global_quota(rld_yrls *y);
 /* envoyproxy/ratelimit's EXTRA_TAGS ("region:us,zone:a"): each tag a label, in that order,
  * after the others of every ratelimit_service_* series of rld_yrls_metrics. RL_EINVAL naming
  * EXTRA_TAGS for a tag without ':', a name that is no Prometheus label name, one given twice
@@ -65,6 +70,10 @@ int rld_yrls_set_extra_tags(rld_yrls *y, const char *spec, rl_err *err);
 void rld_yrls_set_dynamic_metadata(rld_yrls *y);
 /* 1 when it is on. */
 int rld_yrls_dynamic_metadata(const rld_yrls *y);
+/* Counts a ShouldRateLimit call answered with an error, as upstream's should_rate_limit errors
+ * (ratelimit_service_should_rate_limit_error{err_type}): redis_error when store, else
+ * service_error. */
+void rld_yrls_call_error(rld_yrls *y, int store);
 /* Counts a failed configuration load (ratelimit_service_config_load_error). */
 void rld_yrls_load_error(rld_yrls *y);
 /* 1 and the three names when they are on, else 0. */

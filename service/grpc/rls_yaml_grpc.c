@@ -415,6 +415,11 @@ rld_grpc_code rld_yrls_decide_rls(const rld_rls *rls, const rld_rls_request *req
     return RLD_GRPC_OK;
 }
 
+void rld_yrls_failed(void *cls, rld_grpc_code code)
+{
+    rld_yrls_call_error(cls, code == RLD_GRPC_UNAVAILABLE);
+}
+
 /* ---- the part the app reloads ------------------------------------------------------------ */
 
 static int part_reload_check(void *self, rl_err *err)

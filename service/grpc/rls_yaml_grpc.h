@@ -10,6 +10,10 @@
 #include "rls.h"
 #include "rls_yaml.h"
 
+/* The rld_rls failed hook for a YAML configuration: counts the call's error in
+ * ratelimit_service_should_rate_limit_error (cls: the rld_yrls). */
+void rld_yrls_failed(void *cls, rld_grpc_code code);
+
 /* Decides req with the matcher rls->cls (an rld_yrls) over rls->lim: one status per request
  * descriptor in order, overall_code, and response_headers_to_add with the IETF RateLimit and
  * RateLimit-Policy headers when rls->ratelimit_headers is set, and envoyproxy/ratelimit's

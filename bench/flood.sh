@@ -7,7 +7,7 @@
 # denials the instances answered from their caches.
 
 flood_bench() {
-    local dir=$TMP/flood port cfg mode calls allowed secs local_n i
+    local dir=$TMP/flood port cfg mode calls allowed secs local_n i limit
     local rate=${FLOOD_RATE:-2000} seconds=${FLOOD_SECONDS:-10} calls_off=0 calls_on=0
     local -a ports pids
     command -v redis-server >/dev/null || fail "redis-server is missing: run make deps (as root)"
@@ -58,9 +58,12 @@ JSON
         emit "flood_${mode}_requests_per_second" "$(field flood_rps "$dir/$mode.out")"
         emit "flood_${mode}_redis_script_calls" "${calls:-0}"
         emit "flood_${mode}_admitted" "$allowed"
-        emit "flood_${mode}_admitted_limit" "$(awk -v t="$secs" 'BEGIN { printf "%d", 10 + 10 * t }')"
+        limit=$(awk -v t="$secs" 'BEGIN { printf "%d", 10 + 10 * t }')
+        emit "flood_${mode}_admitted_limit" "$limit"
         emit "flood_${mode}_denied_from_cache" "$local_n"
         if [ "$mode" = off ]; then calls_off=${calls:-0}; else calls_on=${calls:-0}; fi
+        # shellcheck disable=SC2034 # read by run.sh's ratios (at most 1: never beyond the limit)
+        [ "$mode" = on ] && FLOOD_admitted_ratio=$(ratio "$allowed" "$limit")
     done
     kill "$redis_pid" 2>/dev/null || true
     wait "$redis_pid" 2>/dev/null || true

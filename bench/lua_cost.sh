@@ -3,6 +3,7 @@
 #
 #   bench/lua_cost.sh [N]        (N calls per case, default 50000)
 #   bench/lua_cost.sh --smoke    (300 calls per case: every case runs and answers; make lua-smoke)
+#   LUA_COST_ONLY='concurrency*' bench/lua_cost.sh   (only the cases whose name matches)
 #
 # Starts a redis-server of its own on a free loopback port (no persistence), loads the decision
 # script as the store builds it (build/bench/lua_scripts prints it: bigint.lua, lib.lua, the rule
@@ -22,7 +23,11 @@
 #
 # Cases: tb3 is the decision of `make bench` (user, team and global token buckets, the global
 # key shared by every call); the others decide three rules of one type on three keys that are
-# each spread over 100,000 values.
+# each spread over 100,000 values. The concurrency case is sent as the store sends a rule that
+# holds slots: with a reservation id and the items' records, so that the decision also records
+# the reservation that releases the slots or lets them expire; its minimal script holds each
+# slot in a sorted set by its expiry (what any concurrency limiter must do so that a slot whose
+# client is gone comes back).
 set -eu
 shopt -s inherit_errexit # a failing call inside $(...) stops the script
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -143,14 +148,16 @@ decide() { # keys... -- items (as from item, one state key each):
     while [ "$1" != -- ]; do keys+=("$1"); shift; done
     shift
     mapfile -t tail < <(decide_head "${#keys[@]}"; for a in "$@"; do printf '%s\n' "$a"; done)
+    # with a reservation: its key and the index of reservations after the items' keys
+    local -a dkeys=("${keys[@]}" "${XKEYS[@]}")
     local e f= fr= m
     cli flushall >/dev/null
-    e=$(run EVALSHA "$SHA" "${#keys[@]}" "${keys[@]}" "${tail[@]}")
+    e=$(run EVALSHA "$SHA" "${#dkeys[@]}" "${dkeys[@]}" "${tail[@]}")
     cli flushall >/dev/null
     m=$(run EVALSHA "${MINSHA[$MIN]}" "${#keys[@]}" "${keys[@]}" "${MINARGS[@]}")
     if [ -n "$FN" ]; then
         cli flushall >/dev/null
-        f=$(run FCALL "$FN" "${#keys[@]}" "${keys[@]}" "${tail[@]}")
+        f=$(run FCALL "$FN" "${#dkeys[@]}" "${dkeys[@]}" "${tail[@]}")
         fr=" ratio_fcall $(ratio "$f" "$m")"
         f=" fcall $f"
     fi
@@ -160,16 +167,33 @@ decide() { # keys... -- items (as from item, one state key each):
 show() { # name command...: "name: " and what the command printed; stops when it failed
     local name=$1 out
     shift
+    # shellcheck disable=SC2254 # a glob, as LUA_COST_ONLY is
+    case $name in ${LUA_COST_ONLY:-*}) ;; *) return 0 ;; esac
     out=$("$@")
     echo "$name: $out"
 }
 
+# the keys after the items' (a reservation's key and the index of reservations), none but for
+# a rule that holds slots
+XKEYS=()
+
 three() { # tag p1 p2 p1 p2 p1 p2: three rules of one type on three spread keys
     local tag=$1
     MIN=$tag MINARGS=("${ITEM[cost]}" "${@:2}")
-    [ "$tag" = cc ] && MINARGS+=("${HEAD[hold_ms]}") # the minimal script's hold, last
+    if [ "$tag" = cc ]; then
+        # a rule that holds slots: the store sends a reservation id and, per item, a record
+        # ("RH|taken|tag|slot|shard|level|key", H = 1: it holds slots), and the decision
+        # records the reservation (its key, and its id in the index of reservations, by
+        # expiry) that releases the slots or lets them expire; the minimal script holds each
+        # slot in a sorted set by its expiry, which it is given (ms) with the request's id
+        HEAD[id]='__rand_int__-__rand_int__'
+        ITEM[record]="01|${ITEM[cost]}|cc|0|0|level|key-__rand_int__"
+        XKEYS=('b:cc:r:__rand_int__-__rand_int__' 'b:cc:resv')
+        MINARGS+=("${HEAD[hold_ms]}" 'm-__rand_int__-__rand_int__')
+    fi
     mapfile -t items < <(item "$tag" 1 "$2" "$3"; item "$tag" 2 "$4" "$5"; item "$tag" 3 "$6" "$7")
     decide "b:$tag:a:__rand_int__" "b:$tag:b:__rand_int__" "b:$tag:c:__rand_int__" -- "${items[@]}"
+    HEAD[id]='' ITEM[record]='' XKEYS=()
 }
 
 show lib_only_usec_per_call run EVALSHA "$LIBSHA" 0
@@ -193,6 +217,7 @@ show concurrency_x3_usec_per_call three cc 100000000 1000000000 10000000000 1000
     1000000000 1000000000
 
 [ -n "$SMOKE" ] && { echo "lua_cost: smoke run: every case ran $N calls and answered"; exit 0; }
+[ -n "${LUA_COST_ONLY:-}" ] && exit 0
 
 # used_memory per state key: one token bucket key per user, 100,000 users, partly empty
 cli flushall >/dev/null

@@ -16,7 +16,7 @@
 #   BENCH_CORE_MAX=10000000   largest key count of the in-process benchmark
 #   BENCH_MEM_USERS=1000000   distinct users of the memory runs
 #   BENCH_MEM_REQUESTS=10000000   requests of the second memory figure
-#   BENCH_SECTIONS="http grpc core usage memory idle redis cluster flood adaptive"   the sections to run
+#   BENCH_SECTIONS="http grpc core usage memory idle redis cluster flood lease adaptive"   the sections to run
 #   BENCH_ADAPTIVE_PHASE=60   seconds (simulated) of each capacity phase of the adaptive section
 #   BENCH_REDIS_ROUNDS=3  rounds of the Redis comparison (redis-benchmark and ratelimitd in turn)
 #   BENCH_CLUSTER_ROUNDS=3  rounds of one Redis against a 3-primary cluster (in turn)
@@ -24,6 +24,7 @@
 #                         store (one per CPU, at least 8 per pooled connection: 16)
 #   REDIS_POOL=           the store's pool (connections) in the Redis section; empty: its default
 #   FLOOD_RATE=2000 FLOOD_SECONDS=10   the flood of one key in the flood section
+#   LEASE_RATE=2000 LEASE_SECONDS=10   the requests over four instances in the lease section
 set -eu
 set -o pipefail
 
@@ -40,7 +41,7 @@ CORE_RUNS=${BENCH_CORE_RUNS:-3}
 CORE_MAX=${BENCH_CORE_MAX:-10000000}
 MEM_USERS=${BENCH_MEM_USERS:-1000000}
 MEM_REQUESTS=${BENCH_MEM_REQUESTS:-10000000}
-SECTIONS=${BENCH_SECTIONS:-http grpc core usage memory idle redis cluster flood adaptive}
+SECTIONS=${BENCH_SECTIONS:-http grpc core usage memory idle redis cluster flood lease adaptive}
 ADAPTIVE_PHASE=${BENCH_ADAPTIVE_PHASE:-60}
 REDIS_ROUNDS=${BENCH_REDIS_ROUNDS:-3}
 CLUSTER_ROUNDS=${BENCH_CLUSTER_ROUNDS:-3}
@@ -414,6 +415,15 @@ section_flood() {
     flood_bench
 }
 
+# ---- 9. Leases ------------------------------------------------------------------------------
+
+# bench/lease.sh: a global level leased by four instances, its Redis calls per decision.
+section_lease() {
+    # shellcheck source=bench/lease.sh
+    . "$HERE/lease.sh"
+    lease_bench
+}
+
 # ---- run --------------------------------------------------------------------------------
 
 log "ratelimitd benchmarks: $(nproc) cores, $(uname -r), build $BUILD"
@@ -449,6 +459,7 @@ for s in $SECTIONS; do
     grpc) section_grpc ;;
     cluster) section_cluster ;;
     flood) section_flood ;;
+    lease) section_lease ;;
     *) fail "unknown section $s" ;;
     esac
 done
@@ -514,6 +525,12 @@ if [ -n "${CLUSTER_ratio_cpu:-}" ]; then
 fi
 if [ -n "${FLOOD_ratio:-}" ]; then
     emit ratio_flood_redis_calls_cache_off_vs_on "$FLOOD_ratio"
+    emit ratio_flood_admitted_vs_limit_cache_on "$FLOOD_admitted_ratio"
+fi
+if [ -n "${LEASE_ratio:-}" ]; then
+    emit ratio_lease_global_key_redis_calls_off_vs_on "$LEASE_ratio"
+    # at least 50 decisions a call on the global key is the target
+    emit ratio_lease_decisions_per_global_key_call_vs_50 "$(ratio "$LEASE_per_call" 50)"
 fi
 if [[ " $SECTIONS " == *" idle "* ]]; then
     emit ratio_idle_rss_growth_after_vs_before \

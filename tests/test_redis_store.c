@@ -570,12 +570,12 @@ static const char *plugin_path(const char *name)
     return path;
 }
 
-/* 1: rnd_config makes only the types of fast_types (token buckets, GCRA, fixed windows and
- * sliding window counters; a type given to it is an index into fast_types), and no shadow,
- * charge or reserved rules: the decisions the decision script's fast path
- * (service/redis/fast.lua) takes (those that are not dry runs and make no reservation, with
- * amounts, times and windows within its bounds). */
-static const int fast_types[] = {0, 1, 2, 4};
+/* 1: rnd_config makes only the types of fast_types (token buckets, GCRA, fixed windows, sliding
+ * windows, sliding window counters and concurrency limits; a type given to it is an index into
+ * fast_types), and no shadow, charge or reserved rules: the decisions the decision script's
+ * fast path (service/redis/fast.lua) takes (those that are not dry runs, with amounts, times and
+ * windows within its bounds, reservations made or not). */
+static const int fast_types[] = {0, 1, 2, 3, 4, 5};
 #define FAST_TYPES ((int)(sizeof fast_types / sizeof fast_types[0]))
 static int replay_fast;
 
@@ -1065,8 +1065,8 @@ START_TEST(differential_replay_general)
 }
 END_TEST
 
-/* Traces the fast path takes most decisions of (token buckets, GCRA, fixed windows and sliding
- * window counters only; the rest are dry runs, reservations, and amounts, times or windows
+/* Traces the fast path takes most decisions of (token buckets, GCRA, fixed windows, sliding
+ * windows, sliding window counters and concurrency limits only; the rest are dry runs, reservations, and amounts, times or windows
  * beyond its bounds: the traces cross 2^53 in amounts and times as differential_replay_general's
  * do, windows reach a year, past the 2^50 ns the fast path takes), each replayed twice: with the
  * fast path (even _i) and with the general path only (odd _i), both against the memory store;
@@ -1115,6 +1115,82 @@ START_TEST(fast_path_decides_the_default_shape)
     ck_assert(d.allowed);
     ck_assert_int_eq(tu_status(&d, 0)->remaining, FP(1) / 2);
     ck_assert_int_eq(tu_status(&d, 2)->remaining, FP(99));
+    pair_free(&p);
+}
+END_TEST
+
+/* A sliding window (a log of takes) is decided by the fast path too, asked for it alone: limit
+ * 3 in 10 s. At t = 100 s two takes of 1 (one entry, merged at the same time), at 104 s one more
+ * (remaining 0, reset 10 s after 104 s, next whole unit when the 2 taken at 100 s leave: 6 s),
+ * at 105 s denied (retry_after 5 s, when those 2 leave), at 110 s allowed (the 2 are gone: 1 of
+ * 104 s and this 1 held, remaining 1; next when the first leaves: 4 s). */
+static const char fast_sw_cfg[] =
+    "{\"levels\": [{\"name\": \"user\", \"rules\": [{\"type\": \"sliding_window\", \"limit\": 3, "
+    "\"window\": 10}]}]}";
+
+START_TEST(fast_path_decides_a_sliding_window)
+{
+    pair p;
+    pair_new(&p, fast_sw_cfg, "fastsw:");
+    rld_redis_store_general(p.rst, 2);
+    rl_decision d;
+    for (int i = 0; i < 2; i++) {
+        ck_assert_int_eq(acquire(p.red, "user=a", FP(1), S(100), 0, 0, &d), RL_OK);
+        ck_assert(d.allowed);
+    }
+    ck_assert_int_eq(tu_status(&d, 0)->remaining, FP(1));
+    ck_assert_int_eq(acquire(p.red, "user=a", FP(1), S(104), 0, 0, &d), RL_OK);
+    ck_assert(d.allowed);
+    ck_assert_int_eq(tu_status(&d, 0)->remaining, 0);
+    ck_assert_int_eq(tu_status(&d, 0)->reset_after, S(10));
+    ck_assert_int_eq(tu_status(&d, 0)->next, S(6));
+    ck_assert_int_eq(acquire(p.red, "user=a", FP(1), S(105), 0, 0, &d), RL_OK);
+    ck_assert(!d.allowed);
+    ck_assert_int_eq(d.retry_after, S(5));
+    ck_assert_int_eq(acquire(p.red, "user=a", FP(1), S(110), 0, 0, &d), RL_OK);
+    ck_assert(d.allowed);
+    ck_assert_int_eq(tu_status(&d, 0)->remaining, FP(1));
+    ck_assert_int_eq(tu_status(&d, 0)->next, S(4));
+    pair_free(&p);
+}
+END_TEST
+
+/* A concurrency limit is decided by the fast path too, its reservation recorded there, asked for
+ * it alone: limit 2, retry 3 s. Two pass, each with a reservation; the third is denied (retry
+ * 3 s, remaining 0); the first released, the next passes at once; both reservations can be
+ * released once and no more. */
+static const char fast_cc_cfg[] =
+    "{\"levels\": [{\"name\": \"user\", \"rules\": [{\"type\": \"concurrency\", \"limit\": 2, "
+    "\"retry\": 3}]}]}";
+
+START_TEST(fast_path_decides_a_concurrency_limit)
+{
+    pair p;
+    pair_new(&p, fast_cc_cfg, "fastcc:");
+    rld_redis_store_general(p.rst, 2);
+    rl_decision d;
+    rl_err err;
+    char id[2][RL_RESERVATION_ID];
+    for (int i = 0; i < 2; i++) {
+        ck_assert_int_eq(acquire(p.red, "user=a", FP(1), S(100), 0, 0, &d), RL_OK);
+        ck_assert(d.allowed);
+        ck_assert(d.reservation[0]);
+        memcpy(id[i], d.reservation, sizeof id[i]);
+    }
+    ck_assert_int_eq(tu_status(&d, 0)->remaining, 0);
+    ck_assert_int_eq(tu_status(&d, 0)->next, S(3));
+    ck_assert_int_eq(acquire(p.red, "user=a", FP(1), S(101), 0, 0, &d), RL_OK);
+    ck_assert(!d.allowed);
+    ck_assert_int_eq(d.retry_after, S(3));
+    ck_assert_int_eq(rl_release(p.red, id[0], S(102), &err), RL_OK);
+    ck_assert_int_eq(acquire(p.red, "user=a", FP(1), S(102), 0, 0, &d), RL_OK);
+    ck_assert(d.allowed);
+    ck_assert_int_eq(tu_status(&d, 0)->remaining, 0);
+    ck_assert_int_eq(rl_release(p.red, id[1], S(103), &err), RL_OK);
+    ck_assert_int_eq(rl_release(p.red, id[1], S(103), &err), RL_ENOTFOUND);
+    ck_assert_int_eq(acquire(p.red, "user=a", FP(1), S(103), 0, 0, &d), RL_OK);
+    ck_assert(d.allowed);
+    ck_assert_int_eq(tu_status(&d, 0)->remaining, 0);
     pair_free(&p);
 }
 END_TEST
@@ -2868,8 +2944,10 @@ Suite *redis_store_suite(void)
     tcase_set_timeout(tc, 300);
     tcase_add_loop_test(tc, differential_replay, 0, TRACES);
     tcase_add_loop_test(tc, differential_replay_general, 0, TRACES);
-    tcase_add_loop_test(tc, differential_replay_fast, 0, 40);
+    tcase_add_loop_test(tc, differential_replay_fast, 0, 60);
     tcase_add_test(tc, fast_path_decides_the_default_shape);
+    tcase_add_test(tc, fast_path_decides_a_sliding_window);
+    tcase_add_test(tc, fast_path_decides_a_concurrency_limit);
     tcase_add_loop_test(tc, differential_replay_usage, 0, 2 * NTYPES);
     tcase_add_loop_test(tc, differential_replay_batched, 0, NTYPES);
     tcase_add_test(tc, many_decisions_share_one_write);

@@ -1,7 +1,8 @@
--- fast.lua - the decision script's fast path: the common decision (not dry, no reservation, no
--- modes, nothing kept, every item of a type with a fast step: service/core/rules/*.fast.lua,
--- today token buckets, GCRA, fixed windows and sliding window counters, the default
--- configuration's shape) worked out in plain Lua numbers, with no tables of the general path
+-- fast.lua - the decision script's fast path: the common decision (not dry, no modes, nothing
+-- kept, every item of a type with a fast step: service/core/rules/*.fast.lua, today token
+-- buckets, GCRA, fixed windows, sliding windows, sliding window counters and concurrency
+-- limits, the default configuration's shape among them; a reservation recorded as decide.lua
+-- records it) worked out in plain Lua numbers, with no tables of the general path
 -- (lib.lua, bigint.lua) made.
 -- The build puts it in front of decide.lua's body (service/redis/lua.c): as a script, in front
 -- of the lib too, which is then made only when this path declines, so that a decision it
@@ -35,8 +36,10 @@
 do
 local argv, keys = ARGV, KEYS
 local nitems = tonumber(argv[A_ITEMS])
-if argv[A_GENERAL] ~= '1' and argv[A_DRY] == '0' and argv[A_ID] == '' and argv[A_MODES] == '' and
-    argv[A_KEEP] == '0' and nitems and nitems >= 1 and #keys == nitems then
+local id = argv[A_ID]
+if argv[A_GENERAL] ~= '1' and argv[A_DRY] == '0' and argv[A_MODES] == '' and
+    argv[A_KEEP] == '0' and nitems and nitems >= 1 and
+    #keys == (id == '' and nitems or nitems + 2) and #argv[A_RESERVATION_TTL] <= 15 then
     local floor, tonumber, sub, byte = math.floor, tonumber, string.sub, string.byte
     local unpack_, pack = struct.unpack, struct.pack
     local call, fmt = redis.call, string.format -- (a global's lookup costs more in a library)
@@ -164,11 +167,22 @@ if argv[A_GENERAL] ~= '1' and argv[A_DRY] == '0' and argv[A_ID] == '' and argv[A
     local v = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
     local allowed = true
     local o = A_FIELDS
+    -- with a reservation id: the items' records (every item takes here), and whether a rule
+    -- that holds slots is among them (decide.lua's reserves)
+    local recs, holds = nil, false
     for i = 1, nitems do
         if not go then break end
         local need, cost, p1, p2 = argv[o + I_NEED], argv[o + I_COST], argv[o + I_FIELDS + 1],
             argv[o + I_FIELDS + 2]
         local tag = argv[o + I_TAG]
+        if id ~= '' then
+            local rec = argv[o + I_RECORD]
+            if rec ~= '' then
+                recs = recs or {}
+                recs[#recs + 1] = rec
+                if byte(rec, 2) == 49 then holds = true end
+            end
+        end
         if not (FAST_TAGS) or tonumber(argv[o + I_KEY]) ~= i or #need > 15 or
             #cost > 15 or not p1 or #p1 > 15 or not p2 or #p2 > 15 then
             go = false
@@ -201,14 +215,45 @@ if argv[A_GENERAL] ~= '1' and argv[A_DRY] == '0' and argv[A_ID] == '' and argv[A
         end
         if go then
             -- Phase 3: the writes
+            if not nowstr then
+                nowstr = nows > 0 and fmt('%d%09d', nows, nowf) or
+                             fmt('%d', nowf)
+            end
+            local resv = allowed and id ~= '' and (holds or argv[A_RESERVE] == '1')
+            local rk, ik = keys[nitems + 1], keys[nitems + 2]
+            if resv and call('EXISTS', rk) == 1 then return {'dup'} end
             if allowed then
                 for i = 1, nitems do
                     call('SET', keys[i], w[2 * i - 1], 'PX', fmt('%d', w[2 * i]))
                 end
             end
-            if not nowstr then
-                nowstr = nows > 0 and fmt('%d%09d', nows, nowf) or
-                             fmt('%d', nowf)
+            if resv then
+                -- the reservation, as decide.lua records it: expiring reservation_ttl from now
+                -- (below 1e15 ns: seconds and nanoseconds stay exact)
+                local f = nowf + tonumber(argv[A_RESERVATION_TTL])
+                local c = floor(f / NS)
+                local s = nows + c
+                f = f - c * NS
+                local exp = s > 0 and fmt('%d%09d', s, f) or fmt('%d', f)
+                local cmd = {'HSET', rk, 'cost', argv[A_COST], 'at', nowstr, 'exp', exp,
+                    'settled', '0'}
+                local usage = argv[A_USAGE]
+                if usage ~= '' then
+                    cmd[#cmd + 1] = 'usage'
+                    cmd[#cmd + 1] = usage
+                end
+                local m = recs and #recs or 0
+                for k = 1, m do
+                    cmd[#cmd + 1] = 'i' .. k
+                    cmd[#cmd + 1] = recs[k]
+                end
+                cmd[#cmd + 1] = 'n'
+                cmd[#cmd + 1] = tostring(m)
+                local hold_ms = tonumber(argv[A_HOLD_MS])
+                call(unpack(cmd))
+                call('PEXPIRE', rk, hold_ms)
+                call('ZADD', ik, exp, id)
+                if call('PTTL', ik) < hold_ms then call('PEXPIRE', ik, hold_ms) end
             end
             out[nitems * 6 + 2] = nowstr
             for j = nitems * 6 + 3, 20 do out[j] = nil end -- the reply ends at the first nil

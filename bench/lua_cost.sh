@@ -53,10 +53,13 @@ redis-server --port "$port" --bind 127.0.0.1 --dir "$TMP" --save '' --appendonly
     >"$TMP/log" 2>&1 &
 RPID=$!
 trap 'kill $RPID 2>/dev/null; wait $RPID 2>/dev/null; rm -rf "$TMP"' EXIT
-for _ in $(seq 100); do
+for _ in $(seq 400); do
     [ "$(redis-cli -p "$port" ping 2>/dev/null)" = PONG ] && break
+    kill -0 $RPID 2>/dev/null || break
     sleep 0.05
 done
+[ "$(redis-cli -p "$port" ping 2>/dev/null)" = PONG ] ||
+    { echo "lua_cost: redis-server on port $port did not start:" >&2; cat "$TMP/log" >&2; exit 1; }
 cli() { redis-cli -p "$port" "$@"; }
 
 "$LS" decide >"$TMP/decide.lua"

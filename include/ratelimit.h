@@ -442,7 +442,15 @@ typedef struct rl_store rl_store;
 /* Creates a limiter over cfg (stolen, also on failure, after rl_config_finish) with the given
  * store (stolen; NULL: a new in-memory store). Initial quotas of the configuration are set. */
 int rl_limiter_new(rl_config *cfg, rl_store *store, rl_limiter **out, rl_err *err);
-/* Frees the limiter, its store and its configuration. NULL is ok. */
+/* Creates a limiter over cfg (stolen, also on failure) that takes over from's store: the store
+ * is attached again, to cfg (its attach called a second time; a store whose state lives
+ * elsewhere, as Redis's does, keeps it), and from gives it up, so that freeing from leaves it
+ * alone; from must not decide anything afterwards. On failure nothing is taken: the store is
+ * attached back to from's configuration and from goes on as before. Call it with no decision,
+ * tick or settlement in flight on from. */
+int rl_limiter_new_over(rl_config *cfg, rl_limiter *from, rl_limiter **out, rl_err *err);
+/* Frees the limiter, its store (unless another limiter took it over) and its configuration.
+ * NULL is ok. */
 void rl_limiter_free(rl_limiter *lim);
 /* The configuration in force (borrowed). */
 const rl_config *rl_limiter_config(const rl_limiter *lim);

@@ -104,7 +104,10 @@ typedef struct rl_resolver {
 
 typedef struct rl_store_ops {
     const char *name;
-    /* Called once by rl_limiter_new before any other method. cfg and res outlive the store. */
+    /* Called by rl_limiter_new before any other method. cfg and res outlive the store, or
+     * the next attach: rl_limiter_new_over attaches a store again, to another configuration,
+     * with nothing in flight; a store that keeps state of its own by level position must not
+     * be taken over so (the memory store). */
     int (*attach)(void *cls, const rl_config *cfg, const rl_resolver *res, rl_err *err);
     /* Carries out the plan: fills d->allowed, d->retry_after, d->blocked, d->applied[i].wait,
      * .shadow_denied, .has_status and, when it has one, the rule's status, and d->reservation

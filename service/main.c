@@ -768,6 +768,11 @@ static int open_app(daemon_parts *dp)
             return 1;
         }
     }
+    /* a reload over Redis: the quota follower moves to the new limiter */
+    if (dp->fleet && rld_app_attach(&dp->app, &rld_redis_part_ops, dp->fleet) != RL_OK) {
+        rld_log("error: the app holds no more parts");
+        return 1;
+    }
     if (dp->ysvc && rld_app_attach(&dp->app, &rld_yrls_part_ops, dp->ysvc) != RL_OK) {
         rld_log("error: the app holds no more parts");
         return 1;

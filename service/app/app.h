@@ -100,15 +100,17 @@ int rld_app_attach(rld_app *app, const rld_part_ops *ops, void *self);
  * in force (levels, tiers, quotas, reservation_ttl, max_keys; the other settings wait for a
  * restart): a new limiter over a new memory store, the quota file applied to it, and the state
  * carried over as a snapshot would carry it (matched by level name, rule position and type),
- * swapped in while no request is in flight, and every part told. On failure (a bad file, a store, a part that cannot follow) the
+ * swapped in while no request is in flight, and every part told. With a shared store (Redis)
+ * the new limiter takes the same store over instead (the state stays in it), once the store
+ * said it can hold the configuration (check_config); the store in force cannot change. On failure (a bad file, a store, a part that cannot follow) the
  * configuration in force stays, err says why, and it is logged; both outcomes are counted.
  * Not from a request holding the gate. */
 int rld_app_reload(rld_app *app, rl_err *err);
 /* The same from the configuration make builds (called with cls) instead of config_path, without
  * refresh: everything that can fail happens before the swap, the state is carried over under
- * the gate, every part told (reload, then reload_end), counted and logged naming origin
- * ("configuration reloaded from <origin>"; "reload of <origin> refused ..."). Refused with a
- * shared store (a reload keeps the memory store). Thread-safe: reloads wait for each other.
+ * the gate (or the shared store taken over), every part told (reload, then reload_end),
+ * counted and logged naming origin ("configuration reloaded from <origin>"; "reload of
+ * <origin> refused ..."). Thread-safe: reloads wait for each other.
  * Not from a request holding the gate. */
 int rld_app_reload_with(rld_app *app, rld_app_make_fn make, void *cls, const char *origin,
                         rl_err *err);

@@ -52,6 +52,9 @@ typedef struct rld_part {
 } rld_part;
 
 typedef struct rld_app_store_ops {
+    /* Before a reload puts cfg in force over the store (rl_limiter_new_over): RL_OK when the
+     * store can hold it, else RL_EINVAL naming the field (a rule type it cannot keep). */
+    int (*check_config)(void *self, const rl_config *cfg, rl_err *err);
     /* PUT /quota/<user>: checks body (rld_quota_body_parse), stores it for the whole fleet and
      * has it in force in this instance before returning. RL_EINVAL naming the field, RL_ESTORE
      * when the store cannot take it; nothing changes then. */

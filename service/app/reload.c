@@ -7,6 +7,11 @@
  * is held for writing (no request in flight), as a snapshot (what a restart would keep is
  * kept), and the limiters are swapped there, every attached part told of the new one
  * (parts.h); the old one is freed after the gate opens.
+ *
+ * With a shared store (Redis) the state is the store's and stays there: the new configuration
+ * is checked against the store first (check_config), and the new limiter is made under the
+ * gate over the same store, which the old one gives up (rl_limiter_new_over); should that
+ * fail, the store is back on the configuration in force, which stays.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -23,6 +28,7 @@
 
 /* What a reload swaps: a limiter with its quota file and its GET /rules text. */
 typedef struct generation {
+    rl_config *cfg; /* with a shared store: the configuration, made into lim under the gate */
     rl_limiter *lim;
     rld_quotas quotas;
     char *rules_json;
@@ -48,11 +54,12 @@ static int from_file(void *cls, rld_app *app, rl_config **cfg, uint64_t *max_key
     int rc = app->load(app->load_cls, app->config_path, app->reg, &ns, cfg, err);
     if (rc != RL_OK)
         return rc;
-    if (ns.store != RLD_STORE_MEMORY) {
+    if ((ns.store != RLD_STORE_MEMORY) != (app->store.ops != NULL)) {
         rl_config_free(*cfg);
         *cfg = NULL;
-        rc = rl_errf(err, RL_EINVAL, "store: a reload keeps the memory store; a restart "
-                                     "applies a configuration with the Redis store");
+        rc = rl_errf(err, RL_EINVAL, "store: a reload keeps the store in force (%s); a restart "
+                                     "applies another one",
+                     app->store.ops ? "redis" : "memory");
     }
     *max_keys = ns.max_keys > 0 ? (uint64_t)ns.max_keys : 0;
     rld_settings_clear(&ns);
@@ -66,12 +73,20 @@ static int prepare(rld_app *app, rld_app_make_fn make, void *cls, generation *g,
     rl_config *cfg = NULL;
     int rc;
     memset(g, 0, sizeof *g);
-    if (app->store.ops)
-        return rl_errf(err, RL_EINVAL, "store: a reload keeps the memory store; a restart "
-                                       "applies a configuration with the Redis store");
     *max_keys = app->max_keys;
     if ((rc = make(cls, app, &cfg, max_keys, err)) != RL_OK)
         return rc;
+    if (app->store.ops) { /* the limiter is made over the store under the gate (swap) */
+        *max_keys = app->max_keys; /* the memory store's bound: none in use */
+        g->cfg = cfg;
+        if (app->store.ops->check_config &&
+            (rc = app->store.ops->check_config(app->store.self, cfg, err)) != RL_OK)
+            return rc;
+        json_t *rules = rld_config_to_json(cfg, app->set);
+        g->rules_json = rules ? json_dumps(rules, RLD_JSON_FLAGS) : NULL;
+        json_decref(rules);
+        return g->rules_json ? RL_OK : rl_errf(err, RL_ENOMEM, "out of memory");
+    }
     rl_store *st = rl_memory_store_new_bounded(*max_keys);
     rc = st ? rl_limiter_new(cfg, st, &g->lim, err) : rl_errf(err, RL_ENOMEM, "out of memory");
     if (!st)
@@ -90,6 +105,7 @@ static int prepare(rld_app *app, rld_app_make_fn make, void *cls, generation *g,
 
 static void drop(generation *g)
 {
+    rl_config_free(g->cfg);
     if (g->quotas.overrides)
         rld_quotas_close(&g->quotas);
     rl_limiter_free(g->lim);
@@ -115,7 +131,14 @@ static int carry_state(rld_app *app, generation *g, rl_err *err)
  * the old generation. */
 static int swap(rld_app *app, generation *g, rl_err *err)
 {
-    int rc = carry_state(app, g, err);
+    int rc;
+    if (g->cfg) { /* a shared store keeps the state: the new limiter takes it over */
+        rl_config *cfg = g->cfg;
+        g->cfg = NULL;
+        rc = rl_limiter_new_over(cfg, app->lim, &g->lim, err);
+    } else {
+        rc = carry_state(app, g, err);
+    }
     if (rc != RL_OK)
         return rc;
     /* the quota file's contents change hands; each keeps its own mutex */

@@ -322,13 +322,14 @@ static size_t desc_index(rl_limiter *lim, const char *name)
     return lim->ndesc++;
 }
 
-int rl_limiter_new(rl_config *cfg, rl_store *store, rl_limiter **out, rl_err *err)
+/* rl_limiter_new; owned 0: store is another limiter's, and is not destroyed on failure. */
+static int limiter_new(rl_config *cfg, rl_store *store, int owned, rl_limiter **out, rl_err *err)
 {
     rl_limiter *lim = calloc(1, sizeof *lim);
     *out = NULL;
     if (!lim) {
         rl_config_free(cfg);
-        if (store)
+        if (store && owned)
             store->ops->destroy(store->cls);
         return rl_errf(err, RL_ENOMEM, "out of memory");
     }
@@ -381,10 +382,41 @@ int rl_limiter_new(rl_config *cfg, rl_store *store, rl_limiter **out, rl_err *er
             rl__err_prefix(err, "quotas.%s: ", cfg->quota_keys[i]);
     }
     if (rc != RL_OK) {
+        if (!owned)
+            lim->store = NULL;
         rl_limiter_free(lim);
         return rc;
     }
     *out = lim;
+    return RL_OK;
+}
+
+int rl_limiter_new(rl_config *cfg, rl_store *store, rl_limiter **out, rl_err *err)
+{
+    return limiter_new(cfg, store, 1, out, err);
+}
+
+int rl_limiter_new_over(rl_config *cfg, rl_limiter *from, rl_limiter **out, rl_err *err)
+{
+    rl_store *st = from->store;
+    *out = NULL;
+    if (!st) {
+        rl_config_free(cfg);
+        return rl_errf(err, RL_EINVAL, "store: already taken over by another limiter");
+    }
+    int rc = limiter_new(cfg, st, 0, out, err);
+    if (rc != RL_OK) { /* the store back on from's configuration, as it was */
+        rl_err again = {{0}};
+        if (st->ops->attach(st->cls, from->cfg, &from->res, &again) != RL_OK) {
+            char why[sizeof err->msg];
+            snprintf(why, sizeof why, "%s", err->msg);
+            rl_errf(err, rc, "%.300s (and the store did not take the configuration in force "
+                             "back: %.300s)",
+                    why, again.msg);
+        }
+        return rc;
+    }
+    from->store = NULL; /* *out owns it now */
     return RL_OK;
 }
 

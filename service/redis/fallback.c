@@ -165,22 +165,48 @@ static const rl_rule *local_rule_at(void *ctx, size_t level, size_t slot, const 
 
 /* ---- methods ------------------------------------------------------------------------------- */
 
+/* Drops the scaled lists of the configuration attached (fs->cfg's). */
+static void drop_scaled(fb_store *fs)
+{
+    for (size_t l = 0; l < RL_MAX_LEVELS; l++) {
+        rl_rules_unref(fs->level_rules[l]);
+        fs->level_rules[l] = NULL;
+    }
+    for (size_t t = 0; fs->tier_rules && t < fs->cfg->ntiers; t++)
+        rl_rules_unref(fs->tier_rules[t]);
+    free(fs->tier_rules);
+    fs->tier_rules = NULL;
+}
+
+/* Attached again (a reload taking the store over): the inner store follows cfg, and the local
+ * store starts afresh over it (what it held was for the levels of the configuration before). */
 static int fb_attach(void *cls, const rl_config *cfg, const rl_resolver *res, rl_err *err)
 {
     fb_store *fs = cls;
-    fs->cfg = cfg;
-    fs->res = res;
+    int again = fs->cfg != NULL;
     int rc = fs->inner->ops->attach(fs->inner->cls, cfg, res, err);
     if (rc != RL_OK)
         return rc;
+    rl_store *local = again ? rl_memory_store_new() : fs->local;
+    if (!local)
+        return oom(err);
     pthread_mutex_lock(&fs->mu);
+    if (again)
+        drop_scaled(fs);
+    fs->cfg = cfg;
+    fs->res = res;
     int bad = rescale(fs, fleet_now(fs));
     pthread_mutex_unlock(&fs->mu);
-    if (bad)
-        return oom(err);
     fs->local_res.rule_at = local_rule_at;
     fs->local_res.ctx = fs;
-    return fs->local->ops->attach(fs->local->cls, cfg, &fs->local_res, err);
+    rc = bad ? oom(err) : local->ops->attach(local->cls, cfg, &fs->local_res, err);
+    if (again && rc == RL_OK) {
+        fs->local->ops->destroy(fs->local->cls);
+        fs->local = local;
+    } else if (again) {
+        local->ops->destroy(local->cls);
+    }
+    return rc;
 }
 
 /* Decides every level by its mode, the store being unavailable. */
@@ -376,11 +402,8 @@ static void fb_destroy(void *cls)
     fb_store *fs = cls;
     fs->inner->ops->destroy(fs->inner->cls);
     fs->local->ops->destroy(fs->local->cls);
-    for (size_t l = 0; l < RL_MAX_LEVELS; l++)
-        rl_rules_unref(fs->level_rules[l]);
-    for (size_t t = 0; fs->tier_rules && t < fs->cfg->ntiers; t++)
-        rl_rules_unref(fs->tier_rules[t]);
-    free(fs->tier_rules);
+    if (fs->cfg)
+        drop_scaled(fs);
     pthread_mutex_destroy(&fs->mu);
     free(fs);
 }

@@ -179,6 +179,7 @@ struct rld_quota_follower {
     int wake[2]; /* written to stop the thread */
     uint64_t applied;
     pthread_mutex_t mu; /* one read-and-apply at a time: the thread's and rld_redis_quota_refresh */
+    int resync;         /* atomic: the thread synchronises in full at its next turn */
 };
 
 /* Waits ms or until stopped; returns 1 when stopped. */
@@ -223,6 +224,20 @@ int rld_redis_quota_refresh(rld_quota_follower *f, const char *key, const char *
     return rc;
 }
 
+int rld_redis_quota_retarget(rld_quota_follower *f, rl_limiter *lim, size_t *skipped,
+                             rl_err *err)
+{
+    pthread_mutex_lock(&f->mu);
+    f->lim = lim;
+    int rc = rld_redis_quota_sync(f->redis, lim, skipped, err);
+    pthread_mutex_unlock(&f->mu);
+    if (rc != RL_OK)
+        __atomic_store_n(&f->resync, 1, __ATOMIC_RELEASE);
+    else
+        __atomic_add_fetch(&f->applied, 1, __ATOMIC_RELAXED);
+    return rc;
+}
+
 /* A message of the quota channel: the key whose quota changed. */
 static void on_message(void *arg, const char *key)
 {
@@ -244,6 +259,8 @@ static int follow_once(rld_quota_follower *f, rld_rconn *c, const char *channel)
     int synced = 0;
     for (;;) {
         /* in full after every subscription, until it gets through */
+        if (__atomic_exchange_n(&f->resync, 0, __ATOMIC_ACQ_REL))
+            synced = 0;
         if (!synced) {
             pthread_mutex_lock(&f->mu);
             synced = rld_redis_quota_sync(f->redis, f->lim, NULL, NULL) == RL_OK;

@@ -46,6 +46,11 @@ int rld_redis_quota_follow(rl_store *redis, rl_limiter *lim, rld_quota_follower 
  * the result of applying (RL_EINVAL when the quota cannot be applied). */
 int rld_redis_quota_refresh(rld_quota_follower *f, const char *key, const char *written,
                             rl_err *err);
+/* Makes lim the follower's limiter (a reload put it in force; the one before is not touched
+ * again) and synchronises it in full now (rld_redis_quota_sync's skipped). When Redis cannot
+ * be read, returns the error and the thread synchronises in full as soon as it can. */
+int rld_redis_quota_retarget(rld_quota_follower *f, rl_limiter *lim, size_t *skipped,
+                             rl_err *err);
 /* Stops and frees the follower. NULL is ok. */
 void rld_redis_quota_unfollow(rld_quota_follower *f);
 /* Changes the follower has applied so far (messages and full synchronisations). */

@@ -86,6 +86,29 @@ int rld_redis_start(rld_redis *f, rl_limiter *lim, rl_err *err)
     return rld_redis_quota_follow(f->redis, lim, &f->follower, err);
 }
 
+/* A reload put lim in force over the same store (the gate held for writing): the quotas Redis
+ * holds applied to it, and followed there from now on. */
+static void part_reload(void *self, rl_limiter *lim)
+{
+    rld_redis *f = self;
+    size_t skipped = 0;
+    rl_err why = {{0}};
+    f->lim = lim;
+    if (rld_redis_quota_retarget(f->follower, lim, &skipped, &why) != RL_OK)
+        rld_log("error: quotas: cannot read them from Redis after the reload (%s); they apply "
+                "as soon as Redis answers",
+                why.msg);
+    else if (skipped)
+        rld_log("error: quotas: %zu quotas stored in Redis cannot be applied to this "
+                "configuration and were skipped",
+                skipped);
+}
+
+const rld_part_ops rld_redis_part_ops = {
+    .name = "redis store",
+    .reload = part_reload,
+};
+
 void rld_redis_free(rld_redis *f)
 {
     if (!f)
@@ -279,7 +302,14 @@ static void metrics(void *self, rld_buf *o)
     rld_buf_printf(o, "ratelimit_redis_writes_total %llu\n", (unsigned long long)h.writes);
 }
 
+static int check_config(void *self, const rl_config *cfg, rl_err *err)
+{
+    const rld_redis *f = self;
+    return rld_redis_store_check_config(cfg, f->ncluster > 0, err);
+}
+
 const rld_app_store_ops rld_redis_store_ops = {
+    .check_config = check_config,
     .quota_put = quota_put,
     .quota_delete = quota_delete,
     .health = health,

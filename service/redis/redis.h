@@ -39,6 +39,8 @@ void rld_redis_free(rld_redis *f);
 
 /* The fleet as the app's store (app/parts.h), self an rld_redis usable once rld_redis_start
  * has run:
+ *   check_config  whether the Redis store can hold a configuration a reload would put in
+ *                 force (rld_redis_store_check_config)
  *   quota_put     PUT /quota/<user>: checks the body (rld_quota_body_parse, and that the
  *                 Redis store can hold its rules), stores it in Redis and has it in force here
  *                 before returning
@@ -54,6 +56,11 @@ void rld_redis_free(rld_redis *f);
  *   describe      "redis store 127.0.0.1:6379/0, prefix \"rl:\"" (never the password); usable
  *                 from rld_redis_open on */
 extern const rld_app_store_ops rld_redis_store_ops;
+
+/* The fleet as a part of the app (app/parts.h, self an rld_redis once rld_redis_start has
+ * run): a reload puts its limiter in force over the same store (rl_limiter_new_over), and
+ * reload makes the quota follower apply the quotas Redis holds to it, and follow them there. */
+extern const rld_part_ops rld_redis_part_ops;
 
 /* Claims an alert for the whole fleet (app/alerts.h's rld_alerts_claim_fn, self an rld_redis):
  * SET P"alert:"<name> 1 NX PX ttl_ms. 1 when this instance won it, 0 when another instance

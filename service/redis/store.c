@@ -552,11 +552,33 @@ static int set_ports(redis_store *rs, const rl_registry *reg, rl_err *err)
 }
 
 static rld_rconn *deny_connect(void *ctx);
+static void lease_return(redis_store *rs, size_t level, struct lease *ls);
 static void deny_forget(redis_store *rs, const abuf *k, size_t first);
 
 static int rs_attach(void *cls, const rl_config *cfg, const rl_resolver *res, rl_err *err)
 {
     redis_store *rs = cls;
+    if (rs->cfg) { /* attached again (a reload): nothing of the configuration before stays */
+        int up = rs->cluster ? rld_cluster_up(rs->cluster) : rld_pool_up(rs->pool);
+        for (size_t l = 0; l < RL_MAX_LEVELS; l++) {
+            lease *ls = rs->lease[l];
+            if (!ls)
+                continue;
+            pthread_mutex_lock(&ls->mu);
+            if (up && l < rs->cfg->nlevels)
+                lease_return(rs, l, ls); /* what is left goes back to the fleet */
+            ls->live = 0;
+            for (size_t j = 0; j < RL_MAX_RULES; j++)
+                ls->left[j] = 0;
+            ls->retry = 0;
+            pthread_mutex_unlock(&ls->mu);
+        }
+        if (rs->dc) /* a level's index and a key may mean something else now */
+            rld_denycache_clear(rs->dc);
+        free(rs->types);
+        rs->types = NULL;
+        rs->ntypes = 0;
+    }
     rs->cfg = cfg;
     rs->res = res;
     int rc = check_config(rs, cfg, err);

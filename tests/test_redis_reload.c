@@ -2,7 +2,7 @@
  * test_redis_reload.c - a reload of a daemon on the Redis store ("store": "redis"), the real
  * build/ratelimitd over a real redis-server: the new configuration is put in force over the same
  * store, so the counts Redis holds go on under the new limits; a configuration the store cannot
- * hold, or that does not load, is refused and the one in force keeps deciding; a denial the
+ * hold, that does not load, or that changes what the store was opened with, is refused and the one in force keeps deciding; a denial the
  * cache of denials learnt before a reload does not deny after one that raised the limit; the
  * quotas Redis holds stay in force across a reload.
  *
@@ -49,8 +49,8 @@ static const char *config(const rt_redis *r, const char *user_rule)
              "{\"admin_token\": \"adm\", \"plugins\": [\"%s\"], \"store\": {\"type\": "
              "\"redis\", \"url\": \"%s\", \"prefix\": \"rr:\", \"timeout_ms\": 2000, "
              "\"deny_cache\": true}, \"levels\": [{\"name\": \"user\", \"rules\": [%s], "
-             "\"on_store_error\": \"closed\"}, {\"name\": \"plan\", \"tiered\": true, "
-             "\"on_store_error\": \"closed\"}], \"tiers\": {\"free\": [{\"type\": "
+             "\"on_store_error\": \"closed\"}, {\"name\": \"plan\", \"tiered\": true}], "
+             "\"tiers\": {\"free\": [{\"type\": "
              "\"fixed_window\", \"name\": \"free\", \"limit\": 2, \"window\": 1000}], \"gold\": "
              "[{\"type\": \"fixed_window\", \"name\": \"gold\", \"limit\": 50, \"window\": "
              "1000}]}, \"default_tier\": \"free\"}",
@@ -188,6 +188,14 @@ START_TEST(reload_over_redis_keeps_the_counts_and_refuses_what_redis_cannot_hold
                 "{\"admin_token\": \"adm\", \"levels\": [{\"name\": \"user\", \"rules\": "
                 "[{\"type\": \"fixed_window\", \"limit\": 9, \"window\": 1000}]}]}",
                 400, "store: a reload keeps the store in force (redis)");
+    /* and one that changes what the store was opened with for a level (its on_store_error) */
+    char *open_mode = su_replace_once(strdup(config(&rd, window(6))),
+                                      "\"on_store_error\": \"closed\"",
+                                      "\"on_store_error\": \"open\"", "the configuration");
+    reload_with(&s, open_mode, 400,
+                "levels[0].on_store_error: a reload over the Redis store keeps each level's "
+                "on_store_error, shards and lease");
+    free(open_mode);
     ck_assert_double_eq(take(&s, "u", NULL, 200), 0);
     take(&s, "u", NULL, 429);
     ck_assert_double_eq(take(&s, NULL, "alice", 200), 47);
@@ -195,7 +203,7 @@ START_TEST(reload_over_redis_keeps_the_counts_and_refuses_what_redis_cannot_hold
     /* Redis holds the count: rr:...user... has 6 */
     su_resp m = su_req(&s, "GET", "/metrics", NULL, NULL);
     ck_assert_msg(strstr(m.body, "\nratelimit_config_reloads_total{result=\"ok\"} 2\n") &&
-                      strstr(m.body, "\nratelimit_config_reloads_total{result=\"error\"} 3\n"),
+                      strstr(m.body, "\nratelimit_config_reloads_total{result=\"error\"} 4\n"),
                   "%s", m.body);
     su_resp_free(&m);
     ck_assert_int_eq(su_stop(&s), 0);

@@ -259,16 +259,24 @@ static void fake_metrics(void *self, rld_buf *out)
     (void)out;
 }
 
-START_TEST(refused_with_a_shared_store)
+/* A shared store that cannot hold any configuration but the one it started with. */
+static int fake_check(void *self, const rl_config *cfg, rl_err *err)
 {
-    static const rld_app_store_ops ops = {.health = fake_health, .metrics = fake_metrics};
+    (void)self;
+    (void)cfg;
+    return rl_errf(err, RL_EINVAL, "levels[0].rules[0]: not in this store");
+}
+
+START_TEST(refused_when_the_shared_store_cannot_hold_it)
+{
+    static const rld_app_store_ops ops = {
+        .check_config = fake_check, .health = fake_health, .metrics = fake_metrics};
     rld_app_store store = {&ops, NULL};
     fixture fx;
     rl_err err = {{0}};
     open_fx(&fx, NULL, &store);
     ck_assert_int_eq(rld_yrls_apply(&fx.app, yconf(v1), "xDS version 1", &err), RL_EINVAL);
-    ck_assert_str_eq(err.msg, "store: a reload keeps the memory store; a restart applies a "
-                              "configuration with the Redis store");
+    ck_assert_str_eq(err.msg, "levels[0].rules[0]: not in this store");
     char *m = metrics(&fx);
     has(m, "\nratelimit_service_config_load_error 1\n");
     has(m, "\nratelimit_service_config_load_success 1\n");
@@ -356,7 +364,7 @@ static Suite *yaml_reload_suite(void)
     tcase_add_test(tc, empty_then_applied_updated_refused);
     tcase_add_test(tc, changed_unit_starts_afresh);
     tcase_add_test(tc, beside_the_json_levels);
-    tcase_add_test(tc, refused_with_a_shared_store);
+    tcase_add_test(tc, refused_when_the_shared_store_cannot_hold_it);
     tcase_add_test(tc, applied_while_another_thread_decides);
     suite_add_tcase(s, tc);
     return s;

@@ -46,6 +46,29 @@ static int parts_agree(rld_app *app, rl_err *err)
     return RL_OK;
 }
 
+/* With a shared store, what the store was opened with for each level (by position: on_store_error,
+ * shards, lease) stays until a restart: a file that changes it is refused. */
+static int same_store_levels(const rld_settings *now, const rld_settings *ns, const rl_config *cfg,
+                             rl_err *err)
+{
+    for (size_t l = 0; l < RL_MAX_LEVELS; l++) {
+        const char *what = now->on_error[l] != ns->on_error[l]   ? "on_store_error"
+                           : now->shards[l] != ns->shards[l]     ? "shards"
+                           : now->lease_slice[l] != ns->lease_slice[l] ||
+                                   now->lease_ttl_ms[l] != ns->lease_ttl_ms[l]
+                               ? "lease"
+                               : NULL;
+        if (what)
+            return rl_errf(err, RL_EINVAL,
+                           "levels[%zu].%s: a reload over the Redis store keeps each level's "
+                           "on_store_error, shards and lease as the store was opened with them "
+                           "(by the level's position%s%s); a restart applies a change",
+                           l, what, l < cfg->nlevels ? ", here " : "",
+                           l < cfg->nlevels ? cfg->levels[l].name : "");
+    }
+    return RL_OK;
+}
+
 /* The configuration file read again: make's function for rld_app_reload. */
 static int from_file(void *cls, rld_app *app, rl_config **cfg, uint64_t *max_keys, rl_err *err)
 {
@@ -54,12 +77,15 @@ static int from_file(void *cls, rld_app *app, rl_config **cfg, uint64_t *max_key
     int rc = app->load(app->load_cls, app->config_path, app->reg, &ns, cfg, err);
     if (rc != RL_OK)
         return rc;
-    if ((ns.store != RLD_STORE_MEMORY) != (app->store.ops != NULL)) {
-        rl_config_free(*cfg);
-        *cfg = NULL;
+    if ((ns.store != RLD_STORE_MEMORY) != (app->store.ops != NULL))
         rc = rl_errf(err, RL_EINVAL, "store: a reload keeps the store in force (%s); a restart "
                                      "applies another one",
                      app->store.ops ? "redis" : "memory");
+    else if (app->store.ops)
+        rc = same_store_levels(app->set, &ns, *cfg, err);
+    if (rc != RL_OK) {
+        rl_config_free(*cfg);
+        *cfg = NULL;
     }
     *max_keys = ns.max_keys > 0 ? (uint64_t)ns.max_keys : 0;
     rld_settings_clear(&ns);

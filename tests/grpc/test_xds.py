@@ -378,6 +378,57 @@ class XdsTest(unittest.TestCase):
         self.assertIn("CONFIG_TYPE=GRPC_XDS_SOTW: the configuration changes by the management "
                       "server's pushes", self.d.stderr())
 
+    def test_redis_store(self):
+        # the same pushes on the Redis store: an update is put in force over the same store,
+        # so the counts Redis holds go on under the new limit (3 taken at 3 per minute, then 2
+        # more in the same minute at 5 per minute)
+        rtmp = tempfile.TemporaryDirectory()
+        self.addCleanup(rtmp.cleanup)
+        port = free_port()
+        redis = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1",
+                                  "--save", "", "--appendonly", "no", "--dir", rtmp.name],
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+        def stop_redis():
+            redis.terminate()
+            redis.wait(10)
+        self.addCleanup(stop_redis)
+        import socket
+        for _ in range(100):
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                time.sleep(0.05)
+        else:
+            raise RuntimeError("redis-server did not start")
+        # (a JSON level beside the pushed limits, which these calls do not name)
+        self.start({}, config='{"listen": {"address": "127.0.0.1", "port": 0}, "store": '
+                   '{"type": "redis", "url": "redis://127.0.0.1:%d/0", "prefix": "xds:"}, '
+                   '"levels": [{"name": "other", "rules": [{"type": "fixed_window", '
+                   '"limit": 1, "window": 60}]}]}' % port)
+        self.mgmt.wait(lambda r: True, "at all")
+        nonce = self.mgmt.push("1", [self.mgmt.config("d", 3)])
+        self.ack("1", nonce)
+        self.d.serving()
+        self.expect(1000.5, 3)
+        nonce = self.mgmt.push("2", [self.mgmt.config("d", 5)])
+        self.ack("2", nonce)
+        self.expect(1000.5, 2)
+        self.expect(2000.5, 5)
+        # a bad push is refused and 5 per minute decides on
+        nonce = self.mgmt.push("3", [self.mgmt.config("d", 7, unit="UNKNOWN")])
+        self.assertEqual(self.nack("2", nonce).version_info, "2")
+        self.expect(3000.5, 5)
+        keys = subprocess.run(["redis-cli", "-p", str(port), "--scan"], capture_output=True,
+                              text=True, check=True).stdout.split()
+        self.assertTrue(keys)
+        self.assertTrue(all(k.startswith("xds:") for k in keys), keys)
+        with urllib.request.urlopen("http://%s/metrics" % self.d.http_addr, timeout=5) as r:
+            metrics = r.read().decode()
+        self.assertIn("ratelimitd_xds_applied_total 2", metrics)
+        self.assertIn("ratelimitd_xds_rejected_total 1", metrics)
+
     def test_max_message_size(self):
         # a response over XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES closes the stream; the client
         # connects again and takes a smaller one

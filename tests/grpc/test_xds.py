@@ -374,10 +374,11 @@ class XdsTest(unittest.TestCase):
         self.expect(2000.5, 1)
         self.d.proc.send_signal(signal.SIGHUP)
         deadline = time.time() + 10
-        while "pushes" not in self.d.stderr() and time.time() < deadline:
+        refused = ("CONFIG_TYPE=GRPC_XDS_SOTW: the configuration changes by the management "
+                   "server's pushes")
+        while refused not in self.d.stderr() and time.time() < deadline:
             time.sleep(0.05)
-        self.assertIn("CONFIG_TYPE=GRPC_XDS_SOTW: the configuration changes by the management "
-                      "server's pushes", self.d.stderr())
+        self.assertIn(refused, self.d.stderr())
 
     def test_max_message_size(self):
         # a response over XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES closes the stream; the client

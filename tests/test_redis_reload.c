@@ -4,7 +4,7 @@
  * store, so the counts Redis holds go on under the new limits; a configuration the store cannot
  * hold, that does not load, or that changes what the store was opened with, is refused and the one in force keeps deciding; a denial the
  * cache of denials learnt before a reload does not deny after one that raised the limit; the
- * quotas Redis holds stay in force across a reload.
+ * quotas Redis holds stay in force across a reload; the leases are given back.
  *
  * Every request carries "now": 100 (--manual-clock), so the fixed window of 1,000 s never
  * rolls and the counts below are exact.
@@ -217,12 +217,69 @@ START_TEST(reload_over_redis_keeps_the_counts_and_refuses_what_redis_cannot_hold
 }
 END_TEST
 
+/* The global level of a token bucket of 1,000 refilling 0.01 a second (under 0.1 over this
+ * test), on prefix "lr:", leased in slices of 100 (lease 1) or not. */
+static const char *global_config(const rt_redis *r, int lease)
+{
+    static char buf[1024];
+    snprintf(buf, sizeof buf,
+             "{\"store\": {\"type\": \"redis\", \"url\": \"%s\", \"prefix\": \"lr:\", "
+             "\"timeout_ms\": 2000}, \"levels\": [{\"name\": \"global\", \"default_key\": \"*\", "
+             "\"on_store_error\": \"closed\"%s, \"rules\": [{\"type\": \"token_bucket\", "
+             "\"name\": \"all\", \"capacity\": 1000, \"per_second\": 0.01}]}]}",
+             r->url, lease ? ", \"lease\": {\"slice\": 100, \"ttl_ms\": 60000}" : "");
+    return buf;
+}
+
+/* One request of the global level (real clock); returns its remaining. */
+static double take_global(const su_server *s)
+{
+    su_resp r = su_req(s, "POST", "/acquire", "{\"keys\": {}}", NULL);
+    ck_assert_msg(r.status == 200, "status %ld: %s", r.status, r.body);
+    double v = json_number_value(
+        json_object_get(json_array_get(json_object_get(r.json, "limits"), 0), "remaining"));
+    su_resp_free(&r);
+    return v;
+}
+
+/* A leased instance and a plain one on the same bucket. The leased one's first request takes
+ * 1 and a slice of 100 from Redis (1000 - 101 = 899 there), its second comes from the lease
+ * (held 99). The plain one takes 1: 898 left. A reload of the leased one (the same file) gives
+ * the 99 back before the new configuration is in force: the plain one's next leaves
+ * 898 + 99 - 1 = 996. */
+START_TEST(a_reload_gives_the_leases_back)
+{
+    rt_redis rd;
+    su_server leased, plain;
+    rt_redis_start(&rd);
+    su_tmpdir(&leased);
+    su_start(&leased, global_config(&rd, 1), NULL);
+    su_tmpdir(&plain);
+    su_start(&plain, global_config(&rd, 0), NULL);
+    take_global(&leased);
+    take_global(&leased);
+    ck_assert_double_eq(metric(&leased, "ratelimit_lease_held{level=\"global\"}"), 99);
+    double left = take_global(&plain);
+    ck_assert_msg(left >= 898 && left < 899, "remaining %g before the reload, not 898", left);
+    kill(leased.pid, SIGHUP);
+    wait_log(&leased, "configuration reloaded from", 1);
+    ck_assert_double_eq(metric(&leased, "ratelimit_lease_held{level=\"global\"}"), 0);
+    ck_assert_double_eq(metric(&leased, "ratelimit_lease_returned_total{level=\"global\"}"), 99);
+    left = take_global(&plain);
+    ck_assert_msg(left >= 996 && left < 997, "remaining %g after the reload, not 996", left);
+    ck_assert_int_eq(su_stop(&leased), 0);
+    ck_assert_int_eq(su_stop(&plain), 0);
+    rt_redis_stop(&rd);
+}
+END_TEST
+
 static Suite *redis_reload_suite(void)
 {
     Suite *s = suite_create("redis_reload");
     TCase *tc = tcase_create("reload");
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, reload_over_redis_keeps_the_counts_and_refuses_what_redis_cannot_hold);
+    tcase_add_test(tc, a_reload_gives_the_leases_back);
     suite_add_tcase(s, tc);
     return s;
 }

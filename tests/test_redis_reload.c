@@ -2,9 +2,10 @@
  * test_redis_reload.c - a reload of a daemon on the Redis store ("store": "redis"), the real
  * build/ratelimitd over a real redis-server: the new configuration is put in force over the same
  * store, so the counts Redis holds go on under the new limits; a configuration the store cannot
- * hold, that does not load, or that changes what the store was opened with, is refused and the one in force keeps deciding; a denial the
- * cache of denials learnt before a reload does not deny after one that raised the limit; the
- * quotas Redis holds stay in force across a reload; the leases are given back.
+ * hold, that does not load, or that changes what the store was opened with, is refused and the
+ * one in force keeps deciding; a denial the cache of denials learnt before a reload does not
+ * deny after one that raised the limit; the quotas Redis holds stay in force across a reload;
+ * the leases are given back.
  *
  * Every request carries "now": 100 (--manual-clock), so the fixed window of 1,000 s never
  * rolls and the counts below are exact.

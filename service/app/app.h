@@ -102,8 +102,9 @@ int rld_app_attach(rld_app *app, const rld_part_ops *ops, void *self);
  * carried over as a snapshot would carry it (matched by level name, rule position and type),
  * swapped in while no request is in flight, and every part told. With a shared store (Redis)
  * the new limiter takes the same store over instead (the state stays in it), once the store
- * said it can hold the configuration (check_config); the store in force cannot change. On failure (a bad file, a store, a part that cannot follow) the
- * configuration in force stays, err says why, and it is logged; both outcomes are counted.
+ * said it can hold the configuration (check_config); the store in force cannot change. On
+ * failure (a bad file, a store, a part that cannot follow) the configuration in force stays,
+ * err says why, and it is logged; both outcomes are counted.
  * Not from a request holding the gate. */
 int rld_app_reload(rld_app *app, rl_err *err);
 /* The same from the configuration make builds (called with cls) instead of config_path, without

@@ -52,8 +52,8 @@ static int same_store_levels(const rld_settings *now, const rld_settings *ns, co
                              rl_err *err)
 {
     for (size_t l = 0; l < RL_MAX_LEVELS; l++) {
-        const char *what = now->on_error[l] != ns->on_error[l]   ? "on_store_error"
-                           : now->shards[l] != ns->shards[l]     ? "shards"
+        const char *what = now->on_error[l] != ns->on_error[l] ? "on_store_error"
+                           : now->shards[l] != ns->shards[l]   ? "shards"
                            : now->lease_slice[l] != ns->lease_slice[l] ||
                                    now->lease_ttl_ms[l] != ns->lease_ttl_ms[l]
                                ? "lease"

@@ -71,8 +71,9 @@ rld_grpc_code rld_yservice_decide_rls(const rld_rls *rls, const rld_rls_request 
  * is counted, and the outcome is logged naming origin (e.g. "xDS version 3"). On failure the
  * configuration in force stays and err says why (naming the domain's file and the YAML path as
  * the file loader does; RL_EINVAL when the Redis store cannot hold the configuration, and
- * when app has no YAML service attached; over the Redis store the counts stay in Redis). Thread-safe: may be called from any thread while
- * requests are served (one reload at a time; not from a request holding the gate). */
+ * when app has no YAML service attached; over the Redis store the counts stay in Redis).
+ * Thread-safe: may be called from any thread while requests are served (one reload at a time;
+ * not from a request holding the gate). */
 int rld_yrls_apply(rld_app *app, rld_yconf *c, const char *origin, rl_err *err);
 /* Counts a configuration refused before it could be given to rld_yrls_apply (a pushed one that
  * does not read) in ratelimit_service_config_load_error. Any thread. */

@@ -219,16 +219,10 @@ static int grpc_tls_open(const rld_settings *set, int log, rld_net_tls **out, rl
     return RL_OK;
 }
 
-/* An envoyproxy/ratelimit boolean variable into *on (unset or empty: 0); RL_EINVAL naming it
- * when it is not a Go boolean, as upstream refuses to start. */
+/* An envoyproxy/ratelimit boolean variable into *on (unset or empty: 0). */
 static int env_flag(const char *name, int *on, rl_err *err)
 {
-    const char *v = getenv(name);
-    *on = v && *v ? rld_value_go_bool(v) : 0;
-    if (*on < 0)
-        return rl_errf(err, RL_EINVAL, "%s: must be true or false (1, t, true, TRUE, True, or "
-                       "0, f, false, FALSE, False), not '%.64s'", name, v);
-    return RL_OK;
+    return rld_value_env_go_bool(name, 0, on, err);
 }
 
 /* A JSON configuration from its text into *set and *cfg (rld_config_parse), its text kept in

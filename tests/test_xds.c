@@ -153,7 +153,7 @@ START_TEST(settings_defaults_and_values)
     setenv("CONFIG_GRPC_XDS_SERVER_URL", "[::1]:9", 1);
     setenv("XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", "1m30.5s", 1);
     setenv("XDS_CLIENT_BACKOFF_MAX_INTERVAL", "2h", 1);
-    setenv("CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", "250ms", 1);
+    setenv("CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", "1.005s", 1);
     setenv("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", "1024", 1);
     setenv("XDS_CLIENT_BACKOFF_JITTER", "f", 1);
     ck_assert_int_eq(rld_xds_settings_from_env(&s, &err), RL_OK);
@@ -161,7 +161,8 @@ START_TEST(settings_defaults_and_values)
     ck_assert_int_eq(s.port, 9);
     ck_assert_int_eq(s.backoff_initial, 90500 * (rl_ns)1000000);
     ck_assert_int_eq(s.backoff_max, 7200 * RL_NS_PER_SEC);
-    ck_assert_int_eq(s.connect_timeout, 250 * (rl_ns)1000000);
+    /* exactly: 1.005 x 1e9 in doubles is 1004999999.99... */
+    ck_assert_int_eq(s.connect_timeout, 1005000000);
     ck_assert_uint_eq(s.max_msg, 1024);
     ck_assert_int_eq(s.backoff_jitter, 0);
     clear_env();

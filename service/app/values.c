@@ -1,6 +1,7 @@
 /*
  * values.c - see values.h.
  */
+#include <stdlib.h>
 #include <string.h>
 
 #include "values.h"
@@ -72,4 +73,14 @@ int rld_value_go_bool(const char *v)
             return 0;
     }
     return -1;
+}
+
+int rld_value_env_go_bool(const char *name, int def, int *out, rl_err *err)
+{
+    const char *v = getenv(name);
+    *out = v && *v ? rld_value_go_bool(v) : def;
+    if (*out < 0)
+        return rl_errf(err, RL_EINVAL, "%s: must be true or false (1, t, true, TRUE, True, or "
+                       "0, f, false, FALSE, False), not '%.64s'", name, v);
+    return RL_OK;
 }

@@ -33,5 +33,8 @@ int rld_value_seconds(const char *field, double v, rl_ns *out, rl_err *err);
  * when v is none of its spellings (1, t, T, true, True, TRUE and 0, f, F, false, False,
  * FALSE). */
 int rld_value_go_bool(const char *v);
+/* The environment variable name as a Go boolean into *out (unset or empty: def); RL_EINVAL
+ * naming it when it is not one, as envoyproxy/ratelimit refuses to start. */
+int rld_value_env_go_bool(const char *name, int def, int *out, rl_err *err);
 
 #endif

@@ -40,28 +40,33 @@ typedef Ratelimit__Config__Ratelimit__V3__RateLimitPolicy pb_policy;
 
 /* ---- settings ----------------------------------------------------------------------------- */
 
-/* A Go duration ("10s", "500ms", "1m30s", "1.5s"; "0" alone) in nanoseconds, or -1. */
+/* A Go duration ("10s", "500ms", "1m30s", "1.5s"; "0" alone) in whole nanoseconds (a
+ * fraction below a nanosecond dropped), or -1. Integer arithmetic throughout. */
 static rl_ns go_duration(const char *s)
 {
     static const struct {
         const char *u;
-        double ns;
-    } units[] = {{"ns", 1}, {"us", 1e3}, {"µs", 1e3}, {"ms", 1e6}, {"s", 1e9}, {"m", 60e9},
-                 {"h", 3600e9}};
-    double total = 0;
+        int64_t ns;
+    } units[] = {{"ns", 1},          {"us", 1000},          {"µs", 1000}, {"ms", 1000000},
+                 {"s", 1000000000}, {"m", 60000000000LL}, {"h", 3600000000000LL}};
+    const rl_ns max = (rl_ns)9000000000000000000LL;
+    rl_ns total = 0;
     if (strcmp(s, "0") == 0)
         return 0;
     if (!*s)
         return -1;
     while (*s) {
-        char *end;
-        if (!((*s >= '0' && *s <= '9') || *s == '.'))
-            return -1;
-        errno = 0;
-        double v = strtod(s, &end);
-        if (end == s || errno)
-            return -1;
-        s = end;
+        uint64_t whole = 0, frac = 0, scale = 1;
+        int digits = 0;
+        for (; *s >= '0' && *s <= '9'; s++, digits++)
+            if ((whole = whole * 10 + (uint64_t)(*s - '0')) > (uint64_t)max)
+                return -1;
+        if (*s == '.')
+            for (s++; *s >= '0' && *s <= '9'; s++, digits++)
+                if (scale < 1000000000000000000ULL) { /* digits past 18 add nothing */
+                    frac = frac * 10 + (uint64_t)(*s - '0');
+                    scale *= 10;
+                }
         size_t best = 0, k = 0;
         for (size_t i = 0; i < sizeof units / sizeof units[0]; i++) {
             size_t n = strlen(units[i].u);
@@ -70,12 +75,16 @@ static rl_ns go_duration(const char *s)
                 k = i;
             }
         }
-        if (!best)
+        if (!digits || !best)
             return -1;
-        total += v * units[k].ns;
+        __extension__ typedef unsigned __int128 u128;
+        u128 v = (u128)whole * (uint64_t)units[k].ns + (u128)frac * (uint64_t)units[k].ns / scale;
+        if (v > (u128)(max - total))
+            return -1;
+        total += (rl_ns)v;
         s += best;
     }
-    return total > 9e18 ? -1 : (rl_ns)total;
+    return total;
 }
 
 static const char *env(const char *name)
@@ -94,18 +103,6 @@ static int env_duration(const char *name, rl_ns def, int positive, rl_ns *out, r
     if (*out < 0 || (positive && *out == 0))
         return rl_errf(err, RL_EINVAL, "%s: must be a %sduration such as 500ms, 10s or 1m, "
                        "not '%.64s'", name, positive ? "positive " : "", v);
-    return RL_OK;
-}
-
-static int env_bool(const char *name, int def, int *out, rl_err *err)
-{
-    const char *v = env(name);
-    *out = def;
-    if (!v)
-        return RL_OK;
-    if ((*out = rld_value_go_bool(v)) < 0)
-        return rl_errf(err, RL_EINVAL, "%s: must be true or false (1, t, true, TRUE, True, or "
-                       "0, f, false, FALSE, False), not '%.64s'", name, v);
     return RL_OK;
 }
 
@@ -155,9 +152,9 @@ int rld_xds_settings_from_env(rld_xds_settings *s, rl_err *err)
     if (s->headers &&
         check_pairs("CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", s->headers, ":", err) != RL_OK)
         return RL_EINVAL;
-    if (env_bool("CONFIG_GRPC_XDS_SERVER_USE_TLS", 0, &s->use_tls, err) != RL_OK ||
-        env_bool("XDS_CLIENT_BACKOFF_JITTER", 1, &s->backoff_jitter, err) != RL_OK ||
-        env_bool("MERGE_DOMAIN_CONFIG", 0, &s->merge_domains, err) != RL_OK)
+    if (rld_value_env_go_bool("CONFIG_GRPC_XDS_SERVER_USE_TLS", 0, &s->use_tls, err) != RL_OK ||
+        rld_value_env_go_bool("XDS_CLIENT_BACKOFF_JITTER", 1, &s->backoff_jitter, err) != RL_OK ||
+        rld_value_env_go_bool("MERGE_DOMAIN_CONFIG", 0, &s->merge_domains, err) != RL_OK)
         return RL_EINVAL;
     s->client_cert = env("CONFIG_GRPC_XDS_CLIENT_TLS_CERT");
     s->client_key = env("CONFIG_GRPC_XDS_CLIENT_TLS_KEY");

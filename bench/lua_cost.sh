@@ -4,6 +4,9 @@
 #   bench/lua_cost.sh [N]        (N calls per case, default 50000)
 #   bench/lua_cost.sh --smoke    (300 calls per case: every case runs and answers; make lua-smoke)
 #   LUA_COST_ONLY='concurrency*' bench/lua_cost.sh   (only the cases whose name matches)
+#   LUA_COST_ROUNDS=3 bench/lua_cost.sh   (rounds per case, default 3; 1 with --smoke)
+#   LUA_COST_IR=1 bench/lua_cost.sh 3000   (instructions instead of µs: Redis runs under
+#                                           callgrind, counting inside EVALSHA and FCALL only)
 #
 # Starts a redis-server of its own on a free loopback port (no persistence), loads the decision
 # script as the store builds it (build/bench/lua_scripts prints it: bigint.lua, lib.lua, the rule
@@ -16,7 +19,10 @@
 # there. Each case runs its own minimal hand-written script too (bench/min_<type>.lua: plain Lua
 # doing the same refill-check-take on the same keys in doubles), and the case's line ends with
 # its ratios to it (ratio_evalsha, ratio_fcall: the decision's usec_per_call over the minimal
-# script's). Asserts only that every call of every case ran without an error (calls = N,
+# script's). A case runs in rounds (the decision, its minimal script and the FCALL in turn, N
+# calls each): its figures are the medians over the rounds, each ratio the median of the rounds'
+# ratios, so that a slow period of the machine shared by both sides of one round does not make
+# the figure. Asserts only that every call of every case ran without an error (calls = N,
 # failed_calls = 0 in INFO commandstats) and that one more call answers: so a change of
 # args.def that this script does not follow stops it, which `make lua-smoke` (in `make test`)
 # checks with --smoke.
@@ -33,7 +39,8 @@ shopt -s inherit_errexit # a failing call inside $(...) stops the script
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/.." && pwd)
 SMOKE=
-if [ "${1:-}" = --smoke ]; then SMOKE=1; shift; set -- 300; fi
+ROUNDS=${LUA_COST_ROUNDS:-3}
+if [ "${1:-}" = --smoke ]; then SMOKE=1 ROUNDS=1; shift; set -- 300; fi
 N=${1:-50000}
 CONNS=16
 
@@ -49,7 +56,15 @@ for _ in $(seq 50); do
     if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then port=$p; break; fi
 done
 [ -n "$port" ] || { echo "lua_cost: no free port" >&2; exit 1; }
-redis-server --port "$port" --bind 127.0.0.1 --dir "$TMP" --save '' --appendonly no \
+IR=${LUA_COST_IR:-}
+VG=()
+if [ -n "$IR" ]; then
+    command -v callgrind_control >/dev/null ||
+        { echo "lua_cost: valgrind is missing: run make deps" >&2; exit 1; }
+    VG=(valgrind --tool=callgrind --callgrind-out-file="$TMP/cg.%p" --collect-atstart=no
+        --toggle-collect=evalShaCommand --toggle-collect=fcallCommand)
+fi
+"${VG[@]}" redis-server --port "$port" --bind 127.0.0.1 --dir "$TMP" --save '' --appendonly no \
     >"$TMP/log" 2>&1 &
 RPID=$!
 trap 'kill $RPID 2>/dev/null; wait $RPID 2>/dev/null; rm -rf "$TMP"' EXIT
@@ -83,9 +98,15 @@ done
 # usec_per_call of EVALSHA (or FCALL) after replaying "$@" N times; stops unless every call ran
 # without an error and one more (with the keys' first values) answers (not an error, not nil)
 run() {
+    local ir=
     cli config resetstat >/dev/null
+    [ -z "$IR" ] || { callgrind_control -z "$RPID" >/dev/null 2>&1; rm -f "$TMP"/cg.*.*; }
     redis-benchmark -p "$port" -c "$CONNS" -n "$N" -r 100000 -q "$@" >"$TMP/rb" 2>&1 ||
         { cat "$TMP/rb" >&2; exit 1; }
+    if [ -n "$IR" ]; then # instructions per call instead of µs
+        callgrind_control -d "$RPID" >/dev/null 2>&1
+        ir=$(cat "$TMP"/cg.*.* | awk -v n="$N" '/^(summary|totals):/ { printf "%.0f", $2 / n; exit }')
+    fi
     grep -q 'ERR\|error' "$TMP/rb" && { cat "$TMP/rb" >&2; exit 1; }
     local stat
     stat=$(cli info commandstats | tr -d '\r' |
@@ -100,10 +121,12 @@ run() {
     read -r calls usec failed <<<"$stat"
     [ "${calls:-0}" = "$N" ] && [ "${failed:-1}" = 0 ] ||
         { echo "lua_cost: $1 $2: $calls calls of $N, $failed failed" >&2; exit 1; }
-    printf '%s' "$usec"
+    printf '%s' "${ir:-$usec}"
 }
 
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
+# the median of the arguments (numbers; the lower middle one of an even count)
+median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 
 # the fields of an argument list of service/redis/args.def, in order
 fields() {
@@ -153,18 +176,23 @@ decide() { # keys... -- items (as from item, one state key each):
     mapfile -t tail < <(decide_head "${#keys[@]}"; for a in "$@"; do printf '%s\n' "$a"; done)
     # with a reservation: its key and the index of reservations after the items' keys
     local -a dkeys=("${keys[@]}" "${XKEYS[@]}")
-    local e f= fr= m
-    cli flushall >/dev/null
-    e=$(run EVALSHA "$SHA" "${#dkeys[@]}" "${dkeys[@]}" "${tail[@]}")
-    cli flushall >/dev/null
-    m=$(run EVALSHA "${MINSHA[$MIN]}" "${#keys[@]}" "${keys[@]}" "${MINARGS[@]}")
-    if [ -n "$FN" ]; then
+    local e f= fr= m r
+    local -a es=() ms=() fs=() res=() rfs=()
+    for ((r = 0; r < ROUNDS; r++)); do
         cli flushall >/dev/null
-        f=$(run FCALL "$FN" "${#dkeys[@]}" "${dkeys[@]}" "${tail[@]}")
-        fr=" ratio_fcall $(ratio "$f" "$m")"
-        f=" fcall $f"
-    fi
-    echo "evalsha $e$f minimal $m ratio_evalsha $(ratio "$e" "$m")$fr"
+        e=$(run EVALSHA "$SHA" "${#dkeys[@]}" "${dkeys[@]}" "${tail[@]}")
+        cli flushall >/dev/null
+        m=$(run EVALSHA "${MINSHA[$MIN]}" "${#keys[@]}" "${keys[@]}" "${MINARGS[@]}")
+        es+=("$e") ms+=("$m") res+=("$(ratio "$e" "$m")")
+        if [ -n "$FN" ]; then
+            cli flushall >/dev/null
+            f=$(run FCALL "$FN" "${#dkeys[@]}" "${dkeys[@]}" "${tail[@]}")
+            fs+=("$f") rfs+=("$(ratio "$f" "$m")")
+        fi
+    done
+    [ -n "$FN" ] && { f=" fcall $(median "${fs[@]}")"; fr=" ratio_fcall $(median "${rfs[@]}")"; }
+    echo "evalsha $(median "${es[@]}")$f minimal $(median "${ms[@]}")" \
+        "ratio_evalsha $(median "${res[@]}")$fr"
 }
 
 show() { # name command...: "name: " and what the command printed; stops when it failed

@@ -1031,6 +1031,11 @@ static void replay(uint64_t seed, int force, int steps, const char *prefix, size
     free(q);
     for (size_t l = 0; deny_cache && l < nlevels; l++)
         replay_local += rld_redis_store_deny_answered(p.rst, l);
+    /* housekeeping for 0.4 s, as it runs ten times a second: it gives the index of
+     * reservations its TTL (a decision leaves that alone), on a cluster a quarter of the
+     * index's parts a tick */
+    for (int t = 0; t < 4; t++)
+        rl_limiter_tick(p.red, now);
     pair_free(&p);
 }
 
@@ -2070,7 +2075,8 @@ static long long pttl_on(const rt_redis *node, const char *key)
 
 static long long pttl(const char *key) { return pttl_on(&srv, key); }
 
-/* Every key on node has a TTL: -1 (none) or a key without one fails. Returns the keys seen. */
+/* Every key on node has a TTL (once housekeeping has run): -1 (none) or a key without one
+ * fails. Returns the keys seen. */
 static size_t check_ttls_on(const rt_redis *node)
 {
     char cursor[32] = "0";
@@ -2175,8 +2181,11 @@ START_TEST(ttl_follows_the_state)
     snprintf(rk, sizeof rk, "real:r:%s", d.reservation);
     v = pttl(rk);
     ck_assert_msg(v > 89000 && v <= 90000, "reservation TTL %lld", v);
+    /* the decision leaves the index's TTL alone; housekeeping keeps it twice a reservation's */
+    ck_assert_int_eq(pttl("real:resv"), -1);
+    rl_limiter_tick(lim, 0);
     v = pttl("real:resv");
-    ck_assert_msg(v > 89000 && v <= 90000, "reservation index TTL %lld", v);
+    ck_assert_msg(v > 179000 && v <= 180000, "reservation index TTL %lld", v);
 
     /* released, the slot's state is a new key's: it goes at once */
     rl_err err;
@@ -2275,6 +2284,112 @@ START_TEST(denial_cached_then_refunded_through_another_instance)
     ck_assert_uint_eq(rld_redis_store_deny_answered(sa, 0), 2);
     rl_limiter_free(a);
     rl_limiter_free(b);
+    rl_registry_free(reg);
+}
+END_TEST
+
+/* A reservation's record is one string (lib.lua's read_resv): written out by hand for a bucket
+ * of 10 refilling 1 a second and a concurrency limit of 1 in level user, a reservation of 8 at
+ * t = 0 with a TTL of 5 s: not settled, cost 8, taken at 0, expiring at 5e9 ns, no amounts by
+ * unit, then each rule's "RH|taken|tag|slot|shard|level|key" (R 1: it can be settled, H 1: it
+ * holds slots; the concurrency rule takes one slot). Settled, only its flag changes. A
+ * reservation kept as a hash, as older builds wrote it, is settled, released and expired as
+ * well: an upgrade loses none in flight. */
+static char *get_str(const char *key)
+{
+    redisReply *r = rt_redis_cmd(&srv, "GET %s", key);
+    char *v = r->type == REDIS_REPLY_STRING ? strdup(r->str) : NULL;
+    freeReplyObject(r);
+    return v;
+}
+
+/* Rewrites reservation id (prefix o:) as an older build kept it: a hash with the same TTL. */
+static void as_hash(const char *id, const char *cost, const char *at, const char *exp,
+                    const char *tb_record)
+{
+    char rk[64];
+    snprintf(rk, sizeof rk, "o:r:%s", id);
+    long long ttl = pttl(rk);
+    ck_assert_int_gt(ttl, 0);
+    freeReplyObject(rt_redis_cmd(&srv, "DEL %s", rk));
+    redisReply *r = rt_redis_cmd(&srv,
+                                 "HSET %s cost %s at %s exp %s settled 0 i1 %s i2 %s n 2", rk,
+                                 cost, at, exp, tb_record, "01|1000000|cc|1|0|user|u");
+    ck_assert_int_eq(r->integer, 7);
+    freeReplyObject(r);
+    freeReplyObject(rt_redis_cmd(&srv, "PEXPIRE %s %lld", rk, ttl));
+}
+
+START_TEST(reservation_record_and_older_hash)
+{
+    const char *json = "{\"reservation_ttl\": 5, \"levels\": [{\"name\": \"user\", \"rules\": ["
+                       "{\"type\": \"token_bucket\", \"capacity\": 10, \"per_second\": 1},"
+                       "{\"type\": \"concurrency\", \"limit\": 1}]}]}";
+    rl_registry *reg = rl_registry_new();
+    rl_limiter *a = redis_limiter(reg, json, "o:", 0, NULL);
+    rl_decision d;
+    rl_settlement st;
+    rl_stats stats;
+    rl_err err;
+    char rk[64];
+
+    ck_assert_int_eq(acquire(a, "user=u", FP(8), S(0), RL_RESERVE, 0, &d), RL_OK);
+    ck_assert(d.allowed);
+    snprintf(rk, sizeof rk, "o:r:%s", d.reservation);
+    char *v = get_str(rk);
+    ck_assert_str_eq(v, "0\n8000000\n0\n5000000000\n\n10|8000000|tb|0|0|user|u\n"
+                        "01|1000000|cc|1|0|user|u");
+    free(v);
+    long long ttl = pttl(rk);
+    ck_assert_int_eq(rl_settle(a, d.reservation, FP(3), S(1), &st, &err), RL_OK);
+    ck_assert_int_eq(st.refunded, FP(5));
+    v = get_str(rk);
+    ck_assert_str_eq(v, "1\n8000000\n0\n5000000000\n\n10|8000000|tb|0|0|user|u\n"
+                        "01|1000000|cc|1|0|user|u");
+    free(v);
+    ck_assert_int_le(pttl(rk), ttl);
+    ck_assert_int_gt(pttl(rk), ttl - 1000);
+    ck_assert_int_eq(rl_settle(a, d.reservation, FP(3), S(1), &st, &err), RL_ESETTLED);
+    ck_assert_int_eq(rl_release(a, d.reservation, S(1), &err), RL_OK);
+
+    /* at t = 1: 8 taken, 1 refilled, 5 given back: 8 left; a hash settled at 2 and released */
+    ck_assert_int_eq(acquire(a, "user=u", FP(8), S(1), RL_RESERVE, 0, &d), RL_OK);
+    ck_assert(d.allowed);
+    ck_assert_int_eq(tu_status(&d, 0)->remaining, 0);
+    char id[RL_RESERVATION_ID];
+    memcpy(id, d.reservation, sizeof id);
+    as_hash(id, "8000000", "1000000000", "6000000000", "10|8000000|tb|0|0|user|u");
+    ck_assert_int_eq(acquire(a, "user=u", FP(1), S(1), 0, 0, &d), RL_OK);
+    ck_assert(!d.allowed); /* the hash's slot is held */
+    ck_assert_int_eq(rl_settle(a, id, FP(2), S(2), &st, &err), RL_OK);
+    ck_assert_int_eq(st.reserved, FP(8));
+    ck_assert_int_eq(st.refunded, FP(6));
+    snprintf(rk, sizeof rk, "o:r:%s", id);
+    redisReply *r = rt_redis_cmd(&srv, "HGET %s settled", rk);
+    ck_assert_str_eq(r->str, "1");
+    freeReplyObject(r);
+    ck_assert_int_eq(rl_settle(a, id, FP(2), S(2), &st, &err), RL_ESETTLED);
+    ck_assert_int_eq(rl_release(a, id, S(2), &err), RL_OK);
+    ck_assert_int_eq(rl_release(a, id, S(2), &err), RL_ENOTFOUND);
+
+    /* at t = 2: 0 + 1 refilled + 6 back = 7 left; a hash nobody ends expires at 7 */
+    ck_assert_int_eq(acquire(a, "user=u", FP(7), S(2), RL_RESERVE, 0, &d), RL_OK);
+    ck_assert(d.allowed);
+    as_hash(d.reservation, "7000000", "2000000000", "7000000000", "10|7000000|tb|0|0|user|u");
+    rl_limiter_tick(a, S(6));
+    rl_limiter_stats(a, &stats);
+    ck_assert_uint_eq(stats.reservations_expired, 0);
+    ck_assert_int_eq(acquire(a, "user=u", FP(1), S(6), 0, 0, &d), RL_OK);
+    ck_assert(!d.allowed); /* still held */
+    rl_limiter_tick(a, S(7));
+    rl_limiter_stats(a, &stats);
+    ck_assert_uint_eq(stats.reservations_expired, 1);
+    /* the slot is back, the 7 are not (expired: settled at its reserved cost); 10 used at 2,
+     * 5 refilled by 7: 5 left, 1 more leaves 4 */
+    ck_assert_int_eq(acquire(a, "user=u", FP(1), S(7), 0, 0, &d), RL_OK);
+    ck_assert(d.allowed);
+    ck_assert_int_eq(tu_status(&d, 0)->remaining, FP(4));
+    rl_limiter_free(a);
     rl_registry_free(reg);
 }
 END_TEST
@@ -2989,6 +3104,7 @@ Suite *redis_store_suite(void)
     tcase_add_checked_fixture(tc, srv_up, srv_down);
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, refund_and_release_through_another_instance);
+    tcase_add_test(tc, reservation_record_and_older_hash);
     tcase_add_test(tc, denial_cached_then_refunded_through_another_instance);
     tcase_add_test(tc, two_instances_share_one_bucket);
     tcase_add_test(tc, quotas_reach_every_instance);

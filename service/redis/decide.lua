@@ -93,7 +93,19 @@ end
 if allowed and not dry then
     local rk, ik = KEYS[#KEYS - 1], KEYS[#KEYS]
     local resv = reserves()
-    if resv and redis.call('EXISTS', rk) == 1 then return {'dup'} end
+    if resv then
+        -- the reservation (lib.lua's read_resv has the format), written first: an id already
+        -- taken leaves Redis untouched
+        local exp = dec_of_rel(sat_time(N(ARGV[A_RESERVATION_TTL])))
+        local rec = {'0', ARGV[A_COST], now_str(), exp, ARGV[A_USAGE]}
+        for i = 1, n do
+            if items[i].rec ~= '' and takes(items[i]) then rec[#rec + 1] = items[i].rec end
+        end
+        if not redis.call('SET', rk, table.concat(rec, '\n'), 'PX', hold_ms, 'NX') then
+            return {'dup'}
+        end
+        redis.call('ZADD', ik, exp, id)
+    end
     local keep = ARGV[A_KEEP] == '1'
     for i = 1, n do
         local it = items[i]
@@ -103,28 +115,6 @@ if allowed and not dry then
             save_state(it.T, it, it, KEYS[it.k], floor_ms, hold_ms)
             if keep then it.after = it.T.dump(it) end
         end
-    end
-    if resv then
-        local exp = dec_of_rel(sat_time(N(ARGV[A_RESERVATION_TTL])))
-        local cmd = {'HSET', rk, 'cost', ARGV[A_COST], 'at', now_str(), 'exp', exp, 'settled', '0'}
-        if ARGV[A_USAGE] ~= '' then
-            cmd[#cmd + 1] = 'usage'
-            cmd[#cmd + 1] = ARGV[A_USAGE]
-        end
-        local m = 0
-        for i = 1, n do
-            if items[i].rec ~= '' and takes(items[i]) then
-                m = m + 1
-                cmd[#cmd + 1] = 'i' .. m
-                cmd[#cmd + 1] = items[i].rec
-            end
-        end
-        cmd[#cmd + 1] = 'n'
-        cmd[#cmd + 1] = tostring(m)
-        redis.call(unpack(cmd))
-        redis.call('PEXPIRE', rk, hold_ms)
-        redis.call('ZADD', ik, exp, id)
-        if redis.call('PTTL', ik) < hold_ms then redis.call('PEXPIRE', ik, hold_ms) end
     end
 end
 

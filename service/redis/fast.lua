@@ -42,18 +42,24 @@ if argv[A_GENERAL] ~= '1' and argv[A_DRY] == '0' and argv[A_MODES] == '' and
     #keys == (id == '' and nitems or nitems + 2) and #argv[A_RESERVATION_TTL] <= 15 then
     local floor, tonumber, sub, byte = math.floor, tonumber, string.sub, string.byte
     local unpack_, pack = struct.unpack, struct.pack
-    local call, fmt = redis.call, string.format -- (a global's lookup costs more in a library)
+    local call, fmt, concat = redis.call, string.format, table.concat -- (a global's lookup
+    -- costs more in a library)
     local LIM, P32, P50, P51, P99 = 9007199254740992, 4294967296, 1125899906842624,
         2251799813685248, 2 ^ 99
     local NS, MS, ONE = 1000000000, 1000000, 1000000
+    local KEYNO = {'1', '2', '3', '4', '5', '6', '7', '8'}
     local go = true
 
     -- now: seconds, nanoseconds and halves (lib.lua's clock)
     local nows, nowf
     local nowstr = argv[A_NOW]
     if nowstr == '' then
+        -- (seconds and microseconds as decimals: now's decimal is theirs joined, the
+        -- microseconds to six digits, then 000; Redis's clock is after 1970, so seconds > 0)
         local t = call('TIME')
-        nows, nowf, nowstr = tonumber(t[1]), tonumber(t[2]) * 1000, nil
+        local us = t[2]
+        nows, nowf = tonumber(t[1]), tonumber(us) * 1000
+        nowstr = t[1] .. (#us < 6 and sub('00000' .. us, -6) or us) .. '000'
     elseif #nowstr <= 9 then
         nows, nowf = 0, tonumber(nowstr)
     elseif #nowstr <= 19 then
@@ -183,12 +189,21 @@ if argv[A_GENERAL] ~= '1' and argv[A_DRY] == '0' and argv[A_MODES] == '' and
                 if byte(rec, 2) == 49 then holds = true end
             end
         end
-        if not (FAST_TAGS) or tonumber(argv[o + I_KEY]) ~= i or #need > 15 or
+        local kn = KEYNO[i] -- (item i's key is KEYS[i]: its index as a decimal)
+        if not (FAST_TAGS) or (kn and argv[o + I_KEY] ~= kn or
+            not kn and tonumber(argv[o + I_KEY]) ~= i) or #need > 15 or
             #cost > 15 or not p1 or #p1 > 15 or not p2 or #p2 > 15 then
             go = false
             break
         end
-        need, cost, p1, p2 = tonumber(need), tonumber(cost), tonumber(p1), tonumber(p2)
+        -- (Lua's strings are interned: equal ones compare at once; a cost is mostly its need)
+        if need == cost then
+            need = tonumber(need)
+            cost = need
+        else
+            need, cost = tonumber(need), tonumber(cost)
+        end
+        p1, p2 = tonumber(p1), tonumber(p2)
         o = o + I_FIELDS + 2
         local b = (i - 1) * 9
         local raw = call('GET', keys[i])
@@ -220,40 +235,30 @@ if argv[A_GENERAL] ~= '1' and argv[A_DRY] == '0' and argv[A_MODES] == '' and
                              fmt('%d', nowf)
             end
             local resv = allowed and id ~= '' and (holds or argv[A_RESERVE] == '1')
-            local rk, ik = keys[nitems + 1], keys[nitems + 2]
-            if resv and call('EXISTS', rk) == 1 then return {'dup'} end
-            if allowed then
-                for i = 1, nitems do
-                    call('SET', keys[i], w[2 * i - 1], 'PX', fmt('%d', w[2 * i]))
-                end
-            end
             if resv then
-                -- the reservation, as decide.lua records it: expiring reservation_ttl from now
-                -- (below 1e15 ns: seconds and nanoseconds stay exact)
+                -- the reservation, as decide.lua records it (lib.lua's read_resv has the
+                -- format), written first: an id already taken leaves Redis untouched. It
+                -- expires reservation_ttl from now (below 1e15 ns: seconds and nanoseconds
+                -- stay exact).
                 local f = nowf + tonumber(argv[A_RESERVATION_TTL])
                 local c = floor(f / NS)
                 local s = nows + c
                 f = f - c * NS
                 local exp = s > 0 and fmt('%d%09d', s, f) or fmt('%d', f)
-                local cmd = {'HSET', rk, 'cost', argv[A_COST], 'at', nowstr, 'exp', exp,
-                    'settled', '0'}
-                local usage = argv[A_USAGE]
-                if usage ~= '' then
-                    cmd[#cmd + 1] = 'usage'
-                    cmd[#cmd + 1] = usage
+                local rec = '0\n' .. argv[A_COST] .. '\n' .. nowstr .. '\n' .. exp .. '\n' ..
+                    argv[A_USAGE]
+                if recs then rec = rec .. '\n' .. concat(recs, '\n') end
+                if not call('SET', keys[nitems + 1], rec, 'PX', argv[A_HOLD_MS], 'NX') then
+                    return {'dup'}
                 end
-                local m = recs and #recs or 0
-                for k = 1, m do
-                    cmd[#cmd + 1] = 'i' .. k
-                    cmd[#cmd + 1] = recs[k]
+                call('ZADD', keys[nitems + 2], exp, id)
+            end
+            if allowed then
+                for i = 1, nitems do
+                    local px = w[2 * i]
+                    call('SET', keys[i], w[2 * i - 1], 'PX', type(px) == 'string' and px or
+                        fmt('%d', px))
                 end
-                cmd[#cmd + 1] = 'n'
-                cmd[#cmd + 1] = tostring(m)
-                local hold_ms = tonumber(argv[A_HOLD_MS])
-                call(unpack(cmd))
-                call('PEXPIRE', rk, hold_ms)
-                call('ZADD', ik, exp, id)
-                if call('PTTL', ik) < hold_ms then call('PEXPIRE', ik, hold_ms) end
             end
             out[nitems * 6 + 2] = nowstr
             for j = nitems * 6 + 3, 20 do out[j] = nil end -- the reply ends at the first nil

@@ -478,3 +478,30 @@ local function announce(channel, keys, from)
     for i = from, #keys do parts[#parts + 1] = #keys[i] .. ':' .. keys[i] end
     redis.call('PUBLISH', channel, table.concat(parts))
 end
+
+-- A reservation (decide.lua and fast.lua write it; store.c's read_resv reads it too): one
+-- string of fields separated by newlines: its settled flag ('0' or '1'), the cost
+-- it took, when it was taken (decimal ns), when it expires (decimal ns), its amounts by unit (''
+-- or ab_usage's), then each remembered rule's record (none holds a control character: a key
+-- cannot, rl__key_problem, and a level's name is a plain name). Its id is in the index of
+-- reservations by its expiry, which due.lua keeps alive. Returns exp, settled, cost, at, and
+-- whether it is a hash as older builds wrote it (fields of those names); nil when there is none.
+local function read_resv(key)
+    local v = redis.pcall('GET', key)
+    if type(v) == 'table' then
+        local h = redis.call('HMGET', key, 'exp', 'settled', 'cost', 'at')
+        return h[1], h[2], h[3], h[4], true
+    end
+    if not v then return nil end
+    local cost, at, exp = string.match(v, '^.\n([^\n]*)\n([^\n]*)\n([^\n]*)')
+    return exp, string.sub(v, 1, 1), cost, at, false
+end
+
+-- Marks a reservation read by read_resv settled, keeping its TTL.
+local function settle_resv(key, hash)
+    if hash then
+        redis.call('HSET', key, 'settled', '1')
+    else
+        redis.call('SETRANGE', key, 0, '1')
+    end
+end

@@ -12,19 +12,19 @@
 
 clock(ARGV[A_NOW])
 local expire = ARGV[A_MODE] == 'expire'
-local h = redis.call('HMGET', KEYS[1], 'exp', 'settled', 'at')
-if not h[1] then
+local exp, settled, _, taken = read_resv(KEYS[1])
+if not exp then
     if expire then redis.call('ZREM', KEYS[2], ARGV[A_ID]) end
     return {'notfound'}
 end
-local due = not ispos(rel_of_dec(h[1]))
+local due = not ispos(rel_of_dec(exp))
 if due and not expire then return {'notfound'} end
 if expire and not due then return {'early'} end
 redis.call('DEL', KEYS[1])
 redis.call('ZREM', KEYS[2], ARGV[A_ID])
 local floor_ms, hold_ms = tonumber(ARGV[A_FLOOR_MS]), tonumber(ARGV[A_HOLD_MS])
 local kind, latency = tonumber(ARGV[A_KIND]), tonumber(ARGV[A_LATENCY])
-local at = h[3] and rel_of_dec(h[3]) or 0
+local at = taken and rel_of_dec(taken) or 0
 if expire then
     kind, latency = 3, sub(0, at)
     if type(latency) ~= 'number' or latency > 3600 * NS then latency = 3600 * NS end
@@ -48,4 +48,4 @@ for i = 3, #KEYS do
     end
 end
 announce(ARGV[A_CHANNEL], given, 1)
-return {'ok', h[2]}
+return {'ok', settled}

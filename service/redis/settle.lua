@@ -11,11 +11,11 @@
 -- Returns {'ok', reserved cost}, {'notfound'} (unknown or expired) or {'settled'}.
 
 clock(ARGV[A_NOW])
-local h = redis.call('HMGET', KEYS[1], 'exp', 'settled', 'cost', 'at')
-if not h[1] or not ispos(rel_of_dec(h[1])) then return {'notfound'} end
-if h[2] == '1' then return {'settled'} end
-redis.call('HSET', KEYS[1], 'settled', '1')
-local at = rel_of_dec(h[4])
+local exp, settled, cost, taken, hash = read_resv(KEYS[1])
+if not exp or not ispos(rel_of_dec(exp)) then return {'notfound'} end
+if settled == '1' then return {'settled'} end
+settle_resv(KEYS[1], hash)
+local at = rel_of_dec(taken)
 local floor_ms, hold_ms = tonumber(ARGV[A_FLOOR_MS]), tonumber(ARGV[A_HOLD_MS])
 local kind, latency = tonumber(ARGV[A_KIND]), tonumber(ARGV[A_LATENCY])
 local learn = kind ~= 0 or latency >= 0
@@ -38,4 +38,4 @@ for i = 2, #KEYS do
     end
 end
 announce(ARGV[A_CHANNEL], given, 1)
-return {'ok', h[3]}
+return {'ok', cost}

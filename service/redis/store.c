@@ -1784,7 +1784,7 @@ static void rs_decide_many(void *cls, const rl_plan *const *plans, rl_decision *
 
 /* ---- reservations -------------------------------------------------------------------------- */
 
-/* One rule a reservation remembers, pointing into the HGETALL reply. */
+/* One rule a reservation remembers, pointing into the reply that read it. */
 typedef struct ritem {
     int refundable, holds;
     unsigned unit; /* what the rule counted (rl_unit) */
@@ -1799,7 +1799,7 @@ typedef struct ritem {
 
 typedef struct resv {
     redisReply *reply;
-    const char *at; /* when it was taken (decimal), "" when not recorded */
+    char at[32];    /* when it was taken (decimal), "" when not recorded */
     rl_fp cost;     /* the cost it took */
     int has_amt, priced;
     rl_fp amt[RL_UNITS]; /* its amounts by unit (ab_usage), when has_amt */
@@ -1843,10 +1843,15 @@ static int parse_item(const redis_store *rs, const char *s, size_t len, ritem *i
     return 0;
 }
 
-/* A reservation's "usage" field (ab_usage) into out. */
-static void parse_usage(const char *s, resv *out)
+/* A reservation's amounts by unit (ab_usage's text, len bytes at s) into out. */
+static void parse_usage(const char *s0, size_t len, resv *out)
 {
-    char *end;
+    char buf[512], *end;
+    if (len >= sizeof buf)
+        return;
+    memcpy(buf, s0, len);
+    buf[len] = 0;
+    const char *s = buf;
     out->has_amt = 1;
     for (unsigned u = RL_UNIT_USD; u < RL_UNITS; u++) {
         out->amt[u] = strtoll(s, &end, 10);
@@ -1862,36 +1867,61 @@ static void parse_usage(const char *s, resv *out)
     }
 }
 
-/* Reads a reservation's rules (they never change once written). RL_ENOTFOUND when it is gone. */
-static int read_resv(redis_store *rs, const char *id, resv *out, rl_err *err)
+static void set_at(resv *out, const char *s, size_t len)
 {
-    abuf k;
-    ab_init(&k);
-    redisReply *r;
-    memset(out, 0, sizeof *out);
-    out->at = "";
-    ab_str(&k, "HGETALL");
-    ab_resv_key(rs, &k, id);
-    int rc = command(rs, &k, &r, err);
-    ab_free(&k);
-    if (rc != RL_OK)
-        return rc;
-    if (r->type != REDIS_REPLY_ARRAY || r->elements == 0) {
-        freeReplyObject(r);
-        return RL_ENOTFOUND;
+    if (len < sizeof out->at) {
+        memcpy(out->at, s, len);
+        out->at[len] = 0;
     }
-    out->reply = r;
+}
+
+/* The next field of a reservation's record (lib.lua's read_resv has the format) from *p
+ * before end, to f and len; -1 past its last field. */
+static int next_field(const char **p, const char *end, const char **f, size_t *len)
+{
+    if (!*p)
+        return -1;
+    const char *nl = memchr(*p, '\n', (size_t)(end - *p));
+    *f = *p;
+    *len = (size_t)((nl ? nl : end) - *p);
+    *p = nl ? nl + 1 : NULL;
+    return 0;
+}
+
+/* A reservation's record into out. */
+static void parse_resv(const redis_store *rs, const redisReply *r, resv *out)
+{
+    const char *p = r->str, *end = r->str + r->len, *f;
+    size_t len;
+    if (next_field(&p, end, &f, &len) || next_field(&p, end, &f, &len)) /* settled, cost */
+        return;
+    out->cost = strtoll(f, NULL, 10);
+    if (next_field(&p, end, &f, &len))
+        return;
+    set_at(out, f, len);
+    if (next_field(&p, end, &f, &len) || next_field(&p, end, &f, &len))
+        return; /* exp, then the amounts */
+    if (len)
+        parse_usage(f, len, out);
+    while (out->n < RL_MAX_APPLIED && next_field(&p, end, &f, &len) == 0)
+        if (parse_item(rs, f, len, &out->item[out->n]) == 0)
+            out->n++;
+}
+
+/* A reservation kept as a hash (as older builds wrote it) into out. */
+static void parse_resv_hash(const redis_store *rs, const redisReply *r, resv *out)
+{
     for (size_t i = 0; i + 1 < r->elements; i += 2) {
         const redisReply *f = r->element[i], *v = r->element[i + 1];
-        if (f->type == REDIS_REPLY_STRING && v->type == REDIS_REPLY_STRING) {
-            if (strcmp(f->str, "at") == 0)
-                out->at = v->str;
-            else if (strcmp(f->str, "cost") == 0)
-                out->cost = strtoll(v->str, NULL, 10);
-            else if (strcmp(f->str, "usage") == 0)
-                parse_usage(v->str, out);
-        }
-        if (f->type != REDIS_REPLY_STRING || v->type != REDIS_REPLY_STRING || f->str[0] != 'i')
+        if (f->type != REDIS_REPLY_STRING || v->type != REDIS_REPLY_STRING)
+            continue;
+        if (strcmp(f->str, "at") == 0)
+            set_at(out, v->str, v->len);
+        else if (strcmp(f->str, "cost") == 0)
+            out->cost = strtoll(v->str, NULL, 10);
+        else if (strcmp(f->str, "usage") == 0)
+            parse_usage(v->str, v->len, out);
+        if (f->str[0] != 'i')
             continue;
         unsigned long k_ = strtoul(f->str + 1, NULL, 10);
         if (k_ < 1 || k_ > RL_MAX_APPLIED || parse_item(rs, v->str, v->len, &out->item[k_ - 1]))
@@ -1899,6 +1929,45 @@ static int read_resv(redis_store *rs, const char *id, resv *out, rl_err *err)
         if (k_ > out->n)
             out->n = k_;
     }
+}
+
+static int fetch_resv(redis_store *rs, const char *cmd, const char *id, redisReply **r,
+                      rl_err *err)
+{
+    abuf k;
+    ab_init(&k);
+    ab_str(&k, cmd);
+    ab_resv_key(rs, &k, id);
+    int rc = command(rs, &k, r, err);
+    ab_free(&k);
+    return rc;
+}
+
+/* Reads a reservation's rules (they never change once written). RL_ENOTFOUND when it is gone. */
+static int read_resv(redis_store *rs, const char *id, resv *out, rl_err *err)
+{
+    redisReply *r;
+    rl_err e;
+    memset(out, 0, sizeof *out);
+    int rc = fetch_resv(rs, "GET", id, &r, &e);
+    int hash = rc == RL_ESTORE && strstr(e.msg, "WRONGTYPE");
+    if (hash)
+        rc = fetch_resv(rs, "HGETALL", id, &r, &e);
+    if (rc != RL_OK) {
+        if (err)
+            *err = e;
+        return rc;
+    }
+    if (hash ? r->type != REDIS_REPLY_ARRAY || r->elements == 0
+             : r->type != REDIS_REPLY_STRING) {
+        freeReplyObject(r);
+        return RL_ENOTFOUND;
+    }
+    out->reply = r;
+    if (hash)
+        parse_resv_hash(rs, r, out);
+    else
+        parse_resv(rs, r, out);
     return RL_OK;
 }
 
@@ -2210,6 +2279,8 @@ static void expire_part(redis_store *rs, rl_ns now, unsigned n, int64_t *active)
             rs->manual ? ab_i64(&a, now) : ab_str(&a, "");
         else if (f == RLD_DUE_BATCH)
             ab_i64(&a, EXPIRE_BATCH);
+        else if (f == RLD_DUE_HOLD_MS)
+            ab_i64(&a, hold_ms(rs));
     }
     int rc = eval(rs, RLD_SCRIPT_DUE, &k, &a, &r, NULL);
     ab_free(&k);

@@ -10,7 +10,8 @@
 -- (below 1e15 < 2^50), so held plus a cost stays below 2^51.
 --@fast cc
 --@prelude
-local cc_hold = tonumber(argv[A_HOLD_MS])
+local cc_hold_s = argv[A_HOLD_MS]
+local cc_hold = tonumber(cc_hold_s)
 local find = string.find
 --@check limit p1, retry p2 (concurrency.lua)
 if need > p1 then
@@ -47,5 +48,6 @@ if allowed then
         end
     end
     w[2 * i - 1] = fmt('%d', used)
-    w[2 * i] = ms < floor_ms and floor_ms or ms
+    -- (the TTL as the decimal the caller sent when it is that: no formatting)
+    w[2 * i] = ms < floor_ms and floor_ms or ms == cc_hold and cc_hold_s or ms
 end

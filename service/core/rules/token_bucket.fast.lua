@@ -7,7 +7,8 @@
 --            to decline;
 --   after:   from p1, p2, used (v[b + 4]), v[b + 5..6] (and v[b + 9]), cost and `allowed`,
 --            the item's limit, remaining, reset, window and nxt, and when allowed its value and
---            TTL (w[2i - 1], w[2i]), or `go = false; break` to decline.
+--            TTL in ms (w[2i - 1], w[2i]: a number, or its decimal), or `go = false; break` to
+--            decline.
 --@fast tb
 --@prelude
 -- token bucket: ceil(((used - target) * 1e9 - frac) / rate), nil beyond the bounds

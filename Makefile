@@ -382,10 +382,12 @@ test: deps-quiet
 # bench/lua_cost.sh's smoke run: every case of the decision script's benchmark and of its
 # minimal scripts (bench/min_*.lua) runs 300 calls on a private redis-server and answers, so a
 # change of the scripts' arguments (service/redis/args.def) breaks the build, not the benchmark.
+# Its count of instructions under callgrind (LUA_COST_IR) too, on one case.
 .PHONY: lua-smoke
 lua-smoke: $(BUILD)/bench/lua_scripts
 	@echo "== bench/lua_cost.sh --smoke"
 	$(Q)bench/lua_cost.sh --smoke
+	$(Q)LUA_COST_IR=1 LUA_COST_ONLY='concurrency*' bench/lua_cost.sh --smoke
 
 # The gRPC server with real clients: Debian's python3-grpcio (the gRPC C core), loading the
 # messages from api/*.proto through protoc. Debian's own python3, which has the grpc module.

@@ -106,6 +106,7 @@ run() {
     if [ -n "$IR" ]; then # instructions per call instead of µs
         callgrind_control -d "$RPID" >/dev/null 2>&1
         ir=$(cat "$TMP"/cg.*.* | awk -v n="$N" '/^(summary|totals):/ { printf "%.0f", $2 / n; exit }')
+        [ -n "$ir" ] || { echo "lua_cost: $1 $2: callgrind counted nothing" >&2; exit 1; }
     fi
     grep -q 'ERR\|error' "$TMP/rb" && { cat "$TMP/rb" >&2; exit 1; }
     local stat

@@ -307,8 +307,6 @@ $(BUILD)/bench/adaptive: $(BUILD)/bench/adaptive.o $(BUILD)/service/config/confi
 	$(call say,LD,$@)
 	$(Q)$(CC) $^ -o $@ $(LDFLAGS_ALL) $(SVC_LIBS)
 
-build-bench: $(BUILD)/ratelimitd $(BENCH_BIN)
-
 $(BUILD)/bench/soak: bench/soak.c
 	@mkdir -p $(dir $@)
 	$(call say,CC,$<)
@@ -322,6 +320,9 @@ $(BUILD)/bench/flood: bench/flood.c
 	$(Q)$(CC) $(WARN) $(CFLAGS) $(SAN) -pthread $< -o $@ $(LDFLAGS) $(SAN) -pthread
 BENCH_BIN += $(BUILD)/bench/flood
 $(BUILD)/tests/test_deny_cache: | $(BUILD)/bench/flood
+
+# (after every BENCH_BIN +=: a rule's prerequisites are read where it stands)
+build-bench: $(BUILD)/ratelimitd $(BENCH_BIN)
 
 # make soak: many clients far past capacity for a bounded time, against the memory store and
 # Redis (bench/soak.sh; SOAK_CLIENTS, SOAK_SECONDS, SOAK_KEYS). Not part of make test.
